@@ -1,0 +1,22 @@
+// Package endpoints turns discovery/v1 EndpointSlices into the endpoints of
+// each Service port (servicemap.PortName), for one IP family.
+//
+// The slices of one Service (found by the kubernetes.io/service-name label)
+// are merged: endpoints are matched to Service ports by port name and
+// protocol; slices of the other address family and FQDN slices are ignored;
+// ports with no number are ignored; when the same address and port appear
+// more than once, one copy is kept deterministically (a non-terminating copy
+// beats a terminating one, then ready beats not ready, serving beats not
+// serving, a copy with a node name beats one without, and then the slice whose
+// name sorts first wins). Endpoints of a port are sorted by address and port.
+//
+// Malformed endpoints and ports are skipped and reported as
+// svcproxy.Warnings; a malformed slice is skipped whole.
+//
+// Tracker follows slice adds, updates and deletes in any order and hands out
+// immutable Snapshots with the ports whose endpoints changed, and the UDP and
+// SCTP ports that lost a serving endpoint, whose conntrack entries may now
+// point at a pod that is gone.
+//
+// The package is pure: no I/O, no clock, no randomness, no logging.
+package endpoints

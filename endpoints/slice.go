@@ -1,0 +1,249 @@
+package endpoints
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// Slice is one EndpointSlice, parsed and checked: the Service it belongs to
+// and its endpoints per Service port.
+type Slice struct {
+	// Service is the namespace and name of the owning Service.
+	Service types.NamespacedName
+	// Name is the slice's own name.
+	Name string
+	// Ports maps each usable port of the slice to its usable endpoints, in
+	// the slice's order.
+	Ports map[servicemap.PortName][]Endpoint
+}
+
+// FromSlice parses an EndpointSlice of the given family. When the slice is
+// deliberately not used (other address family, FQDN, not selected by filter)
+// it returns nil and skipped says why. Malformed parts are reported as
+// warnings: a malformed endpoint or port is skipped, and a slice that cannot
+// be tied to a Service is skipped whole (then skipped is also set).
+func FromSlice(es *discovery.EndpointSlice, family v1.IPFamily, filter servicemap.Filter) (slice *Slice, skipped string, warnings []svcproxy.Warning) {
+	if es == nil {
+		return nil, "nil EndpointSlice", nil
+	}
+	p := parser{es: es}
+	slice, skipped = p.parse(family, filter)
+	return slice, skipped, p.warnings
+}
+
+type parser struct {
+	es       *discovery.EndpointSlice
+	warnings []svcproxy.Warning
+}
+
+func (p *parser) warn(format string, args ...any) {
+	p.warnings = append(p.warnings, svcproxy.Warning{
+		Kind:      "EndpointSlice",
+		Namespace: p.es.Namespace,
+		Name:      p.es.Name,
+		Reason:    fmt.Sprintf(format, args...),
+	})
+}
+
+func (p *parser) fail(format string, args ...any) string {
+	p.warn(format, args...)
+	return p.warnings[len(p.warnings)-1].Reason
+}
+
+func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*Slice, string) {
+	es := p.es
+	if ok, why := filter.Selects(es.Labels); !ok {
+		return nil, why
+	}
+	if errs := validation.IsDNS1123Label(es.Namespace); len(errs) > 0 {
+		return nil, p.fail("invalid namespace %q: %s", es.Namespace, errs[0])
+	}
+	if errs := validation.IsDNS1123Subdomain(es.Name); len(errs) > 0 {
+		return nil, p.fail("invalid name %q: %s", es.Name, errs[0])
+	}
+	service, labelled := es.Labels[discovery.LabelServiceName]
+	if !labelled {
+		return nil, p.fail("no %s label", discovery.LabelServiceName)
+	}
+	if errs := validation.IsDNS1123Label(service); len(errs) > 0 {
+		return nil, p.fail("invalid %s label %q: %s", discovery.LabelServiceName, service, errs[0])
+	}
+	switch es.AddressType {
+	case discovery.AddressTypeIPv4, discovery.AddressTypeIPv6:
+		if string(es.AddressType) != string(family) {
+			return nil, "address type " + string(es.AddressType)
+		}
+	case discovery.AddressTypeFQDN:
+		return nil, "address type FQDN"
+	default:
+		return nil, p.fail("unknown address type %q", es.AddressType)
+	}
+
+	slice := &Slice{
+		Service: types.NamespacedName{Namespace: es.Namespace, Name: service},
+		Name:    es.Name,
+		Ports:   map[servicemap.PortName][]Endpoint{},
+	}
+	eps := p.endpoints(family)
+	for i := range es.Ports {
+		name, number, ok := p.port(&es.Ports[i])
+		if !ok {
+			continue
+		}
+		name.Namespace, name.Name = es.Namespace, service
+		if _, dup := slice.Ports[name]; dup {
+			p.warn("port %q/%s listed twice: second copy skipped", name.Port, name.Protocol)
+			continue
+		}
+		withPort := make([]Endpoint, len(eps))
+		for j, ep := range eps {
+			ep.Port = number
+			withPort[j] = ep
+		}
+		slice.Ports[name] = withPort
+	}
+	return slice, ""
+}
+
+// port checks one slice port. A port without a number is ignored silently,
+// as the API allows it ("all ports").
+func (p *parser) port(port *discovery.EndpointPort) (servicemap.PortName, uint16, bool) {
+	var name servicemap.PortName
+	if port.Name != nil {
+		name.Port = *port.Name
+	}
+	name.Protocol = v1.ProtocolTCP
+	if port.Protocol != nil {
+		name.Protocol = *port.Protocol
+	}
+	switch name.Protocol {
+	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+	default:
+		p.warn("port %q: unknown protocol %q: port skipped", name.Port, name.Protocol)
+		return name, 0, false
+	}
+	if name.Port != "" {
+		if errs := validation.IsValidPortName(name.Port); len(errs) > 0 {
+			p.warn("invalid port name %q: %s: port skipped", name.Port, errs[0])
+			return name, 0, false
+		}
+	}
+	if port.Port == nil {
+		return name, 0, false
+	}
+	if *port.Port < 1 || *port.Port > 65535 {
+		p.warn("port %q: port number %d out of range: port skipped", name.Port, *port.Port)
+		return name, 0, false
+	}
+	return name, uint16(*port.Port), true
+}
+
+// endpoints parses the slice's endpoints, without ports.
+func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
+	eps := make([]Endpoint, 0, len(p.es.Endpoints))
+	for i := range p.es.Endpoints {
+		e := &p.es.Endpoints[i]
+		if len(e.Addresses) == 0 {
+			p.warn("endpoint %d has no address: skipped", i)
+			continue
+		}
+		addr, err := netip.ParseAddr(strings.TrimSpace(e.Addresses[0]))
+		if err != nil || addr.Zone() != "" || addr.Is4In6() || addr.IsUnspecified() || addr.IsMulticast() {
+			p.warn("endpoint %d: invalid address %q: skipped", i, e.Addresses[0])
+			continue
+		}
+		if addr.Is4() != (family == v1.IPv4Protocol) {
+			p.warn("endpoint %d: address %s is not %s: skipped", i, addr, family)
+			continue
+		}
+		ep := Endpoint{
+			Addr:        addr,
+			Ready:       e.Conditions.Ready == nil || *e.Conditions.Ready,
+			Serving:     e.Conditions.Serving == nil || *e.Conditions.Serving,
+			Terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
+		}
+		if e.NodeName != nil {
+			ep.NodeName = *e.NodeName
+		}
+		if e.Zone != nil {
+			ep.Zone = *e.Zone
+		}
+		if h := e.Hints; h != nil {
+			for _, z := range h.ForZones {
+				ep.ZoneHints = append(ep.ZoneHints, z.Name)
+			}
+			for _, n := range h.ForNodes {
+				ep.NodeHints = append(ep.NodeHints, n.Name)
+			}
+			ep.ZoneHints = sortedSet(ep.ZoneHints)
+			ep.NodeHints = sortedSet(ep.NodeHints)
+		}
+		eps = append(eps, ep)
+	}
+	return eps
+}
+
+func sortedSet(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+// Merge merges the parsed slices of one Service into the endpoints of each
+// port, deduplicated and sorted. The result does not depend on the order of
+// slices.
+func Merge(parsed []*Slice) map[servicemap.PortName][]Endpoint {
+	ordered := slices.Clone(parsed)
+	slices.SortFunc(ordered, func(a, b *Slice) int { return strings.Compare(a.Name, b.Name) })
+	merged := map[servicemap.PortName][]Endpoint{}
+	for _, s := range ordered {
+		for name, eps := range s.Ports {
+			merged[name] = append(merged[name], eps...)
+		}
+	}
+	for name, eps := range merged {
+		merged[name] = dedup(eps)
+	}
+	return merged
+}
+
+// dedup sorts eps by address and port and keeps the best copy of each, the
+// first one among equals (the stable sort keeps slice order).
+func dedup(eps []Endpoint) []Endpoint {
+	slices.SortStableFunc(eps, func(a, b Endpoint) int { return a.Compare(&b) })
+	out := eps[:0]
+	for _, ep := range eps {
+		if n := len(out); n > 0 && out[n-1].AddrPort() == ep.AddrPort() {
+			if better(&ep, &out[n-1]) {
+				out[n-1] = ep
+			}
+			continue
+		}
+		out = append(out, ep)
+	}
+	return slices.Clip(out)
+}
+
+// better reports whether copy a of an endpoint should replace copy b.
+func better(a, b *Endpoint) bool {
+	for _, pref := range [][2]bool{
+		{!a.Terminating, !b.Terminating},
+		{a.Ready, b.Ready},
+		{a.Serving, b.Serving},
+		{a.NodeName != "", b.NodeName != ""},
+	} {
+		if pref[0] != pref[1] {
+			return pref[0]
+		}
+	}
+	return false
+}

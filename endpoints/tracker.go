@@ -1,0 +1,169 @@
+package endpoints
+
+import (
+	"maps"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/cowmap"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// Snapshot is an immutable view of the endpoints of every Service port of
+// one IP family. Taking a Snapshot after a change costs time proportional to
+// the change.
+type Snapshot struct {
+	services cowmap.Map[map[servicemap.PortName][]Endpoint]
+}
+
+// Get returns the endpoints of one Service port, sorted by address and port.
+// The slice must not be modified.
+func (s Snapshot) Get(name servicemap.PortName) []Endpoint {
+	ports, _ := s.services.Get(types.NamespacedName{Namespace: name.Namespace, Name: name.Name})
+	return ports[name]
+}
+
+// Changes says which Service ports' endpoints differ between two Snapshots.
+type Changes struct {
+	// Changed lists the ports whose endpoints were added, removed or
+	// changed, sorted.
+	Changed []servicemap.PortName
+	// ConntrackCleanup lists the UDP and SCTP ports, among Changed, that lost
+	// a serving endpoint: conntrack entries may still send their clients to
+	// it.
+	ConntrackCleanup []servicemap.PortName
+}
+
+// Tracker follows EndpointSlice adds, updates and deletes for one IP family.
+// Events may come in any order. A Tracker is not safe for concurrent use.
+type Tracker struct {
+	family v1.IPFamily
+	filter servicemap.Filter
+	// slices holds every used slice, by slice namespace and name.
+	slices map[types.NamespacedName]*Slice
+	// byService holds the slices of each Service, by slice name.
+	byService map[types.NamespacedName]map[string]*Slice
+	current   Snapshot
+	last      Snapshot
+	touched   map[types.NamespacedName]struct{}
+}
+
+// NewTracker returns an empty Tracker for family whose slices pass filter.
+func NewTracker(family v1.IPFamily, filter servicemap.Filter) *Tracker {
+	return &Tracker{
+		family:    family,
+		filter:    filter,
+		slices:    map[types.NamespacedName]*Slice{},
+		byService: map[types.NamespacedName]map[string]*Slice{},
+		touched:   map[types.NamespacedName]struct{}{},
+	}
+}
+
+// Update records the current state of an EndpointSlice (an add or an
+// update). It returns why the slice is not used, if it is not, and what was
+// malformed in it.
+func (t *Tracker) Update(es *discovery.EndpointSlice) (skipped string, warnings []svcproxy.Warning) {
+	if es == nil {
+		return "nil EndpointSlice", nil
+	}
+	slice, skipped, warnings := FromSlice(es, t.family, t.filter)
+	key := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
+	t.remove(key)
+	if slice != nil {
+		t.slices[key] = slice
+		bySlice := t.byService[slice.Service]
+		if bySlice == nil {
+			bySlice = map[string]*Slice{}
+			t.byService[slice.Service] = bySlice
+		}
+		bySlice[slice.Name] = slice
+		t.remerge(slice.Service)
+	}
+	return skipped, warnings
+}
+
+// Delete records that the EndpointSlice namespace/name is gone.
+func (t *Tracker) Delete(namespace, name string) {
+	t.remove(types.NamespacedName{Namespace: namespace, Name: name})
+}
+
+func (t *Tracker) remove(key types.NamespacedName) {
+	old, ok := t.slices[key]
+	if !ok {
+		return
+	}
+	delete(t.slices, key)
+	delete(t.byService[old.Service], old.Name)
+	if len(t.byService[old.Service]) == 0 {
+		delete(t.byService, old.Service)
+	}
+	t.remerge(old.Service)
+}
+
+func (t *Tracker) remerge(service types.NamespacedName) {
+	t.touched[service] = struct{}{}
+	bySlice := t.byService[service]
+	if len(bySlice) == 0 {
+		t.current.services = t.current.services.Without(service)
+		return
+	}
+	t.current.services = t.current.services.With(service, Merge(slices.Collect(maps.Values(bySlice))))
+}
+
+// Pending is the number of Services whose slices changed since the last
+// Snapshot (kube-proxy's endpoint_changes_pending).
+func (t *Tracker) Pending() int { return len(t.touched) }
+
+// Snapshot returns the current state and what changed since the previous
+// call to Snapshot.
+func (t *Tracker) Snapshot() (Snapshot, Changes) {
+	var ch Changes
+	for service := range t.touched {
+		before, _ := t.last.services.Get(service)
+		after, _ := t.current.services.Get(service)
+		for name := range unionKeys(before, after) {
+			if slices.EqualFunc(before[name], after[name], func(a, b Endpoint) bool { return a.Equal(&b) }) {
+				continue
+			}
+			ch.Changed = append(ch.Changed, name)
+			if name.Protocol != v1.ProtocolTCP && lostServing(before[name], after[name]) {
+				ch.ConntrackCleanup = append(ch.ConntrackCleanup, name)
+			}
+		}
+	}
+	slices.SortFunc(ch.Changed, servicemap.PortName.Compare)
+	slices.SortFunc(ch.ConntrackCleanup, servicemap.PortName.Compare)
+	clear(t.touched)
+	t.last = t.current
+	return t.current, ch
+}
+
+func unionKeys(a, b map[servicemap.PortName][]Endpoint) map[servicemap.PortName]struct{} {
+	keys := make(map[servicemap.PortName]struct{}, len(a)+len(b))
+	for k := range a {
+		keys[k] = struct{}{}
+	}
+	for k := range b {
+		keys[k] = struct{}{}
+	}
+	return keys
+}
+
+// lostServing reports whether an endpoint that was serving before is not
+// serving (or not there) after. Both lists are sorted.
+func lostServing(before, after []Endpoint) bool {
+	for i := range before {
+		if !before[i].Serving {
+			continue
+		}
+		j, found := slices.BinarySearchFunc(after, before[i], func(e, target Endpoint) int { return e.Compare(&target) })
+		if !found || !after[j].Serving {
+			return true
+		}
+	}
+	return false
+}

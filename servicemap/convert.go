@@ -1,0 +1,310 @@
+package servicemap
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/affinity"
+)
+
+// FromService converts svc into its ServicePorts of the given family, sorted
+// by PortName.
+//
+// When the Service is deliberately not proxied (ExternalName, headless, no
+// cluster IP of the family, or not selected by filter) it returns no ports and
+// skipped says why; this is not an error. Parts that are malformed are
+// reported as warnings: a malformed port is skipped, a malformed external or
+// load-balancer IP is dropped, and a malformed Service is skipped whole (then
+// skipped is also set).
+func FromService(svc *v1.Service, family v1.IPFamily, filter Filter) (ports []ServicePort, skipped string, warnings []svcproxy.Warning) {
+	if svc == nil {
+		return nil, "nil Service", nil
+	}
+	c := converter{svc: svc, family: family}
+	ports, skipped = c.convert(filter)
+	return ports, skipped, c.warnings
+}
+
+type converter struct {
+	svc      *v1.Service
+	family   v1.IPFamily
+	warnings []svcproxy.Warning
+}
+
+func (c *converter) warn(format string, args ...any) {
+	c.warnings = append(c.warnings, svcproxy.Warning{
+		Kind:      "Service",
+		Namespace: c.svc.Namespace,
+		Name:      c.svc.Name,
+		Reason:    fmt.Sprintf(format, args...),
+	})
+}
+
+// fail records a warning that skips the whole Service and returns the reason.
+func (c *converter) fail(format string, args ...any) string {
+	c.warn(format, args...)
+	return c.warnings[len(c.warnings)-1].Reason
+}
+
+func (c *converter) convert(filter Filter) ([]ServicePort, string) {
+	svc := c.svc
+	if ok, why := filter.Selects(svc.Labels); !ok {
+		return nil, why
+	}
+	if errs := validation.IsDNS1123Label(svc.Namespace); len(errs) > 0 {
+		return nil, c.fail("invalid namespace %q: %s", svc.Namespace, errs[0])
+	}
+	if errs := validation.IsDNS1123Label(svc.Name); len(errs) > 0 {
+		return nil, c.fail("invalid name %q: %s", svc.Name, errs[0])
+	}
+	if c.family != v1.IPv4Protocol && c.family != v1.IPv6Protocol {
+		return nil, c.fail("unknown IP family %q", c.family)
+	}
+
+	switch svc.Spec.Type {
+	case v1.ServiceTypeExternalName:
+		return nil, "ExternalName Service"
+	case "", v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer:
+	default:
+		return nil, c.fail("unknown type %q", svc.Spec.Type)
+	}
+
+	clusterIP, skipped := c.clusterIP()
+	if !clusterIP.IsValid() {
+		return nil, skipped
+	}
+
+	policy, err := affinity.FromService(svc)
+	if err != nil {
+		return nil, c.fail("%v", err)
+	}
+	externalLocal, internalLocal, skipped := c.trafficPolicies()
+	if skipped != "" {
+		return nil, skipped
+	}
+	sourceRanges, skipped := c.sourceRanges()
+	if skipped != "" {
+		return nil, skipped
+	}
+	healthCheckNodePort, skipped := c.healthCheckNodePort(externalLocal)
+	if skipped != "" {
+		return nil, skipped
+	}
+
+	template := ServicePort{
+		Family:                   c.family,
+		ClusterIP:                clusterIP,
+		ExternalIPs:              c.externalIPs(),
+		LoadBalancerIPs:          c.loadBalancerIPs(),
+		LoadBalancerSourceRanges: sourceRanges,
+		ExternalPolicyLocal:      externalLocal,
+		InternalPolicyLocal:      internalLocal,
+		Affinity:                 policy,
+		HealthCheckNodePort:      healthCheckNodePort,
+	}
+	if td := svc.Spec.TrafficDistribution; td != nil {
+		template.TrafficDistribution = *td
+	}
+
+	ports := make([]ServicePort, 0, len(svc.Spec.Ports))
+	for i := range svc.Spec.Ports {
+		sp, ok := c.port(&svc.Spec.Ports[i], template)
+		if !ok {
+			continue
+		}
+		if slices.ContainsFunc(ports, func(p ServicePort) bool { return p.Name == sp.Name }) {
+			c.warn("port %q/%s listed twice: second copy skipped", sp.Name.Port, sp.Name.Protocol)
+			continue
+		}
+		ports = append(ports, sp)
+	}
+	if len(ports) == 0 {
+		return nil, "no usable ports"
+	}
+	slices.SortFunc(ports, func(a, b ServicePort) int { return a.Name.Compare(b.Name) })
+	return ports, ""
+}
+
+// clusterIP returns the Service's cluster IP of the family, or an invalid Addr
+// and the reason the Service is skipped.
+func (c *converter) clusterIP() (netip.Addr, string) {
+	svc := c.svc
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, "no cluster IP"
+	}
+	if ips[0] == v1.ClusterIPNone {
+		return netip.Addr{}, "headless Service"
+	}
+	var found netip.Addr
+	for _, s := range ips {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Addr{}, c.fail("invalid cluster IP %q", s)
+		}
+		if ip.Zone() != "" || ip.Is4In6() {
+			return netip.Addr{}, c.fail("invalid cluster IP %q", s)
+		}
+		if ipFamily(ip) == c.family && !found.IsValid() {
+			found = ip
+		}
+	}
+	if !found.IsValid() {
+		return netip.Addr{}, "no " + string(c.family) + " cluster IP"
+	}
+	return found, ""
+}
+
+func (c *converter) trafficPolicies() (externalLocal, internalLocal bool, skipped string) {
+	spec := &c.svc.Spec
+	switch spec.ExternalTrafficPolicy {
+	case "", v1.ServiceExternalTrafficPolicyCluster:
+	case v1.ServiceExternalTrafficPolicyLocal:
+		externalLocal = externallyAccessible(c.svc)
+	default:
+		return false, false, c.fail("unknown externalTrafficPolicy %q", spec.ExternalTrafficPolicy)
+	}
+	if itp := spec.InternalTrafficPolicy; itp != nil {
+		switch *itp {
+		case v1.ServiceInternalTrafficPolicyCluster:
+		case v1.ServiceInternalTrafficPolicyLocal:
+			internalLocal = true
+		default:
+			return false, false, c.fail("unknown internalTrafficPolicy %q", *itp)
+		}
+	}
+	return externalLocal, internalLocal, ""
+}
+
+// externallyAccessible is true for the Service types whose traffic can come
+// from outside the cluster, as the API defines it for externalTrafficPolicy.
+func externallyAccessible(svc *v1.Service) bool {
+	switch svc.Spec.Type {
+	case v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer:
+		return true
+	case "", v1.ServiceTypeClusterIP:
+		return len(svc.Spec.ExternalIPs) > 0
+	}
+	return false
+}
+
+func (c *converter) externalIPs() []netip.Addr {
+	var ips []netip.Addr
+	for _, s := range c.svc.Spec.ExternalIPs {
+		ip, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() {
+			c.warn("invalid externalIP %q dropped", s)
+			continue
+		}
+		if ipFamily(ip) == c.family {
+			ips = append(ips, ip)
+		}
+	}
+	return sortedAddrs(ips)
+}
+
+func (c *converter) loadBalancerIPs() []netip.Addr {
+	if c.svc.Spec.Type != v1.ServiceTypeLoadBalancer {
+		return nil
+	}
+	var ips []netip.Addr
+	for _, ing := range c.svc.Status.LoadBalancer.Ingress {
+		if ing.IP == "" {
+			continue // hostname-only ingress: nothing to serve locally
+		}
+		ip, err := netip.ParseAddr(ing.IP)
+		if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() {
+			c.warn("invalid load-balancer ingress IP %q dropped", ing.IP)
+			continue
+		}
+		if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
+			continue // the load balancer proxies: the IP is not a local VIP
+		}
+		if ipFamily(ip) == c.family {
+			ips = append(ips, ip)
+		}
+	}
+	return sortedAddrs(ips)
+}
+
+func (c *converter) sourceRanges() ([]netip.Prefix, string) {
+	var prefixes []netip.Prefix
+	for _, s := range c.svc.Spec.LoadBalancerSourceRanges {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+			return nil, c.fail("invalid loadBalancerSourceRange %q: Service skipped rather than served unfiltered", s)
+		}
+		if ipFamily(p.Addr()) == c.family {
+			prefixes = append(prefixes, p.Masked())
+		}
+	}
+	slices.SortFunc(prefixes, func(a, b netip.Prefix) int { return a.Compare(b) })
+	return slices.Compact(prefixes), ""
+}
+
+func (c *converter) healthCheckNodePort(externalLocal bool) (uint16, string) {
+	spec := &c.svc.Spec
+	if spec.Type != v1.ServiceTypeLoadBalancer || !externalLocal || spec.HealthCheckNodePort == 0 {
+		return 0, ""
+	}
+	if spec.HealthCheckNodePort < 0 || spec.HealthCheckNodePort > 65535 {
+		return 0, c.fail("healthCheckNodePort %d out of range", spec.HealthCheckNodePort)
+	}
+	return uint16(spec.HealthCheckNodePort), ""
+}
+
+// port converts one Service port, or warns and reports false.
+func (c *converter) port(p *v1.ServicePort, template ServicePort) (ServicePort, bool) {
+	protocol := p.Protocol
+	if protocol == "" {
+		protocol = v1.ProtocolTCP
+	}
+	switch protocol {
+	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+	default:
+		c.warn("port %q: unknown protocol %q: port skipped", p.Name, p.Protocol)
+		return ServicePort{}, false
+	}
+	if p.Name != "" {
+		if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
+			c.warn("invalid port name %q: %s: port skipped", p.Name, errs[0])
+			return ServicePort{}, false
+		}
+	}
+	if p.Port < 1 || p.Port > 65535 {
+		c.warn("port %q: port number %d out of range: port skipped", p.Name, p.Port)
+		return ServicePort{}, false
+	}
+	if p.NodePort < 0 || p.NodePort > 65535 {
+		c.warn("port %q: nodePort %d out of range: port skipped", p.Name, p.NodePort)
+		return ServicePort{}, false
+	}
+	sp := template
+	sp.Name = PortName{Namespace: c.svc.Namespace, Name: c.svc.Name, Port: p.Name, Protocol: protocol}
+	sp.Port = uint16(p.Port)
+	if c.svc.Spec.Type == v1.ServiceTypeNodePort || c.svc.Spec.Type == v1.ServiceTypeLoadBalancer {
+		sp.NodePort = uint16(p.NodePort)
+	}
+	return sp, true
+}
+
+func ipFamily(ip netip.Addr) v1.IPFamily {
+	if ip.Is4() {
+		return v1.IPv4Protocol
+	}
+	return v1.IPv6Protocol
+}
+
+func sortedAddrs(ips []netip.Addr) []netip.Addr {
+	slices.SortFunc(ips, func(a, b netip.Addr) int { return a.Compare(b) })
+	return slices.Compact(ips)
+}

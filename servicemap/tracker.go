@@ -1,0 +1,148 @@
+package servicemap
+
+import (
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/cowmap"
+)
+
+// Snapshot is an immutable view of every ServicePort of one IP family. Taking
+// a Snapshot after a change costs time proportional to the change.
+type Snapshot struct {
+	services cowmap.Map[[]ServicePort]
+	ports    int
+}
+
+// Get returns the ServicePort called name.
+func (s Snapshot) Get(name PortName) (ServicePort, bool) {
+	ports, _ := s.services.Get(types.NamespacedName{Namespace: name.Namespace, Name: name.Name})
+	for _, sp := range ports {
+		if sp.Name == name {
+			return sp, true
+		}
+	}
+	return ServicePort{}, false
+}
+
+// Service returns the ServicePorts of one Service, sorted by PortName. The
+// slice must not be modified.
+func (s Snapshot) Service(namespace, name string) []ServicePort {
+	ports, _ := s.services.Get(types.NamespacedName{Namespace: namespace, Name: name})
+	return ports
+}
+
+// Len is the number of ServicePorts.
+func (s Snapshot) Len() int { return s.ports }
+
+// Ports returns every ServicePort, sorted by PortName.
+func (s Snapshot) Ports() []ServicePort {
+	all := make([]ServicePort, 0, s.ports)
+	s.services.All(func(_ types.NamespacedName, ports []ServicePort) bool {
+		all = append(all, ports...)
+		return true
+	})
+	slices.SortFunc(all, func(a, b ServicePort) int { return a.Name.Compare(b.Name) })
+	return all
+}
+
+// Changes lists the ServicePorts that differ between two Snapshots, each list
+// sorted by PortName.
+type Changes struct {
+	Added, Changed, Removed []PortName
+}
+
+// Empty reports whether nothing changed.
+func (c Changes) Empty() bool {
+	return len(c.Added) == 0 && len(c.Changed) == 0 && len(c.Removed) == 0
+}
+
+// Tracker follows Service adds, updates and deletes for one IP family. Events
+// may come in any order; the Tracker keeps the latest state of each Service.
+// A Tracker is not safe for concurrent use.
+type Tracker struct {
+	family  v1.IPFamily
+	filter  Filter
+	current Snapshot
+	last    Snapshot
+	touched map[types.NamespacedName]struct{}
+}
+
+// NewTracker returns an empty Tracker for family whose Services pass filter.
+func NewTracker(family v1.IPFamily, filter Filter) *Tracker {
+	return &Tracker{family: family, filter: filter, touched: map[types.NamespacedName]struct{}{}}
+}
+
+// Update records the current state of svc (an add or an update). It returns
+// why the Service is not proxied, if it is not, and what was malformed in it.
+func (t *Tracker) Update(svc *v1.Service) (skipped string, warnings []svcproxy.Warning) {
+	if svc == nil {
+		return "nil Service", nil
+	}
+	ports, skipped, warnings := FromService(svc, t.family, t.filter)
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	t.set(key, ports)
+	return skipped, warnings
+}
+
+// Delete records that the Service namespace/name is gone.
+func (t *Tracker) Delete(namespace, name string) {
+	t.set(types.NamespacedName{Namespace: namespace, Name: name}, nil)
+}
+
+func (t *Tracker) set(key types.NamespacedName, ports []ServicePort) {
+	old, _ := t.current.services.Get(key)
+	t.current.ports += len(ports) - len(old)
+	if len(ports) == 0 {
+		t.current.services = t.current.services.Without(key)
+	} else {
+		t.current.services = t.current.services.With(key, ports)
+	}
+	t.touched[key] = struct{}{}
+}
+
+// Pending is the number of Services updated or deleted since the last
+// Snapshot (kube-proxy's service_changes_pending).
+func (t *Tracker) Pending() int { return len(t.touched) }
+
+// Snapshot returns the current state and what changed since the previous
+// call to Snapshot.
+func (t *Tracker) Snapshot() (Snapshot, Changes) {
+	var ch Changes
+	for key := range t.touched {
+		before, _ := t.last.services.Get(key)
+		after, _ := t.current.services.Get(key)
+		diffPorts(before, after, &ch)
+	}
+	for _, list := range []*[]PortName{&ch.Added, &ch.Changed, &ch.Removed} {
+		slices.SortFunc(*list, PortName.Compare)
+	}
+	clear(t.touched)
+	t.last = t.current
+	return t.current, ch
+}
+
+// diffPorts compares the ports of one Service before and after, both sorted
+// by PortName, and appends the differences to ch.
+func diffPorts(before, after []ServicePort, ch *Changes) {
+	i, j := 0, 0
+	for i < len(before) || j < len(after) {
+		switch {
+		case j == len(after) || (i < len(before) && before[i].Name.Compare(after[j].Name) < 0):
+			ch.Removed = append(ch.Removed, before[i].Name)
+			i++
+		case i == len(before) || before[i].Name.Compare(after[j].Name) > 0:
+			ch.Added = append(ch.Added, after[j].Name)
+			j++
+		default:
+			if !before[i].Equal(&after[j]) {
+				ch.Changed = append(ch.Changed, after[j].Name)
+			}
+			i++
+			j++
+		}
+	}
+}

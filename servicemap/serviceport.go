@@ -80,10 +80,12 @@ func (sp *ServicePort) ExternallyAccessible() bool {
 
 // UsesClusterEndpoints reports whether some traffic to this port is spread
 // over the endpoints of the whole cluster: internal traffic with
-// internalTrafficPolicy Cluster, or external traffic with
-// externalTrafficPolicy Cluster.
+// internalTrafficPolicy Cluster, or any external traffic. Even with
+// externalTrafficPolicy Local, traffic from pods and from the node itself to
+// an external address is short-circuited to the cluster endpoints, as if it
+// had gone out to the load balancer and come back.
 func (sp *ServicePort) UsesClusterEndpoints() bool {
-	return !sp.InternalPolicyLocal || (sp.ExternallyAccessible() && !sp.ExternalPolicyLocal)
+	return !sp.InternalPolicyLocal || sp.ExternallyAccessible()
 }
 
 // UsesLocalEndpoints reports whether some traffic to this port goes only to

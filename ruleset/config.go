@@ -1,0 +1,93 @@
+package ruleset
+
+import (
+	"fmt"
+	"math/bits"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/topology"
+)
+
+// DefaultMasqueradeMark is kube-proxy's default masquerade mark: bit 14.
+const DefaultMasqueradeMark = 1 << 14
+
+// Config is what a Builder needs to know beyond the Services and endpoints.
+type Config struct {
+	// Family is the IP family of the Ruleset: v1.IPv4Protocol or
+	// v1.IPv6Protocol.
+	Family v1.IPFamily
+	// Node is the node the rules are for: endpoints on it are local.
+	Node topology.Node
+	// ClusterCIDRs are the pod networks of Family. Traffic to a cluster IP
+	// from outside them is masqueraded. When empty, only MasqueradeAll
+	// masquerades cluster-IP traffic.
+	ClusterCIDRs []netip.Prefix
+	// MasqueradeAll masquerades all traffic to cluster IPs.
+	MasqueradeAll bool
+	// MasqueradeMark is the single-bit packet mark that flags traffic to be
+	// masqueraded; 0 means DefaultMasqueradeMark.
+	MasqueradeMark uint32
+	// NodePortAddresses are the addresses of Family on which NodePorts are
+	// served; empty means every local address.
+	NodePortAddresses []netip.Addr
+	// LocalhostNodePorts serves NodePorts on 127.0.0.0/8 too (IPv4 only;
+	// kube-proxy's iptables default is on, its nftables default off).
+	LocalhostNodePorts bool
+	// RestrictExternalIPs serves only the externalIPs inside
+	// AllowedExternalIPs; other externalIPs are dropped with a warning.
+	// Anyone who may create a Service may set externalIPs, and so capture
+	// traffic to any address: a proxy for an untrusted cluster restricts
+	// them.
+	RestrictExternalIPs bool
+	AllowedExternalIPs  []netip.Prefix
+	// ComputeHints makes the Builder compute topology hints from each
+	// Service's trafficDistribution, as the EndpointSlice controller would,
+	// for proxies fed from files rather than from that controller. Hints
+	// already in the EndpointSlices are replaced.
+	ComputeHints bool
+}
+
+// Mark is the masquerade mark in effect.
+func (c *Config) Mark() uint32 {
+	if c.MasqueradeMark == 0 {
+		return DefaultMasqueradeMark
+	}
+	return c.MasqueradeMark
+}
+
+// Validate reports the first thing wrong with c.
+func (c *Config) Validate() error {
+	if c.Family != v1.IPv4Protocol && c.Family != v1.IPv6Protocol {
+		return fmt.Errorf("unknown IP family %q", c.Family)
+	}
+	if c.MasqueradeMark != 0 && bits.OnesCount32(c.MasqueradeMark) != 1 {
+		return fmt.Errorf("masquerade mark %#x is not a single bit", c.MasqueradeMark)
+	}
+	for _, p := range c.ClusterCIDRs {
+		if err := c.checkPrefix("cluster CIDR", p); err != nil {
+			return err
+		}
+	}
+	for _, p := range c.AllowedExternalIPs {
+		if err := c.checkPrefix("allowed externalIPs CIDR", p); err != nil {
+			return err
+		}
+	}
+	for _, a := range c.NodePortAddresses {
+		if !a.IsValid() || a.Is4() != c.is4() || a.Zone() != "" {
+			return fmt.Errorf("NodePort address %v is not a valid %s address", a, c.Family)
+		}
+	}
+	return nil
+}
+
+func (c *Config) checkPrefix(what string, p netip.Prefix) error {
+	if !p.IsValid() || p.Addr().Is4() != c.is4() || p.Addr().Zone() != "" {
+		return fmt.Errorf("%s %v is not a valid %s prefix", what, p, c.Family)
+	}
+	return nil
+}
+
+func (c *Config) is4() bool { return c.Family == v1.IPv4Protocol }

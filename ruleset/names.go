@@ -1,0 +1,30 @@
+package ruleset
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"net/netip"
+	"strings"
+
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// ServicePortHash is the base32 SHA-256 of "namespace/name:port" followed by
+// the lower-case protocol, kube-proxy's basis for a ServicePort's chain
+// names: iptables' KUBE-SVC-, KUBE-SVL-, KUBE-EXT- and KUBE-FW- chains use
+// its first 16 characters, nftables' chains its first 8.
+func ServicePortHash(name servicemap.PortName) string {
+	return hash(name.String() + strings.ToLower(string(name.Protocol)))
+}
+
+// EndpointHash is the base32 SHA-256 of "namespace/name:port", the
+// lower-case protocol and the endpoint's "ip:port", kube-proxy's basis for
+// the KUBE-SEP- chain names (their first 16 characters).
+func EndpointHash(name servicemap.PortName, endpoint netip.AddrPort) string {
+	return hash(name.String() + strings.ToLower(string(name.Protocol)) + endpoint.String())
+}
+
+func hash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return base32.StdEncoding.EncodeToString(sum[:])
+}

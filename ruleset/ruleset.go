@@ -1,0 +1,235 @@
+package ruleset
+
+import (
+	"fmt"
+	"math/big"
+	"net/netip"
+	"slices"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/topology"
+)
+
+// Route says where traffic for one kind of frontend goes.
+type Route uint8
+
+const (
+	// RouteNone: the ServicePort has no frontend of this kind (for
+	// external traffic: it is not externally accessible).
+	RouteNone Route = iota
+	// RouteCluster spreads the traffic over ClusterTargets.
+	RouteCluster
+	// RouteLocal spreads the traffic over LocalTargets.
+	RouteLocal
+	// RouteReject rejects the traffic: the Service has no usable endpoint
+	// anywhere, so clients are told at once (ICMP port unreachable or TCP
+	// reset) rather than left to time out.
+	RouteReject
+	// RouteDrop drops the traffic: a Local traffic policy applies and this
+	// node has no usable endpoint, while other nodes do.
+	RouteDrop
+)
+
+func (r Route) String() string {
+	switch r {
+	case RouteNone:
+		return "none"
+	case RouteCluster:
+		return "cluster"
+	case RouteLocal:
+		return "local"
+	case RouteReject:
+		return "reject"
+	case RouteDrop:
+		return "drop"
+	}
+	return fmt.Sprintf("Route(%d)", uint8(r))
+}
+
+// Target is one endpoint in a list of targets that traffic is spread over.
+// Walking the list in order, target i of N is picked with probability
+// 1/Remaining, where Remaining = N−i; the last target (Remaining 1) takes
+// whatever is left. Each target thus receives exactly 1/N of new flows.
+type Target struct {
+	Endpoint netip.AddrPort
+	// Local reports whether the endpoint runs on this node.
+	Local     bool
+	Remaining int
+}
+
+// Probability is the exact probability with which the target is picked
+// when reached: 1/Remaining.
+func (t Target) Probability() *big.Rat { return big.NewRat(1, int64(t.Remaining)) }
+
+// Service is the desired state of one ServicePort. Its ServicePort is the
+// one from the servicemap, with ExternalIPs restricted by Config.
+type Service struct {
+	servicemap.ServicePort
+	// Internal is where traffic to the cluster IP goes: RouteCluster,
+	// RouteLocal (internalTrafficPolicy Local), RouteReject or RouteDrop.
+	Internal Route
+	// External is where traffic to the node port, external IPs and
+	// load-balancer IPs goes, or RouteNone when there are none.
+	External Route
+	// ClusterTargets spread cluster-wide traffic; empty when the port does
+	// not use cluster endpoints or none is usable.
+	ClusterTargets []Target
+	// LocalTargets spread node-local traffic; empty when the port does not
+	// use local endpoints or this node has none usable.
+	LocalTargets []Target
+	// Endpoints are the endpoints some target points at, sorted by address
+	// and port, each once.
+	Endpoints []endpoints.Endpoint
+}
+
+// UsesFirewall reports whether load-balancer traffic must pass the
+// source-range firewall before reaching External.
+func (s *Service) UsesFirewall() bool {
+	return len(s.LoadBalancerSourceRanges) > 0 && len(s.LoadBalancerIPs) > 0
+}
+
+// ShortCircuitTargets are the targets for traffic from pods or from the node
+// itself to this port's external addresses when externalTrafficPolicy is
+// Local: kube-proxy sends it to the cluster endpoints, as if it had gone out
+// to the load balancer and come back.
+func (s *Service) ShortCircuitTargets() []Target { return s.ClusterTargets }
+
+// Equal reports whether two Services would render the same rules.
+func (s *Service) Equal(o *Service) bool {
+	return s.ServicePort.Equal(&o.ServicePort) &&
+		s.Internal == o.Internal && s.External == o.External &&
+		slices.Equal(s.ClusterTargets, o.ClusterTargets) &&
+		slices.Equal(s.LocalTargets, o.LocalTargets) &&
+		slices.EqualFunc(s.Endpoints, o.Endpoints, func(a, b endpoints.Endpoint) bool { return a.AddrPort() == b.AddrPort() })
+}
+
+// Ruleset is the desired state of one IP family. It is immutable.
+type Ruleset struct {
+	config   Config
+	services []*Service
+}
+
+// Config is the Config the Ruleset was built with.
+func (r *Ruleset) Config() Config { return r.config }
+
+// Services returns every Service, sorted by PortName. Neither the slice nor
+// the Services may be modified.
+func (r *Ruleset) Services() []*Service { return r.services }
+
+// Service returns the Service called name.
+func (r *Ruleset) Service(name servicemap.PortName) (*Service, bool) {
+	i, found := slices.BinarySearchFunc(r.services, name, func(s *Service, n servicemap.PortName) int { return s.Name.Compare(n) })
+	if !found {
+		return nil, false
+	}
+	return r.services[i], true
+}
+
+// Builder builds Rulesets for one Config.
+type Builder struct {
+	config Config
+}
+
+// NewBuilder checks cfg and returns a Builder for it.
+func NewBuilder(cfg Config) (*Builder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("ruleset config: %w", err)
+	}
+	cfg.ClusterCIDRs = slices.Clone(cfg.ClusterCIDRs)
+	cfg.AllowedExternalIPs = slices.Clone(cfg.AllowedExternalIPs)
+	cfg.NodePortAddresses = slices.Clone(cfg.NodePortAddresses)
+	return &Builder{config: cfg}, nil
+}
+
+// Build computes the Ruleset for every ServicePort of services of the
+// Builder's family, with endpoints from eps. ServicePorts of another family
+// are skipped with a warning, as are externalIPs that Config does not allow.
+func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*Ruleset, []svcproxy.Warning) {
+	ports := services.Ports()
+	rs := &Ruleset{config: b.config, services: make([]*Service, 0, len(ports))}
+	var warnings []svcproxy.Warning
+	for i := range ports {
+		svc, w := b.service(&ports[i], eps.Get(ports[i].Name))
+		warnings = append(warnings, w...)
+		if svc != nil {
+			rs.services = append(rs.services, svc)
+		}
+	}
+	return rs, warnings
+}
+
+// service computes the state of one ServicePort.
+func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) (*Service, []svcproxy.Warning) {
+	var warnings []svcproxy.Warning
+	warn := func(format string, args ...any) {
+		warnings = append(warnings, svcproxy.Warning{
+			Kind: "Service", Namespace: sp.Name.Namespace, Name: sp.Name.Name,
+			Reason: fmt.Sprintf(format, args...),
+		})
+	}
+	if sp.Family != b.config.Family {
+		warn("port %q is %s, the ruleset is %s: skipped", sp.Name.Port, sp.Family, b.config.Family)
+		return nil, warnings
+	}
+	s := &Service{ServicePort: *sp}
+	if b.config.RestrictExternalIPs && len(sp.ExternalIPs) > 0 {
+		s.ExternalIPs = nil
+		for _, ip := range sp.ExternalIPs {
+			if slices.ContainsFunc(b.config.AllowedExternalIPs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+				s.ExternalIPs = append(s.ExternalIPs, ip)
+			} else {
+				warn("externalIP %s is not allowed: not served", ip)
+			}
+		}
+		// Dropping external IPs can change whether the port is
+		// externally accessible, and so its traffic policies.
+		s.ExternalPolicyLocal = s.ExternalPolicyLocal && s.ExternallyAccessible()
+	}
+	if b.config.ComputeHints {
+		eps = topology.Hints(sp.TrafficDistribution, eps)
+	}
+
+	cat := topology.Categorize(&s.ServicePort, eps, b.config.Node)
+	node := b.config.Node.Name
+	s.ClusterTargets = targets(cat.Cluster, node)
+	s.LocalTargets = targets(cat.Local, node)
+	s.Endpoints = slices.Clone(cat.AllReachable)
+	slices.SortFunc(s.Endpoints, func(x, y endpoints.Endpoint) int { return x.Compare(&y) })
+
+	s.Internal = route(cat.HasAnyEndpoints, s.InternalPolicyLocal, len(s.LocalTargets) > 0)
+	if s.ExternallyAccessible() {
+		s.External = route(cat.HasAnyEndpoints, s.ExternalPolicyLocal, len(s.LocalTargets) > 0)
+	}
+	return s, warnings
+}
+
+// route decides where one kind of traffic goes.
+func route(hasAny, policyLocal, hasLocal bool) Route {
+	switch {
+	case !hasAny:
+		return RouteReject
+	case !policyLocal:
+		return RouteCluster
+	case hasLocal:
+		return RouteLocal
+	default:
+		return RouteDrop
+	}
+}
+
+func targets(eps []endpoints.Endpoint, node string) []Target {
+	if len(eps) == 0 {
+		return nil
+	}
+	ts := make([]Target, len(eps))
+	for i := range eps {
+		ts[i] = Target{
+			Endpoint:  eps[i].AddrPort(),
+			Local:     node != "" && eps[i].NodeName == node,
+			Remaining: len(eps) - i,
+		}
+	}
+	return ts
+}

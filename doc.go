@@ -1,0 +1,40 @@
+// Package svcproxy is an embeddable library of Kubernetes Service-proxy
+// primitives: the parts of kube-proxy that every CNI or Service-proxy author
+// needs, as small packages that decide (pure, deterministic,
+// property-tested) and thin executors that apply.
+//
+// Data flows in one direction:
+//
+//	v1.Service ─────────────► servicemap ─┐
+//	discovery/v1.EndpointSlice ► endpoints ─┤
+//	v1.Node (name, zone) ───────────────────┤
+//	                                        ▼
+//	        topology  which endpoints serve cluster and node-local traffic
+//	        affinity  ClientIP session affinity
+//	                                        ▼
+//	        ruleset.Builder.Build ──► ruleset.Ruleset (one IP family)
+//	                                        │ ruleset.Diff(old, new)
+//	          ┌─────────────────────────────┼──────────────────────────┐
+//	          ▼                             ▼                          ▼
+//	  iptables: Render → text     nftables: Render → knftables   conntrack: stale
+//	  executor: iptables-restore  executor: nft                  entries, sizing
+//
+// servicemap converts each Service into ServicePorts, one per port and IP
+// family, as net/netip values; endpoints merges the EndpointSlices of each
+// Service into the endpoints of each ServicePort. Both have change trackers
+// that take adds, updates and deletes in any order and hand out immutable
+// snapshots with what changed. topology decides, exactly as kube-proxy does,
+// which endpoints take cluster-wide and node-local traffic (ready endpoints,
+// else serving terminating ones; traffic policies; topology hints).
+// ruleset turns the snapshots into the desired state of one IP family,
+// independent of the backend; the backends render it and apply it.
+//
+// Objects that cannot be used are skipped and reported as Warnings; they
+// never stop the other Services from being served, and nothing in a Service
+// or EndpointSlice can inject text into rendered rules. The packages that
+// decide do no I/O, read no clock, use no randomness and log nothing: the
+// same input gives byte-identical output, whatever order objects arrived in.
+//
+// The reference proxies under examples/ wire it all together; examples/demo
+// prints the decisions for the bundled demo manifests.
+package svcproxy

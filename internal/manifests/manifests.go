@@ -1,0 +1,196 @@
+// Package manifests reads Services, EndpointSlices and Nodes from YAML or
+// JSON files, the input of the reference proxies' --manifests flag.
+//
+// A file may hold several YAML documents, JSON objects, and `kind: List`
+// objects whose items are read in turn. A directory is read file by file
+// (*.yaml, *.yml, *.json, in name order, not recursively). A file that cannot
+// be parsed, or an object that does not decode into its kind, is an error
+// naming the file and, where it can, the object: the caller must not apply
+// anything from a half-read input. Objects of other kinds are skipped with a
+// warning; objects whose contents are wrong (a bad IP, say) decode fine here
+// and are reported later by servicemap and endpoints.
+package manifests
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/svcproxy/svcproxy"
+)
+
+// Objects are the objects read from a manifests path, in the order read.
+type Objects struct {
+	Services       []*v1.Service
+	EndpointSlices []*discovery.EndpointSlice
+	Nodes          []*v1.Node
+}
+
+// Load reads the file or directory at path.
+func Load(path string) (*Objects, []svcproxy.Warning, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := []string{path}
+	if info.IsDir() {
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		files = files[:0]
+		for _, e := range entries {
+			switch strings.ToLower(filepath.Ext(e.Name())) {
+			case ".yaml", ".yml", ".json":
+				if !e.IsDir() {
+					files = append(files, filepath.Join(path, e.Name()))
+				}
+			}
+		}
+		slices.Sort(files)
+	}
+	objs := &Objects{}
+	var warnings []svcproxy.Warning
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, nil, err
+		}
+		w, err := objs.parse(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", filepath.Base(f), err)
+		}
+		warnings = append(warnings, w...)
+	}
+	return objs, warnings, nil
+}
+
+// Parse reads the objects in data, one file's contents.
+func Parse(data []byte) (*Objects, []svcproxy.Warning, error) {
+	objs := &Objects{}
+	w, err := objs.parse(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return objs, w, nil
+}
+
+// header is the part of an object that says what it is.
+type header struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"metadata"`
+	Items []json.RawMessage `json:"items"`
+}
+
+func (o *Objects) parse(data []byte) ([]svcproxy.Warning, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var warnings []svcproxy.Warning
+	for doc := 1; ; doc++ {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return warnings, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		js, err := yaml.YAMLToJSON(raw)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, oneLine(err))
+		}
+		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+			continue // a document holding only comments
+		}
+		w, err := o.object(js, 0)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		warnings = append(warnings, w...)
+	}
+}
+
+// object decodes one JSON object, descending into Lists.
+func (o *Objects) object(js []byte, depth int) ([]svcproxy.Warning, error) {
+	var h header
+	if err := json.Unmarshal(js, &h); err != nil {
+		return nil, fmt.Errorf("not a Kubernetes object: %w", oneLine(err))
+	}
+	name := h.Metadata.Name
+	if h.Metadata.Namespace != "" {
+		name = h.Metadata.Namespace + "/" + name
+	}
+	decode := func(into any) error {
+		if err := json.Unmarshal(js, into); err != nil {
+			return fmt.Errorf("%s %s: %w", h.Kind, name, oneLine(err))
+		}
+		return nil
+	}
+	switch {
+	case strings.HasSuffix(h.Kind, "List") && depth == 0:
+		var warnings []svcproxy.Warning
+		for i, item := range h.Items {
+			w, err := o.object(item, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("%s item %d: %w", h.Kind, i, err)
+			}
+			warnings = append(warnings, w...)
+		}
+		return warnings, nil
+	case h.Kind == "Service" && h.APIVersion == "v1":
+		svc := &v1.Service{}
+		if err := decode(svc); err != nil {
+			return nil, err
+		}
+		if svc.Namespace == "" {
+			svc.Namespace = "default"
+		}
+		o.Services = append(o.Services, svc)
+	case h.Kind == "EndpointSlice" && h.APIVersion == "discovery.k8s.io/v1":
+		es := &discovery.EndpointSlice{}
+		if err := decode(es); err != nil {
+			return nil, err
+		}
+		if es.Namespace == "" {
+			es.Namespace = "default"
+		}
+		o.EndpointSlices = append(o.EndpointSlices, es)
+	case h.Kind == "Node" && h.APIVersion == "v1":
+		node := &v1.Node{}
+		if err := decode(node); err != nil {
+			return nil, err
+		}
+		o.Nodes = append(o.Nodes, node)
+	case h.Kind == "":
+		return nil, errors.New("object without kind")
+	default:
+		return []svcproxy.Warning{{
+			Kind: h.Kind, Namespace: h.Metadata.Namespace, Name: h.Metadata.Name,
+			Reason: fmt.Sprintf("apiVersion %q kind %q is not read: skipped", h.APIVersion, h.Kind),
+		}}, nil
+	}
+	return nil, nil
+}
+
+// oneLine flattens an error message onto one line.
+func oneLine(err error) error {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	return errors.New(msg)
+}

@@ -1,0 +1,227 @@
+package topology
+
+import (
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// Node is the node a proxy runs on. An empty Name means the proxy does not
+// know its node: no endpoint is then local and node hints are ignored. An
+// empty Zone means the node has no zone label: zone hints are then ignored.
+type Node struct {
+	Name string
+	Zone string
+}
+
+// NodeFromObject returns the name of n and its topology.kubernetes.io/zone
+// label. A nil n gives the zero Node.
+func NodeFromObject(n *v1.Node) Node {
+	if n == nil {
+		return Node{}
+	}
+	return Node{Name: n.Name, Zone: n.Labels[v1.LabelTopologyZone]}
+}
+
+// Endpoints are the endpoints of one Service port as one node uses them. Each
+// list keeps the order of the endpoints given to [Categorize]. The lists may
+// share backing arrays with each other (never with the input) and must be
+// treated as read-only.
+type Endpoints struct {
+	// Cluster are the endpoints for cluster-wide traffic. It is nil when the
+	// port sends no traffic to cluster endpoints (see
+	// servicemap.ServicePort.UsesClusterEndpoints) and non-nil, possibly
+	// empty, when it does.
+	Cluster []endpoints.Endpoint
+	// Local are the endpoints on this node for node-local traffic. It is nil
+	// when the port sends no traffic to local endpoints (see
+	// servicemap.ServicePort.UsesLocalEndpoints) and non-nil, possibly empty,
+	// when it does.
+	Local []endpoints.Endpoint
+	// AllReachable is Cluster ∪ Local, in input order: every endpoint this
+	// node may send the port's traffic to, e.g. for conntrack cleanup or
+	// hairpin masquerading. It is never nil.
+	AllReachable []endpoints.Endpoint
+	// HasAnyEndpoints reports whether the Service has a usable endpoint
+	// anywhere in the cluster: one that is ready, or serving and
+	// terminating. It can be true while Local (or even AllReachable) is
+	// empty.
+	HasAnyEndpoints bool
+}
+
+// Categorize returns which of eps serve sp's traffic on node, following
+// kube-proxy's rules (see the package documentation).
+//
+// eps are the port's endpoints, as the endpoints package gives them: sorted,
+// one per address and port. The Ready condition is authoritative: an endpoint
+// that is ready is used even if it is not serving or is terminating, as happens
+// with publishNotReadyAddresses. Endpoints whose NodeName equals node.Name are
+// local; node.Name "" makes none local. sp must not be nil.
+//
+// Categorize neither modifies nor retains eps.
+func Categorize(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node Node) Endpoints {
+	usesCluster := sp.UsesClusterEndpoints()
+	usesLocal := sp.UsesLocalEndpoints()
+
+	var c categorizer
+	c.node = node
+	for i := range eps {
+		ep := &eps[i]
+		local := c.isLocal(ep)
+		switch {
+		case ep.Ready:
+			c.anyReady = true
+			c.localReady = c.localReady || local
+		case servingTerminating(ep):
+			c.anyServingTerminating = true
+		}
+	}
+	if usesCluster {
+		c.mode = topologyMode(eps, node)
+	}
+
+	var res Endpoints
+	res.HasAnyEndpoints = c.anyReady || c.anyServingTerminating
+	if usesCluster {
+		res.Cluster = filter(eps, c.inCluster)
+	}
+	if usesLocal {
+		res.Local = filter(eps, c.inLocal)
+	}
+	switch {
+	case !usesLocal:
+		res.AllReachable = res.Cluster
+	case !usesCluster:
+		res.AllReachable = res.Local
+	default:
+		res.AllReachable = filter(eps, func(ep *endpoints.Endpoint) bool {
+			return c.inCluster(ep) || c.inLocal(ep)
+		})
+		// Share storage when the union is one of the two lists, as it is
+		// whenever hints are not in use and the local endpoints are ready.
+		switch len(res.AllReachable) {
+		case len(res.Cluster):
+			res.AllReachable = res.Cluster
+		case len(res.Local):
+			res.AllReachable = res.Local
+		}
+	}
+	return res
+}
+
+// categorizer holds what Categorize learns in its first pass over the
+// endpoints; its methods decide each endpoint's membership in the second.
+type categorizer struct {
+	node                  Node
+	mode                  mode
+	anyReady              bool
+	anyServingTerminating bool
+	localReady            bool
+}
+
+func (c *categorizer) isLocal(ep *endpoints.Endpoint) bool {
+	return c.node.Name != "" && ep.NodeName == c.node.Name
+}
+
+// inCluster: ready endpoints the topology mode makes available, or, when no
+// endpoint is ready anywhere, serving-terminating endpoints regardless of
+// topology. topologyMode picks a mode only if it leaves a ready endpoint, so
+// the first case is never empty when some endpoint is ready.
+func (c *categorizer) inCluster(ep *endpoints.Endpoint) bool {
+	if c.anyReady {
+		return ep.Ready && c.mode.allows(ep, c.node)
+	}
+	return servingTerminating(ep)
+}
+
+// inLocal: local ready endpoints, or, when there are none, local
+// serving-terminating endpoints. Hints play no part.
+func (c *categorizer) inLocal(ep *endpoints.Endpoint) bool {
+	if !c.isLocal(ep) {
+		return false
+	}
+	if c.localReady {
+		return ep.Ready
+	}
+	return servingTerminating(ep)
+}
+
+func servingTerminating(ep *endpoints.Endpoint) bool {
+	return ep.Serving && ep.Terminating
+}
+
+// mode is the topology mode cluster traffic uses on this node.
+type mode uint8
+
+const (
+	modeNone     mode = iota // every ready endpoint
+	modeSameZone             // ready endpoints hinted for this node's zone
+	modeSameNode             // ready endpoints hinted for this node
+)
+
+func (m mode) allows(ep *endpoints.Endpoint, node Node) bool {
+	switch m {
+	case modeSameNode:
+		return ep.HasNodeHint(node.Name)
+	case modeSameZone:
+		return ep.HasZoneHint(node.Zone)
+	default:
+		return true
+	}
+}
+
+// topologyMode reads the hints of the ready endpoints (those of unready
+// endpoints never matter). Node hints win when every ready endpoint has one
+// and some endpoint is hinted for this node; otherwise zone hints, under the
+// same two conditions for this node's zone; otherwise no topology.
+func topologyMode(eps []endpoints.Endpoint, node Node) mode {
+	anyReady := false
+	allNodeHints, forNode := true, false
+	allZoneHints, forZone := true, false
+	for i := range eps {
+		ep := &eps[i]
+		if !ep.Ready {
+			continue
+		}
+		anyReady = true
+		if len(ep.NodeHints) == 0 {
+			allNodeHints = false
+		} else if node.Name != "" && ep.HasNodeHint(node.Name) {
+			forNode = true
+		}
+		if len(ep.ZoneHints) == 0 {
+			allZoneHints = false
+		} else if node.Zone != "" && ep.HasZoneHint(node.Zone) {
+			forZone = true
+		}
+	}
+	switch {
+	case !anyReady:
+		return modeNone
+	case allNodeHints && forNode:
+		return modeSameNode
+	case allZoneHints && forZone:
+		return modeSameZone
+	default:
+		return modeNone
+	}
+}
+
+// filter returns the endpoints of eps that keep accepts, in order, in a new
+// non-nil slice of exactly that length.
+func filter(eps []endpoints.Endpoint, keep func(*endpoints.Endpoint) bool) []endpoints.Endpoint {
+	n := 0
+	for i := range eps {
+		if keep(&eps[i]) {
+			n++
+		}
+	}
+	out := make([]endpoints.Endpoint, 0, n)
+	for i := range eps {
+		if keep(&eps[i]) {
+			out = append(out, eps[i])
+		}
+	}
+	return out
+}

@@ -1,0 +1,367 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/manifests"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// Backend applies the Rulesets of one IP family to the kernel.
+type Backend interface {
+	// Render writes exactly what a full Sync of rs would apply, for
+	// --dry-run.
+	Render(w io.Writer, rs *ruleset.Ruleset) error
+	// Sync applies rs, fully or incrementally as the backend sees fit, and
+	// does a full sync after any failure.
+	Sync(ctx context.Context, rs *ruleset.Ruleset) error
+	// Cleanup removes everything the backend owns in its family.
+	Cleanup(ctx context.Context) error
+}
+
+// Mode is one kind of reference proxy.
+type Mode struct {
+	// Name answers /proxyMode: "iptables" or "nftables".
+	Name string
+	// NewBackend makes the backend of one family. dryRun backends must not
+	// need root or touch the kernel.
+	NewBackend func(family v1.IPFamily, dryRun bool) (Backend, error)
+}
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailed  = 1
+	exitBadArgs = 2
+)
+
+// Main runs a reference proxy with the process's arguments and exits.
+func Main(mode Mode) {
+	os.Exit(Run(mode, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Run runs a reference proxy and returns its exit code.
+func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	opts, err := ParseOptions(mode.Name+"-proxy", args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return exitBadArgs
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if opts.Cleanup {
+		return cleanup(ctx, mode, opts, log)
+	}
+	if opts.Kubeconfig != "" {
+		fmt.Fprintln(stderr, "error: --kubeconfig is not supported yet; use --manifests")
+		return exitBadArgs
+	}
+
+	objs, warnings, err := manifests.Load(opts.Manifests)
+	if err != nil {
+		fmt.Fprintf(stderr, "bad manifests: %v\n", err)
+		return exitBadArgs
+	}
+	nodeAddrs := opts.NodeIPs
+	if len(nodeAddrs) == 0 {
+		nodeAddrs = nodeAddresses(objs.Nodes, opts.NodeName)
+	}
+	p := &proxy{
+		mode:    mode,
+		opts:    opts,
+		log:     log,
+		metrics: newMetrics(),
+		state:   NewState(opts.families(nodeAddrs), opts.NodeName, servicemap.Filter{}),
+		nodeIPs: nodeAddrs,
+	}
+	warnings = append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...)
+	p.logWarnings(warnings)
+	if err := p.makeBackends(opts.DryRun); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return exitFailed
+	}
+
+	switch {
+	case opts.DryRun:
+		if err := p.dryRun(stdout); err != nil {
+			fmt.Fprintln(stderr, "error:", err)
+			return exitFailed
+		}
+		return exitOK
+	case opts.Once:
+		if err := p.sync(ctx); err != nil {
+			fmt.Fprintln(stderr, "error:", err)
+			return exitFailed
+		}
+		return exitOK
+	}
+	return p.serve(ctx)
+}
+
+func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) int {
+	code := exitOK
+	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		if opts.IPFamily == "ipv4" && f == v1.IPv6Protocol || opts.IPFamily == "ipv6" && f == v1.IPv4Protocol {
+			continue
+		}
+		b, err := mode.NewBackend(f, false)
+		if err == nil {
+			err = b.Cleanup(ctx)
+		}
+		if err != nil {
+			log.Error("cleanup failed", "family", f, "err", err)
+			code = exitFailed
+		}
+	}
+	return code
+}
+
+// nodeAddresses are the addresses of the named Node in the manifests.
+func nodeAddresses(nodes []*v1.Node, name string) []netip.Addr {
+	var addrs []netip.Addr
+	for _, n := range nodes {
+		if n.Name != name {
+			continue
+		}
+		for _, a := range n.Status.Addresses {
+			if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
+				continue
+			}
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				addrs = append(addrs, ip)
+			}
+		}
+	}
+	return addrs
+}
+
+type proxy struct {
+	mode     Mode
+	opts     *Options
+	log      *slog.Logger
+	metrics  *metrics
+	state    *State
+	nodeIPs  []netip.Addr
+	families []v1.IPFamily
+	backends map[v1.IPFamily]Backend
+
+	// lastSuccess is the UnixNano time of the last successful sync, read by
+	// /healthz.
+	lastSuccess atomic.Int64
+	// failed records that a sync failed: the next one must not rely on
+	// what changed since, for conntrack cleanup and programming latency.
+	pendingTriggers []string
+	lastWarnings    map[string]bool
+	health          *healthServers
+}
+
+func (p *proxy) makeBackends(dryRun bool) error {
+	p.backends = map[v1.IPFamily]Backend{}
+	for f := range p.state.services {
+		p.families = append(p.families, f)
+	}
+	slices.Sort(p.families)
+	for _, f := range p.families {
+		b, err := p.mode.NewBackend(f, dryRun)
+		if err != nil {
+			return fmt.Errorf("%s backend for %s: %w", p.mode.Name, f, err)
+		}
+		p.backends[f] = b
+	}
+	return nil
+}
+
+func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) {
+	cfg := ruleset.Config{
+		Family:        f,
+		Node:          snap.node,
+		MasqueradeAll: p.opts.MasqueradeAll,
+		// Manifests come without the EndpointSlice controller: compute the
+		// hints trafficDistribution asks for.
+		ComputeHints: p.opts.Manifests != "",
+	}
+	for _, c := range p.opts.ClusterCIDRs {
+		if c.Addr().Is4() == (f == v1.IPv4Protocol) {
+			cfg.ClusterCIDRs = append(cfg.ClusterCIDRs, c)
+		}
+	}
+	for _, a := range p.opts.NodeIPs {
+		if a.Is4() == (f == v1.IPv4Protocol) {
+			cfg.NodePortAddresses = append(cfg.NodePortAddresses, a)
+		}
+	}
+	return ruleset.NewBuilder(cfg)
+}
+
+// build computes the Ruleset of every family from one snapshot.
+func (p *proxy) build(snap snapshot) (map[v1.IPFamily]*ruleset.Ruleset, error) {
+	out := map[v1.IPFamily]*ruleset.Ruleset{}
+	var warnings []svcproxy.Warning
+	for _, f := range p.families {
+		b, err := p.builder(f, snap)
+		if err != nil {
+			return nil, err
+		}
+		fs := snap.families[f]
+		rs, w := b.Build(fs.services, fs.endpoints)
+		warnings = append(warnings, w...)
+		out[f] = rs
+	}
+	p.logBuildWarnings(warnings)
+	return out, nil
+}
+
+func (p *proxy) dryRun(w io.Writer) error {
+	rulesets, err := p.build(p.state.snapshot())
+	if err != nil {
+		return err
+	}
+	for _, f := range p.families {
+		if err := p.backends[f].Render(w, rulesets[f]); err != nil {
+			return fmt.Errorf("render %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// sync builds the Rulesets from the current state and applies them.
+func (p *proxy) sync(ctx context.Context) error {
+	start := time.Now()
+	services, eps := p.state.Pending()
+	p.metrics.serviceChangesPending.Set(float64(services))
+	p.metrics.endpointChangesPending.Set(float64(eps))
+
+	snap := p.state.snapshot()
+	p.pendingTriggers = append(p.pendingTriggers, snap.triggerTimes...)
+	rulesets, err := p.build(snap)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range p.families {
+		if err := p.backends[f].Sync(ctx, rulesets[f]); err != nil {
+			errs = append(errs, fmt.Errorf("sync %s: %w", f, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		p.metrics.syncFailures.Inc()
+		p.log.Error("sync failed", "err", err)
+		return err
+	}
+	end := time.Now()
+	p.metrics.syncDuration.Observe(end.Sub(start).Seconds())
+	p.metrics.lastSync.Set(float64(end.Unix()))
+	p.lastSuccess.Store(end.UnixNano())
+	for _, at := range p.pendingTriggers {
+		if t, err := time.Parse(time.RFC3339, at); err == nil && !t.After(end) {
+			p.metrics.programmingDuration.Observe(end.Sub(t).Seconds())
+		}
+	}
+	p.pendingTriggers = p.pendingTriggers[:0]
+	if p.health != nil {
+		p.health.update(rulesets)
+	}
+	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "duration", end.Sub(start))
+	return nil
+}
+
+func (p *proxy) logWarnings(warnings []svcproxy.Warning) {
+	for _, w := range warnings {
+		p.log.Warn(w.String())
+	}
+}
+
+// logBuildWarnings logs the warnings of a build that the previous build did
+// not give, so that a steady bad object is reported once, not every sync.
+func (p *proxy) logBuildWarnings(warnings []svcproxy.Warning) {
+	now := map[string]bool{}
+	for _, w := range warnings {
+		s := w.String()
+		if !now[s] && !p.lastWarnings[s] {
+			p.log.Warn(s)
+		}
+		now[s] = true
+	}
+	p.lastWarnings = now
+}
+
+// serve runs the sync loop, the file watcher and the HTTP servers until ctx
+// is done.
+func (p *proxy) serve(ctx context.Context) int {
+	loop := NewLoop(p.opts.MinSyncPeriod, p.opts.SyncPeriod, p.sync)
+	p.lastSuccess.Store(time.Now().UnixNano())
+	p.health = newHealthServers(p.log)
+	defer p.health.close()
+	servers, err := p.startServers()
+	if err != nil {
+		p.log.Error("cannot serve", "err", err)
+		return exitFailed
+	}
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+	go p.watch(ctx, loop)
+	loop.Run(ctx)
+	p.log.Info("stopping: the rules stay in the kernel")
+	return exitOK
+}
+
+// watch re-reads the manifests when they change and asks for a sync. A
+// broken file is reported and ignored: the rules stay as they were.
+func (p *proxy) watch(ctx context.Context, loop *Loop) {
+	last, _ := fingerprint(p.opts.Manifests)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		fp, err := fingerprint(p.opts.Manifests)
+		if err != nil || fp == last {
+			continue
+		}
+		objs, warnings, err := manifests.Load(p.opts.Manifests)
+		if err != nil {
+			p.log.Error(fmt.Sprintf("bad manifests: %v: keeping the rules as they are", err))
+			last = fp
+			continue
+		}
+		last = fp
+		p.logWarnings(append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...))
+		loop.Request()
+	}
+}
+
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}

@@ -1,0 +1,227 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// fakeBackend renders one line per Service and records what it syncs.
+type fakeBackend struct {
+	family v1.IPFamily
+	mu     sync.Mutex
+	synced []*ruleset.Ruleset
+	fails  int
+	clean  int
+}
+
+func (b *fakeBackend) Render(w io.Writer, rs *ruleset.Ruleset) error {
+	for _, s := range rs.Services() {
+		fmt.Fprintf(w, "%s %s %s %s\n", b.family, s.Name, s.ClusterIP, s.Internal)
+	}
+	return nil
+}
+
+func (b *fakeBackend) Sync(_ context.Context, rs *ruleset.Ruleset) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.fails > 0 {
+		b.fails--
+		return errors.New("injected failure")
+	}
+	b.synced = append(b.synced, rs)
+	return nil
+}
+
+func (b *fakeBackend) Cleanup(context.Context) error {
+	b.clean++
+	return nil
+}
+
+func fakeMode(backends map[v1.IPFamily]*fakeBackend) Mode {
+	return Mode{Name: "fake", NewBackend: func(f v1.IPFamily, _ bool) (Backend, error) {
+		b := &fakeBackend{family: f}
+		backends[f] = b
+		return b, nil
+	}}
+}
+
+const goodService = `apiVersion: v1
+kind: Service
+metadata: {namespace: ns, name: good}
+spec:
+  clusterIP: 198.19.0.1
+  ports: [{name: http, port: 80}]
+`
+
+const badService = `apiVersion: v1
+kind: Service
+metadata: {namespace: ns, name: bad}
+spec:
+  clusterIP: 198.19.0.999
+  ports: [{name: http, port: 80}]
+`
+
+func writeManifests(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestDryRunPrintsWhatWouldBeApplied(t *testing.T) {
+	backends := map[v1.IPFamily]*fakeBackend{}
+	dir := writeManifests(t, map[string]string{"svc.yaml": goodService})
+	var out, errs bytes.Buffer
+	code := Run(fakeMode(backends), []string{"--manifests", dir, "--node-name", "n1", "--ip-family", "ipv4", "--dry-run"}, &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, errs.String())
+	}
+	if want := "IPv4 ns/good:http 198.19.0.1 reject\n"; out.String() != want {
+		t.Errorf("dry run printed %q, want %q", out.String(), want)
+	}
+	if len(backends[v1.IPv4Protocol].synced) != 0 {
+		t.Error("dry run applied rules")
+	}
+}
+
+func TestBrokenFileIsOneLineErrorAndNothingApplied(t *testing.T) {
+	backends := map[v1.IPFamily]*fakeBackend{}
+	broken := goodService + "---\napiVersion: v1\nkind: Service\nmetadata: {namespace: ns, name: web}\nspec:\n  ports: [{port: eighty}]\n"
+	dir := writeManifests(t, map[string]string{"services.yaml": broken})
+	var out, errs bytes.Buffer
+	code := Run(fakeMode(backends), []string{"--manifests", dir, "--node-name", "n1", "--once"}, &out, &errs)
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	msg := errs.String()
+	if !strings.HasPrefix(msg, "bad manifests: services.yaml: document 2: Service ns/web: ") || strings.Count(msg, "\n") != 1 {
+		t.Errorf("stderr %q is not one line naming file and object", msg)
+	}
+	if len(backends) != 0 {
+		t.Error("a backend was made for a broken input")
+	}
+}
+
+func TestBadObjectIsSkippedOthersSynced(t *testing.T) {
+	backends := map[v1.IPFamily]*fakeBackend{}
+	dir := writeManifests(t, map[string]string{"a.yaml": badService, "b.yaml": goodService})
+	var out, errs bytes.Buffer
+	code := Run(fakeMode(backends), []string{"--manifests", dir, "--node-name", "n1", "--ip-family", "ipv4", "--once"}, &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, errs.String())
+	}
+	if !strings.Contains(errs.String(), `Service ns/bad: invalid cluster IP \"198.19.0.999\"`) {
+		t.Errorf("no warning naming the bad Service; stderr: %s", errs.String())
+	}
+	synced := backends[v1.IPv4Protocol].synced
+	if len(synced) != 1 || len(synced[0].Services()) != 1 || synced[0].Services()[0].Name.Name != "good" {
+		t.Errorf("synced %v, want exactly ns/good", synced)
+	}
+}
+
+func TestBadFlagsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"--node-name", "n"},
+		{"--manifests", "x", "--kubeconfig", "y"},
+		{"--manifests", "x", "--ip-family", "ipv5"},
+		{"--manifests", "x", "--cluster-cidr", "198.18.0.0/33"},
+		{"--manifests", "x", "--node-ip", "nope"},
+		{"--manifests", "x", "--min-sync-period", "1m", "--sync-period", "1s"},
+		{"--manifests", "x", "--once", "--dry-run"},
+		{"--no-such-flag"},
+	} {
+		var out, errs bytes.Buffer
+		if code := Run(fakeMode(map[v1.IPFamily]*fakeBackend{}), args, &out, &errs); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+	}
+}
+
+func TestFailedSyncLosesNoChange(t *testing.T) {
+	backend := &fakeBackend{family: v1.IPv4Protocol, fails: 1}
+	p := &proxy{
+		mode:     Mode{Name: "fake"},
+		opts:     &Options{NodeName: "n1", SyncPeriod: time.Minute},
+		log:      discardLogger(),
+		metrics:  newMetrics(),
+		state:    NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{}),
+		families: []v1.IPFamily{v1.IPv4Protocol},
+		backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: backend},
+	}
+	p.state.UpdateService(service("a", "198.19.0.1"))
+	if err := p.sync(context.Background()); err == nil {
+		t.Fatal("the injected failure was not reported")
+	}
+	p.state.UpdateService(service("b", "198.19.0.2"))
+	if err := p.sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range backend.synced[0].Services() {
+		names = append(names, s.Name.Name)
+	}
+	if strings.Join(names, ",") != "a,b" {
+		t.Errorf("after a failed sync, the next synced %v, want a,b", names)
+	}
+}
+
+func TestHealthzFollowsLastSync(t *testing.T) {
+	p := &proxy{opts: &Options{SyncPeriod: time.Second}}
+	for _, tt := range []struct {
+		age  time.Duration
+		want int
+	}{{0, 200}, {1900 * time.Millisecond, 200}, {2100 * time.Millisecond, 503}} {
+		p.lastSuccess.Store(time.Now().Add(-tt.age).UnixNano())
+		rec := httptest.NewRecorder()
+		p.healthz(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		if rec.Code != tt.want {
+			t.Errorf("last sync %v ago: %d, want %d", tt.age, rec.Code, tt.want)
+		}
+	}
+}
+
+func TestHealthCheckNodePortAnswers(t *testing.T) {
+	h := newHealthServers(discardLogger())
+	h.servers[30256] = &healthServer{local: 2}
+	h.servers[30257] = &healthServer{local: 0}
+	for port, want := range map[uint16]int{30256: 200, 30257: 503} {
+		rec := httptest.NewRecorder()
+		h.handler(port).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		var body struct{ LocalEndpoints int }
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != want || body.LocalEndpoints != h.servers[port].local {
+			t.Errorf("port %d: %d %+v, want %d with %d local endpoints", port, rec.Code, body, want, h.servers[port].local)
+		}
+	}
+}
+
+func service(name, ip string) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec:       v1.ServiceSpec{ClusterIP: ip, Ports: []v1.ServicePort{{Name: "p", Port: 80}}},
+	}
+}

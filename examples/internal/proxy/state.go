@@ -1,0 +1,220 @@
+package proxy
+
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/topology"
+)
+
+// State holds the change trackers of every IP family the proxy serves and
+// the proxy's node. Sources write to it; the sync loop takes snapshots. It
+// is safe for concurrent use.
+type State struct {
+	mu       sync.Mutex
+	nodeName string
+	node     topology.Node
+	services map[v1.IPFamily]*servicemap.Tracker
+	slices   map[v1.IPFamily]*endpoints.Tracker
+	// known is what the last Replace saw, to turn a new full set of objects
+	// into deletes.
+	knownServices, knownSlices map[types.NamespacedName]bool
+	// triggerTimes holds, per EndpointSlice, the last-change-trigger-time
+	// annotation not yet programmed.
+	triggerTimes map[types.NamespacedName]string
+}
+
+// NewState returns an empty State for the given families and node.
+func NewState(families []v1.IPFamily, nodeName string, filter servicemap.Filter) *State {
+	s := &State{
+		nodeName:      nodeName,
+		node:          topology.Node{Name: nodeName},
+		services:      map[v1.IPFamily]*servicemap.Tracker{},
+		slices:        map[v1.IPFamily]*endpoints.Tracker{},
+		knownServices: map[types.NamespacedName]bool{},
+		knownSlices:   map[types.NamespacedName]bool{},
+		triggerTimes:  map[types.NamespacedName]string{},
+	}
+	for _, f := range families {
+		s.services[f] = servicemap.NewTracker(f, filter)
+		s.slices[f] = endpoints.NewTracker(f, filter)
+	}
+	return s
+}
+
+// UpdateService records an added or changed Service.
+func (s *State) UpdateService(svc *v1.Service) []svcproxy.Warning {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updateService(svc)
+}
+
+func (s *State) updateService(svc *v1.Service) []svcproxy.Warning {
+	var warnings []svcproxy.Warning
+	for _, t := range s.services {
+		_, w := t.Update(svc)
+		warnings = appendNew(warnings, w)
+	}
+	return warnings
+}
+
+// DeleteService records a deleted Service.
+func (s *State) DeleteService(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.services {
+		t.Delete(namespace, name)
+	}
+}
+
+// UpdateSlice records an added or changed EndpointSlice.
+func (s *State) UpdateSlice(es *discovery.EndpointSlice) []svcproxy.Warning {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updateSlice(es)
+}
+
+func (s *State) updateSlice(es *discovery.EndpointSlice) []svcproxy.Warning {
+	var warnings []svcproxy.Warning
+	for _, t := range s.slices {
+		_, w := t.Update(es)
+		warnings = appendNew(warnings, w)
+	}
+	if at, ok := es.Annotations[v1.EndpointsLastChangeTriggerTime]; ok {
+		s.triggerTimes[types.NamespacedName{Namespace: es.Namespace, Name: es.Name}] = at
+	}
+	return warnings
+}
+
+// DeleteSlice records a deleted EndpointSlice.
+func (s *State) DeleteSlice(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.slices {
+		t.Delete(namespace, name)
+	}
+}
+
+// UpdateNode records the proxy's own Node; other nodes are ignored.
+func (s *State) UpdateNode(n *v1.Node) {
+	if n == nil || n.Name != s.nodeName {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.node = topology.NodeFromObject(n)
+}
+
+// Replace makes the State hold exactly the given objects: what is new or
+// changed is updated, what is gone is deleted.
+func (s *State) Replace(services []*v1.Service, slices []*discovery.EndpointSlice, nodes []*v1.Node) []svcproxy.Warning {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var warnings []svcproxy.Warning
+	seen := map[types.NamespacedName]bool{}
+	for _, svc := range services {
+		warnings = append(warnings, s.updateService(svc)...)
+		seen[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
+	}
+	for key := range s.knownServices {
+		if !seen[key] {
+			for _, t := range s.services {
+				t.Delete(key.Namespace, key.Name)
+			}
+		}
+	}
+	s.knownServices = seen
+
+	seen = map[types.NamespacedName]bool{}
+	for _, es := range slices {
+		warnings = append(warnings, s.updateSlice(es)...)
+		seen[types.NamespacedName{Namespace: es.Namespace, Name: es.Name}] = true
+	}
+	for key := range s.knownSlices {
+		if !seen[key] {
+			for _, t := range s.slices {
+				t.Delete(key.Namespace, key.Name)
+			}
+		}
+	}
+	s.knownSlices = seen
+
+	node := topology.Node{Name: s.nodeName}
+	for _, n := range nodes {
+		if n.Name == s.nodeName {
+			node = topology.NodeFromObject(n)
+		}
+	}
+	s.node = node
+	return warnings
+}
+
+// snapshot is what one sync works from.
+type snapshot struct {
+	node         topology.Node
+	families     map[v1.IPFamily]familySnapshot
+	triggerTimes []string
+}
+
+type familySnapshot struct {
+	services        servicemap.Snapshot
+	serviceChanges  servicemap.Changes
+	endpoints       endpoints.Snapshot
+	endpointChanges endpoints.Changes
+}
+
+// Pending reports the Services and Services-with-changed-slices not yet
+// synced.
+func (s *State) Pending() (services, endpoints int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.services {
+		services = max(services, t.Pending())
+	}
+	for _, t := range s.slices {
+		endpoints = max(endpoints, t.Pending())
+	}
+	return services, endpoints
+}
+
+func (s *State) snapshot() snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := snapshot{node: s.node, families: map[v1.IPFamily]familySnapshot{}}
+	for f := range s.services {
+		var fs familySnapshot
+		fs.services, fs.serviceChanges = s.services[f].Snapshot()
+		fs.endpoints, fs.endpointChanges = s.slices[f].Snapshot()
+		snap.families[f] = fs
+	}
+	for key, at := range s.triggerTimes {
+		snap.triggerTimes = append(snap.triggerTimes, at)
+		delete(s.triggerTimes, key)
+	}
+	return snap
+}
+
+// appendNew appends the warnings of w not already in warnings: a
+// dual-stack proxy converts each object once per family, and the warnings
+// about the object itself are the same.
+func appendNew(warnings, w []svcproxy.Warning) []svcproxy.Warning {
+	for _, x := range w {
+		dup := false
+		for _, y := range warnings {
+			if x == y {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			warnings = append(warnings, x)
+		}
+	}
+	return warnings
+}

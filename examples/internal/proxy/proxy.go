@@ -17,6 +17,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/manifests"
@@ -74,30 +75,11 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	if opts.Cleanup {
 		return cleanup(ctx, mode, opts, log)
 	}
-	if opts.Kubeconfig != "" {
-		fmt.Fprintln(stderr, "error: --kubeconfig is not supported yet; use --manifests")
-		return exitBadArgs
+	p := &proxy{mode: mode, opts: opts, log: log, metrics: newMetrics()}
+	p.loop = NewLoop(opts.MinSyncPeriod, opts.SyncPeriod, p.sync)
+	if code := p.start(ctx, stderr); code != exitOK {
+		return code
 	}
-
-	objs, warnings, err := manifests.Load(opts.Manifests)
-	if err != nil {
-		fmt.Fprintf(stderr, "bad manifests: %v\n", err)
-		return exitBadArgs
-	}
-	nodeAddrs := opts.NodeIPs
-	if len(nodeAddrs) == 0 {
-		nodeAddrs = nodeAddresses(objs.Nodes, opts.NodeName)
-	}
-	p := &proxy{
-		mode:    mode,
-		opts:    opts,
-		log:     log,
-		metrics: newMetrics(),
-		state:   NewState(opts.families(nodeAddrs), opts.NodeName, servicemap.Filter{}),
-		nodeIPs: nodeAddrs,
-	}
-	warnings = append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...)
-	p.logWarnings(warnings)
 	if err := p.makeBackends(opts.DryRun); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
@@ -118,6 +100,46 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	return p.serve(ctx)
+}
+
+// start reads the input (manifests, or the API server's caches) into a new
+// State, and for the API server keeps it up to date.
+func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
+	opts := p.opts
+	if opts.Manifests != "" {
+		objs, warnings, err := manifests.Load(opts.Manifests)
+		if err != nil {
+			fmt.Fprintf(stderr, "bad manifests: %v\n", err)
+			return exitBadArgs
+		}
+		p.nodeIPs = opts.NodeIPs
+		if len(p.nodeIPs) == 0 {
+			p.nodeIPs = nodeAddresses(objs.Nodes, opts.NodeName)
+		}
+		p.state = NewState(opts.families(p.nodeIPs), opts.NodeName, servicemap.Filter{})
+		p.logWarnings(append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...))
+		return exitOK
+	}
+	client, err := clientFromKubeconfig(opts.Kubeconfig)
+	if err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return exitBadArgs
+	}
+	p.nodeIPs = opts.NodeIPs
+	if len(p.nodeIPs) == 0 {
+		node, err := client.CoreV1().Nodes().Get(ctx, opts.NodeName, metav1.GetOptions{})
+		if err != nil {
+			p.log.Warn("cannot read this node's addresses", "node", opts.NodeName, "err", err)
+		} else {
+			p.nodeIPs = nodeAddresses([]*v1.Node{node}, opts.NodeName)
+		}
+	}
+	p.state = NewState(opts.families(p.nodeIPs), opts.NodeName, servicemap.Filter{})
+	if err := watchAPI(ctx, client, p.state, opts.NodeName, p.loop.Request, p.logWarnings); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return exitFailed
+	}
+	return exitOK
 }
 
 func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) int {
@@ -163,6 +185,7 @@ type proxy struct {
 	log      *slog.Logger
 	metrics  *metrics
 	state    *State
+	loop     *Loop
 	nodeIPs  []netip.Addr
 	families []v1.IPFamily
 	backends map[v1.IPFamily]Backend
@@ -310,7 +333,6 @@ func (p *proxy) logBuildWarnings(warnings []svcproxy.Warning) {
 // serve runs the sync loop, the file watcher and the HTTP servers until ctx
 // is done.
 func (p *proxy) serve(ctx context.Context) int {
-	loop := NewLoop(p.opts.MinSyncPeriod, p.opts.SyncPeriod, p.sync)
 	p.lastSuccess.Store(time.Now().UnixNano())
 	p.health = newHealthServers(p.log)
 	defer p.health.close()
@@ -324,15 +346,17 @@ func (p *proxy) serve(ctx context.Context) int {
 			s.Close()
 		}
 	}()
-	go p.watch(ctx, loop)
-	loop.Run(ctx)
+	if p.opts.Manifests != "" {
+		go p.watch(ctx)
+	}
+	p.loop.Run(ctx)
 	p.log.Info("stopping: the rules stay in the kernel")
 	return exitOK
 }
 
 // watch re-reads the manifests when they change and asks for a sync. A
 // broken file is reported and ignored: the rules stay as they were.
-func (p *proxy) watch(ctx context.Context, loop *Loop) {
+func (p *proxy) watch(ctx context.Context) {
 	last, _ := fingerprint(p.opts.Manifests)
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -354,7 +378,7 @@ func (p *proxy) watch(ctx context.Context, loop *Loop) {
 		}
 		last = fp
 		p.logWarnings(append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...))
-		loop.Request()
+		p.loop.Request()
 	}
 }
 

@@ -128,4 +128,3 @@ func health(s *ruleset.Service) string {
 	}
 	return "503 (no local endpoints)"
 }
-

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/conntrack"
 	"github.com/svcproxy/svcproxy/internal/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -83,6 +84,15 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	if err := p.makeBackends(opts.DryRun); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
+	}
+	if !opts.DryRun {
+		cleaner, err := conntrack.NewNetlinkCleaner(nil)
+		if err != nil {
+			p.log.Warn("stale UDP conntrack entries will not be cleaned up", "err", err)
+		} else {
+			defer cleaner.Close()
+			p.cleaner = cleaner
+		}
 	}
 
 	switch {
@@ -189,6 +199,13 @@ type proxy struct {
 	nodeIPs  []netip.Addr
 	families []v1.IPFamily
 	backends map[v1.IPFamily]Backend
+	// cleaner deletes stale conntrack entries; nil in dry runs and when
+	// netlink is unavailable.
+	cleaner conntrack.Cleaner
+	// applied is the last Ruleset applied per family, and cleanupPending
+	// records a conntrack cleanup that failed and must be retried.
+	applied        map[v1.IPFamily]*ruleset.Ruleset
+	cleanupPending map[v1.IPFamily]bool
 
 	// lastSuccess is the UnixNano time of the last successful sync, read by
 	// /healthz.
@@ -286,7 +303,9 @@ func (p *proxy) sync(ctx context.Context) error {
 	for _, f := range p.families {
 		if err := p.backends[f].Sync(ctx, rulesets[f]); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", f, err))
+			continue
 		}
+		p.cleanConntrack(f, rulesets[f])
 	}
 	if err := errors.Join(errs...); err != nil {
 		p.metrics.syncFailures.Inc()
@@ -308,6 +327,33 @@ func (p *proxy) sync(ctx context.Context) error {
 	}
 	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "duration", end.Sub(start))
 	return nil
+}
+
+// cleanConntrack deletes the UDP conntrack entries that the rules just
+// applied no longer match: entries that still send a client to an endpoint
+// that is gone, or to a Service that is gone.
+func (p *proxy) cleanConntrack(f v1.IPFamily, rs *ruleset.Ruleset) {
+	if p.applied == nil {
+		p.applied, p.cleanupPending = map[v1.IPFamily]*ruleset.Ruleset{}, map[v1.IPFamily]bool{}
+	}
+	prev := p.applied[f]
+	p.applied[f] = rs
+	if p.cleaner == nil {
+		return
+	}
+	opts := conntrack.Options{Previous: prev}
+	if !p.cleanupPending[f] && !conntrack.NeedsCleanup(ruleset.Diff(prev, rs), opts) {
+		return
+	}
+	res, err := p.cleaner.Clean(f, conntrack.StaleFilters(rs, opts))
+	p.cleanupPending[f] = err != nil
+	if err != nil {
+		p.log.Error("conntrack cleanup failed; retrying on the next sync", "family", f, "err", err)
+		return
+	}
+	if res.Deleted > 0 {
+		p.log.Info("deleted stale conntrack entries", "family", f, "deleted", res.Deleted)
+	}
 }
 
 func (p *proxy) logWarnings(warnings []svcproxy.Warning) {

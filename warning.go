@@ -1,6 +1,9 @@
 package svcproxy
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // Warning names one Kubernetes object, or one part of it, that could not be
 // used, and says why. Packages that turn objects into proxy state skip what
@@ -15,10 +18,24 @@ type Warning struct {
 	Reason string
 }
 
-// String formats the warning as "Kind namespace/name: reason".
+// String formats the warning as "Kind namespace/name: reason". A namespace
+// or name that is not made only of letters, digits, '.', '-' and '_' is
+// quoted, so that a hostile object cannot forge log lines.
 func (w Warning) String() string {
 	if w.Namespace == "" {
-		return fmt.Sprintf("%s %s: %s", w.Kind, w.Name, w.Reason)
+		return fmt.Sprintf("%s %s: %s", w.Kind, safe(w.Name), w.Reason)
 	}
-	return fmt.Sprintf("%s %s/%s: %s", w.Kind, w.Namespace, w.Name, w.Reason)
+	return fmt.Sprintf("%s %s/%s: %s", w.Kind, safe(w.Namespace), safe(w.Name), w.Reason)
+}
+
+func safe(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			return strconv.Quote(s)
+		}
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
 }

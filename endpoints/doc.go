@@ -7,8 +7,10 @@
 // ports with no number are ignored; when the same address and port appear
 // more than once, one copy is kept deterministically (a non-terminating copy
 // beats a terminating one, then ready beats not ready, serving beats not
-// serving, a copy with a node name beats one without, and then the slice whose
-// name sorts first wins). Endpoints of a port are sorted by address and port.
+// serving, a copy with a node name beats one without, then the slice whose
+// name sorts first wins, and then the copy that sorts first by node, zone and
+// hints, so that the result never depends on the order of slices). Endpoints
+// of a port are sorted by address and port.
 //
 // Malformed endpoints and ports are skipped and reported as
 // svcproxy.Warnings; a malformed slice is skipped whole.

@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -158,7 +159,12 @@ func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
 			continue
 		}
 		addr, err := netip.ParseAddr(strings.TrimSpace(e.Addresses[0]))
-		if err != nil || addr.Zone() != "" || addr.Is4In6() || addr.IsUnspecified() || addr.IsMulticast() {
+		// The API server refuses unspecified, loopback and link-local
+		// endpoint addresses (ValidateNonSpecialIP): a loopback or
+		// link-local backend would send Service traffic to the node's
+		// own daemons or to the metadata service.
+		if err != nil || addr.Zone() != "" || addr.Is4In6() || addr.IsUnspecified() || addr.IsMulticast() ||
+			addr.IsLoopback() || addr.IsLinkLocalUnicast() {
 			p.warn("endpoint %d: invalid address %q: skipped", i, e.Addresses[0])
 			continue
 		}
@@ -200,41 +206,61 @@ func sortedSet(s []string) []string {
 
 // Merge merges the parsed slices of one Service into the endpoints of each
 // port, deduplicated and sorted. The result does not depend on the order of
-// slices.
+// slices: of several copies of one address and port, the best by the
+// conditions (see preference) wins, then the copy from the slice whose name
+// sorts first, then the copy that sorts first by its remaining fields.
 func Merge(parsed []*Slice) map[servicemap.PortName][]Endpoint {
-	ordered := slices.Clone(parsed)
-	slices.SortFunc(ordered, func(a, b *Slice) int { return strings.Compare(a.Name, b.Name) })
-	merged := map[servicemap.PortName][]Endpoint{}
-	for _, s := range ordered {
+	copies := map[servicemap.PortName][]sourced{}
+	for _, s := range parsed {
+		if s == nil {
+			continue
+		}
 		for name, eps := range s.Ports {
-			merged[name] = append(merged[name], eps...)
+			for _, ep := range eps {
+				copies[name] = append(copies[name], sourced{ep, s.Name})
+			}
 		}
 	}
-	for name, eps := range merged {
-		merged[name] = dedup(eps)
+	merged := make(map[servicemap.PortName][]Endpoint, len(copies))
+	for name, cs := range copies {
+		merged[name] = dedup(cs)
 	}
 	return merged
 }
 
-// dedup sorts eps by address and port and keeps the best copy of each, the
-// first one among equals (the stable sort keeps slice order).
-func dedup(eps []Endpoint) []Endpoint {
-	slices.SortStableFunc(eps, func(a, b Endpoint) int { return a.Compare(&b) })
-	out := eps[:0]
-	for _, ep := range eps {
-		if n := len(out); n > 0 && out[n-1].AddrPort() == ep.AddrPort() {
-			if better(&ep, &out[n-1]) {
-				out[n-1] = ep
-			}
+// sourced is one copy of an endpoint and the name of the slice it came from.
+type sourced struct {
+	ep    Endpoint
+	slice string
+}
+
+// dedup sorts the copies by address and port, best copy first, and keeps
+// the first copy of each address and port. The order is total, so the
+// result does not depend on the order the copies came in.
+func dedup(cs []sourced) []Endpoint {
+	slices.SortFunc(cs, func(a, b sourced) int {
+		return cmp.Or(
+			a.ep.Compare(&b.ep),
+			preference(&a.ep, &b.ep),
+			strings.Compare(a.slice, b.slice),
+			compareRest(&a.ep, &b.ep),
+		)
+	})
+	out := make([]Endpoint, 0, len(cs))
+	for i := range cs {
+		if n := len(out); n > 0 && out[n-1].AddrPort() == cs[i].ep.AddrPort() {
 			continue
 		}
-		out = append(out, ep)
+		out = append(out, cs[i].ep)
 	}
 	return slices.Clip(out)
 }
 
-// better reports whether copy a of an endpoint should replace copy b.
-func better(a, b *Endpoint) bool {
+// preference is negative when copy a of an endpoint is better than copy b,
+// positive when it is worse: non-terminating beats terminating, then ready
+// beats not ready, serving beats not serving, and a copy with a node name
+// beats one without.
+func preference(a, b *Endpoint) int {
 	for _, pref := range [][2]bool{
 		{!a.Terminating, !b.Terminating},
 		{a.Ready, b.Ready},
@@ -242,8 +268,22 @@ func better(a, b *Endpoint) bool {
 		{a.NodeName != "", b.NodeName != ""},
 	} {
 		if pref[0] != pref[1] {
-			return pref[0]
+			if pref[0] {
+				return -1
+			}
+			return 1
 		}
 	}
-	return false
+	return 0
+}
+
+// compareRest orders copies that preference and slice name cannot tell
+// apart by the fields preference does not look at.
+func compareRest(a, b *Endpoint) int {
+	return cmp.Or(
+		strings.Compare(a.NodeName, b.NodeName),
+		strings.Compare(a.Zone, b.Zone),
+		slices.Compare(a.ZoneHints, b.ZoneHints),
+		slices.Compare(a.NodeHints, b.NodeHints),
+	)
 }

@@ -105,17 +105,36 @@ func (t *Tracker) remove(key types.NamespacedName) {
 }
 
 func (t *Tracker) remerge(service types.NamespacedName) {
-	t.touched[service] = struct{}{}
-	bySlice := t.byService[service]
-	if len(bySlice) == 0 {
+	var merged map[servicemap.PortName][]Endpoint
+	if bySlice := t.byService[service]; len(bySlice) > 0 {
+		merged = Merge(slices.Collect(maps.Values(bySlice)))
+		t.current.services = t.current.services.With(service, merged)
+	} else {
 		t.current.services = t.current.services.Without(service)
-		return
 	}
-	t.current.services = t.current.services.With(service, Merge(slices.Collect(maps.Values(bySlice))))
+	// Like kube-proxy's change tracker, forget a Service whose endpoints
+	// are back to what the last Snapshot holds.
+	if last, _ := t.last.services.Get(service); sameEndpoints(last, merged) {
+		delete(t.touched, service)
+	} else {
+		t.touched[service] = struct{}{}
+	}
 }
 
-// Pending is the number of Services whose slices changed since the last
-// Snapshot (kube-proxy's endpoint_changes_pending).
+// sameEndpoints reports whether two merged endpoint maps are equal, a port
+// with no endpoints being the same as a missing port.
+func sameEndpoints(a, b map[servicemap.PortName][]Endpoint) bool {
+	for name := range unionKeys(a, b) {
+		if !slices.EqualFunc(a[name], b[name], func(x, y Endpoint) bool { return x.Equal(&y) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// Pending is the number of Services whose endpoints differ from the last
+// Snapshot's (kube-proxy's endpoint_changes_pending): an update that
+// changes nothing, or a change undone before the Snapshot, does not count.
 func (t *Tracker) Pending() int { return len(t.touched) }
 
 // Snapshot returns the current state and what changed since the previous

@@ -151,7 +151,7 @@ func (c *converter) clusterIP() (netip.Addr, string) {
 		if err != nil {
 			return netip.Addr{}, c.fail("invalid cluster IP %q", s)
 		}
-		if ip.Zone() != "" || ip.Is4In6() {
+		if !usableAddr(ip) {
 			return netip.Addr{}, c.fail("invalid cluster IP %q", s)
 		}
 		if ipFamily(ip) == c.family && !found.IsValid() {
@@ -201,7 +201,7 @@ func (c *converter) externalIPs() []netip.Addr {
 	var ips []netip.Addr
 	for _, s := range c.svc.Spec.ExternalIPs {
 		ip, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() {
+		if err != nil || !usableAddr(ip) {
 			c.warn("invalid externalIP %q dropped", s)
 			continue
 		}
@@ -222,7 +222,7 @@ func (c *converter) loadBalancerIPs() []netip.Addr {
 			continue // hostname-only ingress: nothing to serve locally
 		}
 		ip, err := netip.ParseAddr(ing.IP)
-		if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() {
+		if err != nil || !usableAddr(ip) {
 			c.warn("invalid load-balancer ingress IP %q dropped", ing.IP)
 			continue
 		}
@@ -295,6 +295,16 @@ func (c *converter) port(p *v1.ServicePort, template ServicePort) (ServicePort, 
 		sp.NodePort = uint16(p.NodePort)
 	}
 	return sp, true
+}
+
+// usableAddr reports whether ip can be a Service VIP: not zoned, not
+// IPv4-mapped, and none of the addresses the API server refuses for endpoints
+// and externalIPs (unspecified, loopback, link-local) nor multicast. A
+// loopback or link-local VIP would capture the node's own traffic to its
+// local daemons or to the metadata service.
+func usableAddr(ip netip.Addr) bool {
+	return ip.Zone() == "" && !ip.Is4In6() && !ip.IsUnspecified() && !ip.IsLoopback() &&
+		!ip.IsLinkLocalUnicast() && !ip.IsMulticast()
 }
 
 func ipFamily(ip netip.Addr) v1.IPFamily {

@@ -101,11 +101,19 @@ func (t *Tracker) set(key types.NamespacedName, ports []ServicePort) {
 	} else {
 		t.current.services = t.current.services.With(key, ports)
 	}
-	t.touched[key] = struct{}{}
+	// Like kube-proxy's change tracker, forget a Service whose state is
+	// back to what the last Snapshot holds (an identical update, an add
+	// then a delete, a delete of an unknown Service).
+	if last, _ := t.last.services.Get(key); slices.EqualFunc(last, ports, func(a, b ServicePort) bool { return a.Equal(&b) }) {
+		delete(t.touched, key)
+	} else {
+		t.touched[key] = struct{}{}
+	}
 }
 
-// Pending is the number of Services updated or deleted since the last
-// Snapshot (kube-proxy's service_changes_pending).
+// Pending is the number of Services whose ServicePorts differ from the last
+// Snapshot's (kube-proxy's service_changes_pending): an update that changes
+// nothing, or a change undone before the Snapshot, does not count.
 func (t *Tracker) Pending() int { return len(t.touched) }
 
 // Snapshot returns the current state and what changed since the previous

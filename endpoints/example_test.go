@@ -1,0 +1,98 @@
+package endpoints_test
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// A Tracker merges the EndpointSlices of each Service and, at each
+// Snapshot, says which ports changed and which UDP or SCTP ports lost a
+// serving endpoint, whose conntrack entries must go.
+func ExampleTracker() {
+	t := true
+	f := false
+	dnsSlice := func(name string, eps ...discovery.Endpoint) *discovery.EndpointSlice {
+		return &discovery.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: "kube-system",
+				Name:      name,
+				Labels:    map[string]string{discovery.LabelServiceName: "dns"},
+			},
+			AddressType: discovery.AddressTypeIPv4,
+			Ports: []discovery.EndpointPort{
+				{Name: ptr("dns"), Port: ptr[int32](5353), Protocol: ptr(v1.ProtocolUDP)},
+				{Name: ptr("dns-tcp"), Port: ptr[int32](5353), Protocol: ptr(v1.ProtocolTCP)},
+			},
+			Endpoints: eps,
+		}
+	}
+	pod := func(ip, node string, ready, serving, terminating bool) discovery.Endpoint {
+		return discovery.Endpoint{
+			Addresses:  []string{ip},
+			NodeName:   &node,
+			Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
+		}
+	}
+	udp := servicemap.PortName{Namespace: "kube-system", Name: "dns", Port: "dns", Protocol: v1.ProtocolUDP}
+	show := func(snap endpoints.Snapshot, ch endpoints.Changes) {
+		fmt.Println("changed:", ch.Changed, "conntrack cleanup:", ch.ConntrackCleanup)
+		for _, e := range snap.Get(udp) {
+			fmt.Printf("  %s node=%s ready=%v serving=%v terminating=%v\n", e.String(), e.NodeName, e.Ready, e.Serving, e.Terminating)
+		}
+	}
+
+	tracker := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	// Two slices of one Service; 198.18.1.2 is listed in both, and the
+	// non-terminating copy wins.
+	tracker.Update(dnsSlice("dns-a", pod("198.18.1.3", "node-b", t, t, f), pod("198.18.1.2", "node-a", f, t, t)))
+	tracker.Update(dnsSlice("dns-b", pod("198.18.1.2", "node-a", t, t, f)))
+	show(tracker.Snapshot())
+
+	// A pod is added: nothing to clean up.
+	tracker.Update(dnsSlice("dns-b", pod("198.18.1.2", "node-a", t, t, f), pod("198.18.1.4", "node-b", t, t, f)))
+	show(tracker.Snapshot())
+
+	// A pod stops serving: its UDP flows must be flushed, its TCP ones not.
+	tracker.Update(dnsSlice("dns-a", pod("198.18.1.3", "node-b", f, f, t)))
+	show(tracker.Snapshot())
+	// Output:
+	// changed: [kube-system/dns:dns kube-system/dns:dns-tcp] conntrack cleanup: []
+	//   198.18.1.2:5353 node=node-a ready=true serving=true terminating=false
+	//   198.18.1.3:5353 node=node-b ready=true serving=true terminating=false
+	// changed: [kube-system/dns:dns kube-system/dns:dns-tcp] conntrack cleanup: []
+	//   198.18.1.2:5353 node=node-a ready=true serving=true terminating=false
+	//   198.18.1.3:5353 node=node-b ready=true serving=true terminating=false
+	//   198.18.1.4:5353 node=node-b ready=true serving=true terminating=false
+	// changed: [kube-system/dns:dns kube-system/dns:dns-tcp] conntrack cleanup: [kube-system/dns:dns]
+	//   198.18.1.2:5353 node=node-a ready=true serving=true terminating=false
+	//   198.18.1.3:5353 node=node-b ready=false serving=false terminating=true
+	//   198.18.1.4:5353 node=node-b ready=true serving=true terminating=false
+}
+
+// Merge combines the parsed slices of one Service, whatever their order.
+func ExampleMerge() {
+	parse := func(name, ip string) *endpoints.Slice {
+		s, _, _ := endpoints.FromSlice(&discovery.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: "shop", Name: name,
+				Labels: map[string]string{discovery.LabelServiceName: "web"},
+			},
+			AddressType: discovery.AddressTypeIPv4,
+			Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr[int32](8080)}},
+			Endpoints:   []discovery.Endpoint{{Addresses: []string{ip}}},
+		}, v1.IPv4Protocol, servicemap.Filter{})
+		return s
+	}
+	merged := endpoints.Merge([]*endpoints.Slice{parse("web-b", "198.18.0.9"), parse("web-a", "198.18.0.3")})
+	for name, eps := range merged {
+		fmt.Println(name, eps[0].String(), eps[1].String())
+	}
+	// Output:
+	// shop/web:http 198.18.0.3:8080 198.18.0.9:8080
+}

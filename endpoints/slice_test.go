@@ -1,0 +1,376 @@
+package endpoints_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+const injection = "bad name\n-j ACCEPT"
+
+func TestFromSlice(t *testing.T) {
+	type ports = map[servicemap.PortName][]endpoints.Endpoint
+	for _, tc := range []struct {
+		name   string
+		es     *discovery.EndpointSlice
+		family v1.IPFamily // IPv4 when empty
+		filter servicemap.Filter
+		// want is nil when the slice is not used.
+		want         ports
+		wantSkipped  string
+		wantWarnings []string
+	}{{
+		name: "one port, one endpoint, conditions unset mean ready and serving, not terminating",
+		es:   slice(),
+		want: ports{webHTTP: {want("10.0.0.1", 8080)}},
+	}, {
+		name: "explicit conditions",
+		es: slice(eps(
+			ep("10.0.0.1", yes, yes, no),
+			ep("10.0.0.2", no, yes, yes),
+			ep("10.0.0.3", no, no, yes),
+			ep("10.0.0.4", no, nil, nil),
+			ep("10.0.0.5", nil, no, nil),
+			ep("10.0.0.6", nil, nil, yes),
+		)),
+		want: ports{webHTTP: {
+			want("10.0.0.1", 8080),
+			want("10.0.0.2", 8080, conds(false, true, true)),
+			want("10.0.0.3", 8080, conds(false, false, true)),
+			want("10.0.0.4", 8080, conds(false, true, false)),
+			want("10.0.0.5", 8080, conds(true, false, false)),
+			want("10.0.0.6", 8080, conds(true, true, true)),
+		}},
+	}, {
+		name: "endpoints keep the slice's order",
+		es:   slice(eps(ep("10.0.0.9", nil, nil, nil), ep("10.0.0.1", nil, nil, nil))),
+		want: ports{webHTTP: {want("10.0.0.9", 8080), want("10.0.0.1", 8080)}},
+	}, {
+		name: "node, zone, hints sorted and deduplicated",
+		es: slice(eps(func() discovery.Endpoint {
+			e := onNode(ep("10.0.0.1", nil, nil, nil), "node-a", "zone-a")
+			e.Hints = &discovery.EndpointHints{
+				ForZones: []discovery.ForZone{{Name: "zone-b"}, {Name: "zone-a"}, {Name: "zone-b"}},
+				ForNodes: []discovery.ForNode{{Name: "node-b"}, {Name: "node-a"}, {Name: "node-a"}},
+			}
+			return e
+		}())),
+		want: ports{webHTTP: {want("10.0.0.1", 8080, located("node-a", "zone-a"), func(e *endpoints.Endpoint) {
+			e.ZoneHints = []string{"zone-a", "zone-b"}
+			e.NodeHints = []string{"node-a", "node-b"}
+		})}},
+	}, {
+		name: "every port gets every endpoint with its own number",
+		es: slice(
+			slicePorts(epPort("http", 8080, v1.ProtocolTCP), epPort("dns", 53, v1.ProtocolUDP), epPort("sig", 3868, v1.ProtocolSCTP)),
+			eps(ep("10.0.0.1", nil, nil, nil), ep("10.0.0.2", no, nil, nil)),
+		),
+		want: ports{
+			webHTTP:                                 {want("10.0.0.1", 8080), want("10.0.0.2", 8080, conds(false, true, false))},
+			pn("ns", "web", "dns", v1.ProtocolUDP):  {want("10.0.0.1", 53), want("10.0.0.2", 53, conds(false, true, false))},
+			pn("ns", "web", "sig", v1.ProtocolSCTP): {want("10.0.0.1", 3868), want("10.0.0.2", 3868, conds(false, true, false))},
+		},
+	}, {
+		name: "same port name over two protocols is two ports",
+		es:   slice(slicePorts(epPort("dns", 53, v1.ProtocolUDP), epPort("dns", 53, v1.ProtocolTCP))),
+		want: ports{
+			pn("ns", "web", "dns", v1.ProtocolUDP): {want("10.0.0.1", 53)},
+			pn("ns", "web", "dns", v1.ProtocolTCP): {want("10.0.0.1", 53)},
+		},
+	}, {
+		name: "unnamed port, protocol defaults to TCP",
+		es:   slice(slicePorts(discovery.EndpointPort{Port: ptr[int32](80)})),
+		want: ports{pn("ns", "web", "", v1.ProtocolTCP): {want("10.0.0.1", 80)}},
+	}, {
+		name: "port without a number is ignored without a warning",
+		es:   slice(slicePorts(discovery.EndpointPort{Name: ptr("all")}, epPort("http", 8080, v1.ProtocolTCP))),
+		want: ports{webHTTP: {want("10.0.0.1", 8080)}},
+	}, {
+		name: "no ports at all",
+		es:   slice(slicePorts()),
+		want: ports{},
+	}, {
+		name: "no endpoints",
+		es:   slice(eps()),
+		want: ports{webHTTP: {}},
+	}, {
+		name: "the slice's own name does not matter, the service-name label does",
+		es:   slice(sliceName("anything-xyz"), forService("api")),
+		want: ports{pn("ns", "api", "http", v1.ProtocolTCP): {want("10.0.0.1", 8080)}},
+	}, {
+		name:   "IPv6 slice in the IPv6 tracker",
+		es:     slice(addrType(discovery.AddressTypeIPv6), eps(ep("fd00::1", nil, nil, nil), ep("2001:db8::1", nil, nil, nil))),
+		family: v1.IPv6Protocol,
+		want:   ports{webHTTP: {want("fd00::1", 8080), want("2001:db8::1", 8080)}},
+	}, {
+		name:        "IPv6 slice in the IPv4 tracker",
+		es:          slice(addrType(discovery.AddressTypeIPv6), eps(ep("fd00::1", nil, nil, nil))),
+		wantSkipped: "IPv6",
+	}, {
+		name:        "IPv4 slice in the IPv6 tracker",
+		es:          slice(),
+		family:      v1.IPv6Protocol,
+		wantSkipped: "IPv4",
+	}, {
+		name:        "FQDN slice",
+		es:          slice(addrType(discovery.AddressTypeFQDN), eps(ep("db.example.com", nil, nil, nil))),
+		wantSkipped: "FQDN",
+	}, {
+		name:         "unknown address type",
+		es:           slice(addrType("IPv5")),
+		wantSkipped:  "address type",
+		wantWarnings: []string{`"IPv5"`},
+	}, {
+		name:        "proxy-name label, default filter",
+		es:          slice(func(es *discovery.EndpointSlice) { es.Labels[servicemap.LabelServiceProxyName] = "x" }),
+		wantSkipped: servicemap.LabelServiceProxyName,
+	}, {
+		name:   "proxy-name label matching the filter",
+		es:     slice(func(es *discovery.EndpointSlice) { es.Labels[servicemap.LabelServiceProxyName] = "x" }),
+		filter: servicemap.Filter{ProxyName: "x"},
+		want:   ports{webHTTP: {want("10.0.0.1", 8080)}},
+	}, {
+		name:        "no proxy-name label, named filter",
+		es:          slice(),
+		filter:      servicemap.Filter{ProxyName: "x"},
+		wantSkipped: servicemap.LabelServiceProxyName,
+	}, {
+		name:        "headless label",
+		es:          slice(func(es *discovery.EndpointSlice) { es.Labels[servicemap.LabelHeadless] = "" }),
+		wantSkipped: servicemap.LabelHeadless,
+	}, {
+		name:         "missing service-name label",
+		es:           slice(func(es *discovery.EndpointSlice) { delete(es.Labels, discovery.LabelServiceName) }),
+		wantSkipped:  discovery.LabelServiceName,
+		wantWarnings: []string{discovery.LabelServiceName},
+	}, {
+		name:         "no labels at all",
+		es:           slice(func(es *discovery.EndpointSlice) { es.Labels = nil }),
+		wantSkipped:  discovery.LabelServiceName,
+		wantWarnings: []string{discovery.LabelServiceName},
+	}, {
+		name:         "service-name label injection attempt",
+		es:           slice(forService(injection)),
+		wantSkipped:  discovery.LabelServiceName,
+		wantWarnings: []string{`"bad name\n-j ACCEPT"`},
+	}, {
+		name:         "invalid namespace",
+		es:           slice(func(es *discovery.EndpointSlice) { es.Namespace = "ns\n-A X" }),
+		wantSkipped:  "namespace",
+		wantWarnings: []string{`"ns\n-A X"`},
+	}, {
+		name:         "invalid slice name",
+		es:           slice(sliceName(injection)),
+		wantSkipped:  "name",
+		wantWarnings: []string{`"bad name\n-j ACCEPT"`},
+	}, {
+		name: "invalid addresses are warned about and skipped",
+		es: slice(eps(
+			ep("10.0.0.300", nil, nil, nil),
+			discovery.Endpoint{},
+			ep("", nil, nil, nil),
+			ep("::ffff:10.0.0.1", nil, nil, nil),
+			ep("0.0.0.0", nil, nil, nil),
+			ep("224.0.0.1", nil, nil, nil),
+			ep("127.0.0.1", nil, nil, nil),
+			ep("169.254.169.254", nil, nil, nil),
+			ep("10.0.0.1 -j ACCEPT", nil, nil, nil),
+			ep("10.0.0.7", nil, nil, nil),
+		)),
+		want: ports{webHTTP: {want("10.0.0.7", 8080)}},
+		wantWarnings: []string{
+			`"10.0.0.300"`, "no address", `""`, `"::ffff:10.0.0.1"`, `"0.0.0.0"`, `"224.0.0.1"`,
+			`"127.0.0.1"`, `"169.254.169.254"`, `"10.0.0.1 -j ACCEPT"`,
+		},
+	}, {
+		name:   "invalid IPv6 addresses",
+		family: v1.IPv6Protocol,
+		es: slice(addrType(discovery.AddressTypeIPv6), eps(
+			ep("fe80::1%eth0", nil, nil, nil),
+			ep("fe80::1", nil, nil, nil),
+			ep("::1", nil, nil, nil),
+			ep("::", nil, nil, nil),
+			ep("ff02::1", nil, nil, nil),
+			ep("fd00::7", nil, nil, nil),
+		)),
+		want:         ports{webHTTP: {want("fd00::7", 8080)}},
+		wantWarnings: []string{`"fe80::1%eth0"`, `"fe80::1"`, `"::1"`, `"::"`, `"ff02::1"`},
+	}, {
+		name:         "address of the wrong family within the slice",
+		es:           slice(eps(ep("fd00::1", nil, nil, nil), ep("10.0.0.2", nil, nil, nil))),
+		want:         ports{webHTTP: {want("10.0.0.2", 8080)}},
+		wantWarnings: []string{"fd00::1"},
+	}, {
+		name:         "address of the wrong family, IPv6 slice",
+		family:       v1.IPv6Protocol,
+		es:           slice(addrType(discovery.AddressTypeIPv6), eps(ep("10.0.0.2", nil, nil, nil), ep("fd00::1", nil, nil, nil))),
+		want:         ports{webHTTP: {want("fd00::1", 8080)}},
+		wantWarnings: []string{"10.0.0.2"},
+	}, {
+		name: "only the first address counts",
+		es:   slice(eps(discovery.Endpoint{Addresses: []string{"10.0.0.1", "not-an-ip"}})),
+		want: ports{webHTTP: {want("10.0.0.1", 8080)}},
+	}, {
+		name: "bad ports are warned about and skipped, good ones kept",
+		es: slice(slicePorts(
+			epPort("http", 8080, v1.ProtocolTCP),
+			epPort("zero", 0, v1.ProtocolTCP),
+			epPort("big", 65536, v1.ProtocolTCP),
+			epPort("neg", -1, v1.ProtocolTCP),
+			epPort(injection, 80, v1.ProtocolTCP),
+			epPort("icmp", 80, "ICMP"),
+			epPort("http", 9090, v1.ProtocolTCP),
+		)),
+		want: ports{webHTTP: {want("10.0.0.1", 8080)}},
+		wantWarnings: []string{
+			"port number 0", "port number 65536", "port number -1", `"bad name\n-j ACCEPT"`, `"ICMP"`, "twice",
+		},
+	}, {
+		name: "port 65535 is fine",
+		es:   slice(slicePorts(epPort("http", 65535, v1.ProtocolTCP))),
+		want: ports{webHTTP: {want("10.0.0.1", 65535)}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			family := tc.family
+			if family == "" {
+				family = v1.IPv4Protocol
+			}
+			got, skipped, warnings := endpoints.FromSlice(tc.es, family, tc.filter)
+			switch {
+			case tc.wantSkipped == "" && skipped != "":
+				t.Errorf("skipped = %q, want not skipped", skipped)
+			case tc.wantSkipped != "" && !strings.Contains(skipped, tc.wantSkipped):
+				t.Errorf("skipped = %q, want it to contain %q", skipped, tc.wantSkipped)
+			}
+			checkWarnings(t, tc.es, warnings, tc.wantWarnings)
+			if tc.want == nil {
+				if got != nil {
+					t.Errorf("FromSlice = %+v, want nil", got)
+				}
+				return
+			}
+			if got == nil {
+				t.Fatalf("FromSlice = nil")
+			}
+			wantService := types.NamespacedName{Namespace: tc.es.Namespace, Name: tc.es.Labels[discovery.LabelServiceName]}
+			if got.Service != wantService || got.Name != tc.es.Name {
+				t.Errorf("Service, Name = %v, %q; want %v, %q", got.Service, got.Name, wantService, tc.es.Name)
+			}
+			if diff := cmp.Diff(tc.want, got.Ports, cmpOpts); diff != "" {
+				t.Errorf("Ports (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if s, skipped, w := endpoints.FromSlice(nil, v1.IPv4Protocol, servicemap.Filter{}); s != nil || skipped == "" || w != nil {
+		t.Errorf("FromSlice(nil) = %v, %q, %v", s, skipped, w)
+	}
+}
+
+func TestMerge(t *testing.T) {
+	a := parse(t, slice(sliceName("web-a"), eps(ep("10.0.0.3", nil, nil, nil), ep("10.0.0.1", nil, nil, nil))))
+	b := parse(t, slice(sliceName("web-b"), eps(ep("10.0.0.2", no, nil, nil)),
+		slicePorts(epPort("http", 8080, v1.ProtocolTCP), epPort("admin", 9000, v1.ProtocolTCP))))
+	c := parse(t, slice(sliceName("web-c"), eps(ep("10.0.0.1", nil, nil, nil)),
+		slicePorts(epPort("http", 9090, v1.ProtocolTCP))))
+	before := fmt.Sprint(a.Ports, b.Ports, c.Ports)
+	got := endpoints.Merge([]*endpoints.Slice{c, b, a})
+	wantPorts := map[servicemap.PortName][]endpoints.Endpoint{
+		webHTTP: {
+			want("10.0.0.1", 8080),
+			want("10.0.0.1", 9090), // same address, other port: another endpoint
+			want("10.0.0.2", 8080, conds(false, true, false)),
+			want("10.0.0.3", 8080),
+		},
+		pn("ns", "web", "admin", v1.ProtocolTCP): {want("10.0.0.2", 9000, conds(false, true, false))},
+	}
+	if diff := cmp.Diff(wantPorts, got, cmpOpts); diff != "" {
+		t.Errorf("Merge (-want +got):\n%s", diff)
+	}
+	if after := fmt.Sprint(a.Ports, b.Ports, c.Ports); after != before {
+		t.Errorf("Merge modified its input:\n%s\n%s", before, after)
+	}
+	if got := endpoints.Merge(nil); len(got) != 0 {
+		t.Errorf("Merge(nil) = %v", got)
+	}
+}
+
+// TestMergeDuplicates checks which copy of an endpoint listed in two slices
+// wins, in both slice orders and both name orders.
+func TestMergeDuplicates(t *testing.T) {
+	type copy struct {
+		cond discovery.EndpointConditions
+		node string
+	}
+	c := func(ready, serving, terminating bool, node string) copy {
+		return copy{discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating}, node}
+	}
+	for _, tc := range []struct {
+		name          string
+		better, worse copy
+	}{
+		{"non-terminating beats terminating", c(false, false, false, ""), c(true, true, true, "n1")},
+		{"ready beats not ready", c(true, true, false, ""), c(false, true, false, "n1")},
+		{"serving beats not serving", c(false, true, true, ""), c(false, false, true, "n1")},
+		{"known node beats unknown", c(true, true, false, "n1"), c(true, true, false, "")},
+	} {
+		for _, betterFirst := range []bool{true, false} {
+			for _, betterNamedFirst := range []bool{true, false} {
+				names := [2]string{"web-a", "web-b"}
+				if !betterNamedFirst {
+					names[0], names[1] = names[1], names[0]
+				}
+				mk := func(name string, cp copy) *endpoints.Slice {
+					e := discovery.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: cp.cond}
+					if cp.node != "" {
+						e.NodeName = ptr(cp.node)
+					}
+					return parse(t, slice(sliceName(name), eps(e)))
+				}
+				good, bad := mk(names[0], tc.better), mk(names[1], tc.worse)
+				in := []*endpoints.Slice{good, bad}
+				if !betterFirst {
+					in = []*endpoints.Slice{bad, good}
+				}
+				got := endpoints.Merge(in)[webHTTP]
+				wantEP := good.Ports[webHTTP][0]
+				if diff := cmp.Diff([]endpoints.Endpoint{wantEP}, got, cmpOpts); diff != "" {
+					t.Errorf("%s (better first=%v, better named first=%v) (-want +got):\n%s", tc.name, betterFirst, betterNamedFirst, diff)
+				}
+			}
+		}
+	}
+
+	// Otherwise equal copies: the slice whose name sorts first wins.
+	x := parse(t, slice(sliceName("web-x"), eps(onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-x"))))
+	y := parse(t, slice(sliceName("web-y"), eps(onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-y"))))
+	for _, in := range [][]*endpoints.Slice{{x, y}, {y, x}} {
+		got := endpoints.Merge(in)[webHTTP]
+		if diff := cmp.Diff([]endpoints.Endpoint{want("10.0.0.1", 8080, located("n1", "zone-x"))}, got, cmpOpts); diff != "" {
+			t.Errorf("tie (-want +got):\n%s", diff)
+		}
+	}
+
+	// Two copies within one slice, or slices that share a name: still
+	// independent of the order.
+	one := parse(t, slice(eps(
+		onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-b"),
+		onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-a"),
+	)))
+	other := parse(t, slice(eps(onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-a"))))
+	first := endpoints.Merge([]*endpoints.Slice{one, other})[webHTTP]
+	second := endpoints.Merge([]*endpoints.Slice{other, one})[webHTTP]
+	if len(first) != 1 {
+		t.Fatalf("Merge kept %d copies of one endpoint", len(first))
+	}
+	if diff := cmp.Diff(first, second, cmpOpts); diff != "" {
+		t.Errorf("Merge depends on the order of same-named slices (-first +second):\n%s", diff)
+	}
+}

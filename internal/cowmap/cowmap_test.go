@@ -1,0 +1,229 @@
+package cowmap
+
+import (
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+	"pgregory.net/rapid"
+)
+
+func key(ns, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: name}
+}
+
+// contents lists every entry of m, checking that All visits each key once.
+func contents[V any](t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, m Map[V]) map[types.NamespacedName]V {
+	t.Helper()
+	out := map[types.NamespacedName]V{}
+	m.All(func(k types.NamespacedName, v V) bool {
+		if _, dup := out[k]; dup {
+			t.Fatalf("All visits %v twice", k)
+		}
+		out[k] = v
+		return true
+	})
+	return out
+}
+
+func TestZeroMap(t *testing.T) {
+	var m Map[int]
+	if m.Len() != 0 {
+		t.Errorf("Len = %d", m.Len())
+	}
+	if v, ok := m.Get(key("a", "b")); ok || v != 0 {
+		t.Errorf("Get = %v, %v", v, ok)
+	}
+	m.All(func(types.NamespacedName, int) bool { t.Error("All visits an entry of the zero Map"); return true })
+	if n := m.Without(key("a", "b")); n.Len() != 0 {
+		t.Errorf("Without on zero Map: Len = %d", n.Len())
+	}
+}
+
+func TestWithWithoutGet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ops  func(Map[string]) Map[string]
+		want map[types.NamespacedName]string
+	}{{
+		name: "add",
+		ops:  func(m Map[string]) Map[string] { return m.With(key("ns", "a"), "1").With(key("ns", "b"), "2") },
+		want: map[types.NamespacedName]string{key("ns", "a"): "1", key("ns", "b"): "2"},
+	}, {
+		name: "replace keeps Len",
+		ops:  func(m Map[string]) Map[string] { return m.With(key("ns", "a"), "1").With(key("ns", "a"), "2") },
+		want: map[types.NamespacedName]string{key("ns", "a"): "2"},
+	}, {
+		name: "remove",
+		ops: func(m Map[string]) Map[string] {
+			return m.With(key("ns", "a"), "1").With(key("ns", "b"), "2").Without(key("ns", "a"))
+		},
+		want: map[types.NamespacedName]string{key("ns", "b"): "2"},
+	}, {
+		name: "remove missing is a no-op",
+		ops: func(m Map[string]) Map[string] {
+			return m.With(key("ns", "a"), "1").Without(key("ns", "zz")).Without(key("ns", "zz"))
+		},
+		want: map[types.NamespacedName]string{key("ns", "a"): "1"},
+	}, {
+		name: "remove everything",
+		ops:  func(m Map[string]) Map[string] { return m.With(key("ns", "a"), "1").Without(key("ns", "a")) },
+		want: map[types.NamespacedName]string{},
+	}, {
+		name: "namespace and name are not concatenated",
+		ops: func(m Map[string]) Map[string] {
+			return m.With(key("ab", "c"), "1").With(key("a", "bc"), "2").With(key("a/b", "c"), "3").With(key("a", "b/c"), "4")
+		},
+		want: map[types.NamespacedName]string{key("ab", "c"): "1", key("a", "bc"): "2", key("a/b", "c"): "3", key("a", "b/c"): "4"},
+	}, {
+		name: "empty key",
+		ops:  func(m Map[string]) Map[string] { return m.With(key("", ""), "e") },
+		want: map[types.NamespacedName]string{key("", ""): "e"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.ops(Map[string]{})
+			if m.Len() != len(tc.want) {
+				t.Errorf("Len = %d, want %d", m.Len(), len(tc.want))
+			}
+			if diff := cmp.Diff(tc.want, contents(t, m)); diff != "" {
+				t.Errorf("All (-want +got):\n%s", diff)
+			}
+			for k, v := range tc.want {
+				if got, ok := m.Get(k); !ok || got != v {
+					t.Errorf("Get(%v) = %q, %v; want %q", k, got, ok, v)
+				}
+			}
+		})
+	}
+}
+
+func TestPersistence(t *testing.T) {
+	const n = 2000
+	versions := []Map[int]{{}}
+	for i := range n {
+		versions = append(versions, versions[len(versions)-1].With(key(fmt.Sprintf("ns%d", i%7), fmt.Sprintf("svc-%d", i)), i))
+	}
+	// Replace and delete from the full map; every older version must stay.
+	full := versions[n]
+	replaced := full.With(key("ns0", "svc-0"), -1)
+	removed := full.Without(key("ns1", "svc-1"))
+	for i, m := range versions {
+		if m.Len() != i {
+			t.Fatalf("version %d: Len = %d", i, m.Len())
+		}
+		if i%50 != 0 && i != n {
+			continue // enumerate a sample: every version costs O(n)
+		}
+		if got := len(contents(t, m)); got != i {
+			t.Fatalf("version %d holds %d entries", i, got)
+		}
+	}
+	for i := range n {
+		k := key(fmt.Sprintf("ns%d", i%7), fmt.Sprintf("svc-%d", i))
+		if v, ok := full.Get(k); !ok || v != i {
+			t.Fatalf("full.Get(%v) = %d, %v", k, v, ok)
+		}
+		if _, ok := versions[i].Get(k); ok {
+			t.Fatalf("version %d already holds %v", i, k)
+		}
+		if v, ok := versions[i+1].Get(k); !ok || v != i {
+			t.Fatalf("version %d: Get(%v) = %d, %v", i+1, k, v, ok)
+		}
+	}
+	if v, _ := replaced.Get(key("ns0", "svc-0")); v != -1 {
+		t.Errorf("replaced value = %d", v)
+	}
+	if v, _ := full.Get(key("ns0", "svc-0")); v != 0 {
+		t.Errorf("With changed the map it was called on: %d", v)
+	}
+	if replaced.Len() != n || removed.Len() != n-1 || full.Len() != n {
+		t.Errorf("Len: replaced %d, removed %d, full %d", replaced.Len(), removed.Len(), full.Len())
+	}
+	if _, ok := full.Get(key("ns1", "svc-1")); !ok {
+		t.Errorf("Without changed the map it was called on")
+	}
+	if _, ok := removed.Get(key("ns1", "svc-1")); ok {
+		t.Errorf("Without did not remove")
+	}
+}
+
+func TestShardsSpreadAndShare(t *testing.T) {
+	used := map[uint8]bool{}
+	for i := range 5000 {
+		used[shardOf(key("ns", fmt.Sprintf("svc-%d", i)))] = true
+	}
+	if len(used) < shardCount*9/10 {
+		t.Errorf("5000 keys use only %d of %d shards", len(used), shardCount)
+	}
+
+	var m Map[int]
+	for i := range 5000 {
+		m = m.With(key("ns", fmt.Sprintf("svc-%d", i)), i)
+	}
+	k := key("ns", "svc-42")
+	n := m.With(k, -1)
+	changed := shardOf(k)
+	for i := range shardCount {
+		same := n.shards[i] != nil && m.shards[i] != nil && fmt.Sprintf("%p", n.shards[i]) == fmt.Sprintf("%p", m.shards[i])
+		if (uint8(i) == changed) == same {
+			t.Errorf("shard %d shared=%v after a change in shard %d", i, same, changed)
+		}
+	}
+}
+
+func TestAllStopsEarly(t *testing.T) {
+	var m Map[int]
+	for i := range 100 {
+		m = m.With(key("ns", fmt.Sprint(i)), i)
+	}
+	calls := 0
+	m.All(func(types.NamespacedName, int) bool { calls++; return calls < 3 })
+	if calls != 3 {
+		t.Errorf("All called yield %d times after it returned false at 3", calls)
+	}
+}
+
+// TestPropertyModel checks random With/Without sequences against Go maps,
+// keeping every version and checking all of them at the end.
+func TestPropertyModel(t *testing.T) {
+	genKey := rapid.Custom(func(t *rapid.T) types.NamespacedName {
+		return key(rapid.SampledFrom([]string{"", "a", "b", "kube-system"}).Draw(t, "ns"),
+			rapid.StringMatching(`[a-z]{0,3}`).Draw(t, "name"))
+	})
+	rapid.Check(t, func(t *rapid.T) {
+		m := Map[int]{}
+		model := map[types.NamespacedName]int{}
+		var versions []Map[int]
+		var models []map[types.NamespacedName]int
+		for i, n := 0, rapid.IntRange(0, 100).Draw(t, "ops"); i < n; i++ {
+			k := genKey.Draw(t, "key")
+			if rapid.Bool().Draw(t, "with") {
+				m = m.With(k, i)
+				model[k] = i
+			} else {
+				m = m.Without(k)
+				delete(model, k)
+			}
+			versions = append(versions, m)
+			models = append(models, maps.Clone(model))
+		}
+		for i := range versions {
+			if versions[i].Len() != len(models[i]) {
+				t.Fatalf("version %d: Len = %d, want %d", i, versions[i].Len(), len(models[i]))
+			}
+			if diff := cmp.Diff(models[i], contents(t, versions[i])); diff != "" {
+				t.Fatalf("version %d (-want +got):\n%s", i, diff)
+			}
+			for k, v := range models[i] {
+				if got, ok := versions[i].Get(k); !ok || got != v {
+					t.Fatalf("version %d: Get(%v) = %d, %v; want %d", i, k, got, ok, v)
+				}
+			}
+		}
+	})
+}

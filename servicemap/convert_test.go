@@ -1,0 +1,648 @@
+package servicemap_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+const injection = "bad name\n-j ACCEPT"
+
+type convertCase struct {
+	name   string
+	svc    *v1.Service
+	family v1.IPFamily // IPv4 when empty
+	filter servicemap.Filter
+	want   []servicemap.ServicePort
+	// wantSkipped is a substring of the skip reason; "" means not skipped.
+	wantSkipped string
+	// wantWarnings are substrings of the warnings' reasons, in order.
+	wantWarnings []string
+}
+
+func runConvertCases(t *testing.T, cases []convertCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			family := tc.family
+			if family == "" {
+				family = v1.IPv4Protocol
+			}
+			got, skipped, warnings := servicemap.FromService(tc.svc, family, tc.filter)
+			if diff := cmp.Diff(tc.want, got, cmpOpts); diff != "" {
+				t.Errorf("FromService ports (-want +got):\n%s", diff)
+			}
+			switch {
+			case tc.wantSkipped == "" && skipped != "":
+				t.Errorf("skipped = %q, want not skipped", skipped)
+			case tc.wantSkipped != "" && !strings.Contains(skipped, tc.wantSkipped):
+				t.Errorf("skipped = %q, want it to contain %q", skipped, tc.wantSkipped)
+			}
+			if len(got) == 0 && skipped == "" {
+				t.Errorf("no ports and no skip reason")
+			}
+			checkWarnings(t, tc.svc, warnings, tc.wantWarnings)
+		})
+	}
+}
+
+func TestFromServicePortsAndFamilies(t *testing.T) {
+	dualStack := clusterIPs("10.96.0.10", "fd00:10:96::a")
+	v6 := func(sp *servicemap.ServicePort) {
+		sp.Family = v1.IPv6Protocol
+		sp.ClusterIP = addrs("fd00:10:96::a")[0]
+	}
+	runConvertCases(t, []convertCase{{
+		name: "one port",
+		svc:  service(),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name: "one ServicePort per port, sorted by name whatever the spec order",
+		svc: service(ports(
+			v1.ServicePort{Name: "https", Port: 443, Protocol: v1.ProtocolTCP},
+			v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP},
+			v1.ServicePort{Name: "http", Port: 80, Protocol: v1.ProtocolTCP},
+		)),
+		want: []servicemap.ServicePort{
+			port(func(sp *servicemap.ServicePort) { sp.Name.Port, sp.Name.Protocol, sp.Port = "dns", v1.ProtocolUDP, 53 }),
+			port(),
+			port(func(sp *servicemap.ServicePort) { sp.Name.Port, sp.Port = "https", 443 }),
+		},
+	}, {
+		name: "same unnamed port number over two protocols is two ports",
+		svc: service(ports(
+			v1.ServicePort{Port: 53, Protocol: v1.ProtocolUDP},
+			v1.ServicePort{Port: 53, Protocol: v1.ProtocolTCP},
+		)),
+		want: []servicemap.ServicePort{
+			port(func(sp *servicemap.ServicePort) { sp.Name.Port, sp.Port = "", 53 }),
+			port(func(sp *servicemap.ServicePort) { sp.Name.Port, sp.Name.Protocol, sp.Port = "", v1.ProtocolUDP, 53 }),
+		},
+	}, {
+		name: "protocol defaults to TCP",
+		svc:  service(ports(v1.ServicePort{Name: "http", Port: 80})),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name: "SCTP",
+		svc:  service(ports(v1.ServicePort{Name: "sig", Port: 3868, Protocol: v1.ProtocolSCTP})),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) {
+			sp.Name.Port, sp.Name.Protocol, sp.Port = "sig", v1.ProtocolSCTP, 3868
+		})},
+	}, {
+		name: "dual-stack, IPv4 tracker takes the IPv4 cluster IP",
+		svc:  service(dualStack),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name:   "dual-stack, IPv6 tracker takes the IPv6 cluster IP",
+		svc:    service(dualStack),
+		family: v1.IPv6Protocol,
+		want:   []servicemap.ServicePort{port(v6)},
+	}, {
+		name:   "dual-stack IPv6-primary, IPv6 tracker",
+		svc:    service(clusterIPs("fd00:10:96::a", "10.96.0.10")),
+		family: v1.IPv6Protocol,
+		want:   []servicemap.ServicePort{port(v6)},
+	}, {
+		name: "dual-stack IPv6-primary, IPv4 tracker",
+		svc:  service(clusterIPs("fd00:10:96::a", "10.96.0.10")),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name: "legacy clusterIP field alone",
+		svc:  service(func(s *v1.Service) { s.Spec.ClusterIPs = nil }),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name:        "legacy clusterIP field alone, other family",
+		svc:         service(func(s *v1.Service) { s.Spec.ClusterIPs = nil }),
+		family:      v1.IPv6Protocol,
+		wantSkipped: "no IPv6 cluster IP",
+	}, {
+		name:        "single-stack IPv4 Service in the IPv6 tracker",
+		svc:         service(),
+		family:      v1.IPv6Protocol,
+		wantSkipped: "no IPv6 cluster IP",
+	}, {
+		name:        "single-stack IPv6 Service in the IPv4 tracker",
+		svc:         service(clusterIPs("fd00:10:96::a")),
+		wantSkipped: "no IPv4 cluster IP",
+	}, {
+		name: "nodePort is kept for NodePort Services",
+		svc: service(ofType(v1.ServiceTypeNodePort),
+			ports(v1.ServicePort{Name: "http", Port: 80, NodePort: 30080})),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.NodePort = 30080 })},
+	}, {
+		name: "nodePort is kept for LoadBalancer Services",
+		svc: service(ofType(v1.ServiceTypeLoadBalancer),
+			ports(v1.ServicePort{Name: "http", Port: 80, NodePort: 30080})),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.NodePort = 30080 })},
+	}, {
+		name: "a stale nodePort on a ClusterIP Service is ignored",
+		svc:  service(ports(v1.ServicePort{Name: "http", Port: 80, NodePort: 30080})),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name: "empty type means ClusterIP",
+		svc: service(ofType(""),
+			ports(v1.ServicePort{Name: "http", Port: 80, NodePort: 30080})),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name: "LoadBalancer without node ports",
+		svc:  service(ofType(v1.ServiceTypeLoadBalancer)),
+		want: []servicemap.ServicePort{port()},
+	}})
+}
+
+func TestFromServiceExternalAndLoadBalancerIPs(t *testing.T) {
+	extIPs := func(ips ...string) func(*v1.Service) {
+		return func(s *v1.Service) { s.Spec.ExternalIPs = ips }
+	}
+	ingress := func(ings ...v1.LoadBalancerIngress) func(*v1.Service) {
+		return func(s *v1.Service) { s.Status.LoadBalancer.Ingress = ings }
+	}
+	mixedExternal := extIPs("192.0.2.2", "192.0.2.1", "2001:db8::2", "192.0.2.2", "not-an-ip", " 192.0.2.3 ", "2001:db8::1", "2001:db8::1")
+	lbIngress := ingress(
+		v1.LoadBalancerIngress{IP: "203.0.113.2"},
+		v1.LoadBalancerIngress{IP: "203.0.113.1", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+		v1.LoadBalancerIngress{IP: "203.0.113.9", IPMode: ptr(v1.LoadBalancerIPModeProxy)},
+		v1.LoadBalancerIngress{Hostname: "lb.example.com"},
+		v1.LoadBalancerIngress{IP: "2001:db8:1::1"},
+		v1.LoadBalancerIngress{IP: "2001:db8:1::9", IPMode: ptr(v1.LoadBalancerIPModeProxy)},
+		v1.LoadBalancerIngress{IP: "203.0.113.2"},
+	)
+	v6 := func(sp *servicemap.ServicePort) {
+		sp.Family = v1.IPv6Protocol
+		sp.ClusterIP = addrs("fd00:10:96::a")[0]
+	}
+	runConvertCases(t, []convertCase{{
+		name:         "externalIPs of the family, sorted and deduplicated; invalid ones dropped with a warning",
+		svc:          service(mixedExternal),
+		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.ExternalIPs = addrs("192.0.2.1", "192.0.2.2", "192.0.2.3") })},
+		wantWarnings: []string{`"not-an-ip"`},
+	}, {
+		name:   "externalIPs, IPv6 tracker",
+		svc:    service(clusterIPs("10.96.0.10", "fd00:10:96::a"), mixedExternal),
+		family: v1.IPv6Protocol,
+		want: []servicemap.ServicePort{port(v6, func(sp *servicemap.ServicePort) {
+			sp.ExternalIPs = addrs("2001:db8::1", "2001:db8::2")
+		})},
+		wantWarnings: []string{`"not-an-ip"`},
+	}, {
+		name: "externalIPs that would hijack node-local or special traffic are dropped with a warning",
+		svc:  service(extIPs("127.0.0.1", "0.0.0.0", "169.254.169.254", "224.0.0.1", "::1", "fe80::1", "::ffff:192.0.2.1", "192.0.2.1")),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.ExternalIPs = addrs("192.0.2.1") })},
+		wantWarnings: []string{
+			`"127.0.0.1"`, `"0.0.0.0"`, `"169.254.169.254"`, `"224.0.0.1"`, `"::1"`, `"fe80::1"`, `"::ffff:192.0.2.1"`,
+		},
+	}, {
+		name:         "an externalIP cannot inject text into the warning",
+		svc:          service(extIPs("192.0.2.1\n-j ACCEPT")),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{`"192.0.2.1\n-j ACCEPT"`},
+	}, {
+		name: "load-balancer IPs: family, sorted, dedup, ipMode Proxy excluded, hostname-only ignored",
+		svc:  service(ofType(v1.ServiceTypeLoadBalancer), clusterIPs("10.96.0.10", "fd00:10:96::a"), lbIngress),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) {
+			sp.LoadBalancerIPs = addrs("203.0.113.1", "203.0.113.2")
+		})},
+	}, {
+		name:   "load-balancer IPs, IPv6 tracker",
+		svc:    service(ofType(v1.ServiceTypeLoadBalancer), clusterIPs("10.96.0.10", "fd00:10:96::a"), lbIngress),
+		family: v1.IPv6Protocol,
+		want: []servicemap.ServicePort{port(v6, func(sp *servicemap.ServicePort) {
+			sp.LoadBalancerIPs = addrs("2001:db8:1::1")
+		})},
+	}, {
+		name: "load-balancer status of a Service that is no longer a LoadBalancer is ignored",
+		svc:  service(ofType(v1.ServiceTypeNodePort), lbIngress),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name: "load-balancer status on a ClusterIP Service is ignored",
+		svc:  service(lbIngress),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name: "invalid load-balancer IP dropped with a warning",
+		svc: service(ofType(v1.ServiceTypeLoadBalancer), ingress(
+			v1.LoadBalancerIngress{IP: "203.0.113.300"},
+			v1.LoadBalancerIngress{IP: "127.0.0.1"},
+			v1.LoadBalancerIngress{IP: "203.0.113.1"},
+		)),
+		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.LoadBalancerIPs = addrs("203.0.113.1") })},
+		wantWarnings: []string{`"203.0.113.300"`, `"127.0.0.1"`},
+	}})
+}
+
+func TestFromServiceSourceRanges(t *testing.T) {
+	ranges := func(rs ...string) func(*v1.Service) {
+		return func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = rs }
+	}
+	lb := ofType(v1.ServiceTypeLoadBalancer)
+	mixed := ranges(" 10.1.2.3/8 ", "192.168.0.0/16", "10.0.0.0/8", "2001:db8::1/32", "203.0.113.7/32")
+	runConvertCases(t, []convertCase{{
+		name: "trimmed, masked, sorted, deduplicated, other family dropped",
+		svc:  service(lb, mixed),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) {
+			sp.LoadBalancerSourceRanges = prefixes("10.0.0.0/8", "192.168.0.0/16", "203.0.113.7/32")
+		})},
+	}, {
+		name:   "IPv6 tracker keeps the IPv6 ranges",
+		svc:    service(lb, clusterIPs("10.96.0.10", "fd00:10:96::a"), mixed),
+		family: v1.IPv6Protocol,
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) {
+			sp.Family = v1.IPv6Protocol
+			sp.ClusterIP = addrs("fd00:10:96::a")[0]
+			sp.LoadBalancerSourceRanges = prefixes("2001:db8::/32")
+		})},
+	}, {
+		name: "only ranges of the other family: no restriction in this family",
+		svc:  service(lb, ranges("2001:db8::/32")),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name:         "prefix length out of range skips the whole Service",
+		svc:          service(lb, ranges("10.0.0.0/8", "10.0.0.0/33")),
+		wantSkipped:  "10.0.0.0/33",
+		wantWarnings: []string{`"10.0.0.0/33"`},
+	}, {
+		name:         "address without a prefix length skips the whole Service",
+		svc:          service(lb, ranges("10.0.0.1")),
+		wantSkipped:  "loadBalancerSourceRange",
+		wantWarnings: []string{`"10.0.0.1"`},
+	}, {
+		name:         "an invalid range of the other family still skips the Service",
+		svc:          service(lb, ranges("10.0.0.0/8", "2001:db8::/129")),
+		wantSkipped:  "loadBalancerSourceRange",
+		wantWarnings: []string{`"2001:db8::/129"`},
+	}, {
+		name:         "injection attempt in a range",
+		svc:          service(lb, ranges("0.0.0.0/0 -j ACCEPT")),
+		wantSkipped:  "loadBalancerSourceRange",
+		wantWarnings: []string{`"0.0.0.0/0 -j ACCEPT"`},
+	}})
+}
+
+func TestFromServicePolicies(t *testing.T) {
+	etp := func(p v1.ServiceExternalTrafficPolicy) func(*v1.Service) {
+		return func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = p }
+	}
+	itp := func(p v1.ServiceInternalTrafficPolicy) func(*v1.Service) {
+		return func(s *v1.Service) { s.Spec.InternalTrafficPolicy = &p }
+	}
+	nodePort := ports(v1.ServicePort{Name: "http", Port: 80, NodePort: 30080})
+	hcnp := func(n int32) func(*v1.Service) {
+		return func(s *v1.Service) { s.Spec.HealthCheckNodePort = n }
+	}
+	extIP := func(s *v1.Service) { s.Spec.ExternalIPs = []string{"192.0.2.1"} }
+	local := func(sp *servicemap.ServicePort) { sp.ExternalPolicyLocal = true }
+	withNodePort := func(sp *servicemap.ServicePort) { sp.NodePort = 30080 }
+	runConvertCases(t, []convertCase{{
+		name: "eTP Local on a NodePort Service",
+		svc:  service(ofType(v1.ServiceTypeNodePort), nodePort, etp(v1.ServiceExternalTrafficPolicyLocal)),
+		want: []servicemap.ServicePort{port(withNodePort, local)},
+	}, {
+		name: "eTP Local on a LoadBalancer Service",
+		svc:  service(ofType(v1.ServiceTypeLoadBalancer), nodePort, etp(v1.ServiceExternalTrafficPolicyLocal)),
+		want: []servicemap.ServicePort{port(withNodePort, local)},
+	}, {
+		name: "eTP Local on a ClusterIP Service with externalIPs",
+		svc:  service(extIP, etp(v1.ServiceExternalTrafficPolicyLocal)),
+		want: []servicemap.ServicePort{port(local, func(sp *servicemap.ServicePort) { sp.ExternalIPs = addrs("192.0.2.1") })},
+	}, {
+		name: "eTP Local on a plain ClusterIP Service means nothing",
+		svc:  service(etp(v1.ServiceExternalTrafficPolicyLocal)),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name: "eTP Cluster",
+		svc:  service(ofType(v1.ServiceTypeNodePort), nodePort, etp(v1.ServiceExternalTrafficPolicyCluster)),
+		want: []servicemap.ServicePort{port(withNodePort)},
+	}, {
+		name:         "unknown eTP skips the Service",
+		svc:          service(etp("Nearby")),
+		wantSkipped:  "externalTrafficPolicy",
+		wantWarnings: []string{`"Nearby"`},
+	}, {
+		name: "iTP Local",
+		svc:  service(itp(v1.ServiceInternalTrafficPolicyLocal)),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.InternalPolicyLocal = true })},
+	}, {
+		name: "iTP Cluster",
+		svc:  service(itp(v1.ServiceInternalTrafficPolicyCluster)),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name:         "unknown iTP skips the Service",
+		svc:          service(itp("Node")),
+		wantSkipped:  "internalTrafficPolicy",
+		wantWarnings: []string{`"Node"`},
+	}, {
+		name: "trafficDistribution is copied as given",
+		svc:  service(func(s *v1.Service) { s.Spec.TrafficDistribution = ptr("PreferClose") }),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.TrafficDistribution = "PreferClose" })},
+	}, {
+		name: "healthCheckNodePort for LoadBalancer with eTP Local",
+		svc:  service(ofType(v1.ServiceTypeLoadBalancer), nodePort, etp(v1.ServiceExternalTrafficPolicyLocal), hcnp(32000)),
+		want: []servicemap.ServicePort{port(withNodePort, local, func(sp *servicemap.ServicePort) { sp.HealthCheckNodePort = 32000 })},
+	}, {
+		name: "no healthCheckNodePort for LoadBalancer with eTP Cluster",
+		svc:  service(ofType(v1.ServiceTypeLoadBalancer), nodePort, hcnp(32000)),
+		want: []servicemap.ServicePort{port(withNodePort)},
+	}, {
+		name: "no healthCheckNodePort for NodePort with eTP Local",
+		svc:  service(ofType(v1.ServiceTypeNodePort), nodePort, etp(v1.ServiceExternalTrafficPolicyLocal), hcnp(32000)),
+		want: []servicemap.ServicePort{port(withNodePort, local)},
+	}, {
+		name:         "healthCheckNodePort out of range skips the Service",
+		svc:          service(ofType(v1.ServiceTypeLoadBalancer), etp(v1.ServiceExternalTrafficPolicyLocal), hcnp(65536)),
+		wantSkipped:  "healthCheckNodePort",
+		wantWarnings: []string{"65536"},
+	}, {
+		name:         "negative healthCheckNodePort skips the Service",
+		svc:          service(ofType(v1.ServiceTypeLoadBalancer), etp(v1.ServiceExternalTrafficPolicyLocal), hcnp(-1)),
+		wantSkipped:  "healthCheckNodePort",
+		wantWarnings: []string{"-1"},
+	}})
+}
+
+func TestFromServiceSessionAffinity(t *testing.T) {
+	aff := func(typ v1.ServiceAffinity, timeout *int32) func(*v1.Service) {
+		return func(s *v1.Service) {
+			s.Spec.SessionAffinity = typ
+			if timeout != nil {
+				s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: timeout}}
+			}
+		}
+	}
+	withAffinity := func(seconds int32) func(*servicemap.ServicePort) {
+		return func(sp *servicemap.ServicePort) { sp.Affinity = clientIP(t, seconds) }
+	}
+	runConvertCases(t, []convertCase{{
+		name: "None",
+		svc:  service(aff(v1.ServiceAffinityNone, ptr[int32](60))),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name: "ClientIP defaults to 10800 s",
+		svc:  service(aff(v1.ServiceAffinityClientIP, nil)),
+		want: []servicemap.ServicePort{port(withAffinity(10800))},
+	}, {
+		name: "ClientIP with a config but no ClientIP part defaults to 10800 s",
+		svc: service(aff(v1.ServiceAffinityClientIP, nil), func(s *v1.Service) {
+			s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{}
+		}),
+		want: []servicemap.ServicePort{port(withAffinity(10800))},
+	}, {
+		name: "ClientIP explicit timeout",
+		svc:  service(aff(v1.ServiceAffinityClientIP, ptr[int32](60))),
+		want: []servicemap.ServicePort{port(withAffinity(60))},
+	}, {
+		name: "ClientIP largest timeout",
+		svc:  service(aff(v1.ServiceAffinityClientIP, ptr[int32](86400))),
+		want: []servicemap.ServicePort{port(withAffinity(86400))},
+	}, {
+		name:         "ClientIP timeout 0",
+		svc:          service(aff(v1.ServiceAffinityClientIP, ptr[int32](0))),
+		wantSkipped:  "timeout",
+		wantWarnings: []string{"timeout 0"},
+	}, {
+		name:         "ClientIP negative timeout",
+		svc:          service(aff(v1.ServiceAffinityClientIP, ptr[int32](-5))),
+		wantSkipped:  "timeout",
+		wantWarnings: []string{"timeout -5"},
+	}, {
+		name:         "ClientIP timeout 86401",
+		svc:          service(aff(v1.ServiceAffinityClientIP, ptr[int32](86401))),
+		wantSkipped:  "timeout",
+		wantWarnings: []string{"timeout 86401"},
+	}, {
+		name:         "unknown affinity type",
+		svc:          service(aff("Cookie", nil)),
+		wantSkipped:  "sessionAffinity",
+		wantWarnings: []string{`"Cookie"`},
+	}})
+}
+
+func TestFromServiceDeliberateSkips(t *testing.T) {
+	runConvertCases(t, []convertCase{{
+		name:        "nil Service",
+		wantSkipped: "nil",
+	}, {
+		name:        "ExternalName",
+		svc:         service(ofType(v1.ServiceTypeExternalName), clusterIPs()),
+		wantSkipped: "ExternalName",
+	}, {
+		name:        "ExternalName with a stale cluster IP",
+		svc:         service(ofType(v1.ServiceTypeExternalName)),
+		wantSkipped: "ExternalName",
+	}, {
+		name:        "headless",
+		svc:         service(clusterIPs("None")),
+		wantSkipped: "headless",
+	}, {
+		name:        "headless, legacy field only",
+		svc:         service(func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "None", nil }),
+		wantSkipped: "headless",
+	}, {
+		name:        "headless, IPv6 tracker",
+		svc:         service(clusterIPs("None")),
+		family:      v1.IPv6Protocol,
+		wantSkipped: "headless",
+	}, {
+		name:        "no cluster IP",
+		svc:         service(clusterIPs()),
+		wantSkipped: "no cluster IP",
+	}, {
+		name:        "proxy-name label, default Filter",
+		svc:         service(labels(servicemap.LabelServiceProxyName, "cilium")),
+		wantSkipped: servicemap.LabelServiceProxyName,
+	}, {
+		name:        "proxy-name label with an empty value, default Filter",
+		svc:         service(labels(servicemap.LabelServiceProxyName, "")),
+		wantSkipped: servicemap.LabelServiceProxyName,
+	}, {
+		name:   "proxy-name label matching Filter.ProxyName",
+		svc:    service(labels(servicemap.LabelServiceProxyName, "x")),
+		filter: servicemap.Filter{ProxyName: "x"},
+		want:   []servicemap.ServicePort{port()},
+	}, {
+		name:        "proxy-name label for another proxy than Filter.ProxyName",
+		svc:         service(labels(servicemap.LabelServiceProxyName, "y")),
+		filter:      servicemap.Filter{ProxyName: "x"},
+		wantSkipped: servicemap.LabelServiceProxyName + "=x",
+	}, {
+		name:        "no proxy-name label, Filter.ProxyName set",
+		svc:         service(),
+		filter:      servicemap.Filter{ProxyName: "x"},
+		wantSkipped: servicemap.LabelServiceProxyName + "=x",
+	}, {
+		name:        "headless label",
+		svc:         service(labels(servicemap.LabelHeadless, "")),
+		wantSkipped: servicemap.LabelHeadless,
+	}, {
+		name:        "headless label beats a matching proxy name",
+		svc:         service(labels(servicemap.LabelHeadless, "", servicemap.LabelServiceProxyName, "x")),
+		filter:      servicemap.Filter{ProxyName: "x"},
+		wantSkipped: servicemap.LabelHeadless,
+	}, {
+		name: "unrelated labels",
+		svc:  service(labels("app", "web")),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name:        "no ports at all",
+		svc:         service(ports()),
+		wantSkipped: "no usable ports",
+	}, {
+		name:        "a Service for another proxy is not checked further",
+		svc:         service(labels(servicemap.LabelServiceProxyName, "other"), named("ns", injection)),
+		wantSkipped: servicemap.LabelServiceProxyName,
+	}})
+}
+
+func TestFromServiceMalformed(t *testing.T) {
+	withPorts := func(ps ...v1.ServicePort) func(*v1.Service) {
+		// The valid "http" port comes first, the others after it.
+		return ports(append([]v1.ServicePort{{Name: "http", Port: 80}}, ps...)...)
+	}
+	runConvertCases(t, []convertCase{{
+		name:         "invalid namespace",
+		svc:          service(named("Bad_NS", "web")),
+		wantSkipped:  "namespace",
+		wantWarnings: []string{`"Bad_NS"`},
+	}, {
+		name:         "empty namespace",
+		svc:          service(named("", "web")),
+		wantSkipped:  "namespace",
+		wantWarnings: []string{"namespace"},
+	}, {
+		name:         "name injection attempt",
+		svc:          service(named("ns", injection)),
+		wantSkipped:  "name",
+		wantWarnings: []string{`"bad name\n-j ACCEPT"`},
+	}, {
+		name:         "namespace injection attempt",
+		svc:          service(named("ns\n-A KUBE-SERVICES", "web")),
+		wantSkipped:  "namespace",
+		wantWarnings: []string{`"ns\n-A KUBE-SERVICES"`},
+	}, {
+		name:         "name too long",
+		svc:          service(named("ns", strings.Repeat("a", 64))),
+		wantSkipped:  "name",
+		wantWarnings: []string{"name"},
+	}, {
+		name:         "port name injection attempt: port skipped, others kept",
+		svc:          service(withPorts(v1.ServicePort{Name: injection, Port: 81})),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{`"bad name\n-j ACCEPT"`},
+	}, {
+		name:         "port name with upper case",
+		svc:          service(withPorts(v1.ServicePort{Name: "HTTP2", Port: 81})),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{`"HTTP2"`},
+	}, {
+		name:         "protocol injection attempt",
+		svc:          service(withPorts(v1.ServicePort{Name: "x", Port: 81, Protocol: "TCP -j ACCEPT"})),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{`"TCP -j ACCEPT"`},
+	}, {
+		name:         "lower-case protocol is not a protocol",
+		svc:          service(withPorts(v1.ServicePort{Name: "x", Port: 81, Protocol: "udp"})),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{`"udp"`},
+	}, {
+		name:         "port 0",
+		svc:          service(withPorts(v1.ServicePort{Name: "x", Port: 0})),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{"port number 0"},
+	}, {
+		name:         "port 65536",
+		svc:          service(withPorts(v1.ServicePort{Name: "x", Port: 65536})),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{"port number 65536"},
+	}, {
+		name:         "port -1",
+		svc:          service(withPorts(v1.ServicePort{Name: "x", Port: -1})),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{"port number -1"},
+	}, {
+		name: "port 65535 is fine",
+		svc:  service(ports(v1.ServicePort{Name: "http", Port: 65535})),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.Port = 65535 })},
+	}, {
+		name: "nodePort 65536",
+		svc: service(ofType(v1.ServiceTypeNodePort),
+			withPorts(v1.ServicePort{Name: "x", Port: 81, NodePort: 65536})),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{"nodePort 65536"},
+	}, {
+		name: "nodePort -1",
+		svc: service(ofType(v1.ServiceTypeNodePort),
+			withPorts(v1.ServicePort{Name: "x", Port: 81, NodePort: -1})),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{"nodePort -1"},
+	}, {
+		name: "duplicate ports: second copy skipped",
+		svc: service(withPorts(
+			v1.ServicePort{Name: "http", Port: 8080, Protocol: v1.ProtocolTCP},
+		)),
+		want:         []servicemap.ServicePort{port()},
+		wantWarnings: []string{"twice"},
+	}, {
+		name: "duplicate unnamed ports",
+		svc: service(ports(
+			v1.ServicePort{Port: 80},
+			v1.ServicePort{Port: 81, Protocol: v1.ProtocolTCP},
+		)),
+		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.Name.Port = "" })},
+		wantWarnings: []string{"twice"},
+	}, {
+		name:         "every port malformed",
+		svc:          service(ports(v1.ServicePort{Name: "http", Port: 0}, v1.ServicePort{Name: "x", Port: 70000})),
+		wantSkipped:  "no usable ports",
+		wantWarnings: []string{"port number 0", "port number 70000"},
+	}, {
+		name:         "unparsable cluster IP",
+		svc:          service(clusterIPs("10.96.0.300")),
+		wantSkipped:  "cluster IP",
+		wantWarnings: []string{`"10.96.0.300"`},
+	}, {
+		name:         "unparsable secondary cluster IP skips the Service",
+		svc:          service(clusterIPs("10.96.0.10", "fd00::zz")),
+		wantSkipped:  "cluster IP",
+		wantWarnings: []string{`"fd00::zz"`},
+	}, {
+		name:         "cluster IP with a zone",
+		svc:          service(clusterIPs("fe80::1%eth0")),
+		family:       v1.IPv6Protocol,
+		wantSkipped:  "cluster IP",
+		wantWarnings: []string{`"fe80::1%eth0"`},
+	}, {
+		name:         "IPv4-mapped IPv6 cluster IP",
+		svc:          service(clusterIPs("::ffff:10.96.0.10")),
+		wantSkipped:  "cluster IP",
+		wantWarnings: []string{`"::ffff:10.96.0.10"`},
+	}, {
+		name:         "loopback cluster IP",
+		svc:          service(clusterIPs("127.0.0.1")),
+		wantSkipped:  "cluster IP",
+		wantWarnings: []string{`"127.0.0.1"`},
+	}, {
+		name:         "unspecified cluster IP",
+		svc:          service(clusterIPs("::")),
+		family:       v1.IPv6Protocol,
+		wantSkipped:  "cluster IP",
+		wantWarnings: []string{`"::"`},
+	}, {
+		name:         "cluster IP injection attempt",
+		svc:          service(clusterIPs("10.96.0.10 -j ACCEPT")),
+		wantSkipped:  "cluster IP",
+		wantWarnings: []string{`"10.96.0.10 -j ACCEPT"`},
+	}, {
+		name:         "unknown type",
+		svc:          service(ofType("Weird")),
+		wantSkipped:  "type",
+		wantWarnings: []string{`"Weird"`},
+	}, {
+		name:         "unknown family",
+		svc:          service(),
+		family:       "IPv5",
+		wantSkipped:  "family",
+		wantWarnings: []string{`"IPv5"`},
+	}})
+}

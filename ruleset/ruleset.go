@@ -111,8 +111,15 @@ type Ruleset struct {
 	services []*Service
 }
 
-// Config is the Config the Ruleset was built with.
-func (r *Ruleset) Config() Config { return r.config }
+// Config is the Config the Ruleset was built with. Its slices are copies:
+// changing them does not change the Ruleset.
+func (r *Ruleset) Config() Config {
+	cfg := r.config
+	cfg.ClusterCIDRs = slices.Clone(cfg.ClusterCIDRs)
+	cfg.AllowedExternalIPs = slices.Clone(cfg.AllowedExternalIPs)
+	cfg.NodePortAddresses = slices.Clone(cfg.NodePortAddresses)
+	return cfg
+}
 
 // Services returns every Service, sorted by PortName. Neither the slice nor
 // the Services may be modified.
@@ -183,10 +190,14 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 				warn("externalIP %s is not allowed: not served", ip)
 			}
 		}
-		// Dropping external IPs can change whether the port is
-		// externally accessible, and so its traffic policies.
-		s.ExternalPolicyLocal = s.ExternalPolicyLocal && s.ExternallyAccessible()
 	}
+	// externalTrafficPolicy Local only means something for a port with
+	// external frontends of this family. The servicemap decides it from the
+	// Service as a whole (an externalIP of the other family, or a
+	// LoadBalancer without node ports or ingress IPs of this family, makes
+	// it true), and dropping external IPs above can leave the port with
+	// none.
+	s.ExternalPolicyLocal = s.ExternalPolicyLocal && s.ExternallyAccessible()
 	if b.config.ComputeHints {
 		eps = topology.Hints(sp.TrafficDistribution, eps)
 	}

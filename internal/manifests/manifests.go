@@ -112,18 +112,58 @@ func (o *Objects) parse(data []byte) ([]svcproxy.Warning, error) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		js, err := yaml.YAMLToJSON(raw)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", doc, oneLine(err))
-		}
-		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-			continue // a document holding only comments
-		}
-		w, err := o.object(js, 0)
+		values, err := jsonValues(raw)
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
-		warnings = append(warnings, w...)
+		if values == nil {
+			// Strict: a key given twice is an error, as for kubectl,
+			// rather than the last one silently winning.
+			js, err := yaml.YAMLToJSONStrict(raw)
+			if err != nil {
+				return nil, fmt.Errorf("document %d: %w", doc, oneLine(err))
+			}
+			if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+				continue // a document holding only comments
+			}
+			values = [][]byte{js}
+		}
+		for i, js := range values {
+			w, err := o.object(js, 0)
+			if err != nil {
+				if len(values) > 1 {
+					return nil, fmt.Errorf("document %d: JSON object %d: %w", doc, i+1, err)
+				}
+				return nil, fmt.Errorf("document %d: %w", doc, err)
+			}
+			warnings = append(warnings, w...)
+		}
+	}
+}
+
+// jsonValues splits a document that is a stream of JSON objects ("{…}
+// {…}", as kubectl accepts) into its objects. It returns nil, nil when the
+// document is not JSON, to be read as YAML; a YAML parser would read the
+// first object of a stream and silently drop the others.
+func jsonValues(raw []byte) ([][]byte, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var values [][]byte
+	for {
+		var v json.RawMessage
+		err := dec.Decode(&v)
+		switch {
+		case errors.Is(err, io.EOF):
+			return values, nil
+		case err != nil && len(values) == 0:
+			return nil, nil // not JSON: a YAML flow mapping, say
+		case err != nil:
+			return nil, fmt.Errorf("JSON object %d: %w", len(values)+1, oneLine(err))
+		}
+		values = append(values, v)
 	}
 }
 
@@ -134,8 +174,11 @@ func (o *Objects) object(js []byte, depth int) ([]svcproxy.Warning, error) {
 		return nil, fmt.Errorf("not a Kubernetes object: %w", oneLine(err))
 	}
 	name := h.Metadata.Name
-	if h.Metadata.Namespace != "" {
+	switch {
+	case h.Metadata.Namespace != "":
 		name = h.Metadata.Namespace + "/" + name
+	case h.Kind == "Service" || h.Kind == "EndpointSlice":
+		name = "default/" + name // the namespace it gets below
 	}
 	decode := func(into any) error {
 		if err := json.Unmarshal(js, into); err != nil {

@@ -1,0 +1,31 @@
+package affinity_test
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/affinity"
+)
+
+// A ClientIP Service with a ten-minute timeout, one with no timeout (the API
+// default of three hours applies) and one whose timeout the API server would
+// have refused.
+func ExampleFromService() {
+	for _, timeout := range []*int32{ptr[int32](600), nil, ptr[int32](100000)} {
+		svc := &v1.Service{Spec: v1.ServiceSpec{SessionAffinity: v1.ServiceAffinityClientIP}}
+		if timeout != nil {
+			svc.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: timeout}}
+		}
+		p, err := affinity.FromService(svc)
+		if err != nil {
+			fmt.Println("error:", err)
+			continue
+		}
+		fmt.Printf("%v: iptables --seconds %d, nftables timeout %s\n", p, p.Seconds(), p.NFTablesTimeout())
+	}
+	// Output:
+	// ClientIP(600s): iptables --seconds 600, nftables timeout 600s
+	// ClientIP(10800s): iptables --seconds 10800, nftables timeout 10800s
+	// error: sessionAffinity timeout 100000 s is outside 1..86400
+}

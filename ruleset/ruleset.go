@@ -139,15 +139,24 @@ type Builder struct {
 	config Config
 }
 
-// NewBuilder checks cfg and returns a Builder for it.
+// NewBuilder checks cfg and returns a Builder for it. Prefixes are masked
+// ("10.0.0.1/8" becomes "10.0.0.0/8"), so equal networks make equal Configs.
 func NewBuilder(cfg Config) (*Builder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("ruleset config: %w", err)
 	}
-	cfg.ClusterCIDRs = slices.Clone(cfg.ClusterCIDRs)
-	cfg.AllowedExternalIPs = slices.Clone(cfg.AllowedExternalIPs)
+	cfg.ClusterCIDRs = masked(cfg.ClusterCIDRs)
+	cfg.AllowedExternalIPs = masked(cfg.AllowedExternalIPs)
 	cfg.NodePortAddresses = slices.Clone(cfg.NodePortAddresses)
 	return &Builder{config: cfg}, nil
+}
+
+func masked(prefixes []netip.Prefix) []netip.Prefix {
+	out := make([]netip.Prefix, len(prefixes))
+	for i, p := range prefixes {
+		out[i] = p.Masked()
+	}
+	return out
 }
 
 // Build computes the Ruleset for every ServicePort of services of the

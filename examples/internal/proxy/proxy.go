@@ -247,7 +247,7 @@ func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) 
 			cfg.ClusterCIDRs = append(cfg.ClusterCIDRs, c)
 		}
 	}
-	for _, a := range p.opts.NodeIPs {
+	for _, a := range p.nodeIPs {
 		if a.Is4() == (f == v1.IPv4Protocol) {
 			cfg.NodePortAddresses = append(cfg.NodePortAddresses, a)
 		}

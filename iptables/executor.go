@@ -1,0 +1,459 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// Command is one command an Executor runs.
+type Command struct {
+	// Name is the program: "iptables-restore", "ip6tables", …
+	Name string
+	Args []string
+	// Stdin is the command's standard input (none when nil).
+	Stdin []byte
+	// Stdout receives the command's standard output (discarded when nil).
+	Stdout io.Writer
+}
+
+func (c Command) String() string { return strings.Join(append([]string{c.Name}, c.Args...), " ") }
+
+// Runner runs commands. ExecRunner runs them for real; tests fake it.
+// A command that runs and exits non-zero is reported as a *CommandError.
+type Runner interface {
+	Run(ctx context.Context, cmd Command) error
+}
+
+// CommandError is the error of a command that failed.
+type CommandError struct {
+	// Command is the command line.
+	Command string
+	// ExitCode is the exit status, or -1 when the command did not exit
+	// normally (not found, killed, cancelled).
+	ExitCode int
+	// Stderr is the end of its standard error.
+	Stderr string
+	Err    error
+}
+
+func (e *CommandError) Error() string {
+	msg := fmt.Sprintf("%s: %v", e.Command, e.Err)
+	if e.Stderr != "" {
+		msg += ": " + e.Stderr
+	}
+	return msg
+}
+
+func (e *CommandError) Unwrap() error { return e.Err }
+
+// exitCode is err's exit status, or -1.
+func exitCode(err error) int {
+	var ce *CommandError
+	if errors.As(err, &ce) {
+		return ce.ExitCode
+	}
+	return -1
+}
+
+// ExecRunner runs commands with os/exec. Each command line is prefixed with
+// Prefix, such as {"ip", "netns", "exec", "ns1"} to run it in a network
+// namespace.
+type ExecRunner struct {
+	Prefix []string
+}
+
+// maxStderr bounds how much standard error a CommandError keeps.
+const maxStderr = 4096
+
+// Run runs cmd and waits for it; cancelling ctx kills it.
+func (r ExecRunner) Run(ctx context.Context, cmd Command) error {
+	argv := append(slices.Clone(r.Prefix), cmd.Name)
+	argv = append(argv, cmd.Args...)
+	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if cmd.Stdin != nil {
+		c.Stdin = bytes.NewReader(cmd.Stdin)
+	}
+	c.Stdout = cmd.Stdout
+	var stderr tailBuffer
+	c.Stderr = &stderr
+	if err := c.Run(); err != nil {
+		code := -1
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		return &CommandError{Command: strings.Join(argv, " "), ExitCode: code, Stderr: strings.TrimSpace(stderr.String()), Err: err}
+	}
+	return nil
+}
+
+// tailBuffer keeps the last maxStderr bytes written to it.
+type tailBuffer struct{ b []byte }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > maxStderr {
+		t.b = append(t.b[:0], t.b[len(t.b)-maxStderr:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }
+
+// ExecutorConfig configures an Executor.
+type ExecutorConfig struct {
+	// Family is the IP family of the Rulesets it syncs: IPv4 uses
+	// iptables and iptables-restore, IPv6 ip6tables and
+	// ip6tables-restore.
+	Family v1.IPFamily
+	// Names are the chain names; the zero Names is DefaultNames.
+	Names Names
+	// Runner runs the commands; nil means ExecRunner{}.
+	Runner Runner
+}
+
+// Executor applies Rulesets of one IP family to the kernel with
+// iptables-restore: a full sync the first time, after any failure and when
+// asked for, and otherwise a partial sync of what changed since the last
+// successful sync. Its methods may be called from several goroutines; they
+// run one at a time.
+type Executor struct {
+	family  v1.IPFamily
+	names   Names
+	runner  Runner
+	restore string // iptables-restore or ip6tables-restore
+	ipt     string // iptables or ip6tables
+
+	mu       sync.Mutex
+	last     *ruleset.Ruleset // the last Ruleset synced successfully
+	needFull bool
+}
+
+// NewExecutor returns an Executor whose first Sync is a full sync.
+func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
+	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true}
+	switch cfg.Family {
+	case v1.IPv4Protocol:
+		e.restore, e.ipt = "iptables-restore", "iptables"
+	case v1.IPv6Protocol:
+		e.restore, e.ipt = "ip6tables-restore", "ip6tables"
+	default:
+		return nil, fmt.Errorf("iptables executor: unknown IP family %q", cfg.Family)
+	}
+	if e.runner == nil {
+		e.runner = ExecRunner{}
+	}
+	return e, nil
+}
+
+// SyncResult says what a Sync did.
+type SyncResult struct {
+	// Full is true for a full sync (everything rewritten), false for a
+	// partial one.
+	Full bool
+	// Changes are the ServicePorts a partial sync rewrote or removed.
+	Changes ruleset.Changes
+	// Skipped is true when nothing had changed since the last successful
+	// sync, so nothing was run.
+	Skipped bool
+	// InputBytes is the size of the iptables-restore input.
+	InputBytes int
+	// Leftovers are chains of ours, found by a full sync, that no
+	// Ruleset synced by this Executor had (from an earlier process, or
+	// an interrupted sync); they were removed.
+	Leftovers []string
+}
+
+// RequestFullSync makes the next Sync a full one, as after a failure (for
+// a periodic resync, or when something else may have changed the tables).
+func (e *Executor) RequestFullSync() {
+	e.mu.Lock()
+	e.needFull = true
+	e.mu.Unlock()
+}
+
+// Sync brings the kernel to rs with one `iptables-restore --noflush
+// --counters -w` run reading the rules on standard input.
+//
+// A full sync writes everything (Render), flushes and deletes the chains
+// the previous Ruleset had and rs does not, then installs the jumps from
+// the built-in chains (nat PREROUTING and OUTPUT to KUBE-SERVICES, nat
+// POSTROUTING to KUBE-POSTROUTING, filter INPUT, FORWARD and OUTPUT to the
+// filter chains) where `iptables -C` does not find them. If the listing the
+// restore printed shows chains of ours that no synced Ruleset had, a second,
+// small restore removes them. A partial sync (RenderPartial) rewrites the
+// top-level chains and what changed; when nothing changed, nothing runs.
+//
+// After any failure the next Sync is a full one.
+func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if f := rs.Config().Family; f != e.family {
+		return SyncResult{}, fmt.Errorf("iptables executor: %s Ruleset given to the %s executor", f, e.family)
+	}
+	if !e.needFull && e.last != nil {
+		ch := ruleset.Diff(e.last, rs)
+		if !ch.ConfigChanged {
+			return e.syncPartial(ctx, rs, ch)
+		}
+	}
+	return e.syncFull(ctx, rs)
+}
+
+func (e *Executor) restoreCmd(input []byte, stdout io.Writer) Command {
+	return Command{Name: e.restore, Args: []string{"--noflush", "--counters", "-w"}, Stdin: input, Stdout: stdout}
+}
+
+func (e *Executor) syncPartial(ctx context.Context, rs *ruleset.Ruleset, ch ruleset.Changes) (SyncResult, error) {
+	res := SyncResult{Changes: ch}
+	if ch.Empty() {
+		res.Skipped = true
+		e.last = rs
+		return res, nil
+	}
+	input, err := RenderPartial(e.names, e.last, rs, ch)
+	if err != nil {
+		e.fail()
+		return res, err
+	}
+	res.InputBytes = len(input)
+	if err := e.runner.Run(ctx, e.restoreCmd(input, nil)); err != nil {
+		e.fail()
+		return res, fmt.Errorf("partial sync: %w", err)
+	}
+	e.last = rs
+	return res, nil
+}
+
+// fail forgets the kernel state: the next sync is full.
+func (e *Executor) fail() {
+	e.last = nil
+	e.needFull = true
+}
+
+func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, error) {
+	res := SyncResult{Full: true}
+	stale := staleChains(e.names, e.last, rs)
+	input := renderFull(e.names, rs, stale)
+	res.InputBytes = len(input)
+	listed := &chainLister{names: e.names}
+	if err := e.runner.Run(ctx, e.restoreCmd(input, listed)); err != nil {
+		e.fail()
+		return res, fmt.Errorf("full sync: %w", err)
+	}
+	// The rules are in; from now on a failure only needs the next sync
+	// to be full again.
+	e.last = rs
+	if err := e.ensureJumps(ctx); err != nil {
+		e.needFull = true
+		return res, fmt.Errorf("full sync: installing jumps: %w", err)
+	}
+	e.needFull = false
+
+	keep := natChains(e.names, rs)
+	for _, c := range listed.chains() {
+		if e.names.ownsServiceChain(c) || c == e.names.MasqNonPod() {
+			_, kept := slices.BinarySearch(keep, c)
+			_, deleted := slices.BinarySearch(stale, c)
+			if !kept && !deleted {
+				res.Leftovers = append(res.Leftovers, c)
+			}
+		}
+	}
+	if len(res.Leftovers) > 0 {
+		if err := e.runner.Run(ctx, e.restoreCmd(renderDelete(nil, res.Leftovers), nil)); err != nil {
+			return res, fmt.Errorf("full sync: removing leftover chains: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// renderDelete is restore input that flushes and deletes filter and nat
+// chains.
+func renderDelete(filter, nat []string) []byte {
+	var b strings.Builder
+	for _, t := range []struct {
+		name   string
+		chains []string
+	}{{"filter", filter}, {"nat", nat}} {
+		if len(t.chains) == 0 {
+			continue
+		}
+		b.WriteString("*" + t.name + "\n")
+		for _, c := range t.chains {
+			b.WriteString(":" + c + " - [0:0]\n")
+		}
+		for _, c := range t.chains {
+			b.WriteString("-X " + c + "\n")
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return []byte(b.String())
+}
+
+// jumpRule is a rule in a built-in chain that jumps to one of ours.
+type jumpRule struct {
+	table, from string
+	ctNew       bool
+	comment     string
+	to          func(Names) string
+}
+
+// jumps are the rules kube-proxy puts in the built-in chains, in the order
+// it ensures them (each inserted first in its chain).
+var jumps = []jumpRule{
+	{"filter", "INPUT", true, "kubernetes externally-visible service portals", Names.ExternalServices},
+	{"filter", "FORWARD", true, "kubernetes externally-visible service portals", Names.ExternalServices},
+	{"filter", "INPUT", false, "kubernetes health check service ports", Names.NodePorts},
+	{"filter", "FORWARD", true, "kubernetes service portals", Names.Services},
+	{"filter", "OUTPUT", true, "kubernetes service portals", Names.Services},
+	{"filter", "FORWARD", false, "kubernetes forwarding rules", Names.Forward},
+	{"filter", "INPUT", true, "kubernetes load balancer firewall", Names.ProxyFirewall},
+	{"filter", "OUTPUT", true, "kubernetes load balancer firewall", Names.ProxyFirewall},
+	{"filter", "FORWARD", true, "kubernetes load balancer firewall", Names.ProxyFirewall},
+	{"nat", "OUTPUT", false, "kubernetes service portals", Names.Services},
+	{"nat", "PREROUTING", false, "kubernetes service portals", Names.Services},
+	{"nat", "POSTROUTING", false, "kubernetes postrouting rules", Names.Postrouting},
+}
+
+// args is the iptables command line that applies op (-C, -I, -D) to j.
+func (j jumpRule) args(n Names, op string) []string {
+	args := []string{"-w", "-t", j.table, op, j.from}
+	if j.ctNew {
+		args = append(args, "-m", "conntrack", "--ctstate", "NEW")
+	}
+	return append(args, "-m", "comment", "--comment", j.comment, "-j", j.to(n))
+}
+
+// ensureJumps inserts each jump that `iptables -C` does not find.
+func (e *Executor) ensureJumps(ctx context.Context) error {
+	for _, j := range jumps {
+		err := e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-C")})
+		if err == nil {
+			continue
+		}
+		if exitCode(err) != 1 {
+			return err
+		}
+		if err := e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-I")}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Cleanup removes everything of ours from the kernel: the jumps from the
+// built-in chains, then every chain Names owns in filter and nat (found with
+// `iptables -S`), flushed and deleted in one restore. Nothing else is
+// touched. The next Sync is a full one.
+func (e *Executor) Cleanup(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fail()
+
+	owned := map[string][]string{}
+	for _, table := range []string{"filter", "nat"} {
+		listed := &chainLister{names: e.names}
+		if err := e.runner.Run(ctx, Command{Name: e.ipt, Args: []string{"-w", "-t", table, "-S"}, Stdout: listed}); err != nil {
+			return fmt.Errorf("cleanup: listing %s: %w", table, err)
+		}
+		owned[table] = listed.chains()
+	}
+	var errs []error
+	for _, j := range jumps {
+		if !slices.Contains(owned[j.table], j.to(e.names)) {
+			continue // no chain, so no jump to it
+		}
+		// Remove every copy (bounded), as a crash between -C and -I
+		// elsewhere could have left two.
+		for range 8 {
+			err := e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-C")})
+			if exitCode(err) == 1 {
+				break
+			}
+			if err == nil {
+				err = e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-D")})
+			}
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("cleanup: removing jumps: %w", errors.Join(errs...))
+	}
+	if len(owned["filter"]) == 0 && len(owned["nat"]) == 0 {
+		return nil
+	}
+	if err := e.runner.Run(ctx, e.restoreCmd(renderDelete(owned["filter"], owned["nat"]), nil)); err != nil {
+		return fmt.Errorf("cleanup: deleting chains: %w", err)
+	}
+	return nil
+}
+
+// chainLister reads `iptables -S` output as it is written and keeps the
+// chains ("-N NAME" lines) that Names owns.
+type chainLister struct {
+	names   Names
+	partial []byte
+	seen    map[string]bool
+}
+
+// chains lists the chains seen, sorted.
+func (l *chainLister) chains() []string {
+	if len(l.partial) > 0 {
+		l.line(string(l.partial))
+		l.partial = nil
+	}
+	cs := make([]string, 0, len(l.seen))
+	for c := range l.seen {
+		cs = append(cs, c)
+	}
+	slices.Sort(cs)
+	return cs
+}
+
+func (l *chainLister) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(l.partial) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			l.partial = append(l.partial, p...)
+			return n, nil
+		}
+		l.line(string(append(l.partial, p[:i]...)))
+		l.partial = l.partial[:0]
+		p = p[i+1:]
+	}
+	for {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			break
+		}
+		l.line(string(p[:i]))
+		p = p[i+1:]
+	}
+	l.partial = append(l.partial, p...)
+	return n, nil
+}
+
+func (l *chainLister) line(s string) {
+	if name, ok := strings.CutPrefix(s, "-N "); ok && l.names.Owns(name) {
+		if l.seen == nil {
+			l.seen = map[string]bool{}
+		}
+		l.seen[name] = true
+	}
+}

@@ -1,0 +1,359 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// fakeKernel is a Runner that keeps the tables in a model, plus the rules of
+// the built-in chains, and answers iptables and iptables-restore as the real
+// tools do for the commands the Executor runs.
+type fakeKernel struct {
+	t        *testing.T
+	family   v1.IPFamily
+	tables   model
+	builtin  map[string][]string // "table/CHAIN" → rule specs
+	commands []string
+	// failRestore makes the next n restores fail with exit status 1.
+	failRestore int
+}
+
+func newFakeKernel(t *testing.T, family v1.IPFamily) *fakeKernel {
+	return &fakeKernel{t: t, family: family, tables: newModel(), builtin: map[string][]string{}}
+}
+
+func (k *fakeKernel) names() (restore, ipt string) {
+	if k.family == v1.IPv6Protocol {
+		return "ip6tables-restore", "ip6tables"
+	}
+	return "iptables-restore", "iptables"
+}
+
+func (k *fakeKernel) fail(cmd Command, code int, msg string) error {
+	return &CommandError{Command: cmd.String(), ExitCode: code, Stderr: msg, Err: fmt.Errorf("exit status %d", code)}
+}
+
+func (k *fakeKernel) Run(_ context.Context, cmd Command) error {
+	k.commands = append(k.commands, cmd.String())
+	restore, ipt := k.names()
+	out := cmd.Stdout
+	if out == nil {
+		out = io.Discard
+	}
+	switch cmd.Name {
+	case restore:
+		if !slices.Equal(cmd.Args, []string{"--noflush", "--counters", "-w"}) {
+			return k.fail(cmd, 2, "unexpected flags")
+		}
+		if k.failRestore > 0 {
+			k.failRestore--
+			return k.fail(cmd, 1, "injected failure")
+		}
+		// "-S" lists the table as it is before the restore.
+		table := ""
+		for _, line := range strings.Split(string(cmd.Stdin), "\n") {
+			if t, ok := strings.CutPrefix(line, "*"); ok {
+				table = t
+			}
+			if line == "-S" {
+				k.list(table, out)
+			}
+		}
+		next, err := applyRestore(k.tables, cmd.Stdin)
+		if err != nil {
+			return k.fail(cmd, 1, err.Error())
+		}
+		// A chain still jumped to from a built-in chain cannot go.
+		for key, rules := range k.builtin {
+			table := strings.Split(key, "/")[0]
+			for _, r := range rules {
+				target := r[strings.LastIndex(r, " ")+1:]
+				if _, ok := next[table][target]; !ok {
+					return k.fail(cmd, 1, "chain "+target+" is referenced from "+key)
+				}
+			}
+		}
+		k.tables = next
+		return nil
+	case ipt:
+		if len(cmd.Args) < 4 || cmd.Args[0] != "-w" || cmd.Args[1] != "-t" {
+			return k.fail(cmd, 2, "unexpected arguments")
+		}
+		table, op := cmd.Args[2], cmd.Args[3]
+		if op == "-S" {
+			k.list(table, out)
+			return nil
+		}
+		key := table + "/" + cmd.Args[4]
+		spec := strings.Join(cmd.Args[5:], " ")
+		target := cmd.Args[len(cmd.Args)-1]
+		if _, ok := k.tables[table][target]; !ok {
+			return k.fail(cmd, 2, "Chain '"+target+"' does not exist")
+		}
+		i := slices.Index(k.builtin[key], spec)
+		switch op {
+		case "-C":
+			if i < 0 {
+				return k.fail(cmd, 1, "Bad rule (does a matching rule exist in that chain?).")
+			}
+		case "-I":
+			k.builtin[key] = slices.Insert(k.builtin[key], 0, spec)
+		case "-D":
+			if i < 0 {
+				return k.fail(cmd, 1, "Bad rule (does a matching rule exist in that chain?).")
+			}
+			k.builtin[key] = slices.Delete(k.builtin[key], i, i+1)
+		default:
+			return k.fail(cmd, 2, "unexpected operation")
+		}
+		return nil
+	}
+	return k.fail(cmd, -1, "unknown command")
+}
+
+func (k *fakeKernel) list(table string, w io.Writer) {
+	for _, c := range k.tables.chainsOf(table) {
+		fmt.Fprintf(w, "-N %s\n", c)
+	}
+	for _, c := range k.tables.chainsOf(table) {
+		for _, r := range k.tables[table][c] {
+			fmt.Fprintf(w, "-A %s %s\n", c, r)
+		}
+	}
+}
+
+// jumpCount is how many rules of the built-in chains jump to our chains.
+func (k *fakeKernel) jumpCount() int {
+	n := 0
+	for _, rules := range k.builtin {
+		for _, r := range rules {
+			if DefaultNames().Owns(r[strings.LastIndex(r, " ")+1:]) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (k *fakeKernel) takeCommands() []string {
+	c := k.commands
+	k.commands = nil
+	return c
+}
+
+func newTestExecutor(t *testing.T, k *fakeKernel) *Executor {
+	e, err := NewExecutor(ExecutorConfig{Family: k.family, Runner: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// wantState checks that the fake's tables are exactly what a full render of
+// rs gives on empty tables, plus the foreign chains in extra.
+func wantState(t *testing.T, k *fakeKernel, rs *ruleset.Ruleset, extra model) {
+	t.Helper()
+	want, err := applyRestore(extra, Render(Names{}, rs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, k.tables); d != "" {
+		t.Errorf("kernel state (-want +got):\n%s", d)
+	}
+}
+
+func TestExecutorFullThenPartial(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel(t, v1.IPv4Protocol)
+	e := newTestExecutor(t, k)
+
+	one := build(t, testConfig(),
+		service("ns1", "web", "198.19.0.10", nodePort(30080)),
+		slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(3, false)...))
+	res, err := e.Sync(ctx, one)
+	if err != nil || !res.Full {
+		t.Fatalf("first Sync: %+v, %v; want a full sync", res, err)
+	}
+	cmds := k.takeCommands()
+	if cmds[0] != "iptables-restore --noflush --counters -w" {
+		t.Errorf("first command %q", cmds[0])
+	}
+	if len(cmds) != 1+2*len(jumps) {
+		t.Errorf("full sync ran %d commands, want the restore, %d -C and %d -I:\n%s", len(cmds), len(jumps), len(jumps), strings.Join(cmds, "\n"))
+	}
+	if got := k.jumpCount(); got != len(jumps) {
+		t.Errorf("%d jumps installed, want %d", got, len(jumps))
+	}
+	wantState(t, k, one, nil)
+
+	// Nothing changed: nothing runs.
+	res, err = e.Sync(ctx, one)
+	if err != nil || !res.Skipped || len(k.takeCommands()) != 0 {
+		t.Fatalf("unchanged Sync: %+v, %v; want it skipped", res, err)
+	}
+
+	// One endpoint gone, one Service added: a partial sync, one restore.
+	two := build(t, testConfig(),
+		service("ns1", "web", "198.19.0.10", nodePort(30080)),
+		slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(2, false)...),
+		service("ns2", "api", "198.19.0.11"),
+		slice("ns2", "api", "api-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...))
+	res, err = e.Sync(ctx, two)
+	if err != nil || res.Full || len(res.Changes.Added) != 1 || len(res.Changes.Changed) != 1 {
+		t.Fatalf("second Sync: %+v, %v; want a partial sync", res, err)
+	}
+	if cmds := k.takeCommands(); len(cmds) != 1 {
+		t.Errorf("partial sync ran %v, want one restore", cmds)
+	}
+	wantState(t, k, two, nil)
+
+	// A requested full sync re-checks the jumps but adds none.
+	e.RequestFullSync()
+	if res, err := e.Sync(ctx, two); err != nil || !res.Full {
+		t.Fatalf("requested full Sync: %+v, %v", res, err)
+	}
+	if got := k.jumpCount(); got != len(jumps) {
+		t.Errorf("%d jumps after a second full sync, want %d", got, len(jumps))
+	}
+	wantState(t, k, two, nil)
+
+	// Removing everything deletes every per-Service chain at once.
+	empty := build(t, testConfig())
+	if _, err := e.Sync(ctx, empty); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, k, empty, nil)
+}
+
+func TestExecutorFailureFallsBackToFullSync(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel(t, v1.IPv4Protocol)
+	e := newTestExecutor(t, k)
+	a := build(t, testConfig(), service("ns1", "web", "198.19.0.10"), slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(2, false)...))
+	b := build(t, testConfig(), service("ns1", "web", "198.19.0.10"), slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...))
+	if _, err := e.Sync(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	k.failRestore = 1
+	_, err := e.Sync(ctx, b)
+	var ce *CommandError
+	if !errors.As(err, &ce) || ce.ExitCode != 1 {
+		t.Fatalf("Sync with a failing restore: %v, want a CommandError", err)
+	}
+	wantState(t, k, a, nil) // a failed restore changes nothing
+	res, err := e.Sync(ctx, b)
+	if err != nil || !res.Full {
+		t.Fatalf("Sync after a failure: %+v, %v; want a full sync", res, err)
+	}
+	wantState(t, k, b, nil)
+
+	// A Config change forces a full sync too.
+	cfg := testConfig()
+	cfg.MasqueradeAll = true
+	c := build(t, cfg, service("ns1", "web", "198.19.0.10"), slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...))
+	if res, err := e.Sync(ctx, c); err != nil || !res.Full {
+		t.Fatalf("Sync after a Config change: %+v, %v; want a full sync", res, err)
+	}
+	wantState(t, k, c, nil)
+
+	// The wrong family is refused.
+	six := build(t, ruleset.Config{Family: v1.IPv6Protocol})
+	if _, err := e.Sync(ctx, six); err == nil {
+		t.Error("IPv6 Ruleset accepted by the IPv4 executor")
+	}
+}
+
+// foreign is state that is not ours: it must survive syncs and Cleanup.
+func foreign() model {
+	return model{
+		"nat": {
+			"DOCKER":                     {"-d 198.18.9.9 -j RETURN"},
+			"KUBE-SVC-short":             {},
+			"CNI-SVC-AAAAAAAAAAAAAAAA":   {},
+			"KUBE-FIREWALL":              {},
+			"KUBE-SEP-AAAAAAAAAAAAAAAA1": {},
+		},
+		"filter": {"DOCKER-USER": {"-j RETURN"}},
+	}
+}
+
+func TestExecutorRemovesLeftoversOnly(t *testing.T) {
+	ctx := context.Background()
+	k := newFakeKernel(t, v1.IPv4Protocol)
+	k.tables = foreign()
+	// Left by an earlier process: a Service chain jumping to an endpoint
+	// chain, and a nat chain for multiple cluster CIDRs.
+	k.tables["nat"]["KUBE-SVC-AAAAAAAAAAAAAAAA"] = []string{"-j KUBE-SEP-BBBBBBBBBBBBBBBB"}
+	k.tables["nat"]["KUBE-SEP-BBBBBBBBBBBBBBBB"] = []string{"-j DNAT --to-destination 198.18.64.9:80"}
+	k.tables["nat"]["KUBE-MASQ-NONPOD"] = []string{}
+	e := newTestExecutor(t, k)
+	rs := build(t, testConfig(), service("ns1", "web", "198.19.0.10"), slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...))
+	res, err := e.Sync(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"KUBE-MASQ-NONPOD", "KUBE-SEP-BBBBBBBBBBBBBBBB", "KUBE-SVC-AAAAAAAAAAAAAAAA"}; !slices.Equal(res.Leftovers, want) {
+		t.Errorf("Leftovers %v, want %v", res.Leftovers, want)
+	}
+	wantState(t, k, rs, foreign())
+}
+
+func TestExecutorCleanup(t *testing.T) {
+	ctx := context.Background()
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		t.Run(string(family), func(t *testing.T) {
+			k := newFakeKernel(t, family)
+			k.tables = foreign()
+			k.builtin["nat/PREROUTING"] = []string{"-m comment --comment docker -j DOCKER"}
+			e := newTestExecutor(t, k)
+			sc := scenarioNamed(t, "loadbalancer-source-ranges")
+			if family == v1.IPv6Protocol {
+				sc = scenarioNamed(t, "ipv6")
+			}
+			if _, err := e.Sync(ctx, sc.ruleset(t)); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Cleanup(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(foreign(), k.tables); d != "" {
+				t.Errorf("after Cleanup (-want +got):\n%s", d)
+			}
+			if n := k.jumpCount(); n != 0 {
+				t.Errorf("%d jumps left", n)
+			}
+			if got := k.builtin["nat/PREROUTING"]; !slices.Equal(got, []string{"-m comment --comment docker -j DOCKER"}) {
+				t.Errorf("foreign jump changed: %v", got)
+			}
+			// Cleanup twice is fine, and the next Sync is full.
+			if err := e.Cleanup(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := e.Sync(ctx, sc.ruleset(t)); err != nil || !res.Full {
+				t.Fatalf("Sync after Cleanup: %+v, %v", res, err)
+			}
+		})
+	}
+}
+
+func TestChainLister(t *testing.T) {
+	l := &chainLister{names: DefaultNames()}
+	text := "-P INPUT ACCEPT\n-N KUBE-SERVICES\n-N DOCKER\n-N KUBE-SVC-AAAAAAAAAAAAAAAA\n-A KUBE-SERVICES -j RETURN\n-N KUBE-SEP-BBBBBBBBBBBBBBBB"
+	for i := 0; i < len(text); i += 3 { // arbitrary write boundaries
+		l.Write([]byte(text[i:min(i+3, len(text))]))
+	}
+	want := []string{"KUBE-SEP-BBBBBBBBBBBBBBBB", "KUBE-SERVICES", "KUBE-SVC-AAAAAAAAAAAAAAAA"}
+	if got := l.chains(); !slices.Equal(got, want) {
+		t.Errorf("chains %v, want %v", got, want)
+	}
+}

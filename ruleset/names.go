@@ -10,9 +10,10 @@ import (
 )
 
 // ServicePortHash is the base32 SHA-256 of "namespace/name:port" followed by
-// the lower-case protocol, kube-proxy's basis for a ServicePort's chain
-// names: iptables' KUBE-SVC-, KUBE-SVL-, KUBE-EXT- and KUBE-FW- chains use
-// its first 16 characters, nftables' chains its first 8.
+// the lower-case protocol, kube-proxy's basis for a ServicePort's iptables
+// chain names: KUBE-SVC-, KUBE-SVL-, KUBE-EXT- and KUBE-FW- use its first 16
+// characters. (kube-proxy's nftables chains hash another string; see
+// nftables.ServiceChainBase.)
 func ServicePortHash(name servicemap.PortName) string {
 	return hash(name.String() + strings.ToLower(string(name.Protocol)))
 }

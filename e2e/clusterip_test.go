@@ -1,0 +1,92 @@
+//go:build linux
+
+package e2e
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/internal/netns"
+)
+
+// TestClusterIPSpread: a ClusterIP Service with three endpoints spreads
+// connections from a client (PREROUTING) and from the node itself (OUTPUT)
+// over all of them, uniformly; IPv4 and IPv6.
+func TestClusterIPSpread(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 2, RemotePods: 1})
+		c.StartEcho(echoPort)
+		var eps []endpoint
+		for _, pod := range c.Pods {
+			eps = append(eps, ready(c, pod))
+		}
+		startProxy(t, c, backend,
+			service("web", ips(10)),
+			slice("web", false, v1.ProtocolTCP, eps...),
+			slice("web", true, v1.ProtocolTCP, eps...))
+		for _, ipv6 := range []bool{false, true} {
+			addr := at(serviceIP(ipv6, 10), 80)
+			expectUniform(t, spread(t, c.Clients[0], addr, 90), c.Pods...)
+			expectUniform(t, spread(t, c.Node, addr, 90), c.Pods...)
+		}
+	})
+}
+
+// TestNoEndpointsRefused: a Service without endpoints rejects connections at
+// once rather than letting them time out. IPv4 only: with IPv6 the kernel
+// reports the ICMPv6 rejection of a first SYN only on the retransmission a
+// second later (seen on kernel 6.18 with a plain nft reject too).
+func TestNoEndpointsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
+		c.StartEcho(echoPort)
+		startProxy(t, c, backend, service("empty", ips(11)))
+		expectRefused(t, c.Clients[0], at(serviceIP(false, 11), 80))
+		expectRefused(t, c.Node, at(serviceIP(false, 11), 80))
+	})
+}
+
+// TestEndpointConditions: not-ready endpoints never get traffic; when no
+// endpoint is ready, serving terminating ones still serve; one ready
+// endpoint among terminating ones takes everything.
+func TestEndpointConditions(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 3})
+		c.StartEcho(echoPort)
+		p0, p1, p2 := c.Pods[0], c.Pods[1], c.Pods[2]
+		objects := func() []any {
+			return []any{
+				service("notready", ips(20)),
+				slice("notready", false, v1.ProtocolTCP, ready(c, p0), ready(c, p1).notReady()),
+				service("terminating", ips(21)),
+				slice("terminating", false, v1.ProtocolTCP, ready(c, p0).terminatingServing(), ready(c, p1).terminatingServing(), ready(c, p2).terminatingServing().notReady()),
+				service("mixed", ips(22)),
+				slice("mixed", false, v1.ProtocolTCP, ready(c, p0).terminatingServing(), ready(c, p1), ready(c, p2).terminatingServing()),
+			}
+		}
+		startProxy(t, c, backend, objects()...)
+		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 20), 80), 30), p0)
+		expectUniform(t, spread(t, c.Clients[0], at(serviceIP(false, 21), 80), 60), p0, p1)
+		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 22), 80), 30), p1)
+	})
+}
+
+// TestInternalTrafficPolicyLocal: traffic from the node goes only to the
+// node's own endpoints; with endpoints only on other nodes it reaches no pod.
+func TestInternalTrafficPolicyLocal(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1, RemotePods: 2})
+		c.StartEcho(echoPort)
+		local, remote1, remote2 := c.Pods[0], c.Pods[1], c.Pods[2]
+		startProxy(t, c, backend,
+			service("local", ips(30), withInternalLocal()),
+			slice("local", false, v1.ProtocolTCP, ready(c, local), ready(c, remote1), ready(c, remote2)),
+			service("elsewhere", ips(31), withInternalLocal()),
+			slice("elsewhere", false, v1.ProtocolTCP, ready(c, remote1), ready(c, remote2)))
+		expectOnly(t, spread(t, c.Node, at(serviceIP(false, 30), 80), 30), local)
+		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 30), 80), 30), local)
+		expectDropped(t, c.Node, at(serviceIP(false, 31), 80))
+		expectDropped(t, c.Clients[0], at(serviceIP(false, 31), 80))
+	})
+}

@@ -1,0 +1,8 @@
+// Package e2e proves the reference proxies' Service behaviour with real
+// packets in a real kernel. Each test builds its own network namespaces (a
+// node, pods, clients: internal/netns), runs a reference proxy in the node
+// namespace as a user would, from manifests it writes, and checks with real
+// TCP and UDP sockets which pods are reached and what source address they
+// see. The tests run as root with ip, iptables and nft installed; otherwise
+// they skip, or fail when SVCPROXY_E2E=required.
+package e2e

@@ -1,0 +1,77 @@
+// Package nftables renders a ruleset.Ruleset as nftables rules, in
+// kube-proxy's nftables-mode layout, and applies them through
+// sigs.k8s.io/knftables.
+//
+// # Layout
+//
+// One table per IP family (kube-proxy's "kube-proxy" in families ip and ip6
+// by default; Options.Table picks another) holds:
+//
+//   - base chains filter-prerouting, filter-input, filter-forward and
+//     filter-output at priority dstnat-10 (before DNAT, so that they see the
+//     Service addresses), filter-output-post-dnat at dstnat+10, nat-prerouting
+//     and nat-output at dstnat, nat-postrouting at srcnat;
+//   - the verdict maps service-ips (address . protocol . port) and
+//     service-nodeports (protocol . port), which the services chain looks up
+//     to "goto" a Service port's chain; no-endpoint-services and
+//     no-endpoint-nodeports, which reject (goto reject-chain) or drop new
+//     connections to ports without endpoints; firewall-ips, which sends
+//     load-balancer traffic through a port's source-range firewall;
+//   - the sets cluster-ips (traffic to other ports of a cluster IP is
+//     rejected) and, when Config.NodePortAddresses is set, nodeport-ips;
+//   - per Service port the chains service-HASH-ns/name/proto/port (spread
+//     over the cluster targets with one "numgen random mod N vmap", or a
+//     plain goto when there is one),
+//     local-… (the node-local targets), external-… (NodePort, externalIP
+//     and load-balancer traffic: masquerade, or with
+//     externalTrafficPolicy Local keep the client address and short-circuit
+//     traffic from pods and from the node to the cluster targets),
+//     firewall-… (loadBalancerSourceRanges), and per endpoint
+//     endpoint-HASH-ns/name/proto/port__IP/port (hairpin masquerade, DNAT),
+//     with per-endpoint affinity-… sets (flags dynamic,timeout) for
+//     ClientIP affinity;
+//   - masquerading by a packet mark (mark-for-masquerade) and
+//     "masquerade fully-random" in nat-postrouting.
+//
+// The names and hashes are kube-proxy's (see ServiceChainBase and
+// EndpointChainBase), so `nft list table ip kube-proxy` reads the same.
+// What traffic goes where is the Ruleset's decision (Service.Internal and
+// Service.External); this package only renders it. NodePorts are not served
+// on 127.0.0.0/8 (nor ::1) unless Config.LocalhostNodePorts asks for it
+// (IPv4 only).
+//
+// # Rendering
+//
+// Render, RenderNew and RenderChanges are pure: they append operations to
+// knftables.Transactions and do nothing else. Render writes the whole table
+// (RenderNew a new table, in chunks; Script gives a dry run's nft script);
+// RenderChanges writes only what differs between two Rulesets — the map and
+// set elements, chains and affinity sets of the changed Service ports — so
+// that a change to one Service in a table of 10,000 costs as many operations
+// as in a table of 10. Chains that are no longer used are flushed at once
+// and deleted by a later transaction (Result.Stale), because kernels before
+// 6.2 report a chain busy for a moment after the last map element pointing
+// at it is deleted.
+//
+// When two Service ports claim the same frontend (address, protocol and
+// port, or node port), the first in name order gets it and the other is
+// reported in Result.Warnings: the transaction never fails because of what
+// Services contain.
+//
+// # Executor
+//
+// Executor wraps a knftables.Interface: a full sync (create the table, flush
+// and write everything, flush what is no longer used) the first time, after
+// any failure and when the Ruleset's Config changes, and otherwise an
+// incremental one from the last Ruleset applied. A full sync into a table
+// that does not exist yet is applied in chunks (RenderNew), which nft
+// applies several times faster than one transaction. Open checks that nft
+// is 1.0.1 or newer and the kernel MinKernel or newer. Cleanup deletes the
+// table in both families.
+//
+// Every nft invocation reads the table's chains and sets first, so even a
+// one-element incremental sync costs time in proportion to the table (about
+// 1.6 s at 10,000 Services × 10 endpoints on a small VM, as for a bare
+// `nft -f` of one element); what RenderChanges keeps independent of the
+// table's size is the transaction.
+package nftables

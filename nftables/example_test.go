@@ -1,0 +1,151 @@
+package nftables_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/nftables"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/topology"
+)
+
+// exampleRuleset builds the Ruleset of one Service, default/web
+// (198.19.0.10:80), with the given pod IPs as endpoints on port 8080.
+func exampleRuleset(pods ...string) *ruleset.Ruleset {
+	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	svcs.Update(&v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: v1.ServiceSpec{
+			ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}},
+		},
+	})
+	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	port, name := int32(8080), "http"
+	es := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discovery.LabelServiceName: "web"}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: &name, Port: &port}},
+	}
+	for _, ip := range pods {
+		es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{ip}})
+	}
+	eps.Update(es)
+	b, err := ruleset.NewBuilder(ruleset.Config{
+		Family:       v1.IPv4Protocol,
+		Node:         topology.Node{Name: "node-a"},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/18")},
+	})
+	if err != nil {
+		panic(err)
+	}
+	s, _ := svcs.Snapshot()
+	e, _ := eps.Snapshot()
+	rs, _ := b.Build(s, e)
+	return rs
+}
+
+// grep prints the lines of s that contain sub.
+func grep(s, sub string) {
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			fmt.Println(line)
+		}
+	}
+}
+
+// Script renders the whole table as an nft script, as a dry run prints it.
+func ExampleScript() {
+	script, _, err := nftables.Script(exampleRuleset("198.18.64.2", "198.18.65.2"), nftables.Options{})
+	if err != nil {
+		panic(err)
+	}
+	grep(script, "default/web")
+	// Output:
+	// add chain ip kube-proxy service-SUSTUHLJ-default/web/tcp/http
+	// add chain ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080
+	// add chain ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080
+	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade
+	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 , 1 : goto endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 }
+	// add rule ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 ip saddr 198.18.64.2 jump mark-for-masquerade
+	// add rule ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 meta l4proto tcp dnat to 198.18.64.2:8080
+	// add rule ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 ip saddr 198.18.65.2 jump mark-for-masquerade
+	// add rule ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 meta l4proto tcp dnat to 198.18.65.2:8080
+	// add element ip kube-proxy service-ips { 198.19.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
+}
+
+// RenderChanges writes only what an endpoint change touches: the Service's
+// chain, the new endpoint's chain, and the stale one, flushed now and
+// deleted by a later transaction.
+func ExampleRenderChanges() {
+	before := exampleRuleset("198.18.64.2", "198.18.65.2")
+	after := exampleRuleset("198.18.64.2", "198.18.66.2")
+	fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+	tx := fake.NewTransaction()
+	res, err := nftables.RenderChanges(tx, before, after, nftables.Options{}, nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Print(tx)
+	fmt.Println("stale:", res.Stale)
+	// Output:
+	// flush chain ip kube-proxy service-SUSTUHLJ-default/web/tcp/http
+	// flush chain ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080
+	// add chain ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080
+	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade
+	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 , 1 : goto endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 }
+	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 ip saddr 198.18.66.2 jump mark-for-masquerade
+	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 meta l4proto tcp dnat to 198.18.66.2:8080
+	// stale: [endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080]
+}
+
+// An Executor applies Rulesets: a full sync first, then only the changes.
+// Here it drives knftables' Fake; nftables.NewExecutor without NewInterface
+// runs the real nft, after checking its version and the kernel's.
+func ExampleExecutor() {
+	ex, err := nftables.NewExecutor(nftables.ExecutorConfig{
+		Family: v1.IPv4Protocol,
+		NewInterface: func(family knftables.Family, table string) (knftables.Interface, error) {
+			return knftables.NewFake(family, table), nil
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, rs := range []*ruleset.Ruleset{
+		exampleRuleset("198.18.64.2"),
+		exampleRuleset("198.18.64.2", "198.18.65.2"),
+		exampleRuleset("198.18.64.2", "198.18.65.2"),
+	} {
+		res, err := ex.Sync(context.Background(), rs)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("full=%v operations=%d\n", res.Full, res.Operations)
+	}
+	// Output:
+	// full=true operations=83
+	// full=false operations=6
+	// full=false operations=0
+}
+
+// The chain names are kube-proxy's.
+func ExampleServiceChainBase() {
+	name := servicemap.PortName{Namespace: "ns1", Name: "svc1", Port: "p80", Protocol: v1.ProtocolTCP}
+	fmt.Println("service-" + nftables.ServiceChainBase(name))
+	fmt.Println("endpoint-" + nftables.EndpointChainBase(name, netip.MustParseAddrPort("10.180.0.1:80")))
+	fmt.Println("endpoint-" + nftables.EndpointChainBase(name, netip.MustParseAddrPort("[fd00::1]:80")))
+	// Output:
+	// service-ULMVA6XW-ns1/svc1/tcp/p80
+	// endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80
+	// endpoint-MDGHXLRU-ns1/svc1/tcp/p80__fd00..1/80
+}

@@ -1,0 +1,310 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// DefaultStaleChainDelay is how long a flushed chain waits before it is
+// deleted: kube-proxy's second.
+const DefaultStaleChainDelay = time.Second
+
+// MinKernel is the oldest kernel the nftables backend supports,
+// kube-proxy's floor for its nftables mode ("major.minor").
+const MinKernel = "5.13"
+
+// ExecutorConfig configures an Executor.
+type ExecutorConfig struct {
+	// Family is the IP family of the Rulesets the Executor applies.
+	Family v1.IPFamily
+	// Options are passed to Render and RenderChanges.
+	Options Options
+	// NewInterface returns the knftables.Interface for a family and table.
+	// nil means Open, which checks nft and the kernel. Tests pass
+	// knftables fakes.
+	NewInterface func(family knftables.Family, table string) (knftables.Interface, error)
+	// StaleChainDelay is how long a stale chain stays flushed before it is
+	// deleted; 0 means DefaultStaleChainDelay.
+	StaleChainDelay time.Duration
+	// Now is the clock that times stale chains; nil means time.Now.
+	Now func() time.Time
+	// FirstSyncChunk is the number of Service ports per transaction when
+	// the table does not exist yet (see RenderNew); 0 means
+	// DefaultFirstSyncChunk, a negative value one transaction.
+	FirstSyncChunk int
+}
+
+// DefaultFirstSyncChunk is the number of Service ports per transaction of a
+// first sync.
+const DefaultFirstSyncChunk = 1000
+
+// Executor applies Rulesets of one IP family to one nftables table through
+// knftables: a full sync the first time, after a failure and when the
+// Ruleset's Config changes; otherwise only the changes since the last
+// Ruleset it applied. An Executor is not safe for concurrent use.
+type Executor struct {
+	cfg   ExecutorConfig
+	table string
+	nft   knftables.Interface
+	// last is the last Ruleset applied; nil forces a full sync.
+	last *ruleset.Ruleset
+	// stale holds the flushed chains waiting to be deleted, with the time
+	// they were flushed.
+	stale map[string]time.Time
+}
+
+// SyncResult says what one Sync did.
+type SyncResult struct {
+	// Full reports a full sync (the whole table written) rather than an
+	// incremental one.
+	Full bool
+	// Fallback is why an incremental sync was not possible or failed, when
+	// a full sync replaced it; nil otherwise.
+	Fallback error
+	// Operations is the number of operations applied (0 when there was
+	// nothing to do).
+	Operations int
+	// StaleChains are the chains now flushed and waiting to be deleted;
+	// DeletedChains the ones this sync deleted.
+	StaleChains, DeletedChains int
+	// Warnings are the Render warnings (see Result.Warnings).
+	Warnings []svcproxy.Warning
+}
+
+// NewExecutor returns an Executor for the table of cfg.Options in
+// cfg.Family. With a nil cfg.NewInterface it calls Open, and so fails
+// with a clear error when nft or the kernel is too old.
+func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
+	if cfg.Family != v1.IPv4Protocol && cfg.Family != v1.IPv6Protocol {
+		return nil, fmt.Errorf("nftables: unknown IP family %q", cfg.Family)
+	}
+	if cfg.NewInterface == nil {
+		cfg.NewInterface = Open
+	}
+	if cfg.StaleChainDelay == 0 {
+		cfg.StaleChainDelay = DefaultStaleChainDelay
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.FirstSyncChunk == 0 {
+		cfg.FirstSyncChunk = DefaultFirstSyncChunk
+	}
+	table := cfg.Options.Table
+	if table == "" {
+		table = DefaultTable
+	}
+	if !validTableName(table) {
+		return nil, fmt.Errorf("nftables: invalid table name %q", table)
+	}
+	nft, err := cfg.NewInterface(Family(cfg.Family), table)
+	if err != nil {
+		return nil, err
+	}
+	return &Executor{cfg: cfg, table: table, nft: nft, stale: map[string]time.Time{}}, nil
+}
+
+// Open returns a knftables.Interface for one table after checking that the
+// host can run the nftables backend: nft 1.0.1 or newer (older versions
+// parse the whole ruleset, and can crash on other programs' tables), which
+// knftables.New checks along with nft's permissions, and a kernel of at
+// least MinKernel.
+func Open(family knftables.Family, table string) (knftables.Interface, error) {
+	nft, err := knftables.New(family, table)
+	if err != nil {
+		return nil, fmt.Errorf("nftables backend unavailable (it needs nft 1.0.1 or newer, run with CAP_NET_ADMIN): %w", err)
+	}
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		return nil, fmt.Errorf("nftables backend: reading the kernel version: %w", err)
+	}
+	var release strings.Builder
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		release.WriteByte(byte(c))
+	}
+	if err := checkKernel(release.String()); err != nil {
+		return nil, err
+	}
+	return nft, nil
+}
+
+// checkKernel reports an error when release (uname -r) is older than
+// MinKernel.
+func checkKernel(release string) error {
+	parse := func(s string) (int, int, bool) {
+		fields := strings.FieldsFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+		if len(fields) < 2 {
+			return 0, 0, false
+		}
+		major, err1 := strconv.Atoi(fields[0])
+		minor, err2 := strconv.Atoi(fields[1])
+		return major, minor, err1 == nil && err2 == nil
+	}
+	major, minor, ok := parse(release)
+	wantMajor, wantMinor, _ := parse(MinKernel)
+	if !ok {
+		return fmt.Errorf("nftables backend: cannot parse kernel version %q", release)
+	}
+	if major < wantMajor || (major == wantMajor && minor < wantMinor) {
+		return fmt.Errorf("nftables backend unavailable: kernel %s is older than %s", release, MinKernel)
+	}
+	return nil
+}
+
+// Sync makes the table hold rs. It applies only the changes since the last
+// Ruleset it applied when it can, and falls back at once to a full sync
+// when it cannot (first sync, Config change) or when the incremental
+// transaction fails. When the full sync fails too, the error is returned and
+// the next Sync is a full one again.
+func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, error) {
+	if f := rs.Config().Family; f != e.cfg.Family {
+		return SyncResult{}, fmt.Errorf("nftables: ruleset is %s, executor is %s", f, e.cfg.Family)
+	}
+	now := e.cfg.Now()
+	var fallback error
+	if e.last != nil {
+		res, err := e.syncChanges(ctx, rs, now)
+		if err == nil {
+			return res, nil
+		}
+		fallback = err
+	} else {
+		fallback = fmt.Errorf("%w: no ruleset applied yet", ErrFullSyncNeeded)
+	}
+	res, err := e.syncFull(ctx, rs, now)
+	res.Fallback = fallback
+	return res, err
+}
+
+// ForceFullSync makes the next Sync a full one, e.g. to repair a table that
+// something else changed.
+func (e *Executor) ForceFullSync() { e.last = nil }
+
+func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (SyncResult, error) {
+	var deletable []string
+	for name, flushed := range e.stale {
+		if now.Sub(flushed) >= e.cfg.StaleChainDelay {
+			deletable = append(deletable, name)
+		}
+	}
+	slices.Sort(deletable)
+	tx := e.nft.NewTransaction()
+	r, err := RenderChanges(tx, e.last, rs, e.cfg.Options, deletable)
+	if err != nil {
+		return SyncResult{}, err
+	}
+	res := SyncResult{Operations: tx.NumOperations(), DeletedChains: len(r.Deleted), Warnings: r.Warnings}
+	if tx.NumOperations() > 0 {
+		if err := e.nft.Run(ctx, tx); err != nil {
+			e.last = nil
+			return SyncResult{}, fmt.Errorf("nftables: incremental sync: %w", err)
+		}
+	}
+	// Deleted, in use again, or flushed again just now (and so in r.Stale).
+	for _, name := range deletable {
+		delete(e.stale, name)
+	}
+	for _, name := range r.Stale {
+		e.stale[name] = now
+	}
+	e.last = rs
+	res.StaleChains = len(e.stale)
+	return res, nil
+}
+
+func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (SyncResult, error) {
+	e.last = nil
+	existing, err := e.nft.ListAll(ctx)
+	if err != nil {
+		if !knftables.IsNotFound(err) {
+			return SyncResult{Full: true}, fmt.Errorf("nftables: listing table %s %s: %w", Family(e.cfg.Family), e.table, err)
+		}
+		existing = map[string][]string{} // no table yet
+	}
+	var txs []*knftables.Transaction
+	var r Result
+	if len(existing) == 0 {
+		// A new table: nothing to keep serving while it fills, so in
+		// chunks, which nft applies much faster than one transaction.
+		txs, r, err = RenderNew(e.nft.NewTransaction, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
+	} else {
+		tx := e.nft.NewTransaction()
+		r, err = Render(tx, rs, e.cfg.Options, existing)
+		txs = []*knftables.Transaction{tx}
+	}
+	if err != nil {
+		return SyncResult{Full: true}, err
+	}
+	ops := 0
+	for i, tx := range txs {
+		if err := e.nft.Run(ctx, tx); err != nil {
+			return SyncResult{Full: true}, fmt.Errorf("nftables: full sync (transaction %d of %d): %w", i+1, len(txs), err)
+		}
+		ops += tx.NumOperations()
+	}
+	clear(e.stale)
+	for _, name := range r.Stale {
+		e.stale[name] = now
+	}
+	e.last = rs
+	return SyncResult{Full: true, Operations: ops, StaleChains: len(e.stale), Warnings: r.Warnings}, nil
+}
+
+// Cleanup deletes the Executor's table in both IP families (a dual-stack
+// proxy runs one Executor per family, and either one cleans up both). The
+// next Sync is a full one.
+func (e *Executor) Cleanup(ctx context.Context) error {
+	e.last = nil
+	clear(e.stale)
+	return cleanup(ctx, e.table, func(f knftables.Family, table string) (knftables.Interface, error) {
+		if f == Family(e.cfg.Family) {
+			return e.nft, nil
+		}
+		return e.cfg.NewInterface(f, table)
+	})
+}
+
+// Cleanup deletes the table (DefaultTable when "") in both IP families, as
+// `kube-proxy --cleanup` does. A missing table is not an error.
+func Cleanup(ctx context.Context, table string) error {
+	if table == "" {
+		table = DefaultTable
+	}
+	if !validTableName(table) {
+		return fmt.Errorf("nftables: invalid table name %q", table)
+	}
+	return cleanup(ctx, table, Open)
+}
+
+func cleanup(ctx context.Context, table string, open func(knftables.Family, string) (knftables.Interface, error)) error {
+	var errs []error
+	for _, f := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+		nft, err := open(f, table)
+		if err == nil {
+			tx := nft.NewTransaction()
+			// add, then delete: succeeds whether or not the table exists.
+			tx.Add(&knftables.Table{Family: f, Name: table})
+			tx.Delete(&knftables.Table{Family: f, Name: table})
+			err = nft.Run(ctx, tx)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nftables: deleting table %s %s: %w", f, table, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,4 @@
+package nftables
+
+// CheckKernel exposes checkKernel to the tests.
+var CheckKernel = checkKernel

@@ -1,0 +1,150 @@
+package nftables
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// DefaultTable is the name of kube-proxy's nftables table.
+const DefaultTable = "kube-proxy"
+
+// Names of the fixed objects in the table: kube-proxy's.
+const (
+	chainFilterPrerouting   = "filter-prerouting"
+	chainFilterInput        = "filter-input"
+	chainFilterForward      = "filter-forward"
+	chainFilterOutput       = "filter-output"
+	chainFilterOutputPost   = "filter-output-post-dnat"
+	chainNATPrerouting      = "nat-prerouting"
+	chainNATOutput          = "nat-output"
+	chainNATPostrouting     = "nat-postrouting"
+	chainServices           = "services"
+	chainServiceEPCheck     = "service-endpoints-check"
+	chainNodePortEPCheck    = "nodeport-endpoints-check"
+	chainClusterIPsCheck    = "cluster-ips-check"
+	chainFirewallCheck      = "firewall-check"
+	chainReject             = "reject-chain"
+	chainMarkMasq           = "mark-for-masquerade"
+	chainMasquerading       = "masquerading"
+	mapServiceIPs           = "service-ips"
+	mapServiceNodePorts     = "service-nodeports"
+	mapNoEndpointServices   = "no-endpoint-services"
+	mapNoEndpointNodePorts  = "no-endpoint-nodeports"
+	mapFirewallIPs          = "firewall-ips"
+	setClusterIPs           = "cluster-ips"
+	setNodePortIPs          = "nodeport-ips"
+	prefixService           = "service-"
+	prefixLocal             = "local-"
+	prefixExternal          = "external-"
+	prefixFirewall          = "firewall-"
+	prefixEndpoint          = "endpoint-"
+	prefixAffinity          = "affinity-"
+	maxPrefixLen            = 16
+	maxBaseLen              = knftables.NameLengthMax - maxPrefixLen
+	endpointSeparator       = "__"
+	truncatedSuffix         = "..."
+	hashLen                 = 8
+	defaultTableDescription = "rules for kube-proxy"
+)
+
+// ServiceChainBase is the part of a ServicePort's chain names after the
+// prefix ("service-", "local-", "external-", "firewall-"), as kube-proxy's
+// nftables mode makes it: the first 8 characters of the base32 SHA-256 of
+// "namespace/name/protocol/port", a dash, and that string, e.g.
+// "ULMVA6XW-ns1/svc1/tcp/p80".
+//
+// The hash is not ruleset.ServicePortHash, which hashes
+// "namespace/name:port" + protocol for the iptables chain names.
+func ServiceChainBase(name servicemap.PortName) string {
+	return hashAndTruncate(serviceString(name))
+}
+
+// EndpointChainBase is the part of an endpoint's chain and affinity-set
+// names after the prefix ("endpoint-", "affinity-"), as kube-proxy makes it:
+// "HASH-namespace/name/protocol/port__IP/port", with the colons of an IPv6
+// address written as dots, e.g. "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80".
+func EndpointChainBase(name servicemap.PortName, endpoint netip.AddrPort) string {
+	ip := strings.ReplaceAll(endpoint.Addr().String(), ":", ".")
+	return hashAndTruncate(serviceString(name) + endpointSeparator + ip + "/" + strconv.Itoa(int(endpoint.Port())))
+}
+
+func serviceString(name servicemap.PortName) string {
+	return name.Namespace + "/" + name.Name + "/" + strings.ToLower(string(name.Protocol)) + "/" + name.Port
+}
+
+// hashAndTruncate prefixes s with its hash and truncates the result to
+// maxBaseLen; the hash keeps truncated names unique.
+func hashAndTruncate(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	name := base32.StdEncoding.EncodeToString(sum[:])[:hashLen] + "-" + s
+	if len(name) > maxBaseLen {
+		name = name[:maxBaseLen-len(truncatedSuffix)] + truncatedSuffix
+	}
+	return name
+}
+
+// serviceOfChain parses the ServicePort out of a per-service or per-endpoint
+// chain name. It fails for the fixed chains (which hold no "/"), for
+// truncated names and for names it does not recognise.
+func serviceOfChain(chain string) (servicemap.PortName, bool) {
+	var rest string
+	found := false
+	for _, p := range []string{prefixService, prefixLocal, prefixExternal, prefixFirewall, prefixEndpoint} {
+		if r, ok := strings.CutPrefix(chain, p); ok {
+			rest, found = r, true
+			break
+		}
+	}
+	if !found || strings.HasSuffix(chain, truncatedSuffix) || len(rest) < hashLen+1 || rest[hashLen] != '-' {
+		return servicemap.PortName{}, false
+	}
+	rest = rest[hashLen+1:]
+	if i := strings.Index(rest, endpointSeparator); i >= 0 {
+		rest = rest[:i]
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 4 {
+		return servicemap.PortName{}, false
+	}
+	var proto v1.Protocol
+	switch parts[2] {
+	case "tcp":
+		proto = v1.ProtocolTCP
+	case "udp":
+		proto = v1.ProtocolUDP
+	case "sctp":
+		proto = v1.ProtocolSCTP
+	default:
+		return servicemap.PortName{}, false
+	}
+	return servicemap.PortName{Namespace: parts[0], Name: parts[1], Port: parts[3], Protocol: proto}, true
+}
+
+// safeName reports whether a ServicePort's names can go into chain names
+// and comments as they are: DNS labels and port names use [a-z0-9-] only.
+// servicemap validates them; this is a second line of defence, so that
+// nothing in a Service can ever inject text into the nft script.
+func safeName(name servicemap.PortName) bool {
+	switch name.Protocol {
+	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
+	default:
+		return false
+	}
+	for _, s := range []string{name.Namespace, name.Name, name.Port} {
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+				return false
+			}
+		}
+	}
+	return name.Namespace != "" && name.Name != ""
+}

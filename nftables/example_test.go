@@ -133,7 +133,7 @@ func ExampleExecutor() {
 		fmt.Printf("full=%v operations=%d\n", res.Full, res.Operations)
 	}
 	// Output:
-	// full=true operations=83
+	// full=true operations=67
 	// full=false operations=6
 	// full=false operations=0
 }

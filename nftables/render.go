@@ -90,15 +90,15 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 		return Result{}, err
 	}
 	var res Result
-	r.fixed(tx)
-
 	// Chains that exist are flushed; new ones are empty already, and a
 	// flush per chain would double the size of a first sync.
 	exists := map[string]bool{}
 	for _, name := range existing["chain"] {
 		exists[name] = true
 	}
-	st := newFullState(r, &res, func(chain string) bool { return existing == nil || exists[chain] })
+	mayExist := func(chain string) bool { return existing == nil || exists[chain] }
+	r.fixed(tx, mayExist)
+	st := newFullState(r, &res, mayExist)
 	st.services(tx, rs.Services())
 
 	if existing != nil {
@@ -149,7 +149,7 @@ func RenderNew(newTx func() *knftables.Transaction, rs *ruleset.Ruleset, opts Op
 	}
 	var res Result
 	tx := newTx()
-	r.fixed(tx)
+	r.fixed(tx, func(string) bool { return false })
 	txs := []*knftables.Transaction{tx}
 	st := newFullState(r, &res, func(string) bool { return false })
 	all := rs.Services()
@@ -574,8 +574,8 @@ func (r *renderer) fixedSetsAndMaps() []string {
 }
 
 // fixed adds the table and everything in it that does not depend on the
-// Services.
-func (r *renderer) fixed(tx *knftables.Transaction) {
+// Services. mayExist says which chains may already be in the table.
+func (r *renderer) fixed(tx *knftables.Transaction, mayExist func(chain string) bool) {
 	comment := defaultTableDescription
 	if r.table != DefaultTable {
 		comment = "Service proxy rules"
@@ -583,10 +583,13 @@ func (r *renderer) fixed(tx *knftables.Transaction) {
 	tx.Add(&knftables.Table{Family: r.family, Name: r.table, Comment: &comment})
 
 	for _, bc := range baseChains {
-		// Delete and create again, so that a changed hook or priority
-		// applies: nft refuses to change them on an existing chain.
-		tx.Add(r.chain(bc.name))
-		tx.Delete(r.chain(bc.name))
+		if mayExist(bc.name) {
+			// Delete and create again, so that a changed hook or
+			// priority applies: nft refuses to change them on an
+			// existing chain.
+			tx.Add(r.chain(bc.name))
+			tx.Delete(r.chain(bc.name))
+		}
 		c := r.chain(bc.name)
 		c.Type, c.Hook, c.Priority = ptr(bc.kind), ptr(bc.hook), ptr(bc.priority)
 		tx.Add(c)

@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"io"
 
 	v1 "k8s.io/api/core/v1"
@@ -20,42 +19,23 @@ import (
 )
 
 func main() {
-	proxy.Main(proxy.Mode{Name: "iptables", NewBackend: newBackend})
+	proxy.Main(proxy.Mode{
+		Name: "iptables",
+		Render: func(w io.Writer, rs *ruleset.Ruleset) error {
+			_, err := w.Write(iptables.Render(iptables.DefaultNames(), rs))
+			return err
+		},
+		NewExecutor: func(family v1.IPFamily) (proxy.Executor, error) {
+			exec, err := iptables.NewExecutor(iptables.ExecutorConfig{Family: family})
+			return executor{exec}, err
+		},
+	})
 }
 
-func newBackend(family v1.IPFamily, dryRun bool) (proxy.Backend, error) {
-	if dryRun {
-		return dryRunBackend{}, nil
-	}
-	exec, err := iptables.NewExecutor(iptables.ExecutorConfig{Family: family})
-	if err != nil {
-		return nil, err
-	}
-	return backend{exec}, nil
-}
+// executor adapts an iptables.Executor to proxy.Executor.
+type executor struct{ *iptables.Executor }
 
-// backend applies Rulesets through an iptables.Executor.
-type backend struct{ exec *iptables.Executor }
-
-func (backend) Render(w io.Writer, rs *ruleset.Ruleset) error { return dryRunBackend{}.Render(w, rs) }
-
-func (b backend) Sync(ctx context.Context, rs *ruleset.Ruleset) error {
-	_, err := b.exec.Sync(ctx, rs)
+func (e executor) Sync(ctx context.Context, rs *ruleset.Ruleset) error {
+	_, err := e.Executor.Sync(ctx, rs)
 	return err
 }
-
-func (b backend) Cleanup(ctx context.Context) error { return b.exec.Cleanup(ctx) }
-
-// dryRunBackend only renders: it needs neither root nor iptables.
-type dryRunBackend struct{}
-
-func (dryRunBackend) Render(w io.Writer, rs *ruleset.Ruleset) error {
-	_, err := w.Write(iptables.Render(iptables.DefaultNames(), rs))
-	return err
-}
-
-var errDryRun = errors.New("dry run: nothing is applied")
-
-func (dryRunBackend) Sync(context.Context, *ruleset.Ruleset) error { return errDryRun }
-
-func (dryRunBackend) Cleanup(context.Context) error { return errDryRun }

@@ -18,50 +18,27 @@ import (
 )
 
 func main() {
-	proxy.Main(proxy.Mode{Name: "nftables", NewBackend: newBackend})
+	proxy.Main(proxy.Mode{
+		Name: "nftables",
+		Render: func(w io.Writer, rs *ruleset.Ruleset) error {
+			script, _, err := nftables.Script(rs, nftables.Options{})
+			if err != nil {
+				return err
+			}
+			_, err = io.WriteString(w, script)
+			return err
+		},
+		NewExecutor: func(family v1.IPFamily) (proxy.Executor, error) {
+			exec, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: family})
+			return executor{exec}, err
+		},
+	})
 }
 
-func newBackend(family v1.IPFamily, dryRun bool) (proxy.Backend, error) {
-	if dryRun {
-		return dryRunBackend{}, nil
-	}
-	exec, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: family})
-	if err != nil {
-		return nil, err
-	}
-	return backend{exec}, nil
-}
+// executor adapts an nftables.Executor to proxy.Executor.
+type executor struct{ *nftables.Executor }
 
-// backend applies Rulesets through an nftables.Executor.
-type backend struct{ exec *nftables.Executor }
-
-func (b backend) Render(w io.Writer, rs *ruleset.Ruleset) error { return dryRunBackend{}.Render(w, rs) }
-
-func (b backend) Sync(ctx context.Context, rs *ruleset.Ruleset) error {
-	_, err := b.exec.Sync(ctx, rs)
+func (e executor) Sync(ctx context.Context, rs *ruleset.Ruleset) error {
+	_, err := e.Executor.Sync(ctx, rs)
 	return err
 }
-
-func (b backend) Cleanup(ctx context.Context) error { return b.exec.Cleanup(ctx) }
-
-// dryRunBackend only renders: it needs neither root nor nft.
-type dryRunBackend struct{}
-
-func (dryRunBackend) Render(w io.Writer, rs *ruleset.Ruleset) error {
-	script, _, err := nftables.Script(rs, nftables.Options{})
-	if err != nil {
-		return err
-	}
-	_, err = io.WriteString(w, script)
-	return err
-}
-
-func (dryRunBackend) Sync(context.Context, *ruleset.Ruleset) error { return errDryRun }
-
-func (dryRunBackend) Cleanup(context.Context) error { return errDryRun }
-
-var errDryRun = errorString("dry run: nothing is applied")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }

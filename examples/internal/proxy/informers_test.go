@@ -39,8 +39,7 @@ func TestInformersReachTheRules(t *testing.T) {
 	if err := watchAPI(ctx, client, state, "n1", func() { changes <- struct{}{} }, func([]svcproxy.Warning) {}); err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{opts: &Options{}, log: discardLogger(), state: state, families: []v1.IPFamily{v1.IPv4Protocol},
-		backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: &fakeBackend{family: v1.IPv4Protocol}}}
+	p := &proxy{mode: Mode{Render: fakeRender}, opts: &Options{}, log: discardLogger(), state: state, families: []v1.IPFamily{v1.IPv4Protocol}}
 	render := func() string {
 		var out bytes.Buffer
 		if err := p.dryRun(&out); err != nil {

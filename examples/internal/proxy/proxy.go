@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -26,25 +27,24 @@ import (
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
-// Backend applies the Rulesets of one IP family to the kernel.
-type Backend interface {
-	// Render writes exactly what a full Sync of rs would apply, for
-	// --dry-run.
-	Render(w io.Writer, rs *ruleset.Ruleset) error
-	// Sync applies rs, fully or incrementally as the backend sees fit, and
+// Executor applies the Rulesets of one IP family to the kernel.
+type Executor interface {
+	// Sync applies rs, fully or incrementally as the executor sees fit, and
 	// does a full sync after any failure.
 	Sync(ctx context.Context, rs *ruleset.Ruleset) error
-	// Cleanup removes everything the backend owns in its family.
+	// Cleanup removes everything the executor owns.
 	Cleanup(ctx context.Context) error
 }
 
-// Mode is one kind of reference proxy.
+// Mode is one kind of reference proxy: a kernel backend.
 type Mode struct {
 	// Name answers /proxyMode: "iptables" or "nftables".
 	Name string
-	// NewBackend makes the backend of one family. dryRun backends must not
-	// need root or touch the kernel.
-	NewBackend func(family v1.IPFamily, dryRun bool) (Backend, error)
+	// Render writes exactly what a full sync of rs would apply, for
+	// --dry-run. It must need neither root nor the kernel.
+	Render func(w io.Writer, rs *ruleset.Ruleset) error
+	// NewExecutor makes the executor of one family.
+	NewExecutor func(family v1.IPFamily) (Executor, error)
 }
 
 // Exit codes.
@@ -81,28 +81,26 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	if code := p.start(ctx, stderr); code != exitOK {
 		return code
 	}
-	if err := p.makeBackends(opts.DryRun); err != nil {
-		fmt.Fprintln(stderr, "error:", err)
-		return exitFailed
-	}
-	if !opts.DryRun {
-		cleaner, err := conntrack.NewNetlinkCleaner(nil)
-		if err != nil {
-			p.log.Warn("stale UDP conntrack entries will not be cleaned up", "err", err)
-		} else {
-			defer cleaner.Close()
-			p.cleaner = cleaner
-		}
-	}
-
-	switch {
-	case opts.DryRun:
+	p.families = slices.Sorted(maps.Keys(p.state.services))
+	if opts.DryRun {
 		if err := p.dryRun(stdout); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitFailed
 		}
 		return exitOK
-	case opts.Once:
+	}
+	if err := p.makeExecutors(); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return exitFailed
+	}
+	if cleaner, err := conntrack.NewNetlinkCleaner(nil); err != nil {
+		p.log.Warn("stale UDP conntrack entries will not be cleaned up", "err", err)
+	} else {
+		defer cleaner.Close()
+		p.cleaner = cleaner
+	}
+
+	if opts.Once {
 		if err := p.sync(ctx); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitFailed
@@ -158,9 +156,9 @@ func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) in
 		if opts.IPFamily == "ipv4" && f == v1.IPv6Protocol || opts.IPFamily == "ipv6" && f == v1.IPv4Protocol {
 			continue
 		}
-		b, err := mode.NewBackend(f, false)
+		e, err := mode.NewExecutor(f)
 		if err == nil {
-			err = b.Cleanup(ctx)
+			err = e.Cleanup(ctx)
 		}
 		if err != nil {
 			log.Error("cleanup failed", "family", f, "err", err)
@@ -190,15 +188,15 @@ func nodeAddresses(nodes []*v1.Node, name string) []netip.Addr {
 }
 
 type proxy struct {
-	mode     Mode
-	opts     *Options
-	log      *slog.Logger
-	metrics  *metrics
-	state    *State
-	loop     *Loop
-	nodeIPs  []netip.Addr
-	families []v1.IPFamily
-	backends map[v1.IPFamily]Backend
+	mode      Mode
+	opts      *Options
+	log       *slog.Logger
+	metrics   *metrics
+	state     *State
+	loop      *Loop
+	nodeIPs   []netip.Addr
+	families  []v1.IPFamily
+	executors map[v1.IPFamily]Executor
 	// cleaner deletes stale conntrack entries; nil in dry runs and when
 	// netlink is unavailable.
 	cleaner conntrack.Cleaner
@@ -217,18 +215,14 @@ type proxy struct {
 	health          *healthServers
 }
 
-func (p *proxy) makeBackends(dryRun bool) error {
-	p.backends = map[v1.IPFamily]Backend{}
-	for f := range p.state.services {
-		p.families = append(p.families, f)
-	}
-	slices.Sort(p.families)
+func (p *proxy) makeExecutors() error {
+	p.executors = map[v1.IPFamily]Executor{}
 	for _, f := range p.families {
-		b, err := p.mode.NewBackend(f, dryRun)
+		e, err := p.mode.NewExecutor(f)
 		if err != nil {
-			return fmt.Errorf("%s backend for %s: %w", p.mode.Name, f, err)
+			return fmt.Errorf("%s executor for %s: %w", p.mode.Name, f, err)
 		}
-		p.backends[f] = b
+		p.executors[f] = e
 	}
 	return nil
 }
@@ -279,7 +273,7 @@ func (p *proxy) dryRun(w io.Writer) error {
 		return err
 	}
 	for _, f := range p.families {
-		if err := p.backends[f].Render(w, rulesets[f]); err != nil {
+		if err := p.mode.Render(w, rulesets[f]); err != nil {
 			return fmt.Errorf("render %s: %w", f, err)
 		}
 	}
@@ -301,7 +295,7 @@ func (p *proxy) sync(ctx context.Context) error {
 	}
 	var errs []error
 	for _, f := range p.families {
-		if err := p.backends[f].Sync(ctx, rulesets[f]); err != nil {
+		if err := p.executors[f].Sync(ctx, rulesets[f]); err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", f, err))
 			continue
 		}

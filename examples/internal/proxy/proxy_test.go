@@ -23,7 +23,7 @@ import (
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
-// fakeBackend renders one line per Service and records what it syncs.
+// fakeBackend records what it syncs.
 type fakeBackend struct {
 	family v1.IPFamily
 	mu     sync.Mutex
@@ -32,9 +32,10 @@ type fakeBackend struct {
 	clean  int
 }
 
-func (b *fakeBackend) Render(w io.Writer, rs *ruleset.Ruleset) error {
+// fakeRender writes one line per Service.
+func fakeRender(w io.Writer, rs *ruleset.Ruleset) error {
 	for _, s := range rs.Services() {
-		fmt.Fprintf(w, "%s %s %s %s\n", b.family, s.Name, s.ClusterIP, s.Internal)
+		fmt.Fprintf(w, "%s %s %s %s\n", rs.Config().Family, s.Name, s.ClusterIP, s.Internal)
 	}
 	return nil
 }
@@ -56,7 +57,7 @@ func (b *fakeBackend) Cleanup(context.Context) error {
 }
 
 func fakeMode(backends map[v1.IPFamily]*fakeBackend) Mode {
-	return Mode{Name: "fake", NewBackend: func(f v1.IPFamily, _ bool) (Backend, error) {
+	return Mode{Name: "fake", Render: fakeRender, NewExecutor: func(f v1.IPFamily) (Executor, error) {
 		b := &fakeBackend{family: f}
 		backends[f] = b
 		return b, nil
@@ -101,8 +102,8 @@ func TestDryRunPrintsWhatWouldBeApplied(t *testing.T) {
 	if want := "IPv4 ns/good:http 198.19.0.1 reject\n"; out.String() != want {
 		t.Errorf("dry run printed %q, want %q", out.String(), want)
 	}
-	if len(backends[v1.IPv4Protocol].synced) != 0 {
-		t.Error("dry run applied rules")
+	if len(backends) != 0 {
+		t.Error("a dry run made an executor")
 	}
 }
 
@@ -162,13 +163,13 @@ func TestBadFlagsExit2(t *testing.T) {
 func TestFailedSyncLosesNoChange(t *testing.T) {
 	backend := &fakeBackend{family: v1.IPv4Protocol, fails: 1}
 	p := &proxy{
-		mode:     Mode{Name: "fake"},
-		opts:     &Options{NodeName: "n1", SyncPeriod: time.Minute},
-		log:      discardLogger(),
-		metrics:  newMetrics(),
-		state:    NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{}),
-		families: []v1.IPFamily{v1.IPv4Protocol},
-		backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: backend},
+		mode:      Mode{Name: "fake", Render: fakeRender},
+		opts:      &Options{NodeName: "n1", SyncPeriod: time.Minute},
+		log:       discardLogger(),
+		metrics:   newMetrics(),
+		state:     NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{}),
+		families:  []v1.IPFamily{v1.IPv4Protocol},
+		executors: map[v1.IPFamily]Executor{v1.IPv4Protocol: backend},
 	}
 	p.state.UpdateService(service("a", "198.19.0.1"))
 	if err := p.sync(context.Background()); err == nil {

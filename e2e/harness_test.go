@@ -37,6 +37,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	before := hostRules()
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
@@ -45,7 +46,24 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: namespaces left behind: %v\n", left)
 		code = 1
 	}
+	if after := hostRules(); after != before {
+		fmt.Fprintf(os.Stderr, "e2e: the host namespace's rules changed during the run:\nbefore:\n%s\nafter:\n%s\n", before, after)
+		code = 1
+	}
 	os.Exit(code)
+}
+
+// hostRules reads (never changes) the host namespace's firewall, to prove
+// that the suite left it alone. Tools that are missing read as empty.
+func hostRules() string {
+	var out strings.Builder
+	for _, cmd := range [][]string{{"iptables-save"}, {"ip6tables-save"}, {"nft", "list", "ruleset"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		text, _ := exec.CommandContext(ctx, cmd[0], cmd[1:]...).Output()
+		cancel()
+		fmt.Fprintf(&out, "# %s\n%s", strings.Join(cmd, " "), text)
+	}
+	return rulesOnly(out.String())
 }
 
 // proxyBinary builds a reference proxy once and returns its path.

@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// TestServers checks /proxyMode, /metrics (kube-proxy's metric names) and
+// /healthz on the addresses the flags give, and that "" turns a server off.
+func TestServers(t *testing.T) {
+	metricsAddr, healthzAddr := freeAddr(t), freeAddr(t)
+	p := &proxy{
+		mode:    Mode{Name: "nftables"},
+		opts:    &Options{MetricsAddress: metricsAddr, HealthzAddress: healthzAddr, SyncPeriod: time.Minute},
+		metrics: newMetrics(),
+	}
+	p.lastSuccess.Store(time.Now().UnixNano())
+	p.metrics.syncDuration.Observe(0.25)
+	p.metrics.lastSync.Set(1.7e9)
+	servers, err := p.startServers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}()
+
+	if code, body := get(t, "http://"+metricsAddr+"/proxyMode"); code != 200 || body != "nftables" {
+		t.Errorf("/proxyMode: %d %q, want 200 nftables", code, body)
+	}
+	code, body := get(t, "http://"+metricsAddr+"/metrics")
+	if code != 200 {
+		t.Errorf("/metrics: %d", code)
+	}
+	for _, name := range []string{
+		"kubeproxy_sync_proxy_rules_duration_seconds_bucket",
+		"kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7e+09",
+		"kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+		"kubeproxy_sync_proxy_rules_service_changes_pending",
+		"kubeproxy_network_programming_duration_seconds_bucket",
+	} {
+		if !strings.Contains(body, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if code, _ := get(t, "http://"+healthzAddr+"/healthz"); code != 200 {
+		t.Errorf("/healthz after a recent sync: %d, want 200", code)
+	}
+
+	off := &proxy{mode: Mode{Name: "x"}, opts: &Options{}, metrics: newMetrics()}
+	servers, err = off.startServers()
+	if err != nil || len(servers) != 0 {
+		t.Errorf("with both addresses empty: %d servers, error %v; want none", len(servers), err)
+	}
+}

@@ -17,8 +17,9 @@
 //   - StaleFilters (pure) gives, for every frontend of every UDP Service port
 //     — cluster IP, external IPs and load-balancer IPs at the Service port,
 //     and the node port at any address — a Filter: entries to that frontend
-//     whose reply source (the DNAT target) is not one of the port's endpoints
-//     are stale. A port with no endpoints has all its entries removed. With
+//     whose reply source (the DNAT target) is not one of the port's serving
+//     endpoints are stale. A port with no serving endpoint has all its
+//     entries removed. With
 //     Options.Previous, frontends that disappeared (a removed Service, a
 //     removed external IP, a changed node port) get a filter that removes
 //     all their entries, as kube-proxy does for removed UDP Service IPs.
@@ -28,13 +29,10 @@
 //   - NetlinkCleaner (executor) lists the table of one family once through
 //     ctnetlink and deletes the selected entries, reporting how many.
 //
-// The endpoints that keep an entry alive are ruleset.Service.Endpoints: the
-// endpoints this node sends the port's traffic to. kube-proxy keeps entries
-// to any serving endpoint of the Service; this package is stricter and also
-// moves clients off endpoints the node no longer uses (a serving but
-// terminating pod once a ready one exists, an endpoint that topology now
-// routes elsewhere), which is what a DNS client behind a rolling CoreDNS
-// wants.
+// The endpoints that keep an entry alive are ruleset.Service.Serving: every
+// serving endpoint of the port, ready or terminating, on any node, as in
+// kube-proxy. A terminating pod that still serves keeps its UDP flows until
+// it goes away, so that it can finish its work; new flows go to ready pods.
 //
 // # Sizing
 //

@@ -111,9 +111,9 @@ func (o *Options) cleaned(p v1.Protocol) bool {
 // took effect: the UDP entries (and SCTP, with opts.SCTP) whose original
 // destination is a frontend of a Service port in rs — its cluster IP,
 // external IPs or load-balancer IPs at the Service port, or any address at its
-// node port — and whose reply source is not one of that port's endpoints
-// (ruleset.Service.Endpoints: the endpoints this node sends the port's
-// traffic to). A port without endpoints gets a filter with no Allowed
+// node port — and whose reply source is not one of that port's serving
+// endpoints (ruleset.Service.Serving: on any node, ready or terminating, as
+// kube-proxy decides). A port without serving endpoints gets a filter with no Allowed
 // source: all its entries are stale. TCP is never cleaned: TCP endpoints
 // reset or time out connections themselves, and an established connection
 // must survive a change elsewhere in its Service.
@@ -133,9 +133,9 @@ func StaleFilters(rs *ruleset.Ruleset, opts Options) []Filter {
 			if !opts.cleaned(svc.Name.Protocol) {
 				continue
 			}
-			allowed := make([]netip.AddrPort, 0, len(svc.Endpoints))
-			for i := range svc.Endpoints {
-				allowed = append(allowed, normalize(svc.Endpoints[i].AddrPort()))
+			allowed := make([]netip.AddrPort, 0, len(svc.Serving))
+			for _, ep := range svc.Serving {
+				allowed = append(allowed, normalize(ep))
 			}
 			slices.SortFunc(allowed, compareAddrPort)
 			allowed = slices.Compact(allowed)

@@ -98,11 +98,11 @@ func TestStaleFilters(t *testing.T) {
 			},
 		},
 		{
-			name: "terminating endpoint while a ready one exists: not used, stale",
+			name: "terminating endpoint while a ready one exists: still serving, kept",
 			svcs: []svc{dns("198.18.64.2~", "198.18.64.3")},
-			want: []conntrack.Filter{{Service: dnsName, Protocol: v1.ProtocolUDP, Frontend: ap("198.19.0.10:53"), Allowed: aps("198.18.64.3:53")}},
+			want: []conntrack.Filter{{Service: dnsName, Protocol: v1.ProtocolUDP, Frontend: ap("198.19.0.10:53"), Allowed: aps("198.18.64.2:53", "198.18.64.3:53")}},
 			flows: []flow{
-				{orig: "198.19.0.10:53", reply: "198.18.64.2:53", stale: true},
+				{orig: "198.19.0.10:53", reply: "198.18.64.2:53"},
 				{orig: "198.19.0.10:53", reply: "198.18.64.3:53"},
 			},
 		},

@@ -82,6 +82,11 @@ type Service struct {
 	// Endpoints are the endpoints some target points at, sorted by address
 	// and port, each once.
 	Endpoints []endpoints.Endpoint
+	// Serving are the addresses and ports of every serving endpoint of the
+	// port, on any node, ready or terminating, sorted: the endpoints that
+	// existing flows may keep talking to, whether or not new traffic from
+	// this node goes there (what conntrack cleanup spares).
+	Serving []netip.AddrPort
 }
 
 // UsesFirewall reports whether load-balancer traffic must pass the
@@ -96,13 +101,15 @@ func (s *Service) UsesFirewall() bool {
 // to the load balancer and come back.
 func (s *Service) ShortCircuitTargets() []Target { return s.ClusterTargets }
 
-// Equal reports whether two Services would render the same rules.
+// Equal reports whether two Services would render the same rules and spare
+// the same conntrack entries.
 func (s *Service) Equal(o *Service) bool {
 	return s.ServicePort.Equal(&o.ServicePort) &&
 		s.Internal == o.Internal && s.External == o.External &&
 		slices.Equal(s.ClusterTargets, o.ClusterTargets) &&
 		slices.Equal(s.LocalTargets, o.LocalTargets) &&
-		slices.EqualFunc(s.Endpoints, o.Endpoints, func(a, b endpoints.Endpoint) bool { return a.AddrPort() == b.AddrPort() })
+		slices.EqualFunc(s.Endpoints, o.Endpoints, func(a, b endpoints.Endpoint) bool { return a.AddrPort() == b.AddrPort() }) &&
+		slices.Equal(s.Serving, o.Serving)
 }
 
 // Ruleset is the desired state of one IP family. It is immutable.
@@ -217,6 +224,13 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 	s.LocalTargets = targets(cat.Local, node)
 	s.Endpoints = slices.Clone(cat.AllReachable)
 	slices.SortFunc(s.Endpoints, func(x, y endpoints.Endpoint) int { return x.Compare(&y) })
+	for i := range eps {
+		if eps[i].Serving || eps[i].Ready {
+			s.Serving = append(s.Serving, eps[i].AddrPort())
+		}
+	}
+	slices.SortFunc(s.Serving, netip.AddrPort.Compare)
+	s.Serving = slices.Compact(s.Serving)
 
 	s.Internal = route(cat.HasAnyEndpoints, s.InternalPolicyLocal, len(s.LocalTargets) > 0)
 	if s.ExternallyAccessible() {

@@ -1,0 +1,165 @@
+package scalegen_test
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+func TestDeterministic(t *testing.T) {
+	s := scalegen.Spec{Services: 300}
+	a1, b1 := s.Objects()
+	a2, b2 := s.Objects()
+	if !reflect.DeepEqual(a1, a2) || !reflect.DeepEqual(b1, b2) {
+		t.Fatal("two calls gave different objects")
+	}
+}
+
+func TestShape(t *testing.T) {
+	const n = 1000
+	s := scalegen.Spec{Services: n}
+	svcs, slices := s.Objects()
+	count := map[string]int{}
+	for i, svc := range svcs {
+		if svc.Namespace != scalegen.Namespace(i) || svc.Name != scalegen.Name(i) {
+			t.Fatalf("Service %d is %s/%s", i, svc.Namespace, svc.Name)
+		}
+		if i > 0 && !(svcs[i-1].Namespace+"/"+svcs[i-1].Name < svc.Namespace+"/"+svc.Name) {
+			t.Fatalf("Service %d does not sort after Service %d", i, i-1)
+		}
+		count[string(svc.Spec.Type)]++
+		if svc.Spec.Ports[0].Protocol == v1.ProtocolUDP {
+			count["UDP"]++
+		}
+		if svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+			count["eTP Local"]++
+		}
+		if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
+			count["affinity"]++
+		}
+		if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
+			count["source ranges"]++
+		}
+		ip := netip.MustParseAddr(svc.Spec.ClusterIP)
+		if !scalegen.ServiceCIDR.Contains(ip) || ip != scalegen.ClusterIP(i) {
+			t.Errorf("Service %d: cluster IP %v", i, ip)
+		}
+		seen := map[string]bool{}
+		for _, ep := range slices[i].Endpoints {
+			a := netip.MustParseAddr(ep.Addresses[0])
+			if !scalegen.ClusterCIDR.Contains(a) || seen[a.String()] {
+				t.Errorf("Service %d: endpoint %v out of the pod network or repeated", i, a)
+			}
+			seen[a.String()] = true
+		}
+		if len(slices[i].Endpoints) != scalegen.DefaultEndpoints {
+			t.Errorf("Service %d: %d endpoints", i, len(slices[i].Endpoints))
+		}
+	}
+	want := map[string]int{
+		"ClusterIP": 860, "NodePort": 110, "LoadBalancer": 30,
+		"UDP": 100, "eTP Local": 30, "affinity": 20, "source ranges": 20,
+	}
+	if !reflect.DeepEqual(count, want) {
+		t.Errorf("mix %v, want %v", count, want)
+	}
+}
+
+// TestBuildsCleanly feeds the largest cluster the benchmarks use through the
+// trackers (which panic on any warning) and builds it without warnings.
+func TestBuildsCleanly(t *testing.T) {
+	n := 30000
+	if testing.Short() {
+		n = 2000
+	}
+	s := scalegen.Spec{Services: n}
+	ss, es := s.Snapshots()
+	if ss.Len() != n {
+		t.Fatalf("%d ServicePorts, want %d", ss.Len(), n)
+	}
+	b, err := ruleset.NewBuilder(scalegen.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, warnings := b.Build(ss, es)
+	if len(warnings) > 0 {
+		t.Fatalf("warnings: %v", warnings[:min(5, len(warnings))])
+	}
+	routes := map[string]int{}
+	targets := 0
+	for _, svc := range rs.Services() {
+		routes["internal "+svc.Internal.String()]++
+		routes["external "+svc.External.String()]++
+		targets += len(svc.ClusterTargets)
+	}
+	if len(rs.Services()) != n || targets < n*9 {
+		t.Fatalf("%d Services, %d cluster targets", len(rs.Services()), targets)
+	}
+	for _, r := range []string{"internal " + ruleset.RouteLocal.String(), "internal " + ruleset.RouteDrop.String(),
+		"external " + ruleset.RouteLocal.String(), "external " + ruleset.RouteDrop.String(), "external " + ruleset.RouteCluster.String()} {
+		if routes[r] == 0 {
+			t.Errorf("no Service with %s (%v)", r, routes)
+		}
+	}
+	i := n / 2
+	for _, v := range []int{1, 2} {
+		a, c := s.Slice(i), s.ChangedSlice(i, v)
+		diff := 0
+		for j := range a.Endpoints {
+			if a.Endpoints[j].Addresses[0] != c.Endpoints[j].Addresses[0] {
+				diff++
+			}
+		}
+		if diff != 1 {
+			t.Errorf("version %d changes %d endpoints, want 1", v, diff)
+		}
+	}
+	svcs, eps := s.Trackers()
+	eps.Update(s.ChangedSlice(i, 1))
+	ss2, _ := svcs.Snapshot()
+	es2, _ := eps.Snapshot()
+	rs2, _ := b.Build(ss2, es2)
+	ch := ruleset.Diff(rs, rs2)
+	if len(ch.Changed) != 1 || ch.Changed[0] != s.PortName(i) || len(ch.Added)+len(ch.Removed) != 0 {
+		t.Errorf("Diff after ChangedSlice(%d): %+v", i, ch)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	pods := []netip.Addr{netip.MustParseAddr("198.18.64.2"), netip.MustParseAddr("198.18.65.2")}
+	s := scalegen.Spec{Services: 150, ProbePods: pods}
+	for _, i := range []int{0, 149} {
+		fe, proto := s.Frontend(i)
+		if fe != netip.AddrPortFrom(scalegen.ClusterIP(i), 80) || proto != v1.ProtocolTCP {
+			t.Errorf("probe %d: %v %v", i, fe, proto)
+		}
+		sl := s.Slice(i)
+		if len(sl.Endpoints) != 2 || sl.Endpoints[1].Addresses[0] != "198.18.65.2" || *sl.Endpoints[0].NodeName != scalegen.Node.Name {
+			t.Errorf("probe %d: %+v", i, sl.Endpoints)
+		}
+	}
+	ss, es := s.Snapshots()
+	b, _ := ruleset.NewBuilder(scalegen.Config())
+	rs, w := b.Build(ss, es)
+	if len(w) > 0 {
+		t.Fatal(w)
+	}
+	svc, ok := rs.Service(s.PortName(149))
+	if !ok || len(svc.ClusterTargets) != 2 {
+		t.Fatalf("probe Service %v %+v", ok, svc)
+	}
+}
+
+func TestTooMany(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic beyond MaxServices")
+		}
+	}()
+	scalegen.Spec{Services: scalegen.MaxServices + 1}.Trackers()
+}

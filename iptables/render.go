@@ -618,14 +618,19 @@ func (r *renderer) serviceChains(p *plan) {
 			r.prefix(src)
 			r.jump(p.ext)
 		}
-		// Traffic from the node itself to a load-balancer IP that is
-		// local carries that IP as its source.
-		for _, ip := range s.LoadBalancerIPs {
-			r.rule(p.fw)
-			r.comment(p.name, " loadbalancer IP")
-			r.str(" -s ")
-			r.addr(ip)
-			r.jump(p.ext)
+		// A load balancer that puts its IP on the node sends the node's
+		// own requests from that IP: let them through when the source
+		// ranges let the node's addresses through, as kube-proxy does.
+		if slices.ContainsFunc(s.LoadBalancerSourceRanges, func(src netip.Prefix) bool {
+			return slices.ContainsFunc(r.cfg.NodePortAddresses, src.Contains)
+		}) {
+			for _, ip := range s.LoadBalancerIPs {
+				r.rule(p.fw)
+				r.comment(p.name, " loadbalancer IP")
+				r.str(" -s ")
+				r.addr(ip)
+				r.jump(p.ext)
+			}
 		}
 		r.rule(p.fw)
 		r.comment("other traffic to ", p.name, " will be dropped by ", n.ProxyFirewall())

@@ -392,3 +392,58 @@ func (s Spec) Snapshots() (servicemap.Snapshot, endpoints.Snapshot) {
 	es, _ := eps.Snapshot()
 	return ss, es
 }
+
+// World is a generated cluster fed into trackers, with the Builder of Config
+// and the Ruleset built from the trackers' snapshots: the state a proxy holds.
+type World struct {
+	Spec      Spec
+	Services  *servicemap.Tracker
+	Endpoints *endpoints.Tracker
+	Builder   *ruleset.Builder
+	Ruleset   *ruleset.Ruleset
+}
+
+// World feeds the cluster into new trackers and builds its Ruleset. It
+// panics on any warning.
+func (s Spec) World() *World {
+	b, err := ruleset.NewBuilder(Config())
+	if err != nil {
+		panic(err)
+	}
+	svcs, eps := s.Trackers()
+	w := &World{Spec: s, Services: svcs, Endpoints: eps, Builder: b}
+	w.Ruleset = w.Build()
+	return w
+}
+
+// Build takes the trackers' snapshots and builds a Ruleset from them (without
+// setting w.Ruleset). It panics on any warning.
+func (w *World) Build() *ruleset.Ruleset {
+	ss, _ := w.Services.Snapshot()
+	es, _ := w.Endpoints.Snapshot()
+	rs, warnings := w.Builder.Build(ss, es)
+	if len(warnings) > 0 {
+		panic(fmt.Sprintf("scalegen: Build warnings: %v", warnings))
+	}
+	return rs
+}
+
+// ChangeEndpoints replaces Service i's EndpointSlice by ChangedSlice(i,
+// version), builds the new Ruleset, makes it w.Ruleset and returns it.
+func (w *World) ChangeEndpoints(i, version int) *ruleset.Ruleset {
+	w.Endpoints.Update(w.Spec.ChangedSlice(i, version))
+	w.Ruleset = w.Build()
+	return w.Ruleset
+}
+
+// AddService adds Service n (n = Spec.Services, the next index) with its
+// EndpointSlice, makes Spec.Services n+1, builds the new Ruleset, makes it
+// w.Ruleset and returns it.
+func (w *World) AddService() *ruleset.Ruleset {
+	n := w.Spec.Services
+	w.Spec.Services++
+	w.Services.Update(w.Spec.Service(n))
+	w.Endpoints.Update(w.Spec.Slice(n))
+	w.Ruleset = w.Build()
+	return w.Ruleset
+}

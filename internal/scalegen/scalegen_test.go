@@ -163,3 +163,16 @@ func TestTooMany(t *testing.T) {
 	}()
 	scalegen.Spec{Services: scalegen.MaxServices + 1}.Trackers()
 }
+
+func TestWorld(t *testing.T) {
+	w := scalegen.Spec{Services: 500}.World()
+	before := w.Ruleset
+	after := w.ChangeEndpoints(250, 1)
+	if ch := ruleset.Diff(before, after); len(ch.Changed) != 1 || len(ch.Added)+len(ch.Removed) != 0 {
+		t.Errorf("ChangeEndpoints: %+v", ch)
+	}
+	added := w.AddService()
+	if ch := ruleset.Diff(after, added); len(ch.Added) != 1 || ch.Added[0] != w.Spec.PortName(500) || len(ch.Changed)+len(ch.Removed) != 0 {
+		t.Errorf("AddService: %+v", ch)
+	}
+}

@@ -1,0 +1,60 @@
+package servicemap_test
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// Sizes of the scale benchmarks (issue 8): Services × 10 endpoints.
+var (
+	scaleSizes = []int{1000, 10000, 30000}
+	oneSizes   = []int{100, 1000, 10000, 30000}
+)
+
+// BenchmarkScaleTracker feeds every Service of a generated cluster into a
+// new Tracker and takes a Snapshot: a proxy's cold start.
+func BenchmarkScaleTracker(b *testing.B) {
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			svcs, _ := scalegen.Spec{Services: n}.Objects()
+			b.ReportAllocs()
+			for b.Loop() {
+				t := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+				for _, s := range svcs {
+					t.Update(s)
+				}
+				if s, _ := t.Snapshot(); s.Len() != n {
+					b.Fatalf("%d ServicePorts", s.Len())
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkScaleTrackerOne changes one Service of a loaded Tracker (its
+// session affinity, back and forth) and takes a Snapshot: the servicemap
+// part of an incremental sync.
+func BenchmarkScaleTrackerOne(b *testing.B) {
+	for _, n := range oneSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			spec := scalegen.Spec{Services: n}
+			t, _ := spec.Trackers()
+			t.Snapshot()
+			i := n / 2
+			versions := [2]*v1.Service{spec.Service(i), spec.Service(i)}
+			versions[1].Spec.SessionAffinity = v1.ServiceAffinityClientIP
+			b.ReportAllocs()
+			for k := 0; b.Loop(); k++ {
+				t.Update(versions[(k+1)%2])
+				if _, ch := t.Snapshot(); len(ch.Changed) != 1 {
+					b.Fatalf("changes %+v", ch)
+				}
+			}
+		})
+	}
+}

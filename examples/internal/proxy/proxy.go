@@ -124,7 +124,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 		if len(p.nodeIPs) == 0 {
 			p.nodeIPs = nodeAddresses(objs.Nodes, opts.NodeName)
 		}
-		p.state = NewState(opts.families(p.nodeIPs), opts.NodeName, servicemap.Filter{})
+		p.state = NewState(opts.families(familyHints(p.nodeIPs)), opts.NodeName, servicemap.Filter{})
 		p.logWarnings(append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...))
 		return exitOK
 	}
@@ -142,7 +142,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 			p.nodeIPs = nodeAddresses([]*v1.Node{node}, opts.NodeName)
 		}
 	}
-	p.state = NewState(opts.families(p.nodeIPs), opts.NodeName, servicemap.Filter{})
+	p.state = NewState(opts.families(familyHints(p.nodeIPs)), opts.NodeName, servicemap.Filter{})
 	if err := watchAPI(ctx, client, p.state, opts.NodeName, p.loop.Request, p.logWarnings); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
@@ -166,6 +166,26 @@ func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) in
 		}
 	}
 	return code
+}
+
+// familyHints are the addresses that tell which IP families the node has:
+// its known addresses, else the global unicast addresses of this host's
+// interfaces.
+func familyHints(nodeIPs []netip.Addr) []netip.Addr {
+	if len(nodeIPs) > 0 {
+		return nodeIPs
+	}
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var addrs []netip.Addr
+	for _, a := range ifaddrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().IsGlobalUnicast() {
+			addrs = append(addrs, p.Addr())
+		}
+	}
+	return addrs
 }
 
 // nodeAddresses are the addresses of the named Node in the manifests.

@@ -401,6 +401,8 @@ type World struct {
 	Endpoints *endpoints.Tracker
 	Builder   *ruleset.Builder
 	Ruleset   *ruleset.Ruleset
+	// Added is the number of Services AddService added.
+	Added int
 }
 
 // World feeds the cluster into new trackers and builds its Ruleset. It
@@ -436,12 +438,12 @@ func (w *World) ChangeEndpoints(i, version int) *ruleset.Ruleset {
 	return w.Ruleset
 }
 
-// AddService adds Service n (n = Spec.Services, the next index) with its
-// EndpointSlice, makes Spec.Services n+1, builds the new Ruleset, makes it
-// w.Ruleset and returns it.
+// AddService adds the next Service, index Spec.Services + Added, with its
+// EndpointSlice (a regular Service of its index: never a probe), builds the
+// new Ruleset, makes it w.Ruleset and returns it. Spec is unchanged.
 func (w *World) AddService() *ruleset.Ruleset {
-	n := w.Spec.Services
-	w.Spec.Services++
+	n := w.Spec.Services + w.Added
+	w.Added++
 	w.Services.Update(w.Spec.Service(n))
 	w.Endpoints.Update(w.Spec.Slice(n))
 	w.Ruleset = w.Build()

@@ -165,14 +165,14 @@ func TestTooMany(t *testing.T) {
 }
 
 func TestWorld(t *testing.T) {
-	w := scalegen.Spec{Services: 500}.World()
+	w := scalegen.Spec{Services: 500, ProbePods: []netip.Addr{netip.MustParseAddr("198.18.64.2")}}.World()
 	before := w.Ruleset
 	after := w.ChangeEndpoints(250, 1)
 	if ch := ruleset.Diff(before, after); len(ch.Changed) != 1 || len(ch.Added)+len(ch.Removed) != 0 {
 		t.Errorf("ChangeEndpoints: %+v", ch)
 	}
 	added := w.AddService()
-	if ch := ruleset.Diff(after, added); len(ch.Added) != 1 || ch.Added[0] != w.Spec.PortName(500) || len(ch.Changed)+len(ch.Removed) != 0 {
+	if ch := ruleset.Diff(after, added); len(ch.Added) != 1 || ch.Added[0] != w.Spec.PortName(500) || w.Added != 1 || len(ch.Changed)+len(ch.Removed) != 0 {
 		t.Errorf("AddService: %+v", ch)
 	}
 }

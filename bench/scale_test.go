@@ -1,0 +1,526 @@
+//go:build scale && linux
+
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/internal/netns"
+	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/iptables"
+	"github.com/svcproxy/svcproxy/nftables"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if os.Geteuid() == 0 {
+		if swept, err := netns.Sweep(); err != nil || len(swept) > 0 {
+			fmt.Fprintf(os.Stderr, "bench: leftover namespaces %v (swept; %v)\n", swept, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(t *testing.T, key string, def int) int {
+	v := env(key, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", key, v, err)
+	}
+	return n
+}
+
+// report collects the figures of one run: key "what/N" → milliseconds (or
+// microseconds for latencies), as medians.
+type report struct {
+	rows  []row
+	notes []string
+}
+
+type row struct {
+	n           int
+	what        string
+	value       float64 // ms, or µs for latency
+	unit        string
+	floorName   string
+	floor       float64
+	floorExists bool
+}
+
+func (r *report) add(n int, what string, value float64, unit string, floorName string, floors map[string]float64) {
+	f, ok := floors[fmt.Sprintf("%s/%d", floorName, n)]
+	r.rows = append(r.rows, row{n: n, what: what, value: value, unit: unit, floorName: floorName, floor: f, floorExists: ok && floorName != ""})
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	b.WriteString("| N | measurement | ours | floor (same run) | ratio |\n|---|---|---|---|---|\n")
+	for _, x := range r.rows {
+		floor, ratio := "—", "—"
+		if x.floorExists {
+			floor = fmt.Sprintf("%s %s (%s)", num(x.floor), x.unit, x.floorName)
+			ratio = fmt.Sprintf("%.2f×", x.value/x.floor)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s %s | %s | %s |\n", x.n, x.what, num(x.value), x.unit, floor, ratio)
+	}
+	for _, n := range r.notes {
+		b.WriteString("\n" + n + "\n")
+	}
+	return b.String()
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// TestScale is the kernel-scale benchmark (see the package documentation).
+func TestScale(t *testing.T) {
+	netns.Require(t, "iptables", "iptables-restore", "nft")
+	var sizes []int
+	for _, f := range strings.Split(env("SVCPROXY_SCALE_N", "1000"), ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 || n > scalegen.MaxServices-100 {
+			t.Fatalf("SVCPROXY_SCALE_N: bad count %q", f)
+		}
+		sizes = append(sizes, n)
+	}
+	reps := envInt(t, "SVCPROXY_SCALE_REPS", 5)
+	conns := envInt(t, "SVCPROXY_SCALE_CONNS", 200)
+	resyncMax := envInt(t, "SVCPROXY_SCALE_NFT_RESYNC", 5000)
+
+	var rep report
+	floors := map[string]float64{}
+	start := time.Now()
+	rep.notes = append(rep.notes, machine())
+	for _, which := range strings.Fields(env("SVCPROXY_SCALE_FLOORS", "restore latency")) {
+		fs := runFloors(t, which, sizes)
+		for k, v := range fs {
+			floors[k] = v
+		}
+	}
+	t.Logf("floors: %v (%v)", floors, time.Since(start).Round(time.Second))
+
+	for _, n := range sizes {
+		t.Run(fmt.Sprintf("iptables/services=%d", n), func(t *testing.T) { runIptables(t, n, reps, conns, &rep, floors) })
+		t.Run(fmt.Sprintf("nftables/services=%d", n), func(t *testing.T) {
+			runNftables(t, n, reps, conns, n <= resyncMax, &rep, floors)
+		})
+	}
+	rep.notes = append(rep.notes, fmt.Sprintf("Whole run: %v.", time.Since(start).Round(time.Second)))
+	out := rep.markdown()
+	fmt.Println(out)
+	if p := env("SVCPROXY_SCALE_OUT", ""); p != "" {
+		if err := os.WriteFile(p, []byte(out), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func machine() string {
+	ver := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).Output()
+		if err != nil {
+			return name + ": " + err.Error()
+		}
+		return strings.TrimSpace(string(out))
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	return fmt.Sprintf("Machine: %d CPUs, kernel %s, %s, %s, %s; load at start %s.",
+		runtime.NumCPU(), ver("uname", "-r"), ver("iptables", "--version"), ver("nft", "--version"), runtime.Version(),
+		strings.Join(strings.Fields(string(load))[:3], " "))
+}
+
+// world generates the cluster of n Services whose first and last Services
+// are served by the lab's pods.
+func world(t *testing.T, c *netns.Cluster, n int) *scalegen.World {
+	var pods []netip.Addr
+	for _, p := range c.Pods {
+		pods = append(pods, p.IPv4)
+	}
+	start := time.Now()
+	w := scalegen.Spec{Services: n, ProbePods: pods}.World()
+	t.Logf("N=%d: generated and built in %v", n, time.Since(start).Round(time.Millisecond))
+	return w
+}
+
+// newCluster makes the lab: one client, a node, three pods with echo
+// servers. On cleanup it flushes the node's ruleset synchronously before the
+// Lab deletes the namespace, so that the kernel's teardown of a large ruleset
+// does not run into the next measurement.
+func newCluster(t *testing.T) *netns.Cluster {
+	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 3, Clients: 1})
+	c.StartEcho(8080)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if _, err := c.Node.Run(ctx, "nft", "flush", "ruleset"); err != nil {
+			t.Logf("flushing the node's ruleset: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	})
+	return c
+}
+
+// timed runs f and returns its duration; it fails the test on error.
+func timed(t *testing.T, what string, f func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := f(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	d := time.Since(start)
+	t.Logf("%-45s %v", what, d.Round(time.Millisecond))
+	return d
+}
+
+func runIptables(t *testing.T, n, reps, conns int, rep *report, floors map[string]float64) {
+	c := newCluster(t)
+	w := world(t, c, n)
+	ctx := context.Background()
+	runner := iptables.ExecRunner{Prefix: []string{"ip", "netns", "exec", c.Node.Name}}
+	e, err := iptables.NewExecutor(iptables.ExecutorConfig{Family: v1.IPv4Protocol, Runner: runner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (No e.Cleanup: newCluster flushes the node's whole ruleset.)
+
+	var buildD, renderD time.Duration
+	buildD = timed(t, "build (snapshots + Build)", func() error { w.Build(); return nil })
+	renderD = timed(t, "render (full)", func() error { iptables.Render(iptables.Names{}, w.Ruleset); return nil })
+
+	sync := func(what string, wantFull bool) time.Duration {
+		rs := w.Ruleset
+		return timed(t, what, func() error {
+			res, err := e.Sync(ctx, rs)
+			if err == nil && res.Full != wantFull {
+				err = fmt.Errorf("full sync %v, want %v", res.Full, wantFull)
+			}
+			return err
+		})
+	}
+	full := sync("full sync, empty tables", true)
+	lat := latencies(t, c, w, n, conns)
+	e.RequestFullSync()
+	fullLoaded := sync("full sync, loaded tables", true)
+	var change, add []float64
+	for r := range reps {
+		w.ChangeEndpoints(n/2, 1+r%2)
+		change = append(change, ms(sync("partial sync, 1 Service's endpoints changed", false)))
+	}
+	for range reps {
+		w.AddService()
+		add = append(add, ms(sync("partial sync, 1 Service added", false)))
+	}
+	if _, err := c.Clients[0].TCP(netip.AddrPortFrom(scalegen.ClusterIP(n-1), 80), 2*time.Second); err != nil {
+		t.Errorf("last Service after the partial syncs: %v", err)
+	}
+
+	rep.add(n, "iptables: generation (snapshots + Build + Render)", ms(buildD+renderD), "ms", "", floors)
+	rep.add(n, "iptables: full sync, empty tables", ms(full), "ms", "iptnft-flush-full", floors)
+	rep.add(n, "iptables: generation / full sync", 100*float64(buildD+renderD)/float64(full), "%", "", floors)
+	rep.add(n, "iptables: full sync, loaded tables", ms(fullLoaded), "ms", "iptnft-flush-full", floors)
+	rep.add(n, fmt.Sprintf("iptables: partial sync, 1 Service changed (median of %d)", reps), median(change), "ms", "iptnft-noflush-partial-add1", floors)
+	rep.add(n, fmt.Sprintf("iptables: partial sync, 1 Service added (median of %d)", reps), median(add), "ms", "iptnft-noflush-partial-add1", floors)
+	rep.add(n, "iptables: connect() to the last Service (median)", lat[0], "µs", "lat-iptnft-last-svc", floors)
+	rep.add(n, "iptables: connect() to the first Service (median)", lat[1], "µs", "lat-iptnft-first-svc", floors)
+	rep.add(n, "iptables: connect() to a pod directly (median)", lat[2], "µs", "lat-iptnft-pod-direct", floors)
+}
+
+func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, floors map[string]float64) {
+	c := newCluster(t)
+	w := world(t, c, n)
+	ctx := context.Background()
+	nftIn(t, c.Node.NS)
+	e, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: v1.IPv4Protocol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := e.Cleanup(ctx); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
+
+	buildD := timed(t, "build (snapshots + Build)", func() error { w.Build(); return nil })
+	fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+	renderD := timed(t, "render (RenderNew, chunks of 1000)", func() error {
+		_, _, err := nftables.RenderNew(fake.NewTransaction, w.Ruleset, nftables.Options{}, nftables.DefaultFirstSyncChunk)
+		return err
+	})
+
+	sync := func(what string, wantFull bool) time.Duration {
+		rs := w.Ruleset
+		return timed(t, what, func() error {
+			res, err := e.Sync(ctx, rs)
+			if err == nil && res.Full != wantFull {
+				err = fmt.Errorf("full sync %v (%v), want %v", res.Full, res.Fallback, wantFull)
+			}
+			return err
+		})
+	}
+	first := sync("first sync (chunks of 1000)", true)
+	lat := latencies(t, c, w, n, conns)
+	var resyncD time.Duration
+	if resync {
+		e.ForceFullSync()
+		resyncD = sync("full resync of the loaded table (1 transaction)", true)
+	}
+	var change, add []float64
+	for r := range reps {
+		w.ChangeEndpoints(n/2, 1+r%2)
+		change = append(change, ms(sync("incremental sync, 1 Service's endpoints changed", false)))
+	}
+	for range reps {
+		w.AddService()
+		add = append(add, ms(sync("incremental sync, 1 Service added", false)))
+	}
+	if _, err := c.Clients[0].TCP(netip.AddrPortFrom(scalegen.ClusterIP(n-1), 80), 2*time.Second); err != nil {
+		t.Errorf("last Service after the incremental syncs: %v", err)
+	}
+
+	rep.add(n, "nftables: generation (snapshots + Build + RenderNew)", ms(buildD+renderD), "ms", "", floors)
+	rep.add(n, "nftables: first sync (chunks of 1000 Services)", ms(first), "ms", "nft-full-chunked1000", floors)
+	rep.add(n, "nftables: generation / first sync", 100*float64(buildD+renderD)/float64(first), "%", "", floors)
+	if resync {
+		rep.add(n, "nftables: full resync of the loaded table (1 transaction)", ms(resyncD), "ms", "nft-full-1tx", floors)
+	}
+	rep.add(n, fmt.Sprintf("nftables: incremental sync, 1 Service changed (median of %d)", reps), median(change), "ms", "nft-add1-E10", floors)
+	rep.add(n, fmt.Sprintf("nftables: incremental sync, 1 Service added (median of %d)", reps), median(add), "ms", "nft-add1-E10", floors)
+	rep.add(n, "nftables: connect() to the last Service (median)", lat[0], "µs", "lat-nft-last-svc", floors)
+	rep.add(n, "nftables: connect() to the first Service (median)", lat[1], "µs", "lat-nft-first-svc", floors)
+	rep.add(n, "nftables: connect() to a pod directly (median)", lat[2], "µs", "lat-nft-pod-direct", floors)
+}
+
+// nftIn makes every nft that knftables runs from now on (until the test
+// ends) run inside ns: knftables has no hook for its exec, so an "nft" on
+// PATH wraps the real one in `ip netns exec` (as nftables/kernel_test.go
+// does).
+func nftIn(t *testing.T, ns *netns.NS) {
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := fmt.Sprintf("#!/bin/sh\nexec %s netns exec %s %s \"$@\"\n", ip, ns.Name, nft)
+	if err := os.WriteFile(filepath.Join(dir, "nft"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
+
+// latencies measures the median connect() time, in µs, from the client to
+// the last Service, the first Service and a pod directly (no Service), as
+// /work/shared/bench-floors/connlat does.
+func latencies(t *testing.T, c *netns.Cluster, w *scalegen.World, n, conns int) [3]float64 {
+	targets := []netip.AddrPort{
+		netip.AddrPortFrom(scalegen.ClusterIP(n-1), 80),
+		netip.AddrPortFrom(scalegen.ClusterIP(0), 80),
+		netip.AddrPortFrom(c.Pods[0].IPv4, 8080),
+	}
+	var res [3]float64
+	for i, a := range targets {
+		var samples []float64
+		err := c.Clients[0].Do(func() error {
+			var err error
+			samples, err = connlat(a, 20, conns)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("connect() to %v: %v", a, err)
+		}
+		res[i] = median(samples)
+		t.Logf("connect() to %-22v median %.1f µs (%d samples)", a, res[i], len(samples))
+	}
+	return res
+}
+
+// connlat times warmup+n blocking connect(2) calls on fresh sockets (each
+// closed with a reset, so that no TIME_WAIT piles up) and returns the last n
+// durations in µs. It must run on a thread in the client's namespace.
+func connlat(a netip.AddrPort, warmup, n int) ([]float64, error) {
+	sa := &syscall.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().As4()}
+	var samples []float64
+	errs := 0
+	for i := 0; i < warmup+n; i++ {
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		tv := syscall.Timeval{Sec: 1}
+		syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &tv)
+		t0 := time.Now()
+		err = syscall.Connect(fd, sa)
+		d := time.Since(t0)
+		syscall.SetsockoptLinger(fd, syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1, Linger: 0})
+		syscall.Close(fd)
+		if err != nil {
+			if errs++; errs > 20 {
+				return nil, fmt.Errorf("too many errors, last: %w", err)
+			}
+			continue
+		}
+		if i >= warmup {
+			samples = append(samples, float64(d.Nanoseconds())/1000)
+		}
+	}
+	if len(samples) == 0 {
+		return nil, errors.New("no successful connect")
+	}
+	return samples, nil
+}
+
+// runFloors runs one floor script of /work/shared/bench-floors ("restore"
+// or "latency") for sizes, with its output in a fresh temporary directory,
+// and returns its medians: "config/N" → ms for restore.sh,
+// "lat-mode-target/N" → µs for latency.sh.
+func runFloors(t *testing.T, which string, sizes []int) map[string]float64 {
+	dir := env("SVCPROXY_SCALE_FLOORS_DIR", "/work/shared/bench-floors")
+	script := filepath.Join(dir, which+".sh")
+	if _, err := os.Stat(script); err != nil {
+		t.Fatalf("floor script: %v", err)
+	}
+	out, bin := t.TempDir(), t.TempDir()
+	var ns []string
+	for _, n := range sizes {
+		ns = append(ns, strconv.Itoa(n))
+	}
+	cmdEnv := append(os.Environ(), "OUT="+out, "BIN="+bin, "NS_LIST="+strings.Join(ns, " "))
+	switch which {
+	case "restore":
+		cmdEnv = append(cmdEnv,
+			"REPS="+env("SVCPROXY_SCALE_FLOOR_REPS", "3"),
+			"ONLY="+env("SVCPROXY_SCALE_FLOOR_ONLY", "^(iptnft-flush-full|iptnft-noflush-partial-add1|nft-full-1tx|nft-full-chunked1000|nft-add1-E10)$"))
+	case "latency":
+		cmdEnv = append(cmdEnv, "MODES=nft iptnft", "REPS=1", "CONNS="+env("SVCPROXY_SCALE_CONNS", "200"))
+	default:
+		t.Fatalf("SVCPROXY_SCALE_FLOORS: unknown script %q", which)
+	}
+	before := kpbNamespaces()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, script)
+	cmd.Dir = dir
+	cmd.Env = cmdEnv
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// On timeout, TERM the script's process group (its trap deletes its
+	// namespaces), then kill it.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	start := time.Now()
+	t.Logf("running %s (NS_LIST=%q)", script, strings.Join(ns, " "))
+	err := cmd.Run()
+	// Remove the namespaces the script left behind (only those that did not
+	// exist before it ran).
+	for _, name := range kpbNamespaces() {
+		if !slices.Contains(before, name) {
+			t.Logf("removing namespace %s left by %s", name, script)
+			exec.Command("ip", "netns", "exec", name, "nft", "flush", "ruleset").Run()
+			exec.Command("ip", "netns", "del", name).Run()
+		}
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	t.Logf("%s took %v", script, time.Since(start).Round(time.Second))
+
+	res := map[string]float64{}
+	samples := map[string][]float64{}
+	f, err := os.Open(filepath.Join(out, which+".tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		fs := strings.Split(line, "\t")
+		switch {
+		case which == "restore" && len(fs) >= 4:
+			if v, err := strconv.ParseFloat(fs[3], 64); err == nil {
+				samples[fs[0]+"/"+fs[1]] = append(samples[fs[0]+"/"+fs[1]], v)
+			}
+		case which == "latency" && len(fs) >= 4:
+			if v, err := strconv.ParseFloat(fs[3], 64); err == nil {
+				samples["lat-"+fs[0]+"-"+fs[2]+"/"+fs[1]] = append(samples["lat-"+fs[0]+"-"+fs[2]+"/"+fs[1]], v)
+			}
+		}
+	}
+	for k, v := range samples {
+		res[k] = median(v)
+	}
+	// latency.sh measures pod-direct under each mode and N: the same figure.
+	return res
+}
+
+func kpbNamespaces() []string {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "kpb-") {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}

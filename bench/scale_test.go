@@ -235,7 +235,12 @@ func runIptables(t *testing.T, n, reps, conns int, rep *report, floors map[strin
 
 	var buildD, renderD time.Duration
 	buildD = timed(t, "build (snapshots + Build)", func() error { w.Build(); return nil })
-	renderD = timed(t, "render (full)", func() error { iptables.Render(iptables.Names{}, w.Ruleset); return nil })
+	var lines int
+	renderD = timed(t, "render (full)", func() error {
+		lines = strings.Count(string(iptables.Render(iptables.Names{}, w.Ruleset)), "\n")
+		return nil
+	})
+	t.Logf("N=%d: %d lines of iptables-restore input", n, lines)
 
 	sync := func(what string, wantFull bool) time.Duration {
 		rs := w.Ruleset
@@ -264,6 +269,7 @@ func runIptables(t *testing.T, n, reps, conns int, rep *report, floors map[strin
 		t.Errorf("last Service after the partial syncs: %v", err)
 	}
 
+	rep.add(n, "iptables: restore input of a full sync", float64(lines), "lines", "", floors)
 	rep.add(n, "iptables: generation (snapshots + Build + Render)", ms(buildD+renderD), "ms", "", floors)
 	rep.add(n, "iptables: full sync, empty tables", ms(full), "ms", "iptnft-flush-full", floors)
 	rep.add(n, "iptables: generation / full sync", 100*float64(buildD+renderD)/float64(full), "%", "", floors)
@@ -294,8 +300,12 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 
 	buildD := timed(t, "build (snapshots + Build)", func() error { w.Build(); return nil })
 	fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+	ops := 0
 	renderD := timed(t, "render (RenderNew, chunks of 1000)", func() error {
-		_, _, err := nftables.RenderNew(fake.NewTransaction, w.Ruleset, nftables.Options{}, nftables.DefaultFirstSyncChunk)
+		txs, _, err := nftables.RenderNew(fake.NewTransaction, w.Ruleset, nftables.Options{}, nftables.DefaultFirstSyncChunk)
+		for _, tx := range txs {
+			ops += tx.NumOperations()
+		}
 		return err
 	})
 
@@ -329,6 +339,7 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 		t.Errorf("last Service after the incremental syncs: %v", err)
 	}
 
+	rep.add(n, "nftables: operations of a first sync", float64(ops), "ops", "", floors)
 	rep.add(n, "nftables: generation (snapshots + Build + RenderNew)", ms(buildD+renderD), "ms", "", floors)
 	rep.add(n, "nftables: first sync (chunks of 1000 Services)", ms(first), "ms", "nft-full-chunked1000", floors)
 	rep.add(n, "nftables: generation / first sync", 100*float64(buildD+renderD)/float64(first), "%", "", floors)

@@ -12,8 +12,14 @@
 // load-balancer firewall and its ClientIP affinity. The iptables and nftables
 // packages render a Ruleset; the conntrack package reads it.
 //
+// Builder.Update makes the Ruleset of new snapshots from the previous one by
+// rebuilding only the ServicePorts the trackers report changed, in time
+// proportional to the change (times log n): a Ruleset is a persistent tree
+// that shares every unchanged Service with the one it was made from.
+//
 // Diff compares two Rulesets and lists the ServicePorts whose state changed:
-// the basis of partial syncs. ServicePortHash and EndpointHash give the
+// the basis of partial syncs. Between Rulesets made from one another by
+// Update it takes time proportional to the change as well. ServicePortHash and EndpointHash give the
 // stable hashes that kube-proxy's chain names are made of.
 //
 // The package is pure: the same snapshots and Config give an equal Ruleset

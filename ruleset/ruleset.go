@@ -5,6 +5,8 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
+	"sync/atomic"
+	"weak"
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
@@ -112,10 +114,27 @@ func (s *Service) Equal(o *Service) bool {
 		slices.Equal(s.Serving, o.Serving)
 }
 
-// Ruleset is the desired state of one IP family. It is immutable.
+// Ruleset is the desired state of one IP family. It is immutable, and safe
+// for concurrent use.
+//
+// Its Services are held in a persistent balanced tree keyed by PortName, with
+// an index of the Service ports on each Frontend beside it: Builder.Update
+// makes a new Ruleset from an old one in time proportional to the change
+// (times log n), sharing everything else with it. The sorted list that
+// Services returns is made once, on first use, for Rulesets made by Update;
+// the Frontend index is made once, on first use, for Rulesets made by Build.
 type Ruleset struct {
 	config   Config
-	services []*Service
+	services tree[servicemap.PortName, *Service]
+	// sorted caches Services, frontends the Frontend index.
+	sorted    atomic.Pointer[[]*Service]
+	frontends atomic.Pointer[frontendIndex]
+	// parent is the Ruleset Update made this one from, if any, and step the
+	// Changes from it: Diff follows them instead of comparing every
+	// Service. parent is weak, so that a chain of Updates does not keep
+	// every earlier Ruleset alive.
+	parent weak.Pointer[Ruleset]
+	step   Changes
 }
 
 // Config is the Config the Ruleset was built with. Its slices are copies:
@@ -129,16 +148,29 @@ func (r *Ruleset) Config() Config {
 }
 
 // Services returns every Service, sorted by PortName. Neither the slice nor
-// the Services may be modified.
-func (r *Ruleset) Services() []*Service { return r.services }
-
-// Service returns the Service called name.
-func (r *Ruleset) Service(name servicemap.PortName) (*Service, bool) {
-	i, found := slices.BinarySearchFunc(r.services, name, func(s *Service, n servicemap.PortName) int { return s.Name.Compare(n) })
-	if !found {
-		return nil, false
+// the Services may be modified. The first call on a Ruleset made by Update
+// takes O(n) time; later calls return the same slice.
+func (r *Ruleset) Services() []*Service {
+	if p := r.sorted.Load(); p != nil {
+		return *p
 	}
-	return r.services[i], true
+	all := make([]*Service, 0, r.services.len)
+	r.services.all(func(_ servicemap.PortName, s *Service) bool {
+		all = append(all, s)
+		return true
+	})
+	// Concurrent first calls compute equal slices; all return the one
+	// stored first.
+	r.sorted.CompareAndSwap(nil, &all)
+	return *r.sorted.Load()
+}
+
+// Len is the number of Services.
+func (r *Ruleset) Len() int { return r.services.len }
+
+// Service returns the Service called name, in O(log n) time.
+func (r *Ruleset) Service(name servicemap.PortName) (*Service, bool) {
+	return r.services.get(name)
 }
 
 // Builder builds Rulesets for one Config.
@@ -171,15 +203,17 @@ func masked(prefixes []netip.Prefix) []netip.Prefix {
 // are skipped with a warning, as are externalIPs that Config does not allow.
 func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*Ruleset, []svcproxy.Warning) {
 	ports := services.Ports()
-	rs := &Ruleset{config: b.config, services: make([]*Service, 0, len(ports))}
+	all := make([]*Service, 0, len(ports))
 	var warnings []svcproxy.Warning
 	for i := range ports {
 		svc, w := b.service(&ports[i], eps.Get(ports[i].Name))
 		warnings = append(warnings, w...)
 		if svc != nil {
-			rs.services = append(rs.services, svc)
+			all = append(all, svc)
 		}
 	}
+	rs := &Ruleset{config: b.config, services: treeFromSorted(len(all), func(i int) (servicemap.PortName, *Service) { return all[i].Name, all[i] })}
+	rs.sorted.Store(&all)
 	return rs, warnings
 }
 

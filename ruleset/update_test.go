@@ -1,0 +1,430 @@
+package ruleset_test
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"pgregory.net/rapid"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// trackers are a Service and an EndpointSlice tracker fed event by event, as
+// a proxy's are.
+type trackers struct {
+	svcs *servicemap.Tracker
+	eps  *endpoints.Tracker
+}
+
+func newTrackers(family v1.IPFamily) trackers {
+	return trackers{servicemap.NewTracker(family, servicemap.Filter{}), endpoints.NewTracker(family, servicemap.Filter{})}
+}
+
+func (tr trackers) apply(events []event) {
+	for _, ev := range events {
+		switch {
+		case ev.svc != nil:
+			tr.svcs.Update(ev.svc)
+		case ev.es != nil:
+			tr.eps.Update(ev.es)
+		case ev.isSlice:
+			tr.eps.Delete(ev.key.Namespace, ev.key.Name)
+		default:
+			tr.svcs.Delete(ev.key.Namespace, ev.key.Name)
+		}
+	}
+}
+
+// snapshot takes both snapshots and the names Update must rebuild.
+func (tr trackers) snapshot() (servicemap.Snapshot, endpoints.Snapshot, []servicemap.PortName) {
+	ss, sch := tr.svcs.Snapshot()
+	es, ech := tr.eps.Snapshot()
+	return ss, es, slices.Concat(sch.Added, sch.Changed, sch.Removed, ech.Changed)
+}
+
+var changesOpts = cmpopts.EquateEmpty()
+
+// frontendsOf lists every Frontend of the Services of some Rulesets.
+func frontendsOf(rss ...*ruleset.Ruleset) []ruleset.Frontend {
+	var fs []ruleset.Frontend
+	for _, rs := range rss {
+		for _, s := range rs.Services() {
+			fs = append(fs, s.Frontends()...)
+		}
+	}
+	return fs
+}
+
+// Property: over random sequences of changes, Update from the previous
+// Ruleset gives what Build gives from scratch (every field of every
+// Service, and the Frontend index), its Changes are Diff's, Diff between any
+// two Rulesets of the sequence equals Diff between their independently built
+// twins, and every earlier Ruleset stays as it was.
+func TestPropUpdate(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		family := genFamily(t, "family")
+		cfg := genConfig(t, family)
+		b, err := ruleset.NewBuilder(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MasqueradeAll = !cfg.MasqueradeAll
+		other, err := ruleset.NewBuilder(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := newTrackers(family)
+		type pair struct{ updated, built *ruleset.Ruleset }
+		var kept []pair
+		var prev, prevBuilt *ruleset.Ruleset
+		if rapid.Bool().Draw(t, "startBuilt") {
+			tr.apply(genHistory(t, family).final())
+			ss, es, _ := tr.snapshot()
+			prev, _ = b.Build(ss, es)
+			prevBuilt, _ = b.Build(ss, es)
+			kept = append(kept, pair{prev, prevBuilt})
+		}
+		for step := range rapid.IntRange(1, 8).Draw(t, "steps") {
+			tr.apply(genHistory(t, family).order(t, "events"))
+			ss, es, changed := tr.snapshot()
+			if rapid.Bool().Draw(t, "extraNames") {
+				// Names that did not change, or never existed, and
+				// duplicates: harmless.
+				changed = append(changed, changed...)
+				changed = append(changed, webPort("ns1", "a"), servicemap.PortName{Namespace: "ns2", Name: "zz"})
+				if prev != nil && prev.Len() > 0 {
+					changed = append(changed, prev.Services()[rapid.IntRange(0, prev.Len()-1).Draw(t, "extra")].Name)
+				}
+				changed = rapid.Permutation(changed).Draw(t, "shuffled")
+			}
+			builder := b
+			if rapid.IntRange(0, 7).Draw(t, "otherConfig") == 0 {
+				builder = other
+			}
+			rs, ch, warnings := builder.Update(prev, ss, es, changed)
+			built, builtWarnings := builder.Build(ss, es)
+
+			if diff := cmp.Diff(values(built.Services()), values(rs.Services()), cmpOpts); diff != "" {
+				t.Fatalf("step %d: Update differs from Build (-Build +Update):\n%s", step, diff)
+			}
+			if err := ruleset.CheckInvariants(rs); err != nil {
+				t.Fatalf("step %d: Update result: %v", step, err)
+			}
+			if err := ruleset.CheckInvariants(built); err != nil {
+				t.Fatalf("step %d: Build result: %v", step, err)
+			}
+			for _, f := range frontendsOf(rs, built) {
+				if diff := cmp.Diff(built.ServicesAt(f), rs.ServicesAt(f)); diff != "" {
+					t.Fatalf("step %d: ServicesAt(%v) (-Build +Update):\n%s", step, f, diff)
+				}
+			}
+			want := ruleset.Diff(prevBuilt, built)
+			if diff := cmp.Diff(want, ch, changesOpts); diff != "" {
+				t.Fatalf("step %d: Update's Changes (-Diff of built twins +Update):\n%s", step, diff)
+			}
+			if diff := cmp.Diff(want, ruleset.Diff(prev, rs), changesOpts); diff != "" {
+				t.Fatalf("step %d: Diff(prev, Update) (-Diff of built twins +got):\n%s", step, diff)
+			}
+			for _, w := range warnings {
+				if !slices.Contains(builtWarnings, w) {
+					t.Fatalf("step %d: Update warns %v, Build does not (%v)", step, w, builtWarnings)
+				}
+			}
+			if prev == nil || rs.Config().MasqueradeAll != prev.Config().MasqueradeAll {
+				if diff := cmp.Diff(builtWarnings, warnings); diff != "" {
+					t.Fatalf("step %d: Update as Build: warnings differ (-Build +Update):\n%s", step, diff)
+				}
+			}
+			kept = append(kept, pair{rs, built})
+			for i, k := range kept {
+				if diff := cmp.Diff(ruleset.Diff(k.built, built), ruleset.Diff(k.updated, rs), changesOpts); diff != "" {
+					t.Fatalf("step %d: Diff from Ruleset %d (-built twins +updated):\n%s", step, i, diff)
+				}
+				if diff := cmp.Diff(ruleset.Diff(built, k.built), ruleset.Diff(rs, k.updated), changesOpts); diff != "" {
+					t.Fatalf("step %d: Diff to Ruleset %d (-built twins +updated):\n%s", step, i, diff)
+				}
+			}
+			prev, prevBuilt = rs, built
+		}
+		for i, k := range kept {
+			if diff := cmp.Diff(values(k.built.Services()), values(k.updated.Services()), cmpOpts); diff != "" {
+				t.Fatalf("Ruleset %d changed by later Updates (-built +now):\n%s", i, diff)
+			}
+		}
+	})
+}
+
+// TestUpdateChainCollected: Diff stays right when the Rulesets between two
+// others of a chain of Updates are gone.
+func TestUpdateChainCollected(t *testing.T) {
+	b, err := ruleset.NewBuilder(v4Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTrackers(v1.IPv4Protocol)
+	apply := func(objs ...any) {
+		for _, o := range objs {
+			switch o := o.(type) {
+			case *v1.Service:
+				tr.svcs.Update(o)
+			case *discovery.EndpointSlice:
+				tr.eps.Update(o)
+			}
+		}
+	}
+	apply(service("ns", "web", "198.19.0.1"), service("ns", "api", "198.19.0.2"), endpointSlice("ns", "web", "web-1", a1))
+	ss, es, _ := tr.snapshot()
+	first, _ := b.Build(ss, es)
+	rs := first
+	for i := range 5 {
+		apply(service("ns", fmt.Sprintf("new%d", i), fmt.Sprintf("198.19.1.%d", i+1)))
+		ss, es, changed := tr.snapshot()
+		rs, _, _ = b.Update(rs, ss, es, changed)
+	}
+	apply(endpointSlice("ns", "web", "web-1", a1, b1))
+	ss, es, changed := tr.snapshot()
+	last, ch, _ := b.Update(rs, ss, es, changed)
+	if diff := cmp.Diff(ruleset.Changes{Changed: []servicemap.PortName{webPort("ns", "web")}}, ch); diff != "" {
+		t.Errorf("Update's Changes (-want +got):\n%s", diff)
+	}
+	want := ruleset.Changes{Changed: []servicemap.PortName{webPort("ns", "web")}}
+	for i := range 5 {
+		want.Added = append(want.Added, webPort("ns", fmt.Sprintf("new%d", i)))
+	}
+	if diff := cmp.Diff(want, ruleset.Diff(first, last)); diff != "" {
+		t.Errorf("Diff along the chain (-want +got):\n%s", diff)
+	}
+	rs = nil
+	runtime.GC()
+	runtime.GC()
+	if diff := cmp.Diff(want, ruleset.Diff(first, last)); diff != "" {
+		t.Errorf("Diff once the chain is collected (-want +got):\n%s", diff)
+	}
+}
+
+// TestUpdateNothingChanged: an Update that changes nothing returns the
+// previous Ruleset itself.
+func TestUpdateNothingChanged(t *testing.T) {
+	b, err := ruleset.NewBuilder(v4Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, es := snapshots(t, v1.IPv4Protocol, []*v1.Service{service("ns", "web", "198.19.0.1")}, nil)
+	prev, _ := b.Build(ss, es)
+	rs, ch, w := b.Update(prev, ss, es, []servicemap.PortName{webPort("ns", "web"), webPort("ns", "none")})
+	if rs != prev || !ch.Empty() || len(w) != 0 {
+		t.Errorf("Update = %p %+v %v, want the previous Ruleset %p, no change, no warning", rs, ch, w, prev)
+	}
+}
+
+// updateWorld is a scalegen cluster of n Services behind trackers, with its
+// Ruleset, for the Update benchmarks.
+type updateWorld struct {
+	spec scalegen.Spec
+	tr   trackers
+	b    *ruleset.Builder
+	rs   *ruleset.Ruleset
+	// version numbers the endpoint sets the benchmark cycles through.
+	version int
+	// snaps are the snapshots of the cluster with the endpoints of
+	// Service n−50 (a plain TCP ClusterIP Service at every size) in
+	// versions 1 and 2, and changed its name.
+	snaps [2]struct {
+		ss servicemap.Snapshot
+		es endpoints.Snapshot
+	}
+	changed []servicemap.PortName
+}
+
+func newUpdateWorld(tb testing.TB, n int) *updateWorld {
+	spec := scalegen.Spec{Services: n}
+	svcs, eps := spec.Trackers()
+	b, err := ruleset.NewBuilder(scalegen.Config())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w := &updateWorld{spec: spec, tr: trackers{svcs, eps}, b: b}
+	ss, es, _ := w.tr.snapshot()
+	w.rs, _ = b.Build(ss, es)
+	w.rs.ServicesAt(ruleset.Frontend{}) // index it now, not in the first step
+	for v := range 2 {
+		w.tr.eps.Update(spec.ChangedSlice(n-50, v+1))
+		w.snaps[v].ss, w.snaps[v].es, w.changed = w.tr.snapshot()
+	}
+	if len(w.changed) != 1 {
+		tb.Fatalf("changed = %v, want one name", w.changed)
+	}
+	return w
+}
+
+// step updates the Ruleset for the next version of Service n−50, whose
+// endpoints changed: what a proxy does for one changed Service, the
+// trackers' snapshots aside.
+func (w *updateWorld) step(tb testing.TB) (old *ruleset.Ruleset, ch ruleset.Changes, warnings []svcproxy.Warning) {
+	w.version = 1 - w.version
+	old = w.rs
+	w.rs, ch, warnings = w.b.Update(old, w.snaps[w.version].ss, w.snaps[w.version].es, w.changed)
+	if len(ch.Changed) != 1 {
+		tb.Fatalf("Changes = %+v, want one Service changed", ch)
+	}
+	return old, ch, warnings
+}
+
+// stepTrackers is step with the trackers' work included: the changed
+// EndpointSlice given to the tracker, and its snapshots taken.
+func (w *updateWorld) stepTrackers(tb testing.TB) {
+	w.version = w.version%3 + 1
+	w.tr.eps.Update(w.spec.ChangedSlice(w.spec.Services-50, w.version))
+	ss, es, changed := w.tr.snapshot()
+	var ch ruleset.Changes
+	w.rs, ch, _ = w.b.Update(w.rs, ss, es, changed)
+	if len(ch.Changed) != 1 {
+		tb.Fatalf("Changes = %+v, want one Service changed", ch)
+	}
+}
+
+// updateSizes are the cluster sizes of the Update benchmarks: Services × 10
+// endpoints.
+var updateSizes = []int{100, 1000, 10000, 30000}
+
+// BenchmarkUpdate: Update for one Service whose endpoints changed, at 100
+// to 30,000 Services × 10 endpoints. The time should not grow with the
+// number of Services.
+func BenchmarkUpdate(b *testing.B) {
+	for _, n := range updateSizes {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			w := newUpdateWorld(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				w.step(b)
+			}
+		})
+	}
+}
+
+// BenchmarkUpdateTrackers: BenchmarkUpdate with the trackers' work: the
+// EndpointSlice update and both snapshots.
+func BenchmarkUpdateTrackers(b *testing.B) {
+	for _, n := range updateSizes {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			w := newUpdateWorld(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				w.stepTrackers(b)
+			}
+		})
+	}
+}
+
+// TestUpdateNonRuleField: a change that no rule depends on (an endpoint's
+// zone) is not a change, and the Ruleset still holds it, as Build's does.
+func TestUpdateNonRuleField(t *testing.T) {
+	b, err := ruleset.NewBuilder(v4Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTrackers(v1.IPv4Protocol)
+	tr.svcs.Update(service("ns", "web", "198.19.0.1"))
+	tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z1"}))
+	ss, es, _ := tr.snapshot()
+	prev, _ := b.Build(ss, es)
+	tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z2"}))
+	ss, es, changed := tr.snapshot()
+	rs, ch, _ := b.Update(prev, ss, es, changed)
+	if len(changed) != 1 || !ch.Empty() {
+		t.Fatalf("tracker changes %v, Update's %+v: want one, and none", changed, ch)
+	}
+	built, _ := b.Build(ss, es)
+	if diff := cmp.Diff(values(built.Services()), values(rs.Services()), cmpOpts); diff != "" {
+		t.Errorf("Update differs from Build (-Build +Update):\n%s", diff)
+	}
+	if !ruleset.Diff(prev, rs).Empty() {
+		t.Errorf("Diff = %+v, want empty", ruleset.Diff(prev, rs))
+	}
+}
+
+// A proxy keeps the Ruleset of its last snapshots and updates it with what
+// the trackers say changed.
+func ExampleBuilder_Update() {
+	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	b, _ := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol})
+	svcs.Update(exampleService("web", "198.19.0.1", 0, ""))
+	svcs.Update(exampleService("api", "198.19.0.2", 0, ""))
+	eps.Update(exampleSlice("web", "198.18.64.2", "node-a"))
+
+	var rs *ruleset.Ruleset // nil: the first Update is a Build
+	for range 2 {
+		ss, sch := svcs.Snapshot()
+		es, ech := eps.Snapshot()
+		changed := slices.Concat(sch.Added, sch.Changed, sch.Removed, ech.Changed)
+		var ch ruleset.Changes
+		rs, ch, _ = b.Update(rs, ss, es, changed)
+		fmt.Printf("%d Services; added %v, changed %v\n", rs.Len(), ch.Added, ch.Changed)
+
+		eps.Update(exampleSlice("api", "198.18.64.3", "node-b"))
+	}
+	// Output:
+	// 2 Services; added [demo/api:http demo/web:http], changed []
+	// 2 Services; added [], changed [demo/api:http]
+}
+
+// TestUpdateFrontends: an Update that changes one source of Frontends
+// keeps the Frontend index right.
+func TestUpdateFrontends(t *testing.T) {
+	base := func(mods ...func(*v1.Service)) *v1.Service {
+		return service("ns", "web", "198.19.0.1", append([]func(*v1.Service){loadBalancer("198.19.128.1"), externalIPs("198.19.100.1")}, mods...)...)
+	}
+	tests := []struct {
+		name string
+		svc  *v1.Service
+	}{
+		{"external IP", base(externalIPs("198.19.100.2"))},
+		{"external IP added", base(externalIPs("198.19.100.1", "198.19.100.2"))},
+		{"external IPs gone", base(externalIPs())},
+		{"load-balancer IP", base(func(s *v1.Service) { s.Status.LoadBalancer.Ingress[0].IP = "198.19.128.2" })},
+		{"node port", base(func(s *v1.Service) { s.Spec.Ports[0].NodePort = 30081 })},
+		{"port", base(func(s *v1.Service) { s.Spec.Ports[0].Port = 81 })},
+		{"cluster IP", base(func(s *v1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "198.19.0.2", []string{"198.19.0.2"} })},
+		{"external IP is the cluster IP", base(externalIPs("198.19.0.1"))},
+		{"Service gone", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := ruleset.NewBuilder(v4Config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := newTrackers(v1.IPv4Protocol)
+			tr.svcs.Update(base())
+			tr.svcs.Update(service("ns", "other", "198.19.0.3", externalIPs("198.19.100.1", "198.19.100.2")))
+			ss, es, _ := tr.snapshot()
+			prev, _ := b.Build(ss, es)
+			if tt.svc != nil {
+				tr.svcs.Update(tt.svc)
+			} else {
+				tr.svcs.Delete("ns", "web")
+			}
+			ss, es, changed := tr.snapshot()
+			rs, _, _ := b.Update(prev, ss, es, changed)
+			if err := ruleset.CheckInvariants(rs); err != nil {
+				t.Error(err)
+			}
+			if err := ruleset.CheckInvariants(prev); err != nil {
+				t.Errorf("previous Ruleset: %v", err)
+			}
+		})
+	}
+}

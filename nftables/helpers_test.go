@@ -71,6 +71,16 @@ func (w *world) build() *ruleset.Ruleset {
 	return rs
 }
 
+// update makes the Ruleset of the trackers' state with Builder.Update, as a
+// proxy does: prev must be the Ruleset of the trackers' previous snapshots
+// (build's or update's), or nil.
+func (w *world) update(prev *ruleset.Ruleset) *ruleset.Ruleset {
+	s, sch := w.svcs.Snapshot()
+	e, ech := w.eps.Snapshot()
+	rs, _, _ := w.builder.Update(prev, s, e, slices.Concat(sch.Added, sch.Changed, sch.Removed, ech.Changed))
+	return rs
+}
+
 // The node the rules are for, and the addresses of the tests: pods in
 // 198.18.64.0/18 (2001:db8:18:40::/58), Services in 198.19.0.0/16
 // (2001:db8:19::/108), nodes in 198.18.0.0/24.

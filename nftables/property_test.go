@@ -244,7 +244,15 @@ func TestIncrementalMatchesFull(t *testing.T) {
 		var pending []string
 		for range rapid.IntRange(1, 12).Draw(t, "steps") {
 			mutate(t, w, p)
-			rs := w.build()
+			var rs *ruleset.Ruleset
+			if rapid.Bool().Draw(t, "update") {
+				rs = w.update(old)
+			} else {
+				rs = w.build()
+			}
+			if err := nftables.CheckFrontends(rs); err != nil {
+				t.Fatal(err)
+			}
 			var deletable []string
 			if rapid.Bool().Draw(t, "delayPassed") {
 				deletable = pending
@@ -440,9 +448,14 @@ func TestExecutor(t *testing.T) {
 		}
 		fake := fakes[nftables.Family(cfg.Family)]
 		w := newWorld(t, cfg)
+		var rs *ruleset.Ruleset
 		for step := range rapid.IntRange(1, 10).Draw(t, "steps") {
 			mutate(t, w, p)
-			rs := w.build()
+			if rapid.Bool().Draw(t, "update") {
+				rs = w.update(rs)
+			} else {
+				rs = w.build()
+			}
 			fail := step > 0 && rapid.IntRange(0, 4).Draw(t, "fail") == 0
 			fake.failNext = fail
 			now = now.Add(time.Duration(rapid.IntRange(0, 2000).Draw(t, "ms")) * time.Millisecond)

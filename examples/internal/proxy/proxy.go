@@ -224,6 +224,9 @@ type proxy struct {
 	// records a conntrack cleanup that failed and must be retried.
 	applied        map[v1.IPFamily]*ruleset.Ruleset
 	cleanupPending map[v1.IPFamily]bool
+	// built is the Ruleset of the last snapshot per family, applied or
+	// not: the next build updates it with the changes since.
+	built map[v1.IPFamily]*ruleset.Ruleset
 
 	// lastSuccess is the UnixNano time of the last successful sync, read by
 	// /healthz.
@@ -269,20 +272,26 @@ func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) 
 	return ruleset.NewBuilder(cfg)
 }
 
-// build computes the Ruleset of every family from one snapshot.
+// build computes the Ruleset of every family from one snapshot, rebuilding
+// only the Service ports that changed since the previous one (all of them
+// the first time, and when the ruleset Config changed).
 func (p *proxy) build(snap snapshot) (map[v1.IPFamily]*ruleset.Ruleset, error) {
 	out := map[v1.IPFamily]*ruleset.Ruleset{}
 	var warnings []svcproxy.Warning
 	for _, f := range p.families {
 		b, err := p.builder(f, snap)
 		if err != nil {
+			// The snapshot's changes are lost: build in full next time.
+			p.built = nil
 			return nil, err
 		}
 		fs := snap.families[f]
-		rs, w := b.Build(fs.services, fs.endpoints)
+		changed := slices.Concat(fs.serviceChanges.Added, fs.serviceChanges.Changed, fs.serviceChanges.Removed, fs.endpointChanges.Changed)
+		rs, _, w := b.Update(p.built[f], fs.services, fs.endpoints, changed)
 		warnings = append(warnings, w...)
 		out[f] = rs
 	}
+	p.built = out
 	p.logBuildWarnings(warnings)
 	return out, nil
 }
@@ -377,7 +386,8 @@ func (p *proxy) logWarnings(warnings []svcproxy.Warning) {
 }
 
 // logBuildWarnings logs the warnings of a build that the previous build did
-// not give, so that a steady bad object is reported once, not every sync.
+// not give, so that a steady bad object is reported once, not every sync (a
+// build warns only about the Service ports it rebuilt: those that changed).
 func (p *proxy) logBuildWarnings(warnings []svcproxy.Warning) {
 	now := map[string]bool{}
 	for _, w := range warnings {

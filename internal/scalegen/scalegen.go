@@ -403,6 +403,10 @@ type World struct {
 	Ruleset   *ruleset.Ruleset
 	// Added is the number of Services AddService added.
 	Added int
+	// Incremental makes ChangeEndpoints and AddService build the new
+	// Ruleset with Builder.Update from the previous one and the trackers'
+	// changes, as a proxy does between full syncs, rather than with Build.
+	Incremental bool
 }
 
 // World feeds the cluster into new trackers and builds its Ruleset. It
@@ -430,11 +434,27 @@ func (w *World) Build() *ruleset.Ruleset {
 	return rs
 }
 
+// next builds the Ruleset after a change fed to the trackers: with Build, or
+// with Builder.Update when w.Incremental.
+func (w *World) next() *ruleset.Ruleset {
+	if !w.Incremental {
+		return w.Build()
+	}
+	ss, sch := w.Services.Snapshot()
+	es, ech := w.Endpoints.Snapshot()
+	changed := append(append(append(append([]servicemap.PortName(nil), sch.Added...), sch.Changed...), sch.Removed...), ech.Changed...)
+	rs, _, warnings := w.Builder.Update(w.Ruleset, ss, es, changed)
+	if len(warnings) > 0 {
+		panic(fmt.Sprintf("scalegen: Update warnings: %v", warnings))
+	}
+	return rs
+}
+
 // ChangeEndpoints replaces Service i's EndpointSlice by ChangedSlice(i,
 // version), builds the new Ruleset, makes it w.Ruleset and returns it.
 func (w *World) ChangeEndpoints(i, version int) *ruleset.Ruleset {
 	w.Endpoints.Update(w.Spec.ChangedSlice(i, version))
-	w.Ruleset = w.Build()
+	w.Ruleset = w.next()
 	return w.Ruleset
 }
 
@@ -446,6 +466,6 @@ func (w *World) AddService() *ruleset.Ruleset {
 	w.Added++
 	w.Services.Update(w.Spec.Service(n))
 	w.Endpoints.Update(w.Spec.Slice(n))
-	w.Ruleset = w.Build()
+	w.Ruleset = w.next()
 	return w.Ruleset
 }

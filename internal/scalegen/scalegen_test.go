@@ -1,6 +1,7 @@
 package scalegen_test
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"testing"
@@ -165,7 +166,14 @@ func TestTooMany(t *testing.T) {
 }
 
 func TestWorld(t *testing.T) {
+	for _, incremental := range []bool{false, true} {
+		t.Run(fmt.Sprint("incremental=", incremental), func(t *testing.T) { testWorld(t, incremental) })
+	}
+}
+
+func testWorld(t *testing.T, incremental bool) {
 	w := scalegen.Spec{Services: 500, ProbePods: []netip.Addr{netip.MustParseAddr("198.18.64.2")}}.World()
+	w.Incremental = incremental
 	before := w.Ruleset
 	after := w.ChangeEndpoints(250, 1)
 	if ch := ruleset.Diff(before, after); len(ch.Changed) != 1 || len(ch.Added)+len(ch.Removed) != 0 {
@@ -174,5 +182,8 @@ func TestWorld(t *testing.T) {
 	added := w.AddService()
 	if ch := ruleset.Diff(after, added); len(ch.Added) != 1 || ch.Added[0] != w.Spec.PortName(500) || w.Added != 1 || len(ch.Changed)+len(ch.Removed) != 0 {
 		t.Errorf("AddService: %+v", ch)
+	}
+	if full := w.Build(); !ruleset.Diff(full, added).Empty() {
+		t.Errorf("the Ruleset after the changes differs from Build's: %+v", ruleset.Diff(full, added))
 	}
 }

@@ -34,13 +34,14 @@ func BenchmarkScaleRender(b *testing.B) {
 }
 
 // BenchmarkScaleRenderPartial renders the partial-sync input after one
-// endpoint of one Service changed (ruleset.Diff is not included; see
-// ruleset.BenchmarkScaleDiff). KB is its size: the top-level chains are
+// endpoint of one Service changed (the new Ruleset made by Builder.Update;
+// ruleset.Diff is not included). KB is its size: the top-level chains are
 // rewritten whole, so it grows with the number of Services.
 func BenchmarkScaleRenderPartial(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			w := scalegen.Spec{Services: n}.World()
+			w.Incremental = true
 			before := w.Ruleset
 			after := w.ChangeEndpoints(n/2, 1)
 			ch := ruleset.Diff(before, after)
@@ -54,6 +55,26 @@ func BenchmarkScaleRenderPartial(b *testing.B) {
 				size = len(out)
 			}
 			b.ReportMetric(float64(size)/1e3, "KB")
+		})
+	}
+}
+
+// BenchmarkScaleOneChange is the whole generation side of a partial sync
+// after one endpoint of one Service changed: EndpointSlice update, snapshots,
+// Builder.Update, Diff and RenderPartial.
+func BenchmarkScaleOneChange(b *testing.B) {
+	for _, n := range oneSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			w := scalegen.Spec{Services: n}.World()
+			w.Incremental = true
+			b.ReportAllocs()
+			for k := 0; b.Loop(); k++ {
+				prev := w.Ruleset
+				next := w.ChangeEndpoints(n/2, 1+k%2)
+				if _, err := iptables.RenderPartial(iptables.Names{}, prev, next, ruleset.Diff(prev, next)); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -60,11 +60,13 @@ func BenchmarkScaleRenderNew(b *testing.B) {
 }
 
 // BenchmarkScaleRenderChanges renders the incremental transaction after one
-// endpoint of one Service changed. ops is the number of operations.
+// endpoint of one Service changed (the new Ruleset made by Builder.Update).
+// ops is the number of operations.
 func BenchmarkScaleRenderChanges(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			w := scalegen.Spec{Services: n}.World()
+			w.Incremental = true
 			before := w.Ruleset
 			after := w.ChangeEndpoints(n/2, 1)
 			if ch := ruleset.Diff(before, after); len(ch.Changed) != 1 {
@@ -81,6 +83,27 @@ func BenchmarkScaleRenderChanges(b *testing.B) {
 				ops = tx.NumOperations()
 			}
 			b.ReportMetric(float64(ops), "ops")
+		})
+	}
+}
+
+// BenchmarkScaleOneChange is the whole generation side of an incremental
+// sync after one endpoint of one Service changed: EndpointSlice update,
+// snapshots, Builder.Update and RenderChanges.
+func BenchmarkScaleOneChange(b *testing.B) {
+	for _, n := range oneSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			w := scalegen.Spec{Services: n}.World()
+			w.Incremental = true
+			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+			b.ReportAllocs()
+			for k := 0; b.Loop(); k++ {
+				prev := w.Ruleset
+				next := w.ChangeEndpoints(n/2, 1+k%2)
+				if _, err := nftables.RenderChanges(fake.NewTransaction(), prev, next, nftables.Options{}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

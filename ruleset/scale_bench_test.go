@@ -58,14 +58,35 @@ func BenchmarkScaleDiff(b *testing.B) {
 }
 
 // BenchmarkScaleIncremental is the generation side of an incremental sync
-// after one endpoint of one Service changed, as a proxy runs it today: the
-// EndpointSlice update, both snapshots, Build of the whole Ruleset, and Diff
-// against the previous one. (Builder.Update, an incremental Build, is not
-// there yet; when it is, it replaces Build here.)
+// after one endpoint of one Service changed, when every sync builds the whole
+// Ruleset: the EndpointSlice update, both snapshots, Build, and Diff against
+// the previous Ruleset. BenchmarkScaleUpdate is the same with Builder.Update.
 func BenchmarkScaleIncremental(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			w := scalegen.Spec{Services: n}.World()
+			i := n / 2
+			b.ReportAllocs()
+			for k := 0; b.Loop(); k++ {
+				prev := w.Ruleset
+				next := w.ChangeEndpoints(i, 1+k%2)
+				if ch := ruleset.Diff(prev, next); len(ch.Changed) != 1 {
+					b.Fatalf("%+v", ch)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkScaleUpdate is the generation side of an incremental sync after
+// one endpoint of one Service changed, with Builder.Update: the EndpointSlice
+// update, both snapshots with their changes, Update from the previous
+// Ruleset, and Diff against it.
+func BenchmarkScaleUpdate(b *testing.B) {
+	for _, n := range oneSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			w := scalegen.Spec{Services: n}.World()
+			w.Incremental = true
 			i := n / 2
 			b.ReportAllocs()
 			for k := 0; b.Loop(); k++ {

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -781,11 +782,16 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 	case r.notPods != "":
 		masq = fmt.Sprintf("%s daddr %s %s dport %d %s jump %s", r.ipX, s.ClusterIP, proto, s.Port, r.notPods, chainMarkMasq)
 	}
+	// The endpoints' chain-name bases, hashed once each.
+	bases := make([]string, len(s.Endpoints))
+	for i := range s.Endpoints {
+		bases[i] = EndpointChainBase(s.Name, s.Endpoints[i].AddrPort())
+	}
 	if len(s.ClusterTargets) > 0 {
-		chains = append(chains, r.policyChain(clusterChain, s, s.ClusterTargets, masq, s.Internal == ruleset.RouteCluster))
+		chains = append(chains, r.policyChain(clusterChain, s, bases, s.ClusterTargets, masq, s.Internal == ruleset.RouteCluster))
 	}
 	if len(s.LocalTargets) > 0 {
-		chains = append(chains, r.policyChain(localChain, s, s.LocalTargets, masq, s.Internal == ruleset.RouteLocal))
+		chains = append(chains, r.policyChain(localChain, s, bases, s.LocalTargets, masq, s.Internal == ruleset.RouteLocal))
 	}
 
 	if r.usesExternalChain(s) {
@@ -840,7 +846,7 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 
 	for i := range s.Endpoints {
 		ep := s.Endpoints[i].AddrPort()
-		epBase := EndpointChainBase(s.Name, ep)
+		epBase := bases[i]
 		c := chainDef{name: prefixEndpoint + epBase}
 		// Hairpin: a pod that reaches itself through the Service.
 		c.rules = append(c.rules, ruleDef{rule: r.ipX + " saddr " + ep.Addr().String() + " jump " + chainMarkMasq})
@@ -854,19 +860,22 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 }
 
 // policyChain spreads traffic over targets: clients with affinity go back
-// to their endpoint, the others to one picked at random.
-func (r *renderer) policyChain(name string, s *ruleset.Service, targets []ruleset.Target, masq string, internal bool) chainDef {
+// to their endpoint, the others to one picked at random. bases are the
+// EndpointChainBase of each of s.Endpoints.
+func (r *renderer) policyChain(name string, s *ruleset.Service, bases []string, targets []ruleset.Target, masq string, internal bool) chainDef {
 	c := chainDef{name: name}
 	if internal && masq != "" {
 		c.rules = append(c.rules, ruleDef{rule: masq})
 	}
+	epBases := make([]string, len(targets))
 	epChains := make([]string, len(targets))
 	for i, t := range targets {
-		epChains[i] = prefixEndpoint + EndpointChainBase(s.Name, t.Endpoint)
+		epBases[i] = endpointBase(s, bases, t.Endpoint)
+		epChains[i] = prefixEndpoint + epBases[i]
 	}
 	if s.Affinity.Enabled() {
-		for i, t := range targets {
-			set := prefixAffinity + EndpointChainBase(s.Name, t.Endpoint)
+		for i := range targets {
+			set := prefixAffinity + epBases[i]
 			c.rules = append(c.rules, ruleDef{rule: r.ipX + " saddr @" + set + " goto " + epChains[i]})
 		}
 	}
@@ -894,6 +903,16 @@ func (r *renderer) policyChain(name string, s *ruleset.Service, targets []rulese
 	b.WriteString(" }")
 	c.rules = append(c.rules, ruleDef{rule: b.String()})
 	return c
+}
+
+// endpointBase is the EndpointChainBase of ep, taken from bases (those of
+// s.Endpoints, which hold every target's endpoint) when ep is there.
+func endpointBase(s *ruleset.Service, bases []string, ep netip.AddrPort) string {
+	i, found := slices.BinarySearchFunc(s.Endpoints, ep, func(e endpoints.Endpoint, t netip.AddrPort) int { return e.AddrPort().Compare(t) })
+	if !found {
+		return EndpointChainBase(s.Name, ep)
+	}
+	return bases[i]
 }
 
 // usesExternalChain: the external chain exists when the port is reachable

@@ -13,16 +13,12 @@ import (
 // unbalanced or out of order, its Frontend index different from the one
 // Build would make, Services not sorted.
 func CheckInvariants(r *Ruleset) error {
-	if err := checkTree(r.services.root, r.services.len, func(k servicemap.PortName, s *Service) error {
-		if s.Name != k {
-			return fmt.Errorf("Service %v under key %v", s.Name, k)
-		}
-		return nil
-	}); err != nil {
+	if err := checkTree(r.services.root, r.services.len, func(*Service) error { return nil }); err != nil {
 		return fmt.Errorf("services: %w", err)
 	}
 	idx := r.index()
-	if err := checkTree(idx.root, idx.len, func(f Frontend, names []servicemap.PortName) error {
+	if err := checkTree(idx.root, idx.len, func(e frontendNames) error {
+		f, names := e.f, e.names
 		if len(names) == 0 || !slices.IsSortedFunc(names, servicemap.PortName.Compare) || len(slices.Compact(slices.Clone(names))) != len(names) {
 			return fmt.Errorf("frontend %v: names %v not sorted, unique and not empty", f, names)
 		}
@@ -35,13 +31,13 @@ func CheckInvariants(r *Ruleset) error {
 		return fmt.Errorf("Services() not sorted or not Len() long")
 	}
 	want := map[Frontend][]servicemap.PortName{}
-	buildIndex(all).all(func(f Frontend, names []servicemap.PortName) bool {
-		want[f] = names
+	buildIndex(all).all(func(e frontendNames) bool {
+		want[e.f] = e.names
 		return true
 	})
 	got := map[Frontend][]servicemap.PortName{}
-	idx.all(func(f Frontend, names []servicemap.PortName) bool {
-		got[f] = names
+	idx.all(func(e frontendNames) bool {
+		got[e.f] = e.names
 		return true
 	})
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b Frontend) bool { return a == b })); diff != "" {
@@ -52,7 +48,7 @@ func CheckInvariants(r *Ruleset) error {
 
 // checkTree checks the AVL invariants of the tree under n, its size, and
 // each entry with check.
-func checkTree[K keyed[K], V any](n *node[K, V], size int, check func(K, V) error) error {
+func checkTree[K keyed[K], V entry[K]](n *node[K, V], size int, check func(V) error) error {
 	count := 0
 	var prev *K
 	var rec func(n *node[K, V]) (int8, error)
@@ -64,12 +60,13 @@ func checkTree[K keyed[K], V any](n *node[K, V], size int, check func(K, V) erro
 		if err != nil {
 			return 0, err
 		}
-		if prev != nil && (*prev).Compare(n.key) >= 0 {
-			return 0, fmt.Errorf("key %v after %v", n.key, *prev)
+		k := n.val.key()
+		if prev != nil && (*prev).Compare(k) >= 0 {
+			return 0, fmt.Errorf("key %v after %v", k, *prev)
 		}
-		prev = &n.key
+		prev = &k
 		count++
-		if err := check(n.key, n.val); err != nil {
+		if err := check(n.val); err != nil {
 			return 0, err
 		}
 		hr, err := rec(n.right)
@@ -77,10 +74,10 @@ func checkTree[K keyed[K], V any](n *node[K, V], size int, check func(K, V) erro
 			return 0, err
 		}
 		if hl-hr > 1 || hr-hl > 1 {
-			return 0, fmt.Errorf("node %v unbalanced: heights %d and %d", n.key, hl, hr)
+			return 0, fmt.Errorf("node %v unbalanced: heights %d and %d", k, hl, hr)
 		}
 		if h := 1 + max(hl, hr); n.height != h {
-			return 0, fmt.Errorf("node %v: height %d, want %d", n.key, n.height, h)
+			return 0, fmt.Errorf("node %v: height %d, want %d", k, n.height, h)
 		}
 		return n.height, nil
 	}

@@ -66,13 +66,21 @@ func (s *Service) appendFrontends(dst []Frontend) []Frontend {
 // which takes O(n log n) to index them.
 func (r *Ruleset) ServicesAt(f Frontend) []servicemap.PortName {
 	idx := r.index()
-	names, _ := idx.get(f)
-	return names
+	e, _ := idx.get(f)
+	return e.names
 }
 
 // frontendIndex maps each Frontend to the sorted names of the Service ports
 // that have it.
-type frontendIndex = tree[Frontend, []servicemap.PortName]
+type frontendIndex = tree[Frontend, frontendNames]
+
+// frontendNames is an entry of a frontendIndex: never without names.
+type frontendNames struct {
+	f     Frontend
+	names []servicemap.PortName
+}
+
+func (e frontendNames) key() Frontend { return e.f }
 
 // index returns the Frontend index of r, made on first use.
 func (r *Ruleset) index() frontendIndex {
@@ -103,11 +111,7 @@ func buildIndex(svcs []*Service) frontendIndex {
 	slices.SortFunc(entries, func(a, b entry) int { return cmp.Or(a.f.Compare(b.f), cmp.Compare(a.i, b.i)) })
 	entries = slices.Compact(entries)
 
-	type group struct {
-		f     Frontend
-		names []servicemap.PortName
-	}
-	groups := make([]group, 0, len(entries))
+	groups := make([]frontendNames, 0, len(entries))
 	names := make([]servicemap.PortName, len(entries))
 	for i, e := range entries {
 		names[i] = svcs[e.i].Name
@@ -118,10 +122,10 @@ func buildIndex(svcs []*Service) frontendIndex {
 			end++
 		}
 		// Capped, so that nothing appends into the next group's names.
-		groups = append(groups, group{entries[start].f, names[start:end:end]})
+		groups = append(groups, frontendNames{entries[start].f, names[start:end:end]})
 		start = end
 	}
-	return treeFromSorted(len(groups), func(i int) (Frontend, []servicemap.PortName) { return groups[i].f, groups[i].names })
+	return treeFromSorted(groups)
 }
 
 // moveFrontends returns idx with name taken off the Frontends of before and
@@ -162,22 +166,22 @@ func sameFrontends(a, b *Service) bool {
 }
 
 func withName(idx frontendIndex, f Frontend, name servicemap.PortName) frontendIndex {
-	names, _ := idx.get(f)
-	i, found := slices.BinarySearchFunc(names, name, servicemap.PortName.Compare)
+	e, _ := idx.get(f)
+	i, found := slices.BinarySearchFunc(e.names, name, servicemap.PortName.Compare)
 	if found {
 		return idx
 	}
-	return idx.with(f, slices.Concat(names[:i], []servicemap.PortName{name}, names[i:]))
+	return idx.with(frontendNames{f, slices.Concat(e.names[:i], []servicemap.PortName{name}, e.names[i:])})
 }
 
 func withoutName(idx frontendIndex, f Frontend, name servicemap.PortName) frontendIndex {
-	names, _ := idx.get(f)
-	i, found := slices.BinarySearchFunc(names, name, servicemap.PortName.Compare)
+	e, _ := idx.get(f)
+	i, found := slices.BinarySearchFunc(e.names, name, servicemap.PortName.Compare)
 	switch {
 	case !found:
 		return idx
-	case len(names) == 1:
+	case len(e.names) == 1:
 		return idx.without(f)
 	}
-	return idx.with(f, slices.Concat(names[:i], names[i+1:]))
+	return idx.with(frontendNames{f, slices.Concat(e.names[:i], e.names[i+1:])})
 }

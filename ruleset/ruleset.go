@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"weak"
 
@@ -91,6 +92,24 @@ type Service struct {
 	Serving []netip.AddrPort
 }
 
+func (s *Service) key() portKey { return portKey(s.Name) }
+
+// portKey orders PortNames as PortName.Compare does, comparing only the
+// fields it must.
+type portKey servicemap.PortName
+
+func (a portKey) Compare(b portKey) int {
+	switch {
+	case a.Namespace != b.Namespace:
+		return strings.Compare(a.Namespace, b.Namespace)
+	case a.Name != b.Name:
+		return strings.Compare(a.Name, b.Name)
+	case a.Port != b.Port:
+		return strings.Compare(a.Port, b.Port)
+	}
+	return strings.Compare(string(a.Protocol), string(b.Protocol))
+}
+
 // UsesFirewall reports whether load-balancer traffic must pass the
 // source-range firewall before reaching External.
 func (s *Service) UsesFirewall() bool {
@@ -125,7 +144,7 @@ func (s *Service) Equal(o *Service) bool {
 // the Frontend index is made once, on first use, for Rulesets made by Build.
 type Ruleset struct {
 	config   Config
-	services tree[servicemap.PortName, *Service]
+	services tree[portKey, *Service]
 	// sorted caches Services, frontends the Frontend index.
 	sorted    atomic.Pointer[[]*Service]
 	frontends atomic.Pointer[frontendIndex]
@@ -155,7 +174,7 @@ func (r *Ruleset) Services() []*Service {
 		return *p
 	}
 	all := make([]*Service, 0, r.services.len)
-	r.services.all(func(_ servicemap.PortName, s *Service) bool {
+	r.services.all(func(s *Service) bool {
 		all = append(all, s)
 		return true
 	})
@@ -170,7 +189,7 @@ func (r *Ruleset) Len() int { return r.services.len }
 
 // Service returns the Service called name, in O(log n) time.
 func (r *Ruleset) Service(name servicemap.PortName) (*Service, bool) {
-	return r.services.get(name)
+	return r.services.get(portKey(name))
 }
 
 // Builder builds Rulesets for one Config.
@@ -212,7 +231,7 @@ func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*
 			all = append(all, svc)
 		}
 	}
-	rs := &Ruleset{config: b.config, services: treeFromSorted(len(all), func(i int) (servicemap.PortName, *Service) { return all[i].Name, all[i] })}
+	rs := &Ruleset{config: b.config, services: treeFromSorted(all)}
 	rs.sorted.Store(&all)
 	return rs, warnings
 }

@@ -39,7 +39,7 @@ func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoi
 	var warnings []svcproxy.Warning
 	modified := false
 	for _, name := range names {
-		before, had := prev.services.get(name)
+		before, had := prev.services.get(portKey(name))
 		var after *Service
 		if sp, ok := services.Get(name); ok {
 			var w []svcproxy.Warning
@@ -50,22 +50,22 @@ func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoi
 		case after == nil && !had:
 			continue
 		case after == nil:
-			rs.services = rs.services.without(name)
+			rs.services = rs.services.without(portKey(name))
 			ch.Removed = append(ch.Removed, name)
 		case !had:
-			rs.services = rs.services.with(name, after)
+			rs.services = rs.services.with(after)
 			ch.Added = append(ch.Added, name)
 		case before.Equal(after):
 			// Same rules: not a change. Keep the old Service, so that
 			// the two Rulesets share it, unless a field that no rule
 			// depends on differs (an endpoint's zone, say).
 			if !identical(before, after) {
-				rs.services = rs.services.with(name, after)
+				rs.services = rs.services.with(after)
 				modified = true
 			}
 			continue
 		default:
-			rs.services = rs.services.with(name, after)
+			rs.services = rs.services.with(after)
 			ch.Changed = append(ch.Changed, name)
 		}
 		frontends = moveFrontends(frontends, name, before, after)

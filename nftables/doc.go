@@ -48,7 +48,9 @@
 // RenderChanges writes only what differs between two Rulesets — the map and
 // set elements, chains and affinity sets of the changed Service ports — so
 // that a change to one Service in a table of 10,000 costs as many operations
-// as in a table of 10. Chains that are no longer used are flushed at once
+// as in a table of 10 — and, when the new Ruleset was made from the old by
+// ruleset.Builder.Update, as much time. Chains that are no longer used are
+// flushed at once
 // and deleted by a later transaction (Result.Stale), because kernels before
 // 6.2 report a chain busy for a moment after the last map element pointing
 // at it is deleted.

@@ -64,7 +64,8 @@ const (
 // The hash is not ruleset.ServicePortHash, which hashes
 // "namespace/name:port" + protocol for the iptables chain names.
 func ServiceChainBase(name servicemap.PortName) string {
-	return hashAndTruncate(serviceString(name))
+	var buf [128]byte
+	return hashAndTruncate(appendServiceString(buf[:0], name))
 }
 
 // EndpointChainBase is the part of an endpoint's chain and affinity-set
@@ -72,23 +73,57 @@ func ServiceChainBase(name servicemap.PortName) string {
 // "HASH-namespace/name/protocol/port__IP/port", with the colons of an IPv6
 // address written as dots, e.g. "5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80".
 func EndpointChainBase(name servicemap.PortName, endpoint netip.AddrPort) string {
-	ip := strings.ReplaceAll(endpoint.Addr().String(), ":", ".")
-	return hashAndTruncate(serviceString(name) + endpointSeparator + ip + "/" + strconv.Itoa(int(endpoint.Port())))
-}
-
-func serviceString(name servicemap.PortName) string {
-	return name.Namespace + "/" + name.Name + "/" + strings.ToLower(string(name.Protocol)) + "/" + name.Port
-}
-
-// hashAndTruncate prefixes s with its hash and truncates the result to
-// maxBaseLen; the hash keeps truncated names unique.
-func hashAndTruncate(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	name := base32.StdEncoding.EncodeToString(sum[:])[:hashLen] + "-" + s
-	if len(name) > maxBaseLen {
-		name = name[:maxBaseLen-len(truncatedSuffix)] + truncatedSuffix
+	var buf [192]byte
+	b := appendServiceString(buf[:0], name)
+	b = append(b, endpointSeparator...)
+	start := len(b)
+	b = endpoint.Addr().AppendTo(b)
+	for i := start; i < len(b); i++ {
+		if b[i] == ':' {
+			b[i] = '.'
+		}
 	}
-	return name
+	b = append(b, '/')
+	b = strconv.AppendUint(b, uint64(endpoint.Port()), 10)
+	return hashAndTruncate(b)
+}
+
+// appendServiceString appends "namespace/name/protocol/port" to b.
+func appendServiceString(b []byte, name servicemap.PortName) []byte {
+	b = append(b, name.Namespace...)
+	b = append(b, '/')
+	b = append(b, name.Name...)
+	b = append(b, '/')
+	for i := 0; i < len(name.Protocol); i++ {
+		c := name.Protocol[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	b = append(b, '/')
+	return append(b, name.Port...)
+}
+
+// hashAndTruncate prefixes s with its hash (the first hashLen characters of
+// the base32 SHA-256) and truncates the result to maxBaseLen; the hash keeps
+// truncated names unique.
+func hashAndTruncate(s []byte) string {
+	sum := sha256.Sum256(s)
+	// hashLen base32 characters encode hashLen·5/8 bytes.
+	var hash [hashLen]byte
+	base32.StdEncoding.Encode(hash[:], sum[:hashLen*5/8])
+	var name strings.Builder
+	name.Grow(min(hashLen+1+len(s), maxBaseLen))
+	name.Write(hash[:])
+	name.WriteByte('-')
+	if hashLen+1+len(s) > maxBaseLen {
+		name.Write(s[:maxBaseLen-len(truncatedSuffix)-hashLen-1])
+		name.WriteString(truncatedSuffix)
+	} else {
+		name.Write(s)
+	}
+	return name.String()
 }
 
 // serviceOfChain parses the ServicePort out of a per-service or per-endpoint

@@ -769,7 +769,8 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 	clusterChain := prefixService + base
 	localChain := prefixLocal + base
 	proto := strings.ToLower(string(s.Name.Protocol))
-	var chains []chainDef
+	// Policy, external and firewall chains, then one per endpoint.
+	chains := make([]chainDef, 0, 4+len(s.Endpoints))
 
 	// Masquerade traffic to the cluster IP that comes from outside the
 	// pod network (or all of it), in whichever chain internal traffic
@@ -847,7 +848,7 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 	for i := range s.Endpoints {
 		ep := s.Endpoints[i].AddrPort()
 		epBase := bases[i]
-		c := chainDef{name: prefixEndpoint + epBase}
+		c := chainDef{name: prefixEndpoint + epBase, rules: make([]ruleDef, 0, 3)}
 		// Hairpin: a pod that reaches itself through the Service.
 		c.rules = append(c.rules, ruleDef{rule: r.ipX + " saddr " + ep.Addr().String() + " jump " + chainMarkMasq})
 		if s.Affinity.Enabled() {

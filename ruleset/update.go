@@ -80,7 +80,8 @@ func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoi
 }
 
 // identical reports whether two Services that are Equal are also equal in
-// the fields Equal leaves out.
+// the fields Equal leaves out: the endpoints beyond their addresses (keep
+// in step with Service).
 func identical(a, b *Service) bool {
 	return slices.EqualFunc(a.Endpoints, b.Endpoints, func(x, y endpoints.Endpoint) bool { return x.Equal(&y) })
 }

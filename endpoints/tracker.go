@@ -156,7 +156,9 @@ func (t *Tracker) Snapshot() (Snapshot, Changes) {
 	}
 	slices.SortFunc(ch.Changed, servicemap.PortName.Compare)
 	slices.SortFunc(ch.ConntrackCleanup, servicemap.PortName.Compare)
-	clear(t.touched)
+	// A new map, not clear: clearing (and later ranging over) a map costs
+	// its peak size, which the initial load makes as large as the cluster.
+	t.touched = map[types.NamespacedName]struct{}{}
 	t.last = t.current
 	return t.current, ch
 }

@@ -128,7 +128,9 @@ func (t *Tracker) Snapshot() (Snapshot, Changes) {
 	for _, list := range []*[]PortName{&ch.Added, &ch.Changed, &ch.Removed} {
 		slices.SortFunc(*list, PortName.Compare)
 	}
-	clear(t.touched)
+	// A new map, not clear: clearing (and later ranging over) a map costs
+	// its peak size, which the initial load makes as large as the cluster.
+	t.touched = map[types.NamespacedName]struct{}{}
 	t.last = t.current
 	return t.current, ch
 }

@@ -288,7 +288,7 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	c := newCluster(t)
 	w := world(t, c, n)
 	ctx := context.Background()
-	nftIn(t, c.Node.NS)
+	c.Node.ToolOnPath(t, "nft")
 	e, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: v1.IPv4Protocol})
 	if err != nil {
 		t.Fatal(err)
@@ -354,27 +354,6 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	rep.add(n, "nftables: connect() to the last Service (median)", lat[0], "µs", "lat-nft-last-svc", floors)
 	rep.add(n, "nftables: connect() to the first Service (median)", lat[1], "µs", "lat-nft-first-svc", floors)
 	rep.add(n, "nftables: connect() to a pod directly (median)", lat[2], "µs", "lat-nft-pod-direct", floors)
-}
-
-// nftIn makes every nft that knftables runs from now on (until the test
-// ends) run inside ns: knftables has no hook for its exec, so an "nft" on
-// PATH wraps the real one in `ip netns exec` (as nftables/kernel_test.go
-// does).
-func nftIn(t *testing.T, ns *netns.NS) {
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nft, err := exec.LookPath("nft")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	script := fmt.Sprintf("#!/bin/sh\nexec %s netns exec %s %s \"$@\"\n", ip, ns.Name, nft)
-	if err := os.WriteFile(filepath.Join(dir, "nft"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
 // latencies measures the median connect() time, in µs, from the client to

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -35,28 +34,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// nftIn makes every nft that knftables runs from now on (until the test
-// ends) run inside ns: knftables has no hook for its exec, so an "nft" on
-// PATH wraps the real one in `ip netns exec`. It returns the real nft.
-func nftIn(t *testing.T, ns *netns.NS) string {
-	t.Helper()
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		t.Fatal(err)
-	}
-	nft, err := exec.LookPath("nft")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	script := fmt.Sprintf("#!/bin/sh\nexec %s netns exec %s %s \"$@\"\n", ip, ns.Name, nft)
-	if err := os.WriteFile(filepath.Join(dir, "nft"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	return nft
 }
 
 // kernelState lists a table inside ns in a canonical form: handles dropped,
@@ -122,7 +99,7 @@ func TestKernelAcceptsTransactions(t *testing.T) {
 	netns.Require(t, "nft")
 	lab := netns.NewLab(t)
 	ns := lab.NewNS("nft")
-	nft := nftIn(t, ns)
+	nft := ns.ToolOnPath(t, "nft")
 	ctx := context.Background()
 
 	iface := func(family knftables.Family, table string) knftables.Interface {
@@ -256,7 +233,7 @@ func TestKernelService(t *testing.T) {
 	netns.Require(t, "nft")
 	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 2, RemotePods: 1, Clients: 1})
 	c.StartEcho(8080)
-	nft := nftIn(t, c.Node.NS)
+	nft := c.Node.ToolOnPath(t, "nft")
 	client, pod0, pod1, pod2 := c.Clients[0], c.Pods[0], c.Pods[1], c.Pods[2]
 	const quick = 2 * time.Second
 
@@ -430,7 +407,7 @@ func BenchmarkKernelSync(b *testing.B) {
 			netns.Require(b, "nft")
 			lab := netns.NewLab(b)
 			ns := lab.NewNS("bench")
-			nftInB(b, ns)
+			ns.ToolOnPath(b, "nft")
 			before, after := benchWorld(b, n)
 			ex, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: v1.IPv4Protocol})
 			if err != nil {
@@ -455,22 +432,4 @@ func BenchmarkKernelSync(b *testing.B) {
 			b.ReportMetric(full.Seconds(), "full-s")
 		})
 	}
-}
-
-// nftInB is nftIn for benchmarks.
-func nftInB(b *testing.B, ns *netns.NS) {
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		b.Fatal(err)
-	}
-	nft, err := exec.LookPath("nft")
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	script := fmt.Sprintf("#!/bin/sh\nexec %s netns exec %s %s \"$@\"\n", ip, ns.Name, nft)
-	if err := os.WriteFile(filepath.Join(dir, "nft"), []byte(script), 0o755); err != nil {
-		b.Fatal(err)
-	}
-	b.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -422,4 +423,29 @@ func setns(f *os.File) error {
 		return errno
 	}
 	return nil
+}
+
+// ToolOnPath makes every later run of the program name, by anything in this
+// test process that finds it on PATH, run inside ns: a wrapper that calls
+// the real program under `ip netns exec` goes first on PATH until the test
+// ends. It is for libraries that run a tool without a hook for how (such as
+// knftables with nft); such tests cannot run in parallel. It returns the
+// real program's path.
+func (ns *NS) ToolOnPath(t testing.TB, name string) string {
+	t.Helper()
+	ip, err := exec.LookPath("ip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	real, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := fmt.Sprintf("#!/bin/sh\nexec %s netns exec %s %s \"$@\"\n", ip, ns.Name, real)
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return real
 }

@@ -152,26 +152,33 @@ func TestPersistence(t *testing.T) {
 	}
 }
 
-func TestShardsSpreadAndShare(t *testing.T) {
-	used := map[uint8]bool{}
-	for i := range 5000 {
-		used[shardOf(key("ns", fmt.Sprintf("svc-%d", i)))] = true
+func TestLeavesSpreadAndShare(t *testing.T) {
+	used := map[uint16]bool{}
+	for i := range 30000 {
+		used[leafOf(key("ns", fmt.Sprintf("svc-%d", i)))] = true
 	}
-	if len(used) < shardCount*9/10 {
-		t.Errorf("5000 keys use only %d of %d shards", len(used), shardCount)
+	if len(used) < leafCount*95/100 {
+		t.Errorf("30000 keys use only %d of %d leaves", len(used), leafCount)
 	}
 
 	var m Map[int]
-	for i := range 5000 {
+	for i := range 30000 {
 		m = m.With(key("ns", fmt.Sprintf("svc-%d", i)), i)
 	}
 	k := key("ns", "svc-42")
 	n := m.With(k, -1)
-	changed := shardOf(k)
-	for i := range shardCount {
-		same := n.shards[i] != nil && m.shards[i] != nil && fmt.Sprintf("%p", n.shards[i]) == fmt.Sprintf("%p", m.shards[i])
-		if (uint8(i) == changed) == same {
-			t.Errorf("shard %d shared=%v after a change in shard %d", i, same, changed)
+	changed := leafOf(k)
+	for i := range leafCount {
+		top, low := i>>leafBits, i&leafMask
+		if m.root[top] == nil || n.root[top] == nil {
+			continue
+		}
+		same := fmt.Sprintf("%p", n.root[top][low]) == fmt.Sprintf("%p", m.root[top][low])
+		if (uint16(i) == changed) == same {
+			t.Errorf("leaf %d shared=%v after a change in leaf %d", i, same, changed)
+		}
+		if sameInner := n.root[top] == m.root[top]; sameInner != (top != int(changed>>leafBits)) {
+			t.Errorf("inner table %d shared=%v after a change in leaf %d", top, sameInner, changed)
 		}
 	}
 }

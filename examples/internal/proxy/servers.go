@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,6 +81,11 @@ type healthServers struct {
 	log     *slog.Logger
 	mu      sync.Mutex
 	servers map[uint16]*healthServer
+	// last is the Ruleset of each family seen by the previous update, and
+	// withPort the Services in it that have a health check node port: an
+	// update looks only at what changed since.
+	last     map[v1.IPFamily]*ruleset.Ruleset
+	withPort map[v1.IPFamily]map[servicemap.PortName]*ruleset.Service
 }
 
 type healthServer struct {
@@ -95,11 +101,8 @@ func newHealthServers(log *slog.Logger) *healthServers {
 // update starts, updates and stops servers to match the rulesets.
 func (h *healthServers) update(rulesets map[v1.IPFamily]*ruleset.Ruleset) {
 	want := map[uint16]*healthServer{}
-	for _, rs := range rulesets {
-		for _, s := range rs.Services() {
-			if s.HealthCheckNodePort == 0 {
-				continue
-			}
+	for f, rs := range rulesets {
+		for _, s := range h.track(f, rs) {
 			// A dual-stack pod has an endpoint in each family: count the
 			// family with more.
 			if cur, ok := want[s.HealthCheckNodePort]; !ok || len(s.LocalTargets) > cur.local {
@@ -129,6 +132,34 @@ func (h *healthServers) update(rulesets map[v1.IPFamily]*ruleset.Ruleset) {
 		h.servers[port] = w
 		go w.server.Serve(ln)
 	}
+}
+
+// track returns the Services of rs that have a health check node port,
+// looking only at the Services that changed since the previous Ruleset of
+// family f (ruleset.Diff is cheap between Rulesets made by Builder.Update).
+func (h *healthServers) track(f v1.IPFamily, rs *ruleset.Ruleset) map[servicemap.PortName]*ruleset.Service {
+	if h.withPort == nil {
+		h.last, h.withPort = map[v1.IPFamily]*ruleset.Ruleset{}, map[v1.IPFamily]map[servicemap.PortName]*ruleset.Service{}
+	}
+	ch := ruleset.Diff(h.last[f], rs)
+	set := h.withPort[f]
+	names := slices.Concat(ch.Added, ch.Changed, ch.Removed)
+	if set == nil || ch.ConfigChanged {
+		set = map[servicemap.PortName]*ruleset.Service{}
+		names = names[:0]
+		for _, s := range rs.Services() {
+			names = append(names, s.Name)
+		}
+	}
+	for _, name := range names {
+		if s, ok := rs.Service(name); ok && s.HealthCheckNodePort != 0 {
+			set[name] = s
+		} else {
+			delete(set, name)
+		}
+	}
+	h.last[f], h.withPort[f] = rs, set
+	return set
 }
 
 func (h *healthServers) handler(port uint16) http.Handler {

@@ -60,6 +60,7 @@ func ExampleRender() {
 	fmt.Print(string(iptables.Render(iptables.DefaultNames(), rs)))
 	// Output:
 	// *filter
+	// # -S lists the table first: it keeps the iptables-nft --noflush restore linear (see package iptables)
 	// -S
 	// :KUBE-SERVICES - [0:0]
 	// :KUBE-EXTERNAL-SERVICES - [0:0]
@@ -71,6 +72,7 @@ func ExampleRender() {
 	// -A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
 	// COMMIT
 	// *nat
+	// # -S lists the table first: it keeps the iptables-nft --noflush restore linear (see package iptables)
 	// -S
 	// :KUBE-SERVICES - [0:0]
 	// :KUBE-NODEPORTS - [0:0]
@@ -148,7 +150,7 @@ func ExampleExecutor() {
 	res, err = e.Sync(ctx, web("198.18.64.2"))
 	fmt.Println("full:", res.Full, "changed:", res.Changes.Changed, err)
 	// Output:
-	// iptables-restore --noflush --counters -w (2099 bytes in)
+	// iptables-restore --noflush --counters -w (2303 bytes in)
 	// iptables -w -t filter -C INPUT -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
 	// iptables -w -t filter -I INPUT -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
 	// iptables -w -t filter -C FORWARD -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)

@@ -325,6 +325,10 @@ func normalize(route ruleset.Route, svc, svl string) ruleset.Route {
 	return route
 }
 
+// listLine lists the table before it is restored, with a comment for the
+// operator who reads a dry run.
+const listLine = "# -S lists the table first: it keeps the iptables-nft --noflush restore linear (see package iptables)\n-S\n"
+
 // render writes both tables. write[i] says whether plans[i]'s chains are
 // written (nil: all are); stale nat chains are flushed and deleted; list
 // adds the "-S" lines.
@@ -345,7 +349,7 @@ func (r *renderer) render(plans []plan, write []bool, stale []string, list bool)
 	// filter
 	r.str("*filter\n")
 	if list {
-		r.str("-S\n")
+		r.str(listLine)
 	}
 	for _, c := range n.FilterChains() {
 		r.declare(c)
@@ -428,7 +432,7 @@ func (r *renderer) render(plans []plan, write []bool, stale []string, list bool)
 	// nat
 	r.str("*nat\n")
 	if list {
-		r.str("-S\n")
+		r.str(listLine)
 	}
 	multiCIDR := len(r.cfg.ClusterCIDRs) > 1
 	for _, c := range n.NATChains() {

@@ -67,7 +67,7 @@ func TestEndpointConditions(t *testing.T) {
 		}
 		startProxy(t, c, backend, objects()...)
 		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 20), 80), 30), p0)
-		expectUniform(t, spread(t, c.Clients[0], at(serviceIP(false, 21), 80), 60), p0, p1)
+		expectUniform(t, spread(t, c.Clients[0], at(serviceIP(false, 21), 80), 90), p0, p1)
 		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 22), 80), 30), p1)
 	})
 }

@@ -41,7 +41,7 @@ func TestNodePortClusterPolicy(t *testing.T) {
 			service("np", ips(40), withNodePort(30080, false)),
 			slice("np", false, v1.ProtocolTCP, ready(c, c.Pods[0]), ready(c, c.Pods[1])))
 		addr := at(c.Node.IPv4, 30080)
-		expectUniform(t, spread(t, c.Clients[0], addr, 40), c.Pods...)
+		expectUniform(t, spread(t, c.Clients[0], addr, 90), c.Pods...)
 		for range 10 {
 			r := reach(t, c.Clients[0], addr)
 			if !isNodeAddr(c, r.Source.Addr()) {
@@ -132,9 +132,9 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 			slice("lb", false, v1.ProtocolTCP, ready(c, c.Pods[0]), ready(c, c.Pods[1])),
 			service("ext", ips(51), withExternalIPs(extIP)),
 			slice("ext", false, v1.ProtocolTCP, ready(c, c.Pods[0]), ready(c, c.Pods[1])))
-		expectUniform(t, spread(t, allowed, at(lbIP, 80), 40), c.Pods...)
+		expectUniform(t, spread(t, allowed, at(lbIP, 80), 90), c.Pods...)
 		expectDropped(t, other, at(lbIP, 80))
-		expectUniform(t, spread(t, other, at(extIP, 80), 40), c.Pods...)
+		expectUniform(t, spread(t, other, at(extIP, 80), 90), c.Pods...)
 	})
 }
 

@@ -24,10 +24,10 @@ func TestUpdates(t *testing.T) {
 		addr := at(serviceIP(false, 70), 80)
 		svc := service("web", ips(70))
 		p := startProxy(t, c, backend, svc, slice("web", false, v1.ProtocolTCP, ready(c, p0), ready(c, p1)))
-		expectUniform(t, spread(t, c.Clients[0], addr, 40), p0, p1)
+		expectUniform(t, spread(t, c.Clients[0], addr, 90), p0, p1)
 
 		p.update(svc, slice("web", false, v1.ProtocolTCP, ready(c, p0), ready(c, p1), ready(c, p2)))
-		expectUniform(t, spread(t, c.Clients[0], addr, 60), p0, p1, p2)
+		expectUniform(t, spread(t, c.Clients[0], addr, 90), p0, p1, p2)
 
 		p.update(svc, slice("web", false, v1.ProtocolTCP, ready(c, p2)))
 		expectOnly(t, spread(t, c.Clients[0], addr, 20), p2)
@@ -93,10 +93,10 @@ func TestPreferSameZone(t *testing.T) {
 		svc := service("zonal", ips(73), withTrafficDistribution(v1.ServiceTrafficDistributionPreferSameZone))
 		addr := at(serviceIP(false, 73), 80)
 		p := startProxy(t, c, backend, svc, slice("zonal", false, v1.ProtocolTCP, ready(c, local), ready(c, r1), ready(c, r2).inZone("zone-a")))
-		expectUniform(t, spread(t, c.Clients[0], addr, 40), local, r2)
+		expectUniform(t, spread(t, c.Clients[0], addr, 90), local, r2)
 
 		p.update(svc, slice("zonal", false, v1.ProtocolTCP, ready(c, local).notReady(), ready(c, r1), ready(c, r2)))
-		expectUniform(t, spread(t, c.Clients[0], addr, 40), r1, r2)
+		expectUniform(t, spread(t, c.Clients[0], addr, 90), r1, r2)
 	})
 }
 

@@ -622,12 +622,7 @@ func (r *renderer) serviceChains(p *plan) {
 			r.prefix(src)
 			r.jump(p.ext)
 		}
-		// A load balancer that puts its IP on the node sends the node's
-		// own requests from that IP: let them through when the source
-		// ranges let the node's addresses through, as kube-proxy does.
-		if slices.ContainsFunc(s.LoadBalancerSourceRanges, func(src netip.Prefix) bool {
-			return slices.ContainsFunc(r.cfg.NodePortAddresses, src.Contains)
-		}) {
+		if s.FirewallAllowsNode {
 			for _, ip := range s.LoadBalancerIPs {
 				r.rule(p.fw)
 				r.comment(p.name, " loadbalancer IP")

@@ -827,14 +827,10 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 
 	if s.UsesFirewall() {
 		sources := make([]string, 0, len(s.LoadBalancerSourceRanges))
-		fromNode := false
 		for _, p := range s.LoadBalancerSourceRanges {
 			sources = append(sources, p.String())
-			fromNode = fromNode || slices.ContainsFunc(r.cfg.NodePortAddresses, p.Contains)
 		}
-		if fromNode {
-			// A load balancer that puts its IP on the node sends the
-			// node's own requests from that IP.
+		if s.FirewallAllowsNode {
 			for _, ip := range s.LoadBalancerIPs {
 				sources = append(sources, ip.String())
 			}

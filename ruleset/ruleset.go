@@ -90,6 +90,13 @@ type Service struct {
 	// existing flows may keep talking to, whether or not new traffic from
 	// this node goes there (what conntrack cleanup spares).
 	Serving []netip.AddrPort
+	// FirewallAllowsNode reports, for a port whose load-balancer traffic
+	// passes the source-range firewall, that the ranges let one of the
+	// node's addresses (Config.NodePortAddresses) through. A load balancer
+	// that puts its IP on the node sends the node's own requests from that
+	// IP, so the firewall must also let the load-balancer IPs through, as
+	// kube-proxy does.
+	FirewallAllowsNode bool
 }
 
 func (s *Service) key() portKey { return portKey(s.Name) }
@@ -284,6 +291,9 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 	}
 	slices.SortFunc(s.Serving, netip.AddrPort.Compare)
 	s.Serving = slices.Compact(s.Serving)
+	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, func(src netip.Prefix) bool {
+		return slices.ContainsFunc(b.config.NodePortAddresses, src.Contains)
+	})
 
 	s.Internal = route(cat.HasAnyEndpoints, s.InternalPolicyLocal, len(s.LocalTargets) > 0)
 	if s.ExternallyAccessible() {

@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/svcproxy/svcproxy"
@@ -117,33 +118,20 @@ func (s *State) Replace(services []*v1.Service, slices []*discovery.EndpointSlic
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var warnings []svcproxy.Warning
-	seen := map[types.NamespacedName]bool{}
-	for _, svc := range services {
+	s.knownServices = replace(s.knownServices, services, func(svc *v1.Service) {
 		warnings = append(warnings, s.updateService(svc)...)
-		seen[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = true
-	}
-	for key := range s.knownServices {
-		if !seen[key] {
-			for _, t := range s.services {
-				t.Delete(key.Namespace, key.Name)
-			}
+	}, func(key types.NamespacedName) {
+		for _, t := range s.services {
+			t.Delete(key.Namespace, key.Name)
 		}
-	}
-	s.knownServices = seen
-
-	seen = map[types.NamespacedName]bool{}
-	for _, es := range slices {
+	})
+	s.knownSlices = replace(s.knownSlices, slices, func(es *discovery.EndpointSlice) {
 		warnings = append(warnings, s.updateSlice(es)...)
-		seen[types.NamespacedName{Namespace: es.Namespace, Name: es.Name}] = true
-	}
-	for key := range s.knownSlices {
-		if !seen[key] {
-			for _, t := range s.slices {
-				t.Delete(key.Namespace, key.Name)
-			}
+	}, func(key types.NamespacedName) {
+		for _, t := range s.slices {
+			t.Delete(key.Namespace, key.Name)
 		}
-	}
-	s.knownSlices = seen
+	})
 
 	node := topology.Node{Name: s.nodeName}
 	for _, n := range nodes {
@@ -153,6 +141,22 @@ func (s *State) Replace(services []*v1.Service, slices []*discovery.EndpointSlic
 	}
 	s.node = node
 	return warnings
+}
+
+// replace updates every object of objs and deletes every key of known that
+// objs no longer hold; it returns the keys of objs.
+func replace[T metav1.Object](known map[types.NamespacedName]bool, objs []T, update func(T), del func(types.NamespacedName)) map[types.NamespacedName]bool {
+	seen := make(map[types.NamespacedName]bool, len(objs))
+	for _, o := range objs {
+		update(o)
+		seen[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}] = true
+	}
+	for key := range known {
+		if !seen[key] {
+			del(key)
+		}
+	}
+	return seen
 }
 
 // snapshot is what one sync works from.

@@ -200,22 +200,17 @@ func (k frontendKey) filter(name servicemap.PortName, allowed []netip.AddrPort) 
 
 // frontends lists the frontends of one Service port.
 func frontends(svc *ruleset.Service) []frontendKey {
-	p := svc.Name.Protocol
 	var keys []frontendKey
-	add := func(a netip.Addr) {
-		if a.IsValid() {
-			keys = append(keys, frontendKey{protocol: p, addr: normalize(netip.AddrPortFrom(a, svc.Port))})
+	for _, f := range svc.Frontends() {
+		switch {
+		case f.Protocol == "":
+			// The cluster IP alone, for rules on any port: no entry's
+			// destination.
+		case !f.Addr.IsValid():
+			keys = append(keys, frontendKey{protocol: f.Protocol, nodePort: f.Port})
+		default:
+			keys = append(keys, frontendKey{protocol: f.Protocol, addr: normalize(netip.AddrPortFrom(f.Addr, f.Port))})
 		}
-	}
-	add(svc.ClusterIP)
-	for _, a := range svc.ExternalIPs {
-		add(a)
-	}
-	for _, a := range svc.LoadBalancerIPs {
-		add(a)
-	}
-	if svc.NodePort != 0 {
-		keys = append(keys, frontendKey{protocol: p, nodePort: svc.NodePort})
 	}
 	return keys
 }

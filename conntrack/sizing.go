@@ -128,30 +128,17 @@ func (s Sizing) Settings(cpus int) ([]Setting, error) {
 			Setting{Name: SysctlMax, Value: m},
 			Setting{Name: SysctlBuckets, Value: m / 4, AtLeast: true})
 	}
-	for _, t := range []struct {
-		name string
-		d    time.Duration
-	}{
-		{SysctlTCPEstablishedTimeout, s.TCPEstablishedTimeout},
-		{SysctlTCPCloseWaitTimeout, s.TCPCloseWaitTimeout},
-	} {
-		if t.d > 0 {
-			out = append(out, Setting{Name: t.name, Value: int(t.d / time.Second)})
+	timeout := func(name string, d time.Duration) {
+		if d > 0 {
+			out = append(out, Setting{Name: name, Value: int(d / time.Second)})
 		}
 	}
+	timeout(SysctlTCPEstablishedTimeout, s.TCPEstablishedTimeout)
+	timeout(SysctlTCPCloseWaitTimeout, s.TCPCloseWaitTimeout)
 	if s.TCPBeLiberal {
 		out = append(out, Setting{Name: SysctlTCPBeLiberal, Value: 1})
 	}
-	for _, t := range []struct {
-		name string
-		d    time.Duration
-	}{
-		{SysctlUDPTimeout, s.UDPTimeout},
-		{SysctlUDPStreamTimeout, s.UDPStreamTimeout},
-	} {
-		if t.d > 0 {
-			out = append(out, Setting{Name: t.name, Value: int(t.d / time.Second)})
-		}
-	}
+	timeout(SysctlUDPTimeout, s.UDPTimeout)
+	timeout(SysctlUDPStreamTimeout, s.UDPStreamTimeout)
 	return out, nil
 }

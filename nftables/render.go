@@ -240,6 +240,10 @@ func (st *fullState) services(tx *knftables.Transaction, svcs []*ruleset.Service
 // It returns ErrFullSyncNeeded when old is nil or was built with another
 // Config. It is pure: it only appends to tx.
 func RenderChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
+	return renderChanges(tx, old, new, opts, deleteChains)
+}
+
+func renderChanges(tx txWriter, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
 	if old == nil {
 		return Result{}, fmt.Errorf("%w: no previous ruleset", ErrFullSyncNeeded)
 	}
@@ -711,7 +715,7 @@ type chainDef struct {
 
 type ruleDef struct{ rule, comment string }
 
-func (r *renderer) writeRules(tx *knftables.Transaction, c chainDef) {
+func (r *renderer) writeRules(tx txWriter, c chainDef) {
 	for _, ru := range c.rules {
 		tx.Add(r.rule(c.name, ru.rule, ru.comment))
 	}

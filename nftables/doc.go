@@ -71,9 +71,14 @@
 // is 1.0.1 or newer and the kernel MinKernel or newer. Cleanup deletes the
 // table in both families.
 //
-// Every nft invocation reads the table's chains and sets first, so even a
-// one-element incremental sync costs time in proportion to the table (about
-// 1.6 s at 10,000 Services × 10 endpoints on a small VM, as for a bare
-// `nft -f` of one element); what RenderChanges keeps independent of the
-// table's size is the transaction.
+// Every nft invocation reads the table's chains and sets first, so through
+// nft even a one-element incremental sync costs time in proportion to the
+// table (about 2 s at 10,000 Services × 10 endpoints on a small VM). With
+// ExecutorConfig.Netlink the Executor sends incremental transactions to the
+// kernel itself, over a netlink socket, encoded as nft encodes the same
+// statements (internal/nftnl): a one-Service change then costs about as much
+// at 10,000 Services as at 100 (BENCHMARKS.md), and `nft list table`
+// prints the result exactly as if nft had applied it (TestNetlinkMatchesNFT).
+// Full syncs, and any change outside what the encoder knows
+// (SyncResult.NotNetlink), still go through nft.
 package nftables

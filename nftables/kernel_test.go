@@ -224,7 +224,8 @@ func genConfigExample(seed int) (ruleset.Config, nftables.Options, pools) {
 }
 
 // TestKernelService: through the real Executor (knftables and nft inside
-// the node namespace), TCP connections from a client, from the node itself
+// the node namespace for full syncs, netlink for incremental ones), TCP
+// connections from a client, from the node itself
 // and from a pod reach the pods behind a ClusterIP; incremental syncs move
 // the traffic; a Service without endpoints rejects; a NodePort with
 // externalTrafficPolicy Local keeps the client address; Cleanup removes the
@@ -247,10 +248,17 @@ func TestKernelService(t *testing.T) {
 			cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR6}
 		}
 		now := time.Unix(1e9, 0)
-		ex, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: family, Now: func() time.Time { return now }})
-		if err != nil {
+		// Made inside the node's namespace: its incremental syncs go over
+		// a netlink socket there.
+		var ex *nftables.Executor
+		if err := c.Node.Do(func() error {
+			var err error
+			ex, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: family, Now: func() time.Time { return now }, Netlink: true})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
+		defer ex.Close()
 		ip := func(h *netns.Host) string { return h.IP(v6).String() }
 		w := newWorld(t, cfg)
 		w.add(
@@ -269,6 +277,9 @@ func TestKernelService(t *testing.T) {
 			}
 			if res.Full != wantFull {
 				t.Fatalf("sync: full=%v, want %v (fallback: %v)", res.Full, wantFull, res.Fallback)
+			}
+			if !res.Full && res.Operations > 0 && !res.Netlink {
+				t.Fatalf("incremental sync not over netlink: %v", res.NotNetlink)
 			}
 		}
 		sync(true)

@@ -1,6 +1,7 @@
 // Command nftables-proxy is the svcproxy reference proxy with the nftables
 // backend: it serves Kubernetes Services from the table "kube-proxy" in the
-// ip and ip6 families, applied through sigs.k8s.io/knftables. See
+// ip and ip6 families: full syncs through sigs.k8s.io/knftables (nft),
+// incremental ones over netlink (nftables.ExecutorConfig.Netlink). See
 // REFERENCE-PROXY.md for its flags; try it without root:
 //
 //	go run ./examples/nftables-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
@@ -29,7 +30,7 @@ func main() {
 			return err
 		},
 		NewExecutor: func(family v1.IPFamily) (proxy.Executor, error) {
-			exec, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: family})
+			exec, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: family, Netlink: true})
 			return executor{exec}, err
 		},
 	})

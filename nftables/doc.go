@@ -79,6 +79,7 @@
 // statements (internal/nftnl): a one-Service change then costs about as much
 // at 10,000 Services as at 100 (BENCHMARKS.md), and `nft list table`
 // prints the result exactly as if nft had applied it (TestNetlinkMatchesNFT).
-// Full syncs, and any change outside what the encoder knows
-// (SyncResult.NotNetlink), still go through nft.
+// A first sync makes the table with nft and fills it over netlink; a full
+// sync of an existing table, and any change outside what the encoder knows
+// (SyncResult.NotNetlink), go through nft.
 package nftables

@@ -51,8 +51,10 @@ type ExecutorConfig struct {
 	// then costs milliseconds instead of seconds. NewExecutor opens the
 	// socket in the network namespace of the calling thread, which must be
 	// the one nft works in; Close closes it. Changes the netlink encoder
-	// does not know still go through nft (SyncResult.NotNetlink), and
-	// full syncs always do.
+	// does not know still go through nft (SyncResult.NotNetlink). A first
+	// sync makes the table, its base chains and maps with nft and adds the
+	// Service ports over netlink, in chunks of FirstSyncChunk; a full sync
+	// of an existing table is one nft transaction.
 	Netlink bool
 }
 
@@ -93,8 +95,9 @@ type SyncResult struct {
 	StaleChains, DeletedChains int
 	// Warnings are the Render warnings (see Result.Warnings).
 	Warnings []svcproxy.Warning
-	// Netlink reports an incremental sync applied over netlink (see
-	// ExecutorConfig.Netlink); NotNetlink is why one went through nft
+	// Netlink reports a sync that went over netlink (see
+	// ExecutorConfig.Netlink): an incremental one, or the Service ports of
+	// a first sync. NotNetlink is why an incremental one went through nft
 	// instead, when the netlink path was asked for.
 	Netlink    bool
 	NotNetlink error
@@ -287,33 +290,66 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 		}
 		existing = map[string][]string{} // no table yet
 	}
-	var txs []*knftables.Transaction
-	var r Result
-	if len(existing) == 0 {
-		// A new table: nothing to keep serving while it fills, so in
-		// chunks, which nft applies much faster than one transaction.
-		txs, r, err = RenderNew(e.nft.NewTransaction, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
-	} else {
+	if len(existing) > 0 {
+		// The table is there and serving: replace its content in one
+		// transaction.
 		tx := e.nft.NewTransaction()
-		r, err = Render(tx, rs, e.cfg.Options, existing)
-		txs = []*knftables.Transaction{tx}
+		r, err := Render(tx, rs, e.cfg.Options, existing)
+		if err == nil {
+			err = e.run(ctx, tx, "full sync")
+		}
+		if err != nil {
+			return SyncResult{Full: true}, err
+		}
+		e.finishFull(rs, r, now)
+		return SyncResult{Full: true, Operations: tx.NumOperations(), StaleChains: len(e.stale), Warnings: r.Warnings}, nil
 	}
+	// A new table: nothing to keep serving while it fills, so in chunks,
+	// which the kernel applies much faster than one transaction.
+	chunks, r, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
 	if err != nil {
 		return SyncResult{Full: true}, err
 	}
-	ops := 0
-	for i, tx := range txs {
-		if err := e.nft.Run(ctx, tx); err != nil {
-			return SyncResult{Full: true}, fmt.Errorf("nftables: full sync (transaction %d of %d): %w", i+1, len(txs), err)
+	ops, overNetlink := 0, 0
+	for i, c := range chunks {
+		ops += len(c.ops)
+		// The first chunk makes the table, its base chains and maps,
+		// through nft; the others hold Service ports only, which the
+		// netlink path encodes without nft reading the growing table
+		// before each one.
+		if i > 0 && e.nl != nil {
+			if b, err := netlinkBatch(Family(e.cfg.Family), e.table, c.ops); err == nil {
+				if err := e.nl.Send(b); err != nil {
+					return SyncResult{Full: true}, fmt.Errorf("nftables: full sync (transaction %d of %d, over netlink): %w", i+1, len(chunks), err)
+				}
+				overNetlink++
+				continue
+			}
 		}
-		ops += tx.NumOperations()
+		tx := e.nft.NewTransaction()
+		c.replay(tx)
+		if err := e.run(ctx, tx, fmt.Sprintf("full sync (transaction %d of %d)", i+1, len(chunks))); err != nil {
+			return SyncResult{Full: true}, err
+		}
 	}
+	e.finishFull(rs, r, now)
+	return SyncResult{Full: true, Operations: ops, StaleChains: len(e.stale), Warnings: r.Warnings, Netlink: overNetlink > 0}, nil
+}
+
+func (e *Executor) run(ctx context.Context, tx *knftables.Transaction, what string) error {
+	if err := e.nft.Run(ctx, tx); err != nil {
+		return fmt.Errorf("nftables: %s: %w", what, err)
+	}
+	return nil
+}
+
+// finishFull records a full sync of rs.
+func (e *Executor) finishFull(rs *ruleset.Ruleset, r Result, now time.Time) {
 	clear(e.stale)
 	for _, name := range r.Stale {
 		e.stale[name] = now
 	}
 	e.last = rs
-	return SyncResult{Full: true, Operations: ops, StaleChains: len(e.stale), Warnings: r.Warnings}, nil
 }
 
 // Cleanup deletes the Executor's table in both IP families (a dual-stack

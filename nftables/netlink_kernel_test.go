@@ -22,7 +22,7 @@ import (
 // with nft: `nft list table` prints the same (table name aside), after
 // every step. The steps take every golden case from an empty table and
 // back, then random sequences of changes; every incremental sync must go
-// over netlink.
+// over netlink, and so must the later chunks of first syncs.
 func TestNetlinkMatchesNFT(t *testing.T) {
 	netns.Require(t, "nft")
 	lab := netns.NewLab(t)
@@ -45,7 +45,12 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 				o.Table = table
 				var ex *nftables.Executor
 				if err == nil {
-					ex, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: cfg.Family, Options: o, Netlink: nl, Now: func() time.Time { return now }})
+					ex, err = nftables.NewExecutor(nftables.ExecutorConfig{
+						Family: cfg.Family, Options: o, Netlink: nl, Now: func() time.Time { return now },
+						// First syncs in several transactions, the later
+						// ones over netlink.
+						FirstSyncChunk: 3,
+					})
 				}
 				return ex
 			}
@@ -81,6 +86,9 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 		}
 		if nl.Full != cli.Full || nl.Operations != cli.Operations {
 			t.Fatalf("%s: netlink sync %+v, nft sync %+v", what, nl, cli)
+		}
+		if nl.Full && rs.Len() > 3 && !nl.Netlink {
+			t.Fatalf("%s: first sync of %d Service ports with no chunk over netlink", what, rs.Len())
 		}
 		if !nl.Full && nl.Operations > 0 {
 			if !nl.Netlink || nl.NotNetlink != nil {

@@ -144,6 +144,10 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 // serves only the Service ports added so far: use it for a first sync only.
 // chunk < 1 means one transaction for everything.
 func RenderNew(newTx func() *knftables.Transaction, rs *ruleset.Ruleset, opts Options, chunk int) ([]*knftables.Transaction, Result, error) {
+	return renderNew(newTx, rs, opts, chunk)
+}
+
+func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, chunk int) ([]T, Result, error) {
 	r, err := newRenderer(rs.Config(), opts)
 	if err != nil {
 		return nil, Result{}, err
@@ -151,7 +155,7 @@ func RenderNew(newTx func() *knftables.Transaction, rs *ruleset.Ruleset, opts Op
 	var res Result
 	tx := newTx()
 	r.fixed(tx, func(string) bool { return false })
-	txs := []*knftables.Transaction{tx}
+	txs := []T{tx}
 	st := newFullState(r, &res, func(string) bool { return false })
 	all := rs.Services()
 	if chunk < 1 {
@@ -182,7 +186,7 @@ func newFullState(r *renderer, res *Result, flush func(string) bool) *fullState 
 }
 
 // services writes the affinity sets, chains, rules and elements of svcs.
-func (st *fullState) services(tx *knftables.Transaction, svcs []*ruleset.Service) {
+func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 	r := st.r
 	var elems []claimedElem
 	for _, s := range svcs {
@@ -602,7 +606,7 @@ func (r *renderer) fixedSetsAndMaps() []string {
 
 // fixed adds the table and everything in it that does not depend on the
 // Services. mayExist says which chains may already be in the table.
-func (r *renderer) fixed(tx *knftables.Transaction, mayExist func(chain string) bool) {
+func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool) {
 	comment := defaultTableDescription
 	if r.table != DefaultTable {
 		comment = "Service proxy rules"

@@ -1,9 +1,13 @@
 package nftables
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -26,4 +30,48 @@ func CheckFrontends(rs *ruleset.Ruleset) error {
 		})
 	}
 	return err
+}
+
+// NetlinkChanges renders the changes from old to new as an Executor does
+// before it applies them over netlink, writes them to tx too (to show them),
+// and encodes them with netlinkBatch: the number of messages of the batch,
+// and the error of either.
+func NetlinkChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, int, error) {
+	var ops opRecorder
+	res, err := renderChanges(&ops, old, new, opts, deleteChains)
+	if err != nil {
+		return res, 0, err
+	}
+	ops.replay(tx)
+	b, err := netlinkBatch(Family(new.Config().Family), cmp.Or(opts.Table, DefaultTable), ops.ops)
+	if err != nil {
+		return res, 0, err
+	}
+	return res, b.Len(), nil
+}
+
+// NetlinkFirstSync renders a first sync of rs in chunks of chunk Service
+// ports as an Executor does, and encodes the chunks after the first (the
+// Service ports, which it sends over netlink) with netlinkBatch: the number
+// of chunks, and the first error.
+func NetlinkFirstSync(rs *ruleset.Ruleset, opts Options, chunk int) (int, error) {
+	chunks, _, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, opts, chunk)
+	if err != nil {
+		return 0, err
+	}
+	for i, c := range chunks[1:] {
+		if _, err := netlinkBatch(Family(rs.Config().Family), cmp.Or(opts.Table, DefaultTable), c.ops); err != nil {
+			return len(chunks), fmt.Errorf("chunk %d of %d: %w", i+2, len(chunks), err)
+		}
+	}
+	return len(chunks), nil
+}
+
+// EncodeRule encodes a rule of a table of family as netlinkBatch does.
+func EncodeRule(family knftables.Family, rule string) ([]nftnl.Expr, error) {
+	enc := encoder{v6: family == knftables.IPv6Family, family: nftnl.IPv4}
+	if enc.v6 {
+		enc.family = nftnl.IPv6
+	}
+	return enc.rule(rule)
 }

@@ -1083,7 +1083,10 @@ func (r *renderer) element(k elemKey, c claim) *knftables.Element {
 		e.Value = []string{"drop"}
 	}
 	if c.v == vReject || c.v == vDrop {
-		e.Comment = ptr(c.owner.Name.String())
+		// "namespace/name:port" may reach 143 bytes; nft refuses comments
+		// over 128, and with them the whole transaction.
+		name := c.owner.Name.String()
+		e.Comment = ptr(name[:min(len(name), knftables.CommentLengthMax)])
 	}
 	return e
 }

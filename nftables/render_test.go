@@ -111,6 +111,13 @@ var goldenCases = []goldenCase{
 		slice("ns1", "svc1", 8080, ep{ip: "2001:db8:18:40::2", node: node}, ep{ip: "2001:db8:18:41::2", node: "node-b"}),
 		svc("ns2", "empty", "2001:db8:19::42", nodePort(30042), externalLocal),
 	}},
+	// Names as long as Kubernetes allows: the comment of the reject
+	// element, "namespace/name:port", is cut to nft's 128 bytes.
+	{name: "long-names", cfg: config4, objs: []any{
+		svc(strings.Repeat("n", 63), strings.Repeat("s", 63), "198.19.0.49", nodePort(30049), func(s *v1.Service) {
+			s.Spec.Ports[0].Name = strings.Repeat("p", 15)
+		}),
+	}},
 	{name: "ipv6-local", cfg: config6, objs: []any{
 		svc("ns4", "np", "2001:db8:19::44", nodePort(30044), externalLocal, internalLocal),
 		slice("ns4", "np", 8080, ep{ip: "2001:db8:18:40::2", node: node}, ep{ip: "2001:db8:18:41::2", node: "node-b"}),

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/internal/netns"
+	"github.com/svcproxy/svcproxy/internal/nftnl"
 	"github.com/svcproxy/svcproxy/internal/scalegen"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/nftables"
@@ -332,7 +333,7 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 			return err
 		})
 	}
-	first := sync("first sync (chunks of 1000)", true)
+	first := sync("first sync (chunks of 1000, all but the first over netlink)", true)
 	lat := latencies(t, c, w, n, conns)
 	var resyncD time.Duration
 	if resync {
@@ -351,16 +352,49 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	if _, err := c.Clients[0].TCP(netip.AddrPortFrom(scalegen.ClusterIP(n-1), 80), 2*time.Second); err != nil {
 		t.Errorf("last Service after the incremental syncs: %v", err)
 	}
+	// The kernel's own floor for a transaction that adds a rule to this
+	// table: one chain with one "drop" rule, over netlink (and deleted
+	// again). The kernel validates the table's whole jump graph, map
+	// elements included, before it commits any new rule.
+	var kernelFloor []float64
+	if err := c.Node.Do(func() error {
+		conn, err := nftnl.Dial()
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		for i := range reps {
+			name := fmt.Sprintf("probe-%d", i)
+			add := nftnl.NewBatch(nftnl.IPv4, nftables.DefaultTable)
+			add.AddChain(name)
+			add.AddRule(name, []nftnl.Expr{nftnl.VerdictExpr{Code: nftnl.VerdictDrop}}, "")
+			start := time.Now()
+			if err := conn.Send(add); err != nil {
+				return err
+			}
+			kernelFloor = append(kernelFloor, ms(time.Since(start)))
+			del := nftnl.NewBatch(nftnl.IPv4, nftables.DefaultTable)
+			del.FlushChain(name)
+			del.DelChain(name)
+			if err := conn.Send(del); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("kernel floor probe: %v", err)
+	}
 
 	rep.add(n, "nftables: operations of a first sync", float64(ops), "ops", "", floors)
 	rep.add(n, "nftables: generation (snapshots + Build + RenderNew)", ms(buildD+renderD), "ms", "", floors)
-	rep.add(n, "nftables: first sync (chunks of 1000 Services)", ms(first), "ms", "nft-full-chunked1000", floors)
+	rep.add(n, "nftables: first sync (chunks of 1000 Services, all but the first over netlink)", ms(first), "ms", "nft-full-chunked1000", floors)
 	rep.add(n, "nftables: generation / first sync", 100*float64(buildD+renderD)/float64(first), "%", "", floors)
 	if resync {
 		rep.add(n, "nftables: full resync of the loaded table (1 transaction)", ms(resyncD), "ms", "nft-full-1tx", floors)
 	}
 	rep.add(n, fmt.Sprintf("nftables: incremental sync over netlink, 1 Service changed (median of %d)", reps), median(change), "ms", "nft-add1-E10", floors)
 	rep.add(n, fmt.Sprintf("nftables: incremental sync over netlink, 1 Service added (median of %d)", reps), median(add), "ms", "nft-add1-E10", floors)
+	rep.add(n, fmt.Sprintf("nftables: kernel floor, 1 chain + 1 rule over netlink into this table (median of %d)", reps), median(kernelFloor), "ms", "", floors)
 	rep.add(n, "nftables: connect() to the last Service (median)", lat[0], "µs", "lat-nft-last-svc", floors)
 	rep.add(n, "nftables: connect() to the first Service (median)", lat[1], "µs", "lat-nft-first-svc", floors)
 	rep.add(n, "nftables: connect() to a pod directly (median)", lat[2], "µs", "lat-nft-pod-direct", floors)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,6 +78,10 @@ type Executor struct {
 	stale map[string]time.Time
 	// nl is the netlink socket of ExecutorConfig.Netlink, or nil.
 	nl *nftnl.Conn
+	// anonSeq makes the names of the anonymous sets of each netlink batch
+	// unique: it starts at a random number, so that another Executor of
+	// the same table, before or after this one, does not use them.
+	anonSeq uint64
 }
 
 // SyncResult says what one Sync did.
@@ -138,6 +143,7 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		if e.nl, err = nftnl.Dial(); err != nil {
 			return nil, fmt.Errorf("nftables: %w", err)
 		}
+		e.anonSeq = rand.Uint64()
 	}
 	return e, nil
 }
@@ -265,11 +271,18 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 	return res, nil
 }
 
+// anonPrefix is the prefix of the anonymous sets' names of the next netlink
+// batch.
+func (e *Executor) anonPrefix() string {
+	e.anonSeq++
+	return fmt.Sprintf("__svcproxy-%016x-", e.anonSeq)
+}
+
 // applyChanges applies an incremental transaction over netlink when it
 // can, through nft otherwise.
 func (e *Executor) applyChanges(ctx context.Context, ops *opRecorder, res *SyncResult) error {
 	if e.nl != nil {
-		b, err := netlinkBatch(Family(e.cfg.Family), e.table, ops.ops)
+		b, err := netlinkBatch(Family(e.cfg.Family), e.table, ops.ops, e.anonPrefix())
 		if err == nil {
 			res.Netlink = true
 			return e.nl.Send(b)
@@ -318,7 +331,7 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 		// netlink path encodes without nft reading the growing table
 		// before each one.
 		if i > 0 && e.nl != nil {
-			if b, err := netlinkBatch(Family(e.cfg.Family), e.table, c.ops); err == nil {
+			if b, err := netlinkBatch(Family(e.cfg.Family), e.table, c.ops, e.anonPrefix()); err == nil {
 				if err := e.nl.Send(b); err != nil {
 					return SyncResult{Full: true}, fmt.Errorf("nftables: full sync (transaction %d of %d, over netlink): %w", i+1, len(chunks), err)
 				}

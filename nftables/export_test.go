@@ -43,7 +43,7 @@ func NetlinkChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts O
 		return res, 0, err
 	}
 	ops.replay(tx)
-	b, err := netlinkBatch(Family(new.Config().Family), cmp.Or(opts.Table, DefaultTable), ops.ops)
+	b, err := netlinkBatch(Family(new.Config().Family), cmp.Or(opts.Table, DefaultTable), ops.ops, "")
 	if err != nil {
 		return res, 0, err
 	}
@@ -60,7 +60,7 @@ func NetlinkFirstSync(rs *ruleset.Ruleset, opts Options, chunk int) (int, error)
 		return 0, err
 	}
 	for i, c := range chunks[1:] {
-		if _, err := netlinkBatch(Family(rs.Config().Family), cmp.Or(opts.Table, DefaultTable), c.ops); err != nil {
+		if _, err := netlinkBatch(Family(rs.Config().Family), cmp.Or(opts.Table, DefaultTable), c.ops, ""); err != nil {
 			return len(chunks), fmt.Errorf("chunk %d of %d: %w", i+2, len(chunks), err)
 		}
 	}

@@ -65,15 +65,17 @@ var errNotNetlink = errors.New("not encodable for netlink")
 
 // netlinkBatch encodes ops, as RenderChanges writes them, as one nftnl
 // batch for the table of a family, the same objects nft would make of
-// them. It returns an error wrapping errNotNetlink for any operation it
-// does not know.
-func netlinkBatch(family knftables.Family, table string, ops []op) (*nftnl.Batch, error) {
+// them. Anonymous sets are named anonPrefix and a number when anonPrefix
+// is not "" (see nftnl.Batch.NameAnonymousSets). It returns an error
+// wrapping errNotNetlink for any operation it does not know.
+func netlinkBatch(family knftables.Family, table string, ops []op, anonPrefix string) (*nftnl.Batch, error) {
 	enc := encoder{v6: family == knftables.IPv6Family}
 	nlFamily := nftnl.IPv4
 	if enc.v6 {
 		nlFamily = nftnl.IPv6
 	}
 	b := nftnl.NewBatch(nlFamily, table)
+	b.NameAnonymousSets(anonPrefix)
 	enc.family = nlFamily
 	for _, o := range ops {
 		if err := enc.op(b, o); err != nil {

@@ -16,6 +16,7 @@ package nftnl
 import (
 	"encoding/binary"
 	"slices"
+	"strconv"
 )
 
 // Family is the address family of a table: unix.AF_INET or unix.AF_INET6.
@@ -178,12 +179,24 @@ type Batch struct {
 	// setID numbers the sets that the batch creates, so that rules can
 	// refer to them before the kernel names them.
 	setID uint32
+	// anonPrefix names the anonymous sets; "" lets the kernel name them.
+	anonPrefix string
 }
 
 // NewBatch returns an empty batch on the table of a family.
 func NewBatch(family Family, table string) *Batch {
 	return &Batch{family: family, table: table}
 }
+
+// NameAnonymousSets names the anonymous sets of b's rules prefix followed
+// by their set id, instead of asking the kernel for a name as nft does
+// ("__set%d"): to find a free number the kernel reads the name of every set
+// of the table, which at 10,000 Services is most of the cost of adding one.
+// Names must be unique in the table: the prefix must be one that no other
+// batch used while the sets it named may still exist, and should start with
+// "__", which marks anonymous sets. `nft list` does not show them: it
+// prints anonymous sets inline, whatever their names.
+func (b *Batch) NameAnonymousSets(prefix string) { b.anonPrefix = prefix }
 
 // Len is the number of operations in b.
 func (b *Batch) Len() int { return len(b.msgs) }
@@ -256,11 +269,14 @@ func (b *Batch) AddSet(s Set) {
 func (b *Batch) newSet(s Set) (string, uint32) {
 	b.setID++
 	id := b.setID
-	if s.Flags&SetAnonymous != 0 {
+	switch {
+	case s.Flags&SetAnonymous == 0:
+	case b.anonPrefix != "":
+		s.Name = b.anonPrefix + strconv.FormatUint(uint64(id), 10)
+	case s.Flags&SetMap != 0:
+		s.Name = "__map%d"
+	default:
 		s.Name = "__set%d"
-		if s.Flags&SetMap != 0 {
-			s.Name = "__map%d"
-		}
 	}
 	b.add(msgNewSet, flagCreate, "add set "+s.Name, func(a *attrs) {
 		a.str(attrSetTable, b.table)

@@ -560,6 +560,12 @@ func TestBatchAnonymousSets(t *testing.T) {
 			b.AddRule("i", []Expr{Numgen{Dreg: Reg1, Modulus: 4}, Lookup{Sreg: Reg1, IsMap: true, Anonymous: vmap(4)}}, "")
 			b.AddSet(Set{Name: "affinity-b", Flags: SetTimeout | SetEval, KeyType: TypeIPv4Addr, KeyLen: 4, TimeoutMS: 1000})
 		}, []created{{"__set%d", 2}, {"__map%d", 4}}, []int{1, 0, 1}},
+		{"named by NameAnonymousSets", func(b *Batch) {
+			b.NameAnonymousSets("__sp-7-")
+			b.AddRule("h", []Expr{saddr, Lookup{Sreg: Reg1, Anonymous: set(3, 0)}}, "")
+			b.AddSet(Set{Name: "affinity-a", Flags: SetTimeout | SetEval, KeyType: TypeIPv4Addr, KeyLen: 4, TimeoutMS: 1000})
+			b.AddRule("i", []Expr{Numgen{Dreg: Reg1, Modulus: 2}, Lookup{Sreg: Reg1, IsMap: true, Anonymous: vmap(2)}}, "")
+		}, []created{{"__sp-7-1", 3}, {"__sp-7-3", 2}}, []int{1, 1}},
 		{"the same expressions twice", func(b *Batch) {
 			b.AddRule("h", sameExprs, "")
 			b.AddRule("h", sameExprs, "")

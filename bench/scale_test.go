@@ -349,6 +349,11 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 		w.AddService()
 		add = append(add, ms(sync("incremental sync, 1 Service added", false)))
 	}
+	var remove []float64
+	for range reps {
+		w.RemoveAdded()
+		remove = append(remove, ms(sync("incremental sync, 1 Service removed", false)))
+	}
 	if _, err := c.Clients[0].TCP(netip.AddrPortFrom(scalegen.ClusterIP(n-1), 80), 2*time.Second); err != nil {
 		t.Errorf("last Service after the incremental syncs: %v", err)
 	}
@@ -394,6 +399,7 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	}
 	rep.add(n, fmt.Sprintf("nftables: incremental sync over netlink, 1 Service changed (median of %d)", reps), median(change), "ms", "nft-add1-E10", floors)
 	rep.add(n, fmt.Sprintf("nftables: incremental sync over netlink, 1 Service added (median of %d)", reps), median(add), "ms", "nft-add1-E10", floors)
+	rep.add(n, fmt.Sprintf("nftables: incremental sync over netlink, 1 Service removed (median of %d)", reps), median(remove), "ms", "", floors)
 	rep.add(n, fmt.Sprintf("nftables: kernel floor, 1 chain + 1 rule over netlink into this table (median of %d)", reps), median(kernelFloor), "ms", "", floors)
 	rep.add(n, "nftables: connect() to the last Service (median)", lat[0], "µs", "lat-nft-last-svc", floors)
 	rep.add(n, "nftables: connect() to the first Service (median)", lat[1], "µs", "lat-nft-first-svc", floors)

@@ -469,3 +469,19 @@ func (w *World) AddService() *ruleset.Ruleset {
 	w.Ruleset = w.next()
 	return w.Ruleset
 }
+
+// RemoveAdded deletes the Service that AddService added last, with its
+// EndpointSlice, builds the new Ruleset, makes it w.Ruleset and returns it.
+// It panics when AddService added none.
+func (w *World) RemoveAdded() *ruleset.Ruleset {
+	if w.Added == 0 {
+		panic("scalegen: RemoveAdded without AddService")
+	}
+	w.Added--
+	n := w.Spec.Services + w.Added
+	svc, slice := w.Spec.Service(n), w.Spec.Slice(n)
+	w.Services.Delete(svc.Namespace, svc.Name)
+	w.Endpoints.Delete(slice.Namespace, slice.Name)
+	w.Ruleset = w.next()
+	return w.Ruleset
+}

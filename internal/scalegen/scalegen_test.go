@@ -186,4 +186,11 @@ func testWorld(t *testing.T, incremental bool) {
 	if full := w.Build(); !ruleset.Diff(full, added).Empty() {
 		t.Errorf("the Ruleset after the changes differs from Build's: %+v", ruleset.Diff(full, added))
 	}
+	removed := w.RemoveAdded()
+	if ch := ruleset.Diff(added, removed); len(ch.Removed) != 1 || ch.Removed[0] != w.Spec.PortName(500) || w.Added != 0 || len(ch.Changed)+len(ch.Added) != 0 {
+		t.Errorf("RemoveAdded: %+v", ch)
+	}
+	if !ruleset.Diff(after, removed).Empty() {
+		t.Errorf("after RemoveAdded the Ruleset differs from the one before AddService: %+v", ruleset.Diff(after, removed))
+	}
 }

@@ -312,8 +312,8 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	buildD := timed(t, "build (snapshots + Build)", func() error { w.Build(); return nil })
 	fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
 	ops := 0
-	renderD := timed(t, "render (RenderNew, chunks of 1000)", func() error {
-		txs, _, err := nftables.RenderNew(fake.NewTransaction, w.Ruleset, nftables.Options{}, nftables.DefaultFirstSyncChunk)
+	renderD := timed(t, "render (RenderNew, chunks of 250)", func() error {
+		txs, _, err := nftables.RenderNew(fake.NewTransaction, w.Ruleset, nftables.Options{}, nftables.DefaultNetlinkFirstSyncChunk)
 		for _, tx := range txs {
 			ops += tx.NumOperations()
 		}
@@ -333,7 +333,7 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 			return err
 		})
 	}
-	first := sync("first sync (chunks of 1000, all but the first over netlink)", true)
+	first := sync("first sync (chunks of 250, all but the first over netlink)", true)
 	lat := latencies(t, c, w, n, conns)
 	var resyncD time.Duration
 	if resync {
@@ -392,7 +392,7 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 
 	rep.add(n, "nftables: operations of a first sync", float64(ops), "ops", "", floors)
 	rep.add(n, "nftables: generation (snapshots + Build + RenderNew)", ms(buildD+renderD), "ms", "", floors)
-	rep.add(n, "nftables: first sync (chunks of 1000 Services, all but the first over netlink)", ms(first), "ms", "nft-full-chunked1000", floors)
+	rep.add(n, "nftables: first sync (chunks of 250 Services, all but the first over netlink)", ms(first), "ms", "nft-full-chunked1000", floors)
 	rep.add(n, "nftables: generation / first sync", 100*float64(buildD+renderD)/float64(first), "%", "", floors)
 	if resync {
 		rep.add(n, "nftables: full resync of the loaded table (1 transaction)", ms(resyncD), "ms", "nft-full-1tx", floors)

@@ -138,3 +138,62 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 	}
 	t.Logf("%d steps, %d incremental syncs over netlink, each leaving the same table as nft", steps, netlinkSyncs)
 }
+
+// TestNetlinkRefusedFallsBackToFullSync: when the kernel refuses an
+// incremental transaction sent over netlink (here: someone deleted the
+// table), the same Sync falls back to a full sync through nft, which puts
+// the whole table back.
+func TestNetlinkRefusedFallsBackToFullSync(t *testing.T) {
+	netns.Require(t, "nft")
+	lab := netns.NewLab(t)
+	ns := lab.NewNS("nl")
+	nft := ns.ToolOnPath(t, "nft")
+	ctx := context.Background()
+
+	var ex *nftables.Executor
+	if err := ns.Do(func() error {
+		var err error
+		ex, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: config4().Family, Netlink: true})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	w := newWorld(t, config4())
+	w.add(svc("ns1", "web", "198.19.0.10"), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}))
+	rs := w.build()
+	if res, err := ex.Sync(ctx, rs); err != nil || !res.Full {
+		t.Fatalf("first sync: %+v, %v", res, err)
+	}
+	if _, err := ns.Run(ctx, nft, "delete", "table", "ip", nftables.DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	w.add(slice("ns1", "web", 8080, ep{ip: "198.18.64.3", node: node}))
+	rs = w.update(rs)
+	res, err := ex.Sync(ctx, rs)
+	if err != nil || !res.Full || res.Fallback == nil || !strings.Contains(res.Fallback.Error(), "refused") {
+		t.Fatalf("sync after the table was deleted: %+v, %v; want a full sync after the kernel refused the incremental one", res, err)
+	}
+	if got, want := kernelState(t, ns, nft, knftables.IPv4Family, nftables.DefaultTable), fullState(t, ns, nft, rs); got != want {
+		t.Errorf("table after the fallback differs from a full render (-full +got):\n%s", cmp.Diff(want, got))
+	}
+}
+
+// fullState renders rs into a fresh table "full" through nft and returns
+// its kernelState.
+func fullState(t *testing.T, ns *netns.NS, nft string, rs *ruleset.Ruleset) string {
+	t.Helper()
+	f := nftables.Family(rs.Config().Family)
+	i, err := nftables.Open(f, "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := i.NewTransaction()
+	if _, err := nftables.Render(tx, rs, nftables.Options{Table: "full"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := i.Run(context.Background(), tx); err != nil {
+		t.Fatal(err)
+	}
+	return kernelState(t, ns, nft, f, "full")
+}

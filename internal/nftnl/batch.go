@@ -346,7 +346,7 @@ func (b *Batch) elements(typ, flags uint16, what, set string, id uint32, elems [
 					if e.IntervalEnd {
 						a.u32(attrElemFlags, 1)
 					}
-					a.nest(attrElemKey, func(a *attrs) { a.bytes(attrDataValue, e.Key) })
+					a.data(attrElemKey, e.Key)
 					if e.Verdict != nil {
 						a.nest(attrElemData, func(a *attrs) { a.verdict(*e.Verdict) })
 					}
@@ -408,6 +408,11 @@ func (a *attrs) nest(typ uint16, body func(*attrs)) {
 	a.header(typ|nestedFlag, 0)
 	body(a)
 	binary.NativeEndian.PutUint16(a.buf[start:], uint16(len(a.buf)-start))
+}
+
+// data is an nft_data attribute holding a value.
+func (a *attrs) data(typ uint16, v []byte) {
+	a.nest(typ, func(a *attrs) { a.bytes(attrDataValue, v) })
 }
 
 func (a *attrs) verdict(v Verdict) {

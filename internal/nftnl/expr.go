@@ -49,7 +49,7 @@ func (Cmp) name() string { return "cmp" }
 func (e Cmp) encode(a *attrs) {
 	a.u32(1, e.Sreg)
 	a.u32(2, e.Op)
-	a.nest(3, func(a *attrs) { a.bytes(attrDataValue, e.Data) })
+	a.data(3, e.Data)
 }
 
 // MetaL4Proto is the meta key of the transport protocol.
@@ -75,7 +75,7 @@ type Immediate struct {
 func (Immediate) name() string { return "immediate" }
 func (e Immediate) encode(a *attrs) {
 	a.u32(1, e.Dreg)
-	a.nest(2, func(a *attrs) { a.bytes(attrDataValue, e.Data) })
+	a.data(2, e.Data)
 }
 
 // VerdictExpr sets the verdict: the immediate expression on the verdict
@@ -183,6 +183,6 @@ func (e Bitwise) encode(a *attrs) {
 	a.u32(1, e.Sreg)
 	a.u32(2, e.Dreg)
 	a.u32(3, uint32(len(e.Mask)))
-	a.nest(4, func(a *attrs) { a.bytes(attrDataValue, e.Mask) })
-	a.nest(5, func(a *attrs) { a.bytes(attrDataValue, make([]byte, len(e.Mask))) })
+	a.data(4, e.Mask)
+	a.data(5, make([]byte, len(e.Mask)))
 }

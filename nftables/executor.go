@@ -269,9 +269,9 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 	}
 	res := SyncResult{Operations: len(ops.ops), DeletedChains: len(r.Deleted), Warnings: r.Warnings}
 	if len(ops.ops) > 0 {
-		if err := e.applyChanges(ctx, &ops, &res); err != nil {
+		if res.Netlink, res.NotNetlink, err = e.apply(ctx, &ops, "incremental sync"); err != nil {
 			e.last = nil
-			return SyncResult{}, fmt.Errorf("nftables: incremental sync: %w", err)
+			return SyncResult{}, err
 		}
 	}
 	// Deleted, in use again, or flushed again just now (and so in r.Stale).
@@ -293,20 +293,26 @@ func (e *Executor) anonPrefix() string {
 	return fmt.Sprintf("__svcproxy-%016x-", e.anonSeq)
 }
 
-// applyChanges applies an incremental transaction over netlink when it
-// can, through nft otherwise.
-func (e *Executor) applyChanges(ctx context.Context, ops *opRecorder, res *SyncResult) error {
+// apply applies one transaction: over netlink when the Executor has a
+// socket and the encoder knows every operation, through nft otherwise. It
+// reports whether it went over netlink, and if not, why.
+func (e *Executor) apply(ctx context.Context, ops *opRecorder, what string) (netlink bool, notNetlink, err error) {
 	if e.nl != nil {
 		b, err := netlinkBatch(Family(e.cfg.Family), e.table, ops.ops, e.anonPrefix())
 		if err == nil {
-			res.Netlink = true
-			return e.nl.Send(b)
+			if err := e.nl.Send(b); err != nil {
+				return true, nil, fmt.Errorf("nftables: %s over netlink: %w", what, err)
+			}
+			return true, nil, nil
 		}
-		res.NotNetlink = err
+		notNetlink = err
 	}
 	tx := e.nft.NewTransaction()
 	ops.replay(tx)
-	return e.nft.Run(ctx, tx)
+	if err := e.nft.Run(ctx, tx); err != nil {
+		return false, notNetlink, fmt.Errorf("nftables: %s: %w", what, err)
+	}
+	return false, notNetlink, nil
 }
 
 func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (SyncResult, error) {
@@ -323,52 +329,37 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 		// transaction.
 		tx := e.nft.NewTransaction()
 		r, err := Render(tx, rs, e.cfg.Options, existing)
-		if err == nil {
-			err = e.run(ctx, tx, "full sync")
-		}
 		if err != nil {
 			return SyncResult{Full: true}, err
+		}
+		if err := e.nft.Run(ctx, tx); err != nil {
+			return SyncResult{Full: true}, fmt.Errorf("nftables: full sync: %w", err)
 		}
 		e.finishFull(rs, r, now)
 		return SyncResult{Full: true, Operations: tx.NumOperations(), StaleChains: len(e.stale), Warnings: r.Warnings}, nil
 	}
 	// A new table: nothing to keep serving while it fills, so in chunks,
-	// which the kernel applies much faster than one transaction.
+	// which the kernel applies much faster than one transaction. The first
+	// makes the table, its base chains and maps, which only nft writes;
+	// the others hold Service ports only, which go over netlink when the
+	// Executor has a socket, without nft reading the growing table before
+	// each one.
 	chunks, r, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
 	if err != nil {
 		return SyncResult{Full: true}, err
 	}
-	ops, overNetlink := 0, 0
+	res := SyncResult{Full: true, Warnings: r.Warnings}
 	for i, c := range chunks {
-		ops += len(c.ops)
-		// The first chunk makes the table, its base chains and maps,
-		// through nft; the others hold Service ports only, which the
-		// netlink path encodes without nft reading the growing table
-		// before each one.
-		if i > 0 && e.nl != nil {
-			if b, err := netlinkBatch(Family(e.cfg.Family), e.table, c.ops, e.anonPrefix()); err == nil {
-				if err := e.nl.Send(b); err != nil {
-					return SyncResult{Full: true}, fmt.Errorf("nftables: full sync (transaction %d of %d, over netlink): %w", i+1, len(chunks), err)
-				}
-				overNetlink++
-				continue
-			}
-		}
-		tx := e.nft.NewTransaction()
-		c.replay(tx)
-		if err := e.run(ctx, tx, fmt.Sprintf("full sync (transaction %d of %d)", i+1, len(chunks))); err != nil {
+		res.Operations += len(c.ops)
+		netlink, _, err := e.apply(ctx, c, fmt.Sprintf("full sync (transaction %d of %d)", i+1, len(chunks)))
+		if err != nil {
 			return SyncResult{Full: true}, err
 		}
+		res.Netlink = res.Netlink || netlink
 	}
 	e.finishFull(rs, r, now)
-	return SyncResult{Full: true, Operations: ops, StaleChains: len(e.stale), Warnings: r.Warnings, Netlink: overNetlink > 0}, nil
-}
-
-func (e *Executor) run(ctx context.Context, tx *knftables.Transaction, what string) error {
-	if err := e.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("nftables: %s: %w", what, err)
-	}
-	return nil
+	res.StaleChains = len(e.stale)
+	return res, nil
 }
 
 // finishFull records a full sync of rs.

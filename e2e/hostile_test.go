@@ -101,8 +101,10 @@ func mostly[T any](t *rapid.T, label string, valid, hostile []T) T {
 // Pools small enough that frontends collide, with hostile values beside
 // them.
 var (
-	namespaces   = []string{"default"}
-	names        = []string{"web", "dns"}
+	// Valid names as long as Kubernetes allows (63-character labels, a
+	// 15-character port name): the longest chain names and comments.
+	namespaces   = []string{"default", strings.Repeat("n", 63)}
+	names        = []string{"web", "dns", strings.Repeat("s", 63)}
 	badNames     = []string{"x;rm -rf", "DROP\n-j ACCEPT", "very-long-name-" + strings.Repeat("x", 60), "", "UPPER", "a\"b"}
 	addrs        = []string{"198.19.0.1", "198.19.0.2", "2001:db8:19::1", "2001:db8:19::2"}
 	badAddrs     = []string{"None", "", "garbage", "127.0.0.1", "::1", "198.19.0.1 ", "0.0.0.0", "224.0.0.1", "fe80::1%eth0", "::ffff:198.19.0.1"}
@@ -115,7 +117,7 @@ var (
 	badStrings   = []string{"PreferClose", "bogus\"quote", "local", "ClientIP"}
 	ranges       = []string{"198.18.0.0/16", " 198.18.32.0/19 ", "2001:db8::/32", "0.0.0.0/0"}
 	badRanges    = []string{"bad", "198.18.0.1/33", "198.18.0.0"}
-	portNames    = []string{"p", "q", ""}
+	portNames    = []string{"p", "q", "", strings.Repeat("p", 15)}
 	badPortNames = []string{"P!", "x\ny", "-p"}
 )
 

@@ -221,7 +221,8 @@ func (c *converter) loadBalancerIPs() []netip.Addr {
 		if ing.IP == "" {
 			continue // hostname-only ingress: nothing to serve locally
 		}
-		ip, err := netip.ParseAddr(ing.IP)
+		// Surrounding spaces are forgiven, as for externalIPs.
+		ip, err := netip.ParseAddr(strings.TrimSpace(ing.IP))
 		if err != nil || !usableAddr(ip) {
 			c.warn("invalid load-balancer ingress IP %q dropped", ing.IP)
 			continue

@@ -170,6 +170,7 @@ func TestFromServiceExternalAndLoadBalancerIPs(t *testing.T) {
 		v1.LoadBalancerIngress{IP: "2001:db8:1::1"},
 		v1.LoadBalancerIngress{IP: "2001:db8:1::9", IPMode: ptr(v1.LoadBalancerIPModeProxy)},
 		v1.LoadBalancerIngress{IP: "203.0.113.2"},
+		v1.LoadBalancerIngress{IP: " 203.0.113.3 "},
 	)
 	v6 := func(sp *servicemap.ServicePort) {
 		sp.Family = v1.IPv6Protocol
@@ -201,10 +202,10 @@ func TestFromServiceExternalAndLoadBalancerIPs(t *testing.T) {
 		want:         []servicemap.ServicePort{port()},
 		wantWarnings: []string{`"192.0.2.1\n-j ACCEPT"`},
 	}, {
-		name: "load-balancer IPs: family, sorted, dedup, ipMode Proxy excluded, hostname-only ignored",
+		name: "load-balancer IPs: family, sorted, dedup, spaces trimmed, ipMode Proxy excluded, hostname-only ignored",
 		svc:  service(ofType(v1.ServiceTypeLoadBalancer), clusterIPs("10.96.0.10", "fd00:10:96::a"), lbIngress),
 		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) {
-			sp.LoadBalancerIPs = addrs("203.0.113.1", "203.0.113.2")
+			sp.LoadBalancerIPs = addrs("203.0.113.1", "203.0.113.2", "203.0.113.3")
 		})},
 	}, {
 		name:   "load-balancer IPs, IPv6 tracker",

@@ -39,7 +39,7 @@ func main() {
 // executor adapts an nftables.Executor to proxy.Executor.
 type executor struct{ *nftables.Executor }
 
-func (e executor) Sync(ctx context.Context, rs *ruleset.Ruleset) error {
-	_, err := e.Executor.Sync(ctx, rs)
-	return err
+func (e executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (bool, error) {
+	res, err := e.Executor.Sync(ctx, rs)
+	return res.Full, err
 }

@@ -8,6 +8,8 @@ import (
 type metrics struct {
 	registry               *prometheus.Registry
 	syncDuration           prometheus.Histogram
+	syncFullDuration       prometheus.Histogram
+	syncPartialDuration    prometheus.Histogram
 	lastSync               prometheus.Gauge
 	serviceChangesPending  prometheus.Gauge
 	endpointChangesPending prometheus.Gauge
@@ -21,6 +23,18 @@ func newMetrics() *metrics {
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: "kubeproxy", Name: "sync_proxy_rules_duration_seconds",
 			Help:    "SyncProxyRules latency in seconds",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		// A sync is full when any family's executor rewrote everything,
+		// partial otherwise (kube-proxy's split).
+		syncFullDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Subsystem: "kubeproxy", Name: "sync_full_proxy_rules_duration_seconds",
+			Help:    "SyncProxyRules latency in seconds for full resyncs",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		syncPartialDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Subsystem: "kubeproxy", Name: "sync_partial_proxy_rules_duration_seconds",
+			Help:    "SyncProxyRules latency in seconds for partial resyncs",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}),
 		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -45,7 +59,7 @@ func newMetrics() *metrics {
 			Help: "Syncs that failed to apply the rules",
 		}),
 	}
-	m.registry.MustRegister(m.syncDuration, m.lastSync, m.serviceChangesPending,
+	m.registry.MustRegister(m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.serviceChangesPending,
 		m.endpointChangesPending, m.programmingDuration, m.syncFailures)
 	return m
 }

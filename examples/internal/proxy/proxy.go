@@ -30,8 +30,9 @@ import (
 // Executor applies the Rulesets of one IP family to the kernel.
 type Executor interface {
 	// Sync applies rs, fully or incrementally as the executor sees fit, and
-	// does a full sync after any failure.
-	Sync(ctx context.Context, rs *ruleset.Ruleset) error
+	// does a full sync after any failure. It reports whether the sync was a
+	// full one.
+	Sync(ctx context.Context, rs *ruleset.Ruleset) (full bool, err error)
 	// Cleanup removes everything the executor owns.
 	Cleanup(ctx context.Context) error
 }
@@ -323,11 +324,14 @@ func (p *proxy) sync(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	anyFull := false
 	for _, f := range p.families {
-		if err := p.executors[f].Sync(ctx, rulesets[f]); err != nil {
+		full, err := p.executors[f].Sync(ctx, rulesets[f])
+		if err != nil {
 			errs = append(errs, fmt.Errorf("sync %s: %w", f, err))
 			continue
 		}
+		anyFull = anyFull || full
 		p.cleanConntrack(f, rulesets[f])
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -337,6 +341,11 @@ func (p *proxy) sync(ctx context.Context) error {
 	}
 	end := time.Now()
 	p.metrics.syncDuration.Observe(end.Sub(start).Seconds())
+	if anyFull {
+		p.metrics.syncFullDuration.Observe(end.Sub(start).Seconds())
+	} else {
+		p.metrics.syncPartialDuration.Observe(end.Sub(start).Seconds())
+	}
 	p.metrics.lastSync.Set(float64(end.Unix()))
 	p.lastSuccess.Store(end.UnixNano())
 	for _, at := range p.pendingTriggers {
@@ -348,7 +357,7 @@ func (p *proxy) sync(ctx context.Context) error {
 	if p.health != nil {
 		p.health.update(rulesets)
 	}
-	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "duration", end.Sub(start))
+	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", anyFull, "duration", end.Sub(start))
 	return nil
 }
 

@@ -29,6 +29,7 @@ type fakeBackend struct {
 	mu     sync.Mutex
 	synced []*ruleset.Ruleset
 	fails  int
+	failed bool
 	clean  int
 }
 
@@ -40,15 +41,19 @@ func fakeRender(w io.Writer, rs *ruleset.Ruleset) error {
 	return nil
 }
 
-func (b *fakeBackend) Sync(_ context.Context, rs *ruleset.Ruleset) error {
+// Sync reports the first sync, and the one after a failure, as full.
+func (b *fakeBackend) Sync(_ context.Context, rs *ruleset.Ruleset) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.fails > 0 {
 		b.fails--
-		return errors.New("injected failure")
+		b.failed = true
+		return false, errors.New("injected failure")
 	}
+	full := len(b.synced) == 0 || b.failed
+	b.failed = false
 	b.synced = append(b.synced, rs)
-	return nil
+	return full, nil
 }
 
 func (b *fakeBackend) Cleanup(context.Context) error {
@@ -185,6 +190,46 @@ func TestFailedSyncLosesNoChange(t *testing.T) {
 	}
 	if strings.Join(names, ",") != "a,b" {
 		t.Errorf("after a failed sync, the next synced %v, want a,b", names)
+	}
+}
+
+// TestSyncDurationFullOrPartial: kube-proxy's full and partial sync
+// histograms count the syncs that the executors report as full and as
+// incremental.
+func TestSyncDurationFullOrPartial(t *testing.T) {
+	backend := &fakeBackend{family: v1.IPv4Protocol}
+	p := &proxy{
+		mode:      Mode{Name: "fake", Render: fakeRender},
+		opts:      &Options{NodeName: "n1", SyncPeriod: time.Minute},
+		log:       discardLogger(),
+		metrics:   newMetrics(),
+		state:     NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{}),
+		families:  []v1.IPFamily{v1.IPv4Protocol},
+		executors: map[v1.IPFamily]Executor{v1.IPv4Protocol: backend},
+	}
+	count := func(name string) uint64 {
+		t.Helper()
+		families, err := p.metrics.registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == name {
+				return f.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	for i, want := range []struct{ full, partial uint64 }{{1, 0}, {1, 1}, {1, 2}} {
+		p.state.UpdateService(service(fmt.Sprint("s", i), fmt.Sprint("198.19.0.", i+1)))
+		if err := p.sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		full, partial := count("kubeproxy_sync_full_proxy_rules_duration_seconds"), count("kubeproxy_sync_partial_proxy_rules_duration_seconds")
+		if full != want.full || partial != want.partial || count("kubeproxy_sync_proxy_rules_duration_seconds") != full+partial {
+			t.Errorf("after sync %d: %d full, %d partial, want %d and %d", i+1, full, partial, want.full, want.partial)
+		}
 	}
 }
 

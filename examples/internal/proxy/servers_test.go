@@ -66,6 +66,8 @@ func TestServers(t *testing.T) {
 	}
 	for _, name := range []string{
 		"kubeproxy_sync_proxy_rules_duration_seconds_bucket",
+		"kubeproxy_sync_full_proxy_rules_duration_seconds_bucket",
+		"kubeproxy_sync_partial_proxy_rules_duration_seconds_bucket",
 		"kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7e+09",
 		"kubeproxy_sync_proxy_rules_endpoint_changes_pending",
 		"kubeproxy_sync_proxy_rules_service_changes_pending",

@@ -22,6 +22,8 @@
 //	SVCPROXY_SCALE_FLOORS_DIR   where they are (default /work/shared/bench-floors)
 //	SVCPROXY_SCALE_FLOOR_REPS   REPS for restore.sh (default 3)
 //	SVCPROXY_SCALE_FLOOR_ONLY   ONLY for restore.sh (default: the configurations compared with)
+//	SVCPROXY_SCALE_NFT_CHUNKS   chunk sizes (comma-separated) to compare for nftables first
+//	                            syncs over netlink, each timed twice, interleaved (default none)
 //	SVCPROXY_SCALE_NFT_RESYNC   largest N at which to time an nftables full resync of a
 //	                            loaded table, one transaction (default 5000; ~2 min at 10,000)
 //	SVCPROXY_SCALE_OUT          also write the summary (Markdown) to this file

@@ -156,6 +156,9 @@ func TestScale(t *testing.T) {
 		t.Run(fmt.Sprintf("nftables/services=%d", n), func(t *testing.T) {
 			runNftables(t, n, reps, conns, n <= resyncMax, &rep, floors)
 		})
+		if chunks := env("SVCPROXY_SCALE_NFT_CHUNKS", ""); chunks != "" {
+			t.Run(fmt.Sprintf("nftables-chunks/services=%d", n), func(t *testing.T) { runChunks(t, n, chunks, &rep, floors) })
+		}
 	}
 	rep.notes = append(rep.notes, fmt.Sprintf("Whole run: %v.", time.Since(start).Round(time.Second)))
 	out := rep.markdown()
@@ -404,6 +407,53 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	rep.add(n, "nftables: connect() to the last Service (median)", lat[0], "µs", "lat-nft-last-svc", floors)
 	rep.add(n, "nftables: connect() to the first Service (median)", lat[1], "µs", "lat-nft-first-svc", floors)
 	rep.add(n, "nftables: connect() to a pod directly (median)", lat[2], "µs", "lat-nft-pod-direct", floors)
+}
+
+// runChunks times first syncs over netlink of N Services with each chunk
+// size of the comma-separated list, each into a fresh namespace, the list
+// twice in a row (interleaved, so that the machine's drift hits every size
+// alike).
+func runChunks(t *testing.T, n int, list string, rep *report, floors map[string]float64) {
+	var sizes []int
+	for _, f := range strings.Split(list, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 {
+			t.Fatalf("SVCPROXY_SCALE_NFT_CHUNKS: bad chunk size %q", f)
+		}
+		sizes = append(sizes, c)
+	}
+	w := scalegen.Spec{Services: n}.World()
+	times := map[int][]float64{}
+	for range 2 {
+		for _, chunk := range sizes {
+			t.Run(fmt.Sprint("chunk=", chunk), func(t *testing.T) {
+				ns := netns.NewLab(t).NewNS("chunks")
+				ns.ToolOnPath(t, "nft")
+				var e *nftables.Executor
+				if err := ns.Do(func() error {
+					var err error
+					e, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: v1.IPv4Protocol, Netlink: true, FirstSyncChunk: chunk})
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close()
+				d := timed(t, fmt.Sprintf("first sync over netlink, chunks of %d", chunk), func() error {
+					_, err := e.Sync(context.Background(), w.Ruleset)
+					return err
+				})
+				times[chunk] = append(times[chunk], ms(d))
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				if _, err := ns.Run(ctx, "nft", "flush", "ruleset"); err != nil {
+					t.Logf("flushing the ruleset: %v", err)
+				}
+			})
+		}
+	}
+	for _, chunk := range sizes {
+		rep.add(n, fmt.Sprintf("nftables: first sync over netlink, chunks of %d (median of %d)", chunk, len(times[chunk])), median(times[chunk]), "ms", "nft-full-chunked1000", floors)
+	}
 }
 
 // latencies measures the median connect() time, in µs, from the client to

@@ -24,8 +24,9 @@
 //	SVCPROXY_SCALE_FLOOR_ONLY   ONLY for restore.sh (default: the configurations compared with)
 //	SVCPROXY_SCALE_NFT_CHUNKS   chunk sizes (comma-separated) to compare for nftables first
 //	                            syncs over netlink, each timed twice, interleaved (default none)
-//	SVCPROXY_SCALE_NFT_RESYNC   largest N at which to time an nftables full resync of a
-//	                            loaded table, one transaction (default 5000; ~2 min at 10,000)
+//	SVCPROXY_SCALE_NFT_RESYNC   largest N at which to time an nftables full resync of the
+//	                            loaded table (default 5000; its floor, nft-full-1tx, takes
+//	                            minutes at 10,000)
 //	SVCPROXY_SCALE_OUT          also write the summary (Markdown) to this file
 //
 // Every namespace it makes is removed at the end, on failure too; the floor

@@ -79,7 +79,10 @@
 // statements (internal/nftnl): a one-Service change then costs about as much
 // at 10,000 Services as at 100 (BENCHMARKS.md), and `nft list table`
 // prints the result exactly as if nft had applied it (TestNetlinkMatchesNFT).
-// A first sync makes the table with nft and fills it over netlink; a full
-// sync of an existing table, and any change outside what the encoder knows
-// (SyncResult.NotNetlink), go through nft.
+// A full sync writes the table's fixed objects with nft and its Service
+// ports over netlink, in chunks; in a table that exists and serves, each
+// chunk leaves every Service port as it was or as it is to be, so that a
+// restart at 10,000 Services takes seconds rather than minutes and drops
+// nothing. Any change outside what the encoder knows
+// (SyncResult.NotNetlink) goes through nft.
 package nftables

@@ -57,8 +57,12 @@ type ExecutorConfig struct {
 	// calling thread, which must be the one nft works in; Close closes it.
 	// Changes the netlink encoder does not know still go through nft
 	// (SyncResult.NotNetlink). A first sync makes the table, its base
-	// chains and maps with nft and adds the Service ports over netlink; a
-	// full sync of an existing table is one nft transaction.
+	// chains and maps with nft and adds the Service ports over netlink in
+	// chunks of FirstSyncChunk; a full sync of an existing table (after a
+	// restart, a failure or ForceFullSync) rewrites its fixed objects with
+	// nft and then its Service ports over netlink in chunks too, each of
+	// which leaves every Service port as it was or as it is to be, instead
+	// of one nft transaction of the whole table.
 	Netlink bool
 }
 
@@ -113,7 +117,7 @@ type SyncResult struct {
 	Warnings []svcproxy.Warning
 	// Netlink reports a sync that went over netlink (see
 	// ExecutorConfig.Netlink): an incremental one, or the Service ports of
-	// a first sync. NotNetlink is why an incremental one went through nft
+	// a full one. NotNetlink is why an incremental one went through nft
 	// instead, when the netlink path was asked for.
 	Netlink    bool
 	NotNetlink error
@@ -324,6 +328,12 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 		}
 		existing = map[string][]string{} // no table yet
 	}
+	if len(existing) > 0 && e.nl != nil {
+		res, err := e.resync(ctx, rs, existing, now)
+		if !errors.Is(err, errNoResync) {
+			return res, err
+		}
+	}
 	if len(existing) > 0 {
 		// The table is there and serving: replace its content in one
 		// transaction.
@@ -360,6 +370,52 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 	e.finishFull(rs, r, now)
 	res.StaleChains = len(e.stale)
 	return res, nil
+}
+
+// errNoResync: the table's elements could not be read; a full sync of the
+// existing table in one transaction replaces the resync.
+var errNoResync = errors.New("no chunked resync")
+
+// resync replaces the content of an existing table in chunks over netlink
+// (see renderResync): the kernel applies one transaction of the whole table
+// in a time that grows faster than the table, and in the meantime the
+// table serves as it was.
+func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map[string][]string, now time.Time) (SyncResult, error) {
+	r, err := newRenderer(rs.Config(), e.cfg.Options)
+	if err != nil {
+		return SyncResult{Full: true}, err
+	}
+	var elements []*knftables.Element
+	for _, name := range r.fixedSetsAndMaps() {
+		kind := "map"
+		if name == setClusterIPs || name == setNodePortIPs {
+			kind = "set"
+		}
+		if name == setNodePortIPs || !slices.Contains(existing[kind], name) {
+			continue
+		}
+		elems, err := e.nft.ListElements(ctx, kind, name)
+		if err != nil {
+			return SyncResult{}, fmt.Errorf("%w: listing %s %s: %w", errNoResync, kind, name, err)
+		}
+		elements = append(elements, elems...)
+	}
+	chunks, res, err := renderResync(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, existing, elements, e.cfg.FirstSyncChunk)
+	if err != nil {
+		return SyncResult{}, fmt.Errorf("%w: %w", errNoResync, err)
+	}
+	out := SyncResult{Full: true, Warnings: res.Warnings}
+	for i, c := range chunks {
+		out.Operations += len(c.ops)
+		netlink, _, err := e.apply(ctx, c, fmt.Sprintf("full sync of the existing table (transaction %d of %d)", i+1, len(chunks)))
+		if err != nil {
+			return SyncResult{Full: true}, err
+		}
+		out.Netlink = out.Netlink || netlink
+	}
+	e.finishFull(rs, res, now)
+	out.StaleChains = len(e.stale)
+	return out, nil
 }
 
 // finishFull records a full sync of rs.

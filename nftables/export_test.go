@@ -75,3 +75,25 @@ func EncodeRule(family knftables.Family, rule string) ([]nftnl.Expr, error) {
 	}
 	return enc.rule(rule)
 }
+
+// RenderResync exposes renderResync to the tests, with knftables
+// transactions.
+func RenderResync(newTx func() *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existing map[string][]string, elements []*knftables.Element, chunk int) ([]*knftables.Transaction, Result, error) {
+	return renderResync(newTx, rs, opts, existing, elements, chunk)
+}
+
+// ResyncEncodes renders a chunked resync as the Executor does and encodes
+// every transaction but the first (the fixed objects, through nft) with
+// netlinkBatch.
+func ResyncEncodes(rs *ruleset.Ruleset, opts Options, existing map[string][]string, elements []*knftables.Element, chunk int) error {
+	chunks, _, err := renderResync(func() *opRecorder { return &opRecorder{} }, rs, opts, existing, elements, chunk)
+	if err != nil {
+		return err
+	}
+	for i, c := range chunks[1:] {
+		if _, err := netlinkBatch(Family(rs.Config().Family), cmp.Or(opts.Table, DefaultTable), c.ops, ""); err != nil {
+			return fmt.Errorf("transaction %d of %d: %w", i+2, len(chunks), err)
+		}
+	}
+	return nil
+}

@@ -133,6 +133,12 @@ func (enc encoder) op(b *nftnl.Batch, o op) error {
 			return fmt.Errorf("flush of set %s", obj.Name)
 		}
 		return nil
+	case *knftables.Map:
+		if o.verb != opDelete {
+			return fmt.Errorf("map %s other than a delete", obj.Name)
+		}
+		b.DelSet(obj.Name)
+		return nil
 	case *knftables.Element:
 		name := obj.Set + obj.Map
 		key, err := enc.elementKey(obj.Key)

@@ -1,8 +1,10 @@
 package nftables
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -98,39 +100,12 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 		exists[name] = true
 	}
 	mayExist := func(chain string) bool { return existing == nil || exists[chain] }
-	r.fixed(tx, mayExist)
+	r.fixed(tx, mayExist, false)
 	st := newFullState(r, &res, mayExist)
 	st.services(tx, rs.Services())
 
 	if existing != nil {
-		rendered := st.rendered
-		for _, name := range r.fixedSetsAndMaps() {
-			rendered["set "+name] = true
-			rendered["map "+name] = true
-		}
-		for _, name := range fixedChains {
-			rendered["chain "+name] = true
-		}
-		for _, bc := range baseChains {
-			rendered["chain "+bc.name] = true
-		}
-		for _, name := range sortedCopy(existing["chain"]) {
-			if !rendered["chain "+name] {
-				tx.Flush(r.chain(name))
-				res.Stale = append(res.Stale, name)
-			}
-		}
-		// Anonymous sets ("__set0") belong to rules, not to us.
-		for _, name := range sortedCopy(existing["set"]) {
-			if !rendered["set "+name] && !strings.HasPrefix(name, "__") {
-				tx.Delete(&knftables.Set{Family: r.family, Table: r.table, Name: name})
-			}
-		}
-		for _, name := range sortedCopy(existing["map"]) {
-			if !rendered["map "+name] && !strings.HasPrefix(name, "__") {
-				tx.Delete(&knftables.Map{Family: r.family, Table: r.table, Name: name})
-			}
-		}
+		st.removeUnrendered(tx, existing)
 	}
 	return res, nil
 }
@@ -154,7 +129,7 @@ func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, ch
 	}
 	var res Result
 	tx := newTx()
-	r.fixed(tx, func(string) bool { return false })
+	r.fixed(tx, func(string) bool { return false }, false)
 	txs := []T{tx}
 	st := newFullState(r, &res, func(string) bool { return false })
 	all := rs.Services()
@@ -171,6 +146,109 @@ func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, ch
 	return txs, res, nil
 }
 
+// renderResync renders rs into a table that exists and serves, as
+// several transactions made by newTx, each of which leaves every Service
+// port either as the table had it or as rs has it, so that no traffic is
+// lost between them: the first rewrites the table's fixed objects and
+// keeps the elements of its maps and sets; each of the next ones rewrites
+// the chains and elements of at most chunk Service ports (an element the
+// table holds is deleted and added again in the same transaction); the
+// last deletes the elements rs does not have, flushes the chains it does
+// not use (Result.Stale) and deletes its sets and maps that rs does not
+// use. existing lists the table's objects, as for Render; elements are
+// those of its maps and sets (knftables' ListElements). An element it
+// cannot read is an error: Render then does the same in one transaction.
+func renderResync[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, existing map[string][]string, elements []*knftables.Element, chunk int) ([]T, Result, error) {
+	r, err := newRenderer(rs.Config(), opts)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	inTable := make(map[elemKey]bool, len(elements))
+	for _, e := range elements {
+		k, ok, err := r.parseElementKey(e)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		if ok {
+			inTable[k] = true
+		}
+	}
+	exists := map[string]bool{}
+	for _, name := range existing["chain"] {
+		exists[name] = true
+	}
+	mayExist := func(chain string) bool { return exists[chain] }
+	var res Result
+	tx := newTx()
+	r.fixed(tx, mayExist, true)
+	txs := []T{tx}
+	st := newFullState(r, &res, mayExist)
+	st.inTable = inTable
+	all := rs.Services()
+	if chunk < 1 {
+		chunk = max(len(all), 1)
+	}
+	for start := 0; start < len(all); start += chunk {
+		tx = newTx()
+		txs = append(txs, tx)
+		st.services(tx, all[start:min(start+chunk, len(all))])
+	}
+	tx = newTx()
+	txs = append(txs, tx)
+	for _, k := range slices.SortedFunc(maps.Keys(inTable), elemKey.compare) {
+		if _, rendered := st.claims[k]; !rendered {
+			tx.Delete(r.elementKey(k))
+		}
+	}
+	st.removeUnrendered(tx, existing)
+	return txs, res, nil
+}
+
+// parseElementKey is the key of an element of one of the maps and sets
+// that hold Service ports' elements, as knftables lists it; ok is false
+// for the elements of other sets.
+func (r *renderer) parseElementKey(e *knftables.Element) (k elemKey, ok bool, err error) {
+	name := e.Set + e.Map
+	c := slices.Index(containerNames[:], name)
+	if c < 0 {
+		return elemKey{}, false, nil
+	}
+	k.c = container(c)
+	bad := func() (elemKey, bool, error) {
+		return elemKey{}, false, fmt.Errorf("nftables: element %q of %s: not one of ours", e.Key, name)
+	}
+	fields := e.Key
+	if k.c == cClusterIPs {
+		if len(fields) != 1 {
+			return bad()
+		}
+	} else if (k.c == cServiceNodePorts || k.c == cNoEndpointNodePorts) != (len(fields) == 2) || len(fields) < 2 || len(fields) > 3 {
+		return bad()
+	}
+	if len(fields) != 2 {
+		a, err := netip.ParseAddr(fields[0])
+		if err != nil || a.Is6() != (r.cfg.Family == v1.IPv6Protocol) {
+			return bad()
+		}
+		k.addr = a
+		fields = fields[1:]
+	}
+	if len(fields) == 2 {
+		proto, ok := map[string]v1.Protocol{"tcp": v1.ProtocolTCP, "udp": v1.ProtocolUDP, "sctp": v1.ProtocolSCTP}[fields[0]]
+		port, err := strconv.ParseUint(fields[1], 10, 16)
+		if !ok || err != nil {
+			return bad()
+		}
+		k.proto, k.port = proto, uint16(port)
+	}
+	return k, true, nil
+}
+
+// compare orders element keys: by container, address, protocol, port.
+func (k elemKey) compare(o elemKey) int {
+	return cmp.Or(cmp.Compare(k.c, o.c), k.addr.Compare(o.addr), cmp.Compare(k.proto, o.proto), cmp.Compare(k.port, o.port))
+}
+
 // fullState is what the services of a full render share: who claimed each
 // element, which objects were written.
 type fullState struct {
@@ -179,10 +257,49 @@ type fullState struct {
 	flush    func(chain string) bool
 	claims   map[elemKey]*ruleset.Service
 	rendered map[string]bool
+	// inTable are the elements the maps and sets hold already, when they
+	// are not flushed (renderResync): each is replaced, by a delete and an
+	// add, rather than added.
+	inTable map[elemKey]bool
 }
 
 func newFullState(r *renderer, res *Result, flush func(string) bool) *fullState {
 	return &fullState{r: r, res: res, flush: flush, claims: map[elemKey]*ruleset.Service{}, rendered: map[string]bool{}}
+}
+
+// removeUnrendered flushes the chains of existing (see Render) that st did
+// not write, reporting them as stale, and deletes its sets and maps that st
+// did not write.
+func (st *fullState) removeUnrendered(tx txWriter, existing map[string][]string) {
+	r := st.r
+	rendered := st.rendered
+	for _, name := range r.fixedSetsAndMaps() {
+		rendered["set "+name] = true
+		rendered["map "+name] = true
+	}
+	for _, name := range fixedChains {
+		rendered["chain "+name] = true
+	}
+	for _, bc := range baseChains {
+		rendered["chain "+bc.name] = true
+	}
+	for _, name := range sortedCopy(existing["chain"]) {
+		if !rendered["chain "+name] {
+			tx.Flush(r.chain(name))
+			st.res.Stale = append(st.res.Stale, name)
+		}
+	}
+	// Anonymous sets ("__set0") belong to rules, not to us.
+	for _, name := range sortedCopy(existing["set"]) {
+		if !rendered["set "+name] && !strings.HasPrefix(name, "__") {
+			tx.Delete(&knftables.Set{Family: r.family, Table: r.table, Name: name})
+		}
+	}
+	for _, name := range sortedCopy(existing["map"]) {
+		if !rendered["map "+name] && !strings.HasPrefix(name, "__") {
+			tx.Delete(&knftables.Map{Family: r.family, Table: r.table, Name: name})
+		}
+	}
 }
 
 // services writes the affinity sets, chains, rules and elements of svcs.
@@ -221,6 +338,9 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 		})
 	}
 	for _, e := range elems {
+		if st.inTable[e.key] {
+			tx.Delete(r.elementKey(e.key))
+		}
 		tx.Add(r.element(e.key, e.claim))
 	}
 }
@@ -605,8 +725,9 @@ func (r *renderer) fixedSetsAndMaps() []string {
 }
 
 // fixed adds the table and everything in it that does not depend on the
-// Services. mayExist says which chains may already be in the table.
-func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool) {
+// Services. mayExist says which chains may already be in the table. The
+// maps and the cluster-ips set are flushed, unless keepElements.
+func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool, keepElements bool) {
 	comment := defaultTableDescription
 	if r.table != DefaultTable {
 		comment = "Service proxy rules"
@@ -636,17 +757,22 @@ func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool) {
 
 	addMap := func(name, typ, comment string) {
 		tx.Add(&knftables.Map{Family: r.family, Table: r.table, Name: name, Type: typ, Comment: &comment})
-		tx.Flush(&knftables.Map{Family: r.family, Table: r.table, Name: name})
+		if !keepElements {
+			tx.Flush(&knftables.Map{Family: r.family, Table: r.table, Name: name})
+		}
 	}
-	addSet := func(name, comment string) {
+	addSet := func(name, comment string, flush bool) {
 		tx.Add(&knftables.Set{Family: r.family, Table: r.table, Name: name, Type: r.addrType, Comment: &comment})
-		tx.Flush(&knftables.Set{Family: r.family, Table: r.table, Name: name})
+		if flush {
+			tx.Flush(&knftables.Set{Family: r.family, Table: r.table, Name: name})
+		}
 	}
 	addrProtoPort := r.addrType + " . inet_proto . inet_service : verdict"
-	addSet(setClusterIPs, "Active ClusterIPs")
+	addSet(setClusterIPs, "Active ClusterIPs", !keepElements)
 	nodePortIPs := len(r.cfg.NodePortAddresses) > 0
 	if nodePortIPs {
-		addSet(setNodePortIPs, "IPs that accept NodePort traffic")
+		// Its elements come from the Config and are written below.
+		addSet(setNodePortIPs, "IPs that accept NodePort traffic", true)
 	}
 	addMap(mapNoEndpointServices, addrProtoPort, "vmap to drop or reject packets to services with no endpoints")
 	addMap(mapNoEndpointNodePorts, "inet_proto . inet_service : verdict", "vmap to drop or reject packets to service nodeports with no endpoints")

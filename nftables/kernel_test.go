@@ -268,7 +268,7 @@ func TestKernelService(t *testing.T) {
 			svc("ns1", "local", localIP, nodePort(30081), externalLocal),
 			slice("ns1", "local", 8080, ep{ip: ip(pod1), node: node}, ep{ip: ip(pod2), node: "node-b"}),
 		)
-		sync := func(wantFull bool) {
+		sync := func(wantFull bool) nftables.SyncResult {
 			t.Helper()
 			now = now.Add(2 * time.Second)
 			res, err := ex.Sync(context.Background(), w.build())
@@ -281,6 +281,7 @@ func TestKernelService(t *testing.T) {
 			if !res.Full && res.Operations > 0 && !res.Netlink {
 				t.Fatalf("incremental sync not over netlink: %v", res.NotNetlink)
 			}
+			return res
 		}
 		sync(true)
 
@@ -358,6 +359,18 @@ func TestKernelService(t *testing.T) {
 				t.Errorf("after the change %s → %s reached %s, want %s only", client.Label, web, id, pod1.Label)
 			}
 		}
+		// A full resync of the loaded table (in chunks, over netlink)
+		// with a change in it: back to pod0 and pod2.
+		w.add(slice("ns1", "web", 8080, ep{ip: ip(pod0), node: node}, ep{ip: ip(pod2), node: "node-b"}))
+		ex.ForceFullSync()
+		if res := sync(true); !res.Netlink {
+			t.Errorf("full resync of the loaded table: nothing over netlink")
+		}
+		if got := seen(client, web, 40); len(got) != 2 || got[pod0.Label].Identity == "" || got[pod2.Label].Identity == "" {
+			t.Errorf("after a full resync %s → %s reached %v, want %s and %s", client.Label, web, got, pod0.Label, pod2.Label)
+		}
+		w.add(slice("ns1", "web", 8080, ep{ip: ip(pod1), node: node}))
+		sync(false)
 		// The empty Service gets an endpoint; the Local one loses its
 		// local endpoint, so external traffic is dropped.
 		w.add(slice("ns1", "empty", 8080, ep{ip: ip(pod2), node: "node-b"}),

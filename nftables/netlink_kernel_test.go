@@ -5,6 +5,7 @@ package nftables_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/internal/netns"
+	"github.com/svcproxy/svcproxy/internal/nftnl"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -210,4 +212,65 @@ func fullState(t *testing.T, ns *netns.NS, nft string, rs *ruleset.Ruleset) stri
 		t.Fatal(err)
 	}
 	return kernelState(t, ns, nft, f, "full")
+}
+
+// TestListNamesMatchesNFT: the Executor's netlink listing of a table's
+// chains, sets and maps (which a full sync starts from) names what nft's
+// does, anonymous sets aside, in both families.
+func TestListNamesMatchesNFT(t *testing.T) {
+	netns.Require(t, "nft")
+	lab := netns.NewLab(t)
+	ns := lab.NewNS("nl")
+	ns.ToolOnPath(t, "nft")
+	ctx := context.Background()
+	for _, c := range goldenCases {
+		rs := c.ruleset(t)
+		f := nftables.Family(rs.Config().Family)
+		i, err := nftables.Open(f, tableName(c.opts))
+		if err != nil {
+			t.Fatal(err)
+		}
+		existing, err := i.ListAll(ctx)
+		if err != nil && !knftables.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		tx := i.NewTransaction()
+		if _, err := nftables.Render(tx, rs, c.opts, existing); err != nil {
+			t.Fatal(err)
+		}
+		if err := i.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		want, err := i.ListAll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(want, "table")
+		for kind, names := range want {
+			want[kind] = slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, "__") })
+			slices.Sort(want[kind])
+		}
+		var got nftnl.Names
+		if err := ns.Do(func() error {
+			conn, err := nftnl.Dial()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			family := nftnl.IPv4
+			if f == knftables.IPv6Family {
+				family = nftnl.IPv6
+			}
+			got, err = conn.ListNames(family, tableName(c.opts))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for kind := range got {
+			slices.Sort(got[kind])
+		}
+		if diff := cmp.Diff(want, map[string][]string(got)); diff != "" {
+			t.Errorf("%s: names (-nft +netlink):\n%s", c.name, diff)
+		}
+	}
 }

@@ -1,0 +1,171 @@
+package nftnl
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Names are the objects of one table, by kind, as knftables'
+// Interface.ListAll gives them: "chain", "set" and "map", anonymous sets
+// left out.
+type Names map[string][]string
+
+// dumpTimeout bounds how long a listing waits for the kernel.
+const dumpTimeout = 30 * time.Second
+
+// ListNames lists the chains, sets and maps of a table by netlink dumps,
+// which read no rules and no elements: at 10,000 Services a fraction of a
+// second, where `nft list table` takes more than ten. A table that does
+// not exist has no names.
+func (c *Conn) ListNames(family Family, table string) (Names, error) {
+	names := Names{}
+	// The kernel may dump every table of the family: keep ours.
+	ours := func(b []byte) bool { t, ok := cString(b); return ok && t == table }
+	err := c.dump(msgGetChain, family, func(a *attrs) { a.str(attrChainTable, table) }, func(as map[uint16][]byte) {
+		if name, ok := cString(as[attrChainName]); ok && ours(as[attrChainTable]) {
+			names["chain"] = append(names["chain"], name)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nftnl: listing the chains of %s: %w", table, err)
+	}
+	err = c.dump(msgGetSet, family, func(a *attrs) { a.str(attrSetTable, table) }, func(as map[uint16][]byte) {
+		name, ok := cString(as[attrSetName])
+		if !ok || !ours(as[attrSetTable]) {
+			return
+		}
+		var flags uint32 // the kernel leaves out flags of 0
+		if f := as[attrSetFlags]; len(f) == 4 {
+			flags = binary.BigEndian.Uint32(f)
+		}
+		switch {
+		case flags&SetAnonymous != 0:
+		case flags&SetMap != 0:
+			names["map"] = append(names["map"], name)
+		default:
+			names["set"] = append(names["set"], name)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nftnl: listing the sets of %s: %w", table, err)
+	}
+	return names, nil
+}
+
+// Message types of the dumps.
+const (
+	msgGetChain = 4
+	msgGetSet   = 10
+)
+
+// errDumpInterrupted: the table changed during the dump.
+var errDumpInterrupted = errors.New("dump interrupted")
+
+// dump sends one dump request and calls each with the top-level attributes
+// of every object it returns, retrying a few times when the table changes
+// during the dump.
+func (c *Conn) dump(typ uint16, family Family, filter func(*attrs), each func(map[uint16][]byte)) error {
+	var err error
+	for range 3 {
+		var objects []map[uint16][]byte
+		objects, err = c.dumpOnce(typ, family, filter)
+		if errors.Is(err, errDumpInterrupted) {
+			continue
+		}
+		for _, o := range objects {
+			each(o)
+		}
+		return err
+	}
+	return err
+}
+
+func (c *Conn) dumpOnce(typ uint16, family Family, filter func(*attrs)) ([]map[uint16][]byte, error) {
+	a := &attrs{buf: []byte{byte(family), 0, 0, 0}}
+	filter(a)
+	req := c.frame(nil, unix.NFNL_SUBSYS_NFTABLES<<8|typ, flagRequest|unix.NLM_F_DUMP, a.buf)
+	seq := c.seq
+	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, err
+	}
+	tv := unix.NsecToTimeval(dumpTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return nil, err
+	}
+	var objects []map[uint16][]byte
+	interrupted := false
+	rb := make([]byte, 1<<20)
+	for {
+		n, _, err := unix.Recvfrom(c.fd, rb, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		msgs, err := syscall.ParseNetlinkMessage(rb[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			if m.Header.Seq != seq {
+				continue // an answer to something earlier
+			}
+			if m.Header.Flags&unix.NLM_F_DUMP_INTR != 0 {
+				interrupted = true
+			}
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				if interrupted {
+					return nil, errDumpInterrupted
+				}
+				return objects, nil
+			case unix.NLMSG_ERROR:
+				if len(m.Data) >= 4 {
+					if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
+						return nil, syscall.Errno(-code)
+					}
+				}
+				continue
+			}
+			if len(m.Data) < 4 {
+				continue
+			}
+			// m.Data points into rb, which the next read reuses.
+			o, err := topLevel(bytes.Clone(m.Data[4:]))
+			if err != nil {
+				return nil, err
+			}
+			objects = append(objects, o)
+		}
+	}
+}
+
+// topLevel parses a message's attributes, without descending into nested
+// ones.
+func topLevel(b []byte) (map[uint16][]byte, error) {
+	as := map[uint16][]byte{}
+	for len(b) >= 4 {
+		n := int(binary.NativeEndian.Uint16(b))
+		if n < 4 || n > len(b) {
+			return nil, fmt.Errorf("attribute of %d bytes in %d", n, len(b))
+		}
+		as[binary.NativeEndian.Uint16(b[2:])&^nestedFlag] = b[4:n]
+		b = b[min(len(b), (n+3)&^3):]
+	}
+	return as, nil
+}
+
+// cString is a NUL-terminated attribute value.
+func cString(b []byte) (string, bool) {
+	if len(b) == 0 || b[len(b)-1] != 0 {
+		return "", false
+	}
+	return string(b[:len(b)-1]), true
+}

@@ -358,10 +358,16 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 	if err != nil {
 		return SyncResult{Full: true}, err
 	}
+	return e.applyFull(ctx, chunks, "full sync", rs, r, now)
+}
+
+// applyFull applies the transactions of a full sync in order and records
+// it.
+func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what string, rs *ruleset.Ruleset, r Result, now time.Time) (SyncResult, error) {
 	res := SyncResult{Full: true, Warnings: r.Warnings}
 	for i, c := range chunks {
 		res.Operations += len(c.ops)
-		netlink, _, err := e.apply(ctx, c, fmt.Sprintf("full sync (transaction %d of %d)", i+1, len(chunks)))
+		netlink, _, err := e.apply(ctx, c, fmt.Sprintf("%s (transaction %d of %d)", what, i+1, len(chunks)))
 		if err != nil {
 			return SyncResult{Full: true}, err
 		}
@@ -420,18 +426,7 @@ func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map
 	if err != nil {
 		return SyncResult{}, fmt.Errorf("%w: %w", errNoResync, err)
 	}
-	out := SyncResult{Full: true, Warnings: res.Warnings}
-	for i, c := range chunks {
-		out.Operations += len(c.ops)
-		netlink, _, err := e.apply(ctx, c, fmt.Sprintf("full sync of the existing table (transaction %d of %d)", i+1, len(chunks)))
-		if err != nil {
-			return SyncResult{Full: true}, err
-		}
-		out.Netlink = out.Netlink || netlink
-	}
-	e.finishFull(rs, res, now)
-	out.StaleChains = len(e.stale)
-	return out, nil
+	return e.applyFull(ctx, chunks, "full sync of the existing table", rs, res, now)
 }
 
 // finishFull records a full sync of rs.

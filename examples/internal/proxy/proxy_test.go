@@ -165,9 +165,9 @@ func TestBadFlagsExit2(t *testing.T) {
 	}
 }
 
-func TestFailedSyncLosesNoChange(t *testing.T) {
-	backend := &fakeBackend{family: v1.IPv4Protocol, fails: 1}
-	p := &proxy{
+// testProxy is an IPv4 proxy for node n1 that syncs to backend.
+func testProxy(backend *fakeBackend) *proxy {
+	return &proxy{
 		mode:      Mode{Name: "fake", Render: fakeRender},
 		opts:      &Options{NodeName: "n1", SyncPeriod: time.Minute},
 		log:       discardLogger(),
@@ -176,6 +176,11 @@ func TestFailedSyncLosesNoChange(t *testing.T) {
 		families:  []v1.IPFamily{v1.IPv4Protocol},
 		executors: map[v1.IPFamily]Executor{v1.IPv4Protocol: backend},
 	}
+}
+
+func TestFailedSyncLosesNoChange(t *testing.T) {
+	backend := &fakeBackend{family: v1.IPv4Protocol, fails: 1}
+	p := testProxy(backend)
 	p.state.UpdateService(service("a", "198.19.0.1"))
 	if err := p.sync(context.Background()); err == nil {
 		t.Fatal("the injected failure was not reported")
@@ -198,15 +203,7 @@ func TestFailedSyncLosesNoChange(t *testing.T) {
 // incremental.
 func TestSyncDurationFullOrPartial(t *testing.T) {
 	backend := &fakeBackend{family: v1.IPv4Protocol}
-	p := &proxy{
-		mode:      Mode{Name: "fake", Render: fakeRender},
-		opts:      &Options{NodeName: "n1", SyncPeriod: time.Minute},
-		log:       discardLogger(),
-		metrics:   newMetrics(),
-		state:     NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{}),
-		families:  []v1.IPFamily{v1.IPv4Protocol},
-		executors: map[v1.IPFamily]Executor{v1.IPv4Protocol: backend},
-	}
+	p := testProxy(backend)
 	count := func(name string) uint64 {
 		t.Helper()
 		families, err := p.metrics.registry.Gather()

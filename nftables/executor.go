@@ -383,11 +383,7 @@ func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what str
 // at 10,000 Services), through nft otherwise or if that fails.
 func (e *Executor) listAll(ctx context.Context) (map[string][]string, error) {
 	if e.nl != nil {
-		family := nftnl.IPv4
-		if e.cfg.Family == v1.IPv6Protocol {
-			family = nftnl.IPv6
-		}
-		if names, err := e.nl.ListNames(family, e.table); err == nil {
+		if names, err := e.nl.ListNames(newEncoder(Family(e.cfg.Family)).family, e.table); err == nil {
 			return names, nil
 		}
 	}

@@ -69,11 +69,7 @@ func NetlinkFirstSync(rs *ruleset.Ruleset, opts Options, chunk int) (int, error)
 
 // EncodeRule encodes a rule of a table of family as netlinkBatch does.
 func EncodeRule(family knftables.Family, rule string) ([]nftnl.Expr, error) {
-	enc := encoder{v6: family == knftables.IPv6Family, family: nftnl.IPv4}
-	if enc.v6 {
-		enc.family = nftnl.IPv6
-	}
-	return enc.rule(rule)
+	return newEncoder(family).rule(rule)
 }
 
 // RenderResync exposes renderResync to the tests, with knftables

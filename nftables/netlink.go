@@ -69,14 +69,9 @@ var errNotNetlink = errors.New("not encodable for netlink")
 // is not "" (see nftnl.Batch.NameAnonymousSets). It returns an error
 // wrapping errNotNetlink for any operation it does not know.
 func netlinkBatch(family knftables.Family, table string, ops []op, anonPrefix string) (*nftnl.Batch, error) {
-	enc := encoder{v6: family == knftables.IPv6Family}
-	nlFamily := nftnl.IPv4
-	if enc.v6 {
-		nlFamily = nftnl.IPv6
-	}
-	b := nftnl.NewBatch(nlFamily, table)
+	enc := newEncoder(family)
+	b := nftnl.NewBatch(enc.family, table)
 	b.NameAnonymousSets(anonPrefix)
-	enc.family = nlFamily
 	for _, o := range ops {
 		if err := enc.op(b, o); err != nil {
 			return nil, fmt.Errorf("%w: %w", errNotNetlink, err)
@@ -88,6 +83,14 @@ func netlinkBatch(family knftables.Family, table string, ops []op, anonPrefix st
 type encoder struct {
 	v6     bool
 	family nftnl.Family
+}
+
+// newEncoder returns the encoder for a table of family.
+func newEncoder(family knftables.Family) encoder {
+	if family == knftables.IPv6Family {
+		return encoder{v6: true, family: nftnl.IPv6}
+	}
+	return encoder{family: nftnl.IPv4}
 }
 
 func (enc encoder) op(b *nftnl.Batch, o op) error {
@@ -231,39 +234,64 @@ func (enc encoder) ipX() string {
 // addr parses an address of the encoder's family.
 func (enc encoder) addr(s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
-	if err != nil || a.Is6() != enc.v6 || a.Zone() != "" || a.Is4In6() {
+	if err != nil || !familyAddr(a, enc.v6) {
 		return netip.Addr{}, fmt.Errorf("address %q", s)
 	}
 	return a, nil
+}
+
+// familyAddr reports whether a is a plain address of the family: no zone,
+// not IPv4-mapped.
+func familyAddr(a netip.Addr, v6 bool) bool {
+	return a.Is6() == v6 && a.Zone() == "" && !a.Is4In6()
 }
 
 // elementKey encodes the keys of the backend's maps and sets: an
 // address (cluster-ips), protocol . port (the node-port maps) or
 // address . protocol . port, each field padded to 4 bytes.
 func (enc encoder) elementKey(fields []string) ([]byte, error) {
+	addr, proto, port, err := parseKeyFields(fields, enc.v6)
+	if err != nil {
+		return nil, err
+	}
 	var key []byte
+	if addr.IsValid() {
+		key = addr.AsSlice()
+	}
+	if proto == "" {
+		return key, nil
+	}
+	key = append(key, protoNumbers[proto], 0, 0, 0)
+	return append(binary.BigEndian.AppendUint16(key, port), 0, 0), nil
+}
+
+// parseKeyFields parses the key of an element of the backend's maps and
+// sets, as knftables holds it: an address, a protocol and a port, or
+// both. proto is "" when the key has no protocol and port, addr invalid
+// when it has no address.
+func parseKeyFields(fields []string, v6 bool) (addr netip.Addr, proto string, port uint16, err error) {
+	bad := fmt.Errorf("key %q", fields)
 	rest := fields
 	if len(fields) != 2 {
-		a, err := enc.addr(fields[0])
-		if err != nil {
-			return nil, err
+		if len(fields) == 0 {
+			return netip.Addr{}, "", 0, bad
 		}
-		key = a.AsSlice()
+		if addr, err = netip.ParseAddr(fields[0]); err != nil || !familyAddr(addr, v6) {
+			return netip.Addr{}, "", 0, bad
+		}
 		rest = fields[1:]
 	}
 	switch len(rest) {
 	case 0:
-		return key, nil
+		return addr, "", 0, nil
 	case 2:
-		proto, ok := protoNumbers[rest[0]]
-		port, err := strconv.ParseUint(rest[1], 10, 16)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("key %q", fields)
+		p, err := strconv.ParseUint(rest[1], 10, 16)
+		if _, ok := protoNumbers[rest[0]]; !ok || err != nil {
+			return netip.Addr{}, "", 0, bad
 		}
-		key = append(key, proto, 0, 0, 0)
-		return append(binary.BigEndian.AppendUint16(key, uint16(port)), 0, 0), nil
+		return addr, rest[0], uint16(p), nil
 	}
-	return nil, fmt.Errorf("key %q", fields)
+	return netip.Addr{}, "", 0, bad
 }
 
 var protoNumbers = map[string]byte{"tcp": 6, "udp": 17, "sctp": 132}
@@ -363,7 +391,7 @@ func (enc encoder) rule(text string) ([]nftnl.Expr, error) {
 				return nil, fmt.Errorf("unknown dnat statement")
 			}
 			to, perr := netip.ParseAddrPort(w[2])
-			if perr != nil || to.Addr().Is6() != enc.v6 || to.Addr().Zone() != "" || to.Addr().Is4In6() {
+			if perr != nil || !familyAddr(to.Addr(), enc.v6) {
 				return nil, fmt.Errorf("dnat to %q", w[2])
 			}
 			es = []nftnl.Expr{
@@ -476,7 +504,7 @@ func (enc encoder) prefix(s string) (netip.Prefix, error) {
 		return netip.PrefixFrom(a, a.BitLen()), nil
 	}
 	p, err := netip.ParsePrefix(s)
-	if err != nil || p.Addr().Is6() != enc.v6 || p.Masked() != p {
+	if err != nil || !familyAddr(p.Addr(), enc.v6) || p.Masked() != p {
 		return netip.Prefix{}, fmt.Errorf("prefix %q", s)
 	}
 	return p, nil

@@ -214,32 +214,14 @@ func (r *renderer) parseElementKey(e *knftables.Element) (k elemKey, ok bool, er
 		return elemKey{}, false, nil
 	}
 	k.c = container(c)
-	bad := func() (elemKey, bool, error) {
+	addr, proto, port, err := parseKeyFields(e.Key, r.cfg.Family == v1.IPv6Protocol)
+	nodePort := k.c == cServiceNodePorts || k.c == cNoEndpointNodePorts
+	if err != nil || (k.c == cClusterIPs) != (proto == "") || nodePort == addr.IsValid() {
 		return elemKey{}, false, fmt.Errorf("nftables: element %q of %s: not one of ours", e.Key, name)
 	}
-	fields := e.Key
-	if k.c == cClusterIPs {
-		if len(fields) != 1 {
-			return bad()
-		}
-	} else if (k.c == cServiceNodePorts || k.c == cNoEndpointNodePorts) != (len(fields) == 2) || len(fields) < 2 || len(fields) > 3 {
-		return bad()
-	}
-	if len(fields) != 2 {
-		a, err := netip.ParseAddr(fields[0])
-		if err != nil || a.Is6() != (r.cfg.Family == v1.IPv6Protocol) {
-			return bad()
-		}
-		k.addr = a
-		fields = fields[1:]
-	}
-	if len(fields) == 2 {
-		proto, ok := map[string]v1.Protocol{"tcp": v1.ProtocolTCP, "udp": v1.ProtocolUDP, "sctp": v1.ProtocolSCTP}[fields[0]]
-		port, err := strconv.ParseUint(fields[1], 10, 16)
-		if !ok || err != nil {
-			return bad()
-		}
-		k.proto, k.port = proto, uint16(port)
+	k.addr, k.port = addr, port
+	if proto != "" {
+		k.proto = v1.Protocol(strings.ToUpper(proto))
 	}
 	return k, true, nil
 }

@@ -119,25 +119,6 @@ func TestKernelAcceptsTransactions(t *testing.T) {
 			t.Fatalf("nft refuses %s: %v\n%s", what, err, tx)
 		}
 	}
-	// fresh renders rs into the table "full" and returns its state.
-	fresh := func(rs *ruleset.Ruleset, opts nftables.Options, stale []string) string {
-		t.Helper()
-		f := nftables.Family(rs.Config().Family)
-		opts.Table = "full"
-		i := iface(f, "full")
-		tx := i.NewTransaction()
-		tx.Add(&knftables.Table{})
-		tx.Delete(&knftables.Table{})
-		if _, err := nftables.Render(tx, rs, opts, nil); err != nil {
-			t.Fatal(err)
-		}
-		for _, name := range stale {
-			tx.Add(&knftables.Chain{Name: name})
-		}
-		run(i, tx, "a full render")
-		return kernelState(t, ns, nft, f, "full")
-	}
-
 	checked := 0
 	for _, c := range goldenCases {
 		rs := c.ruleset(t)
@@ -198,7 +179,7 @@ func TestKernelAcceptsTransactions(t *testing.T) {
 			pending = append(pending, res.Stale...)
 			slices.Sort(pending)
 			pending = slices.Compact(pending)
-			want := fresh(rs, opts, pending)
+			want := fullState(t, ns, nft, rs, opts, pending)
 			got := kernelState(t, ns, nft, f, tableName(opts))
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Fatalf("seed %d step %d: kernel state after the incremental transaction differs from a full render (-full +incremental):\n%s\ntransaction:\n%s", seed, step, diff, tx)
@@ -207,6 +188,52 @@ func TestKernelAcceptsTransactions(t *testing.T) {
 		}
 	}
 	t.Logf("nft --check accepted %d transactions", checked)
+}
+
+// fullState renders rs, with opts and with empty chains named stale, into
+// a fresh table "full" inside ns (nft --check, then nft) and returns its
+// kernelState.
+func fullState(t *testing.T, ns *netns.NS, nft string, rs *ruleset.Ruleset, opts nftables.Options, stale []string) string {
+	t.Helper()
+	f := nftables.Family(rs.Config().Family)
+	opts.Table = "full"
+	i, err := nftables.Open(f, "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := i.NewTransaction()
+	tx.Add(&knftables.Table{})
+	tx.Delete(&knftables.Table{})
+	if _, err := nftables.Render(tx, rs, opts, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range stale {
+		tx.Add(&knftables.Chain{Name: name})
+	}
+	ctx := context.Background()
+	if err := i.Check(ctx, tx); err != nil {
+		t.Fatalf("nft --check refuses a full render: %v\n%s", err, tx)
+	}
+	if err := i.Run(ctx, tx); err != nil {
+		t.Fatalf("nft refuses a full render: %v\n%s", err, tx)
+	}
+	return kernelState(t, ns, nft, f, "full")
+}
+
+// executorIn makes an Executor inside ns, so that its netlink socket (with
+// cfg.Netlink) is there, and closes it when the test ends.
+func executorIn(t *testing.T, ns *netns.NS, cfg nftables.ExecutorConfig) *nftables.Executor {
+	t.Helper()
+	var ex *nftables.Executor
+	if err := ns.Do(func() error {
+		var err error
+		ex, err = nftables.NewExecutor(cfg)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Close() })
+	return ex
 }
 
 // genConfigExample is genConfig's example for seed.
@@ -248,17 +275,7 @@ func TestKernelService(t *testing.T) {
 			cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR6}
 		}
 		now := time.Unix(1e9, 0)
-		// Made inside the node's namespace: its incremental syncs go over
-		// a netlink socket there.
-		var ex *nftables.Executor
-		if err := c.Node.Do(func() error {
-			var err error
-			ex, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: family, Now: func() time.Time { return now }, Netlink: true})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		defer ex.Close()
+		ex := executorIn(t, c.Node.NS, nftables.ExecutorConfig{Family: family, Now: func() time.Time { return now }, Netlink: true})
 		ip := func(h *netns.Host) string { return h.IP(v6).String() }
 		w := newWorld(t, cfg)
 		w.add(

@@ -40,32 +40,17 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 	}
 	newPair := func(cfg ruleset.Config, opts nftables.Options) pair {
 		t.Helper()
-		var p pair
-		err := ns.Do(func() error {
-			var err error
-			mk := func(table string, nl bool) *nftables.Executor {
-				o := opts
-				o.Table = table
-				var ex *nftables.Executor
-				if err == nil {
-					ex, err = nftables.NewExecutor(nftables.ExecutorConfig{
-						Family: cfg.Family, Options: o, Netlink: nl, Now: func() time.Time { return now },
-						// First syncs in several transactions, the later
-						// ones over netlink.
-						FirstSyncChunk: 3,
-					})
-				}
-				return ex
-			}
-			p.netlink, p.cli = mk("vianetlink", true), mk("vianft", false)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
+		mk := func(table string, nl bool) *nftables.Executor {
+			o := opts
+			o.Table = table
+			return executorIn(t, ns, nftables.ExecutorConfig{
+				Family: cfg.Family, Options: o, Netlink: nl, Now: func() time.Time { return now },
+				// First syncs in several transactions, the later ones
+				// over netlink.
+				FirstSyncChunk: 3,
+			})
 		}
-		t.Cleanup(func() { p.netlink.Close() })
-		p.family = nftables.Family(cfg.Family)
-		return p
+		return pair{netlink: mk("vianetlink", true), cli: mk("vianft", false), family: nftables.Family(cfg.Family)}
 	}
 	listing := func(f knftables.Family, table string) string {
 		t.Helper()
@@ -166,15 +151,7 @@ func TestNetlinkRefusedFallsBackToFullSync(t *testing.T) {
 	nft := ns.ToolOnPath(t, "nft")
 	ctx := context.Background()
 
-	var ex *nftables.Executor
-	if err := ns.Do(func() error {
-		var err error
-		ex, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: config4().Family, Netlink: true})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ex.Close()
+	ex := executorIn(t, ns, nftables.ExecutorConfig{Family: config4().Family, Netlink: true})
 	w := newWorld(t, config4())
 	w.add(svc("ns1", "web", "198.19.0.10"), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}))
 	rs := w.build()
@@ -190,28 +167,9 @@ func TestNetlinkRefusedFallsBackToFullSync(t *testing.T) {
 	if err != nil || !res.Full || res.Fallback == nil || !strings.Contains(res.Fallback.Error(), "refused") {
 		t.Fatalf("sync after the table was deleted: %+v, %v; want a full sync after the kernel refused the incremental one", res, err)
 	}
-	if got, want := kernelState(t, ns, nft, knftables.IPv4Family, nftables.DefaultTable), fullState(t, ns, nft, rs); got != want {
+	if got, want := kernelState(t, ns, nft, knftables.IPv4Family, nftables.DefaultTable), fullState(t, ns, nft, rs, nftables.Options{}, nil); got != want {
 		t.Errorf("table after the fallback differs from a full render (-full +got):\n%s", cmp.Diff(want, got))
 	}
-}
-
-// fullState renders rs into a fresh table "full" through nft and returns
-// its kernelState.
-func fullState(t *testing.T, ns *netns.NS, nft string, rs *ruleset.Ruleset) string {
-	t.Helper()
-	f := nftables.Family(rs.Config().Family)
-	i, err := nftables.Open(f, "full")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx := i.NewTransaction()
-	if _, err := nftables.Render(tx, rs, nftables.Options{Table: "full"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := i.Run(context.Background(), tx); err != nil {
-		t.Fatal(err)
-	}
-	return kernelState(t, ns, nft, f, "full")
 }
 
 // TestListNamesMatchesNFT: the Executor's netlink listing of a table's

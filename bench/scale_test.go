@@ -293,18 +293,8 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	w := world(t, c, n)
 	ctx := context.Background()
 	c.Node.ToolOnPath(t, "nft")
-	// Created inside the node's namespace, so that its netlink socket
-	// (incremental syncs) is there, where the nft on PATH works.
-	var e *nftables.Executor
-	if err := c.Node.Do(func() error {
-		var err error
-		e, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: v1.IPv4Protocol, Netlink: true})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	e := netlinkExecutor(t, c.Node.NS, 0)
 	t.Cleanup(func() {
-		defer e.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		if err := e.Cleanup(ctx); err != nil {
@@ -412,6 +402,24 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	rep.add(n, "nftables: connect() to a pod directly (median)", lat[2], "µs", "lat-nft-pod-direct", floors)
 }
 
+// netlinkExecutor makes an IPv4 Executor with Netlink inside ns, so that
+// its socket is there, where the nft on PATH works; firstSyncChunk 0 means
+// the default. It is closed when the test ends, after the cleanups
+// registered later.
+func netlinkExecutor(t *testing.T, ns *netns.NS, firstSyncChunk int) *nftables.Executor {
+	t.Helper()
+	var e *nftables.Executor
+	if err := ns.Do(func() error {
+		var err error
+		e, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: v1.IPv4Protocol, Netlink: true, FirstSyncChunk: firstSyncChunk})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
 // runChunks times first syncs over netlink of N Services with each chunk
 // size of the comma-separated list, each into a fresh namespace, the list
 // twice in a row (interleaved, so that the machine's drift hits every size
@@ -432,15 +440,7 @@ func runChunks(t *testing.T, n int, list string, rep *report, floors map[string]
 			t.Run(fmt.Sprint("chunk=", chunk), func(t *testing.T) {
 				ns := netns.NewLab(t).NewNS("chunks")
 				ns.ToolOnPath(t, "nft")
-				var e *nftables.Executor
-				if err := ns.Do(func() error {
-					var err error
-					e, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: v1.IPv4Protocol, Netlink: true, FirstSyncChunk: chunk})
-					return err
-				}); err != nil {
-					t.Fatal(err)
-				}
-				defer e.Close()
+				e := netlinkExecutor(t, ns, chunk)
 				d := timed(t, fmt.Sprintf("first sync over netlink, chunks of %d", chunk), func() error {
 					_, err := e.Sync(context.Background(), w.Ruleset)
 					return err

@@ -17,38 +17,29 @@ type metrics struct {
 	syncFailures           prometheus.Counter
 }
 
+// syncHistogram is one of kube-proxy's sync latency histograms.
+func syncHistogram(name, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: "kubeproxy", Name: name, Help: help,
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+	})
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Subsystem: "kubeproxy", Name: name, Help: help})
+}
+
 func newMetrics() *metrics {
 	m := &metrics{
-		registry: prometheus.NewRegistry(),
-		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_duration_seconds",
-			Help:    "SyncProxyRules latency in seconds",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}),
+		registry:     prometheus.NewRegistry(),
+		syncDuration: syncHistogram("sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds"),
 		// A sync is full when any family's executor rewrote everything,
 		// partial otherwise (kube-proxy's split).
-		syncFullDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Subsystem: "kubeproxy", Name: "sync_full_proxy_rules_duration_seconds",
-			Help:    "SyncProxyRules latency in seconds for full resyncs",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}),
-		syncPartialDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Subsystem: "kubeproxy", Name: "sync_partial_proxy_rules_duration_seconds",
-			Help:    "SyncProxyRules latency in seconds for partial resyncs",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}),
-		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_last_timestamp_seconds",
-			Help: "The last time proxy rules were successfully synced",
-		}),
-		serviceChangesPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_service_changes_pending",
-			Help: "Pending proxy rules Service changes",
-		}),
-		endpointChangesPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Subsystem: "kubeproxy", Name: "sync_proxy_rules_endpoint_changes_pending",
-			Help: "Pending proxy rules Endpoint changes",
-		}),
+		syncFullDuration:       syncHistogram("sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs"),
+		syncPartialDuration:    syncHistogram("sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs"),
+		lastSync:               gauge("sync_proxy_rules_last_timestamp_seconds", "The last time proxy rules were successfully synced"),
+		serviceChangesPending:  gauge("sync_proxy_rules_service_changes_pending", "Pending proxy rules Service changes"),
+		endpointChangesPending: gauge("sync_proxy_rules_endpoint_changes_pending", "Pending proxy rules Endpoint changes"),
 		programmingDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: "kubeproxy", Name: "network_programming_duration_seconds",
 			Help:    "In Cluster Network Programming Latency in seconds",

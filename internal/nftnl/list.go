@@ -20,9 +20,8 @@ type Names map[string][]string
 const dumpTimeout = 30 * time.Second
 
 // ListNames lists the chains, sets and maps of a table by netlink dumps,
-// which read no rules and no elements: at 10,000 Services a fraction of a
-// second, where `nft list table` takes more than ten. A table that does
-// not exist has no names.
+// which read no rules and no elements, where `nft list table` reads every
+// rule. A table that does not exist has no names.
 func (c *Conn) ListNames(family Family, table string) (Names, error) {
 	names := Names{}
 	// The kernel may dump every table of the family: keep ours.

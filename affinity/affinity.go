@@ -5,8 +5,8 @@
 // A Policy is a small value type. FromService reads it from a v1.Service with
 // the API server's defaults and bounds, so that a Service that never passed
 // validation (read from a file, say) cannot produce a timeout the kernel would
-// reject. The renderers use Seconds for iptables' `-m recent --seconds` and
-// NFTablesTimeout for the timeout of nftables' per-endpoint affinity sets.
+// reject. Seconds is the timeout every backend renders in its own
+// syntax (iptables' `-m recent --seconds`, an nftables set's timeout).
 //
 // The package is pure: no I/O, no clock, no globals.
 package affinity
@@ -67,19 +67,10 @@ func (p Policy) Enabled() bool { return p.timeoutSeconds > 0 }
 // the value of iptables' `-m recent --rcheck --seconds`.
 func (p Policy) Seconds() int32 { return p.timeoutSeconds }
 
-// NFTablesTimeout is the timeout of an nftables affinity set, such as "10800s",
-// or "" when affinity is off.
-func (p Policy) NFTablesTimeout() string {
-	if !p.Enabled() {
-		return ""
-	}
-	return strconv.Itoa(int(p.timeoutSeconds)) + "s"
-}
-
 // String is "None" or "ClientIP(<timeout>s)".
 func (p Policy) String() string {
 	if !p.Enabled() {
 		return "None"
 	}
-	return "ClientIP(" + p.NFTablesTimeout() + ")"
+	return "ClientIP(" + strconv.Itoa(int(p.timeoutSeconds)) + "s)"
 }

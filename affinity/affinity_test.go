@@ -23,17 +23,16 @@ func svc(typ v1.ServiceAffinity, timeout *int32) *v1.Service {
 
 // want is what a Policy reports.
 type want struct {
-	Enabled         bool
-	Seconds         int32
-	NFTablesTimeout string
-	String          string
+	Enabled bool
+	Seconds int32
+	String  string
 }
 
 func describe(p affinity.Policy) want {
-	return want{p.Enabled(), p.Seconds(), p.NFTablesTimeout(), p.String()}
+	return want{p.Enabled(), p.Seconds(), p.String()}
 }
 
-var none = want{false, 0, "", "None"}
+var none = want{false, 0, "None"}
 
 func TestFromService(t *testing.T) {
 	tests := []struct {
@@ -45,21 +44,21 @@ func TestFromService(t *testing.T) {
 		{"empty type", svc("", nil), none, ""},
 		{"None", svc(v1.ServiceAffinityNone, nil), none, ""},
 		{"None ignores a ClientIP config", svc(v1.ServiceAffinityNone, ptr[int32](60)), none, ""},
-		{"ClientIP without config: default", svc(v1.ServiceAffinityClientIP, nil), want{true, 10800, "10800s", "ClientIP(10800s)"}, ""},
+		{"ClientIP without config: default", svc(v1.ServiceAffinityClientIP, nil), want{true, 10800, "ClientIP(10800s)"}, ""},
 		{
 			"ClientIP with empty config: default",
 			&v1.Service{Spec: v1.ServiceSpec{SessionAffinity: v1.ServiceAffinityClientIP, SessionAffinityConfig: &v1.SessionAffinityConfig{}}},
-			want{true, 10800, "10800s", "ClientIP(10800s)"}, "",
+			want{true, 10800, "ClientIP(10800s)"}, "",
 		},
 		{
 			"ClientIP with config but no timeout: default",
 			&v1.Service{Spec: v1.ServiceSpec{SessionAffinity: v1.ServiceAffinityClientIP, SessionAffinityConfig: &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{}}}},
-			want{true, 10800, "10800s", "ClientIP(10800s)"}, "",
+			want{true, 10800, "ClientIP(10800s)"}, "",
 		},
-		{"ClientIP explicit default", svc(v1.ServiceAffinityClientIP, ptr[int32](10800)), want{true, 10800, "10800s", "ClientIP(10800s)"}, ""},
-		{"ClientIP 1 s", svc(v1.ServiceAffinityClientIP, ptr[int32](1)), want{true, 1, "1s", "ClientIP(1s)"}, ""},
-		{"ClientIP 600 s", svc(v1.ServiceAffinityClientIP, ptr[int32](600)), want{true, 600, "600s", "ClientIP(600s)"}, ""},
-		{"ClientIP maximum", svc(v1.ServiceAffinityClientIP, ptr[int32](86400)), want{true, 86400, "86400s", "ClientIP(86400s)"}, ""},
+		{"ClientIP explicit default", svc(v1.ServiceAffinityClientIP, ptr[int32](10800)), want{true, 10800, "ClientIP(10800s)"}, ""},
+		{"ClientIP 1 s", svc(v1.ServiceAffinityClientIP, ptr[int32](1)), want{true, 1, "ClientIP(1s)"}, ""},
+		{"ClientIP 600 s", svc(v1.ServiceAffinityClientIP, ptr[int32](600)), want{true, 600, "ClientIP(600s)"}, ""},
+		{"ClientIP maximum", svc(v1.ServiceAffinityClientIP, ptr[int32](86400)), want{true, 86400, "ClientIP(86400s)"}, ""},
 		{"ClientIP 0", svc(v1.ServiceAffinityClientIP, ptr[int32](0)), none, "sessionAffinity timeout 0 s is outside 1..86400"},
 		{"ClientIP -1", svc(v1.ServiceAffinityClientIP, ptr[int32](-1)), none, "sessionAffinity timeout -1 s is outside 1..86400"},
 		{"ClientIP above the maximum", svc(v1.ServiceAffinityClientIP, ptr[int32](86401)), none, "sessionAffinity timeout 86401 s is outside 1..86400"},
@@ -91,9 +90,9 @@ func TestClientIP(t *testing.T) {
 		want    want
 		wantErr bool
 	}{
-		{1, want{true, 1, "1s", "ClientIP(1s)"}, false},
-		{affinity.DefaultTimeoutSeconds, want{true, 10800, "10800s", "ClientIP(10800s)"}, false},
-		{affinity.MaxTimeoutSeconds, want{true, 86400, "86400s", "ClientIP(86400s)"}, false},
+		{1, want{true, 1, "ClientIP(1s)"}, false},
+		{affinity.DefaultTimeoutSeconds, want{true, 10800, "ClientIP(10800s)"}, false},
+		{affinity.MaxTimeoutSeconds, want{true, 86400, "ClientIP(86400s)"}, false},
 		{0, none, true},
 		{-1, none, true},
 		{-2147483648, none, true},

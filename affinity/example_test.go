@@ -22,10 +22,10 @@ func ExampleFromService() {
 			fmt.Println("error:", err)
 			continue
 		}
-		fmt.Printf("%v: iptables --seconds %d, nftables timeout %s\n", p, p.Seconds(), p.NFTablesTimeout())
+		fmt.Printf("%v: timeout %d s\n", p, p.Seconds())
 	}
 	// Output:
-	// ClientIP(600s): iptables --seconds 600, nftables timeout 600s
-	// ClientIP(10800s): iptables --seconds 10800, nftables timeout 10800s
+	// ClientIP(600s): timeout 600 s
+	// ClientIP(10800s): timeout 10800 s
 	// error: sessionAffinity timeout 100000 s is outside 1..86400
 }

@@ -1,5 +1,5 @@
 // Package bench holds the kernel-scale benchmark of issue 8: it applies
-// Rulesets of N generated Services × 10 endpoints (internal/scalegen) to a real
+// Rulesets of N generated Services × 10 endpoints (internal/testkit/scalegen) to a real
 // kernel through the iptables and nftables Executors, inside network
 // namespaces it creates, and measures full syncs, incremental syncs (one
 // Service changed, one Service added) and the first-packet latency of a

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	gnft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -23,9 +25,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/internal/netns"
-	"github.com/svcproxy/svcproxy/internal/nftnl"
-	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/nftables"
 )
@@ -186,13 +188,13 @@ func machine() string {
 
 // world generates the cluster of n Services whose first and last Services
 // are served by the lab's pods.
-func world(t *testing.T, c *netns.Cluster, n int) *scalegen.World {
+func world(t *testing.T, c *netns.Cluster, n int) *scaleworld.World {
 	var pods []netip.Addr
 	for _, p := range c.Pods {
 		pods = append(pods, p.IPv4)
 	}
 	start := time.Now()
-	w := scalegen.Spec{Services: n, ProbePods: pods}.World()
+	w := scaleworld.New(scalegen.Spec{Services: n, ProbePods: pods})
 	// Changes are built with Builder.Update, as the reference proxies do.
 	w.Incremental = true
 	t.Logf("N=%d: generated and built in %v", n, time.Since(start).Round(time.Millisecond))
@@ -359,25 +361,22 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	// elements included, before it commits any new rule.
 	var kernelFloor []float64
 	if err := c.Node.Do(func() error {
-		conn, err := nftnl.Dial()
+		conn, err := gnft.New()
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
+		table := &gnft.Table{Family: gnft.TableFamilyIPv4, Name: nftables.DefaultTable}
 		for i := range reps {
-			name := fmt.Sprintf("probe-%d", i)
-			add := nftnl.NewBatch(nftnl.IPv4, nftables.DefaultTable)
-			add.AddChain(name)
-			add.AddRule(name, []nftnl.Expr{nftnl.VerdictExpr{Code: nftnl.VerdictDrop}}, "")
+			chain := conn.AddChain(&gnft.Chain{Name: fmt.Sprintf("probe-%d", i), Table: table})
+			conn.AddRule(&gnft.Rule{Table: table, Chain: chain, Exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictDrop}}})
 			start := time.Now()
-			if err := conn.Send(add); err != nil {
+			if err := conn.Flush(); err != nil {
 				return err
 			}
 			kernelFloor = append(kernelFloor, ms(time.Since(start)))
-			del := nftnl.NewBatch(nftnl.IPv4, nftables.DefaultTable)
-			del.FlushChain(name)
-			del.DelChain(name)
-			if err := conn.Send(del); err != nil {
+			conn.FlushChain(chain)
+			conn.DelChain(chain)
+			if err := conn.Flush(); err != nil {
 				return err
 			}
 		}
@@ -433,7 +432,7 @@ func runChunks(t *testing.T, n int, list string, rep *report, floors map[string]
 		}
 		sizes = append(sizes, c)
 	}
-	w := scalegen.Spec{Services: n}.World()
+	w := scaleworld.New(scalegen.Spec{Services: n})
 	times := map[int][]float64{}
 	for range 2 {
 		for _, chunk := range sizes {
@@ -462,7 +461,7 @@ func runChunks(t *testing.T, n int, list string, rep *report, floors map[string]
 // latencies measures the median connect() time, in µs, from the client to
 // the last Service, the first Service and a pod directly (no Service), as
 // /work/shared/bench-floors/connlat does.
-func latencies(t *testing.T, c *netns.Cluster, w *scalegen.World, n, conns int) [3]float64 {
+func latencies(t *testing.T, c *netns.Cluster, w *scaleworld.World, n, conns int) [3]float64 {
 	targets := []netip.AddrPort{
 		netip.AddrPortFrom(scalegen.ClusterIP(n-1), 80),
 		netip.AddrPortFrom(scalegen.ClusterIP(0), 80),

@@ -20,10 +20,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/conntrack"
-	"github.com/svcproxy/svcproxy/internal/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
-// Every namespace of these tests is made by internal/netns (named
+// Every namespace of these tests is made by internal/testkit/netns (named
 // "svcp-<pid>-<lab>-<label>") and removed by its t.Cleanup, on failure too;
 // TestMain sweeps any this process left behind. Nothing here reads or writes
 // the host namespace's conntrack table, firewall or sysctls (the sysctl test

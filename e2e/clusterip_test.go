@@ -7,7 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/svcproxy/svcproxy/internal/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
 // TestClusterIPSpread: a ClusterIP Service with three endpoints spreads

@@ -1,6 +1,6 @@
 // Package e2e proves the reference proxies' Service behaviour with real
 // packets in a real kernel. Each test builds its own network namespaces (a
-// node, pods, clients: internal/netns), runs a reference proxy in the node
+// node, pods, clients: internal/testkit/netns), runs a reference proxy in the node
 // namespace as a user would, from manifests it writes, and checks with real
 // TCP and UDP sockets which pods are reached and what source address they
 // see. The tests run as root with ip, iptables and nft installed; otherwise

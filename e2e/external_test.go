@@ -14,7 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/svcproxy/svcproxy/internal/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
 // nodeAddrs are the addresses a pod sees when the node masquerades: the

@@ -16,7 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/svcproxy/svcproxy/endpoints"
-	"github.com/svcproxy/svcproxy/internal/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"

@@ -8,7 +8,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
-	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -46,7 +46,11 @@ func BenchmarkScaleTrackerOne(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			spec := scalegen.Spec{Services: n}
-			_, t := spec.Trackers()
+			_, slices := spec.Objects()
+			t := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+			for _, s := range slices {
+				t.Update(s)
+			}
 			t.Snapshot()
 			i := n / 2
 			versions := [2]*discovery.EndpointSlice{spec.ChangedSlice(i, 1), spec.ChangedSlice(i, 2)}

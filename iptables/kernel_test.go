@@ -19,13 +19,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/svcproxy/svcproxy/internal/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/topology"
 )
 
 // The kernel tests run only inside network namespaces they create (through
-// internal/netns); every iptables command goes through `ip netns exec`, so
+// internal/testkit/netns); every iptables command goes through `ip netns exec`, so
 // the host namespace's firewall is never touched. They skip without root
 // or the tools, and fail instead when SVCPROXY_E2E=required.
 

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -172,29 +171,29 @@ func (n Names) TopLevel() []string {
 
 // ServiceChain is KUBE-SVC-<hash>: spreads traffic over the cluster targets.
 func (n Names) ServiceChain(name servicemap.PortName) string {
-	return n.chain(kindSVC, ruleset.ServicePortHash(name))
+	return n.chain(kindSVC, servicePortHash(name))
 }
 
 // LocalChain is KUBE-SVL-<hash>: spreads traffic over the node-local
 // targets.
 func (n Names) LocalChain(name servicemap.PortName) string {
-	return n.chain(kindSVL, ruleset.ServicePortHash(name))
+	return n.chain(kindSVL, servicePortHash(name))
 }
 
 // ExternalChain is KUBE-EXT-<hash>: where traffic to node ports, external
 // IPs and load-balancer IPs goes.
 func (n Names) ExternalChain(name servicemap.PortName) string {
-	return n.chain(kindEXT, ruleset.ServicePortHash(name))
+	return n.chain(kindEXT, servicePortHash(name))
 }
 
 // FirewallChain is KUBE-FW-<hash>: the load-balancer source-range firewall.
 func (n Names) FirewallChain(name servicemap.PortName) string {
-	return n.chain(kindFW, ruleset.ServicePortHash(name))
+	return n.chain(kindFW, servicePortHash(name))
 }
 
 // EndpointChain is KUBE-SEP-<hash>: DNAT to one endpoint.
 func (n Names) EndpointChain(name servicemap.PortName, endpoint netip.AddrPort) string {
-	return n.chain(kindSEP, ruleset.EndpointHash(name, endpoint))
+	return n.chain(kindSEP, endpointHash(name, endpoint))
 }
 
 // Owns reports whether chain is a name these Names produce: a top-level

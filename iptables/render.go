@@ -266,7 +266,7 @@ func (r *renderer) plan(s *ruleset.Service) plan {
 		return p // unknown protocol: not rendered (servicemap never gives one)
 	}
 	n := r.names
-	hash := ruleset.ServicePortHash(s.Name) // once for the four chains
+	hash := servicePortHash(s.Name) // once for the four chains
 	if len(s.ClusterTargets) > 0 {
 		p.svc = n.chain(kindSVC, hash)
 	}
@@ -586,7 +586,7 @@ func (r *renderer) serviceChains(p *plan) {
 			// node itself is short-circuited to the cluster endpoints,
 			// as if it had gone out to the load balancer and back.
 			short := ""
-			if len(s.ShortCircuitTargets()) > 0 {
+			if len(s.ClusterTargets) > 0 {
 				short = p.svc
 			}
 			if short != "" {

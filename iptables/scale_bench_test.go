@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -22,7 +23,7 @@ var (
 func BenchmarkScaleRender(b *testing.B) {
 	for _, n := range scaleSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			rs := scalegen.Spec{Services: n}.World().Ruleset
+			rs := scaleworld.New(scalegen.Spec{Services: n}).Ruleset
 			var size int
 			b.ReportAllocs()
 			for b.Loop() {
@@ -40,7 +41,7 @@ func BenchmarkScaleRender(b *testing.B) {
 func BenchmarkScaleRenderPartial(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			w := scalegen.Spec{Services: n}.World()
+			w := scaleworld.New(scalegen.Spec{Services: n})
 			w.Incremental = true
 			before := w.Ruleset
 			after := w.ChangeEndpoints(n/2, 1)
@@ -65,7 +66,7 @@ func BenchmarkScaleRenderPartial(b *testing.B) {
 func BenchmarkScaleOneChange(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			w := scalegen.Spec{Services: n}.World()
+			w := scaleworld.New(scalegen.Spec{Services: n})
 			w.Incremental = true
 			b.ReportAllocs()
 			for k := 0; b.Loop(); k++ {

@@ -76,7 +76,7 @@
 // table (about 2 s at 10,000 Services × 10 endpoints on a small VM). With
 // ExecutorConfig.Netlink the Executor sends incremental transactions to the
 // kernel itself, over a netlink socket, encoded as nft encodes the same
-// statements (internal/nftnl): a one-Service change then costs about as much
+// statements (nftables/internal/nftnl): a one-Service change then costs about as much
 // at 10,000 Services as at 100 (BENCHMARKS.md), and `nft list table`
 // prints the result exactly as if nft had applied it (TestNetlinkMatchesNFT).
 // A full sync writes the table's fixed objects with nft and its Service

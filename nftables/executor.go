@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy"
-	"github.com/svcproxy/svcproxy/internal/nftnl"
+	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 

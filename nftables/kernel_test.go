@@ -20,7 +20,7 @@ import (
 	"pgregory.net/rapid"
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/internal/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 )

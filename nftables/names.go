@@ -61,7 +61,7 @@ const (
 // "namespace/name/protocol/port", a dash, and that string, e.g.
 // "ULMVA6XW-ns1/svc1/tcp/p80".
 //
-// The hash is not ruleset.ServicePortHash, which hashes
+// The hash is not the iptables backend's, which hashes
 // "namespace/name:port" + protocol for the iptables chain names.
 func ServiceChainBase(name servicemap.PortName) string {
 	var buf [128]byte

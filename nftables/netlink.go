@@ -12,7 +12,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/internal/nftnl"
+	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 )
 
 // txWriter is what the renderers write to: a knftables.Transaction, or an

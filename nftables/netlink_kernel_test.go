@@ -13,9 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/internal/netns"
-	"github.com/svcproxy/svcproxy/internal/nftnl"
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/nftables"
+	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 

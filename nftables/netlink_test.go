@@ -13,8 +13,8 @@ import (
 	"pgregory.net/rapid"
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/internal/nftnl"
 	"github.com/svcproxy/svcproxy/nftables"
+	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 

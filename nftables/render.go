@@ -925,8 +925,8 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 			// Local policy keeps the client address, except for traffic
 			// from pods and from the node itself, which is sent to the
 			// cluster endpoints as if it had gone out to the load
-			// balancer and come back (ShortCircuitTargets).
-			if hasCluster && len(s.ShortCircuitTargets()) > 0 {
+			// balancer and come back.
+			if hasCluster && len(s.ClusterTargets) > 0 {
 				if r.fromPods != "" {
 					c.rules = append(c.rules, ruleDef{r.fromPods + " goto " + clusterChain, "short-circuit pod traffic"})
 				}

@@ -6,7 +6,8 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -26,7 +27,7 @@ var (
 func BenchmarkScaleRender(b *testing.B) {
 	for _, n := range scaleSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			rs := scalegen.Spec{Services: n}.World().Ruleset
+			rs := scaleworld.New(scalegen.Spec{Services: n}).Ruleset
 			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
 			var ops int
 			b.ReportAllocs()
@@ -47,7 +48,7 @@ func BenchmarkScaleRender(b *testing.B) {
 func BenchmarkScaleRenderNew(b *testing.B) {
 	for _, n := range scaleSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			rs := scalegen.Spec{Services: n}.World().Ruleset
+			rs := scaleworld.New(scalegen.Spec{Services: n}).Ruleset
 			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
 			b.ReportAllocs()
 			for b.Loop() {
@@ -65,7 +66,7 @@ func BenchmarkScaleRenderNew(b *testing.B) {
 func BenchmarkScaleRenderChanges(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			w := scalegen.Spec{Services: n}.World()
+			w := scaleworld.New(scalegen.Spec{Services: n})
 			w.Incremental = true
 			before := w.Ruleset
 			after := w.ChangeEndpoints(n/2, 1)
@@ -93,7 +94,7 @@ func BenchmarkScaleRenderChanges(b *testing.B) {
 func BenchmarkScaleOneChange(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			w := scalegen.Spec{Services: n}.World()
+			w := scaleworld.New(scalegen.Spec{Services: n})
 			w.Incremental = true
 			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
 			b.ReportAllocs()

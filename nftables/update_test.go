@@ -10,7 +10,8 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/endpoints"
-	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -26,8 +27,8 @@ func BenchmarkUpdateRenderChanges(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000, 30000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			spec := scalegen.Spec{Services: n}
-			svcs, eps := spec.Trackers()
-			builder, err := ruleset.NewBuilder(scalegen.Config())
+			svcs, eps := scaleworld.Trackers(spec)
+			builder, err := ruleset.NewBuilder(scaleworld.Config())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -91,8 +92,8 @@ func TestUpdateRenderChangesSizeIndependent(t *testing.T) {
 	var kinds [2][]string
 	for k, n := range []int{100, 3000} {
 		spec := scalegen.Spec{Services: n}
-		svcs, eps := spec.Trackers()
-		builder, err := ruleset.NewBuilder(scalegen.Config())
+		svcs, eps := scaleworld.Trackers(spec)
+		builder, err := ruleset.NewBuilder(scaleworld.Config())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,8 +19,7 @@
 //
 // Diff compares two Rulesets and lists the ServicePorts whose state changed:
 // the basis of partial syncs. Between Rulesets made from one another by
-// Update it takes time proportional to the change as well. ServicePortHash and EndpointHash give the
-// stable hashes that kube-proxy's chain names are made of.
+// Update it takes time proportional to the change as well.
 //
 // The package is pure: the same snapshots and Config give an equal Ruleset
 // whatever order the objects arrived in, with no I/O, clock, randomness or

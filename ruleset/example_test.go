@@ -2,7 +2,6 @@ package ruleset_test
 
 import (
 	"fmt"
-	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -134,15 +133,4 @@ func ExampleDiff() {
 	// removed: []
 	// full sync needed: false
 	// nothing to do next time: true
-}
-
-// The chain names kube-proxy's iptables mode gives a ServicePort and one of
-// its endpoints.
-func ExampleServicePortHash() {
-	name := servicemap.PortName{Namespace: "ns1", Name: "svc1", Port: "p80", Protocol: v1.ProtocolTCP}
-	fmt.Println("KUBE-SVC-" + ruleset.ServicePortHash(name)[:16])
-	fmt.Println("KUBE-SEP-" + ruleset.EndpointHash(name, netip.MustParseAddrPort("10.180.0.1:80"))[:16])
-	// Output:
-	// KUBE-SVC-XPGD46QRK7WJZT7O
-	// KUBE-SEP-SXIVWICOYRO3J4NJ
 }

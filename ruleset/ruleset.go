@@ -77,7 +77,10 @@ type Service struct {
 	// load-balancer IPs goes, or RouteNone when there are none.
 	External Route
 	// ClusterTargets spread cluster-wide traffic; empty when the port does
-	// not use cluster endpoints or none is usable.
+	// not use cluster endpoints or none is usable. They also take the
+	// traffic of pods and of the node itself to the external addresses of a
+	// port whose External route is Local (kube-proxy's short-circuit: as if
+	// it had gone out to the load balancer and come back).
 	ClusterTargets []Target
 	// LocalTargets spread node-local traffic; empty when the port does not
 	// use local endpoints or this node has none usable.
@@ -122,12 +125,6 @@ func (a portKey) Compare(b portKey) int {
 func (s *Service) UsesFirewall() bool {
 	return len(s.LoadBalancerSourceRanges) > 0 && len(s.LoadBalancerIPs) > 0
 }
-
-// ShortCircuitTargets are the targets for traffic from pods or from the node
-// itself to this port's external addresses when externalTrafficPolicy is
-// Local: kube-proxy sends it to the cluster endpoints, as if it had gone out
-// to the load balancer and come back.
-func (s *Service) ShortCircuitTargets() []Target { return s.ClusterTargets }
 
 // Equal reports whether two Services would render the same rules and spare
 // the same conntrack entries.

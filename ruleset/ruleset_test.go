@@ -408,9 +408,6 @@ func TestRoutes(t *testing.T) {
 			if diff := cmp.Diff(tt.want, summarize(s)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(s.ClusterTargets, s.ShortCircuitTargets(), cmpOpts); diff != "" {
-				t.Errorf("ShortCircuitTargets differ from ClusterTargets (-cluster +short-circuit):\n%s", diff)
-			}
 		})
 	}
 }

@@ -5,7 +5,8 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -23,8 +24,8 @@ func BenchmarkScaleBuild(b *testing.B) {
 	for _, n := range scaleSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			spec := scalegen.Spec{Services: n}
-			ss, es := spec.Snapshots()
-			builder, err := ruleset.NewBuilder(scalegen.Config())
+			ss, es := scaleworld.Snapshots(spec)
+			builder, err := ruleset.NewBuilder(scaleworld.Config())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -44,7 +45,7 @@ func BenchmarkScaleBuild(b *testing.B) {
 func BenchmarkScaleDiff(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			w := scalegen.Spec{Services: n}.World()
+			w := scaleworld.New(scalegen.Spec{Services: n})
 			before := w.Ruleset
 			after := w.ChangeEndpoints(n/2, 1)
 			b.ReportAllocs()
@@ -64,7 +65,7 @@ func BenchmarkScaleDiff(b *testing.B) {
 func BenchmarkScaleIncremental(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			w := scalegen.Spec{Services: n}.World()
+			w := scaleworld.New(scalegen.Spec{Services: n})
 			i := n / 2
 			b.ReportAllocs()
 			for k := 0; b.Loop(); k++ {
@@ -85,7 +86,7 @@ func BenchmarkScaleIncremental(b *testing.B) {
 func BenchmarkScaleUpdate(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			w := scalegen.Spec{Services: n}.World()
+			w := scaleworld.New(scalegen.Spec{Services: n})
 			w.Incremental = true
 			i := n / 2
 			b.ReportAllocs()
@@ -119,7 +120,7 @@ func BenchmarkScaleSteadyHeap(b *testing.B) {
 			var snap, proxy float64
 			for b.Loop() {
 				base := heap()
-				w := spec.World()
+				w := scaleworld.New(spec)
 				proxy = float64(heap()-base) / float64(spec.Total())
 				ss, _ := w.Services.Snapshot()
 				es, _ := w.Endpoints.Snapshot()

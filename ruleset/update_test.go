@@ -14,7 +14,8 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
-	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -248,8 +249,8 @@ type updateWorld struct {
 
 func newUpdateWorld(tb testing.TB, n int) *updateWorld {
 	spec := scalegen.Spec{Services: n}
-	svcs, eps := spec.Trackers()
-	b, err := ruleset.NewBuilder(scalegen.Config())
+	svcs, eps := scaleworld.Trackers(spec)
+	b, err := ruleset.NewBuilder(scaleworld.Config())
 	if err != nil {
 		tb.Fatal(err)
 	}

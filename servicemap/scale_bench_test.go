@@ -6,7 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -43,7 +43,11 @@ func BenchmarkScaleTrackerOne(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			spec := scalegen.Spec{Services: n}
-			t, _ := spec.Trackers()
+			svcs, _ := spec.Objects()
+			t := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+			for _, s := range svcs {
+				t.Update(s)
+			}
 			t.Snapshot()
 			i := n / 2
 			versions := [2]*v1.Service{spec.Service(i), spec.Service(i)}

@@ -17,7 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
-	"github.com/svcproxy/svcproxy/internal/manifests"
+	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"

@@ -8,7 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/svcproxy/svcproxy/internal/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -79,11 +80,11 @@ func TestBuildsCleanly(t *testing.T) {
 		n = 2000
 	}
 	s := scalegen.Spec{Services: n}
-	ss, es := s.Snapshots()
+	ss, es := scaleworld.Snapshots(s)
 	if ss.Len() != n {
 		t.Fatalf("%d ServicePorts, want %d", ss.Len(), n)
 	}
-	b, err := ruleset.NewBuilder(scalegen.Config())
+	b, err := ruleset.NewBuilder(scaleworld.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestBuildsCleanly(t *testing.T) {
 			t.Errorf("version %d changes %d endpoints, want 1", v, diff)
 		}
 	}
-	svcs, eps := s.Trackers()
+	svcs, eps := scaleworld.Trackers(s)
 	eps.Update(s.ChangedSlice(i, 1))
 	ss2, _ := svcs.Snapshot()
 	es2, _ := eps.Snapshot()
@@ -140,12 +141,12 @@ func TestProbe(t *testing.T) {
 			t.Errorf("probe %d: %v %v", i, fe, proto)
 		}
 		sl := s.Slice(i)
-		if len(sl.Endpoints) != 2 || sl.Endpoints[1].Addresses[0] != "198.18.65.2" || *sl.Endpoints[0].NodeName != scalegen.Node.Name {
+		if len(sl.Endpoints) != 2 || sl.Endpoints[1].Addresses[0] != "198.18.65.2" || *sl.Endpoints[0].NodeName != scalegen.NodeName {
 			t.Errorf("probe %d: %+v", i, sl.Endpoints)
 		}
 	}
-	ss, es := s.Snapshots()
-	b, _ := ruleset.NewBuilder(scalegen.Config())
+	ss, es := scaleworld.Snapshots(s)
+	b, _ := ruleset.NewBuilder(scaleworld.Config())
 	rs, w := b.Build(ss, es)
 	if len(w) > 0 {
 		t.Fatal(w)
@@ -162,7 +163,7 @@ func TestTooMany(t *testing.T) {
 			t.Error("no panic beyond MaxServices")
 		}
 	}()
-	scalegen.Spec{Services: scalegen.MaxServices + 1}.Trackers()
+	scaleworld.Trackers(scalegen.Spec{Services: scalegen.MaxServices + 1})
 }
 
 func TestWorld(t *testing.T) {
@@ -172,7 +173,7 @@ func TestWorld(t *testing.T) {
 }
 
 func testWorld(t *testing.T, incremental bool) {
-	w := scalegen.Spec{Services: 500, ProbePods: []netip.Addr{netip.MustParseAddr("198.18.64.2")}}.World()
+	w := scaleworld.New(scalegen.Spec{Services: 500, ProbePods: []netip.Addr{netip.MustParseAddr("198.18.64.2")}})
 	w.Incremental = incremental
 	before := w.Ruleset
 	after := w.ChangeEndpoints(250, 1)

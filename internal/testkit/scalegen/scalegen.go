@@ -1,7 +1,7 @@
 // Package scalegen generates kube-proxy-shaped clusters of N Services × E
-// endpoints for benchmarks: the v1 Services and EndpointSlices, trackers fed
-// with them, ready snapshots, and small changes (one Service's endpoints
-// replaced, one Service added) for incremental benchmarks.
+// endpoints for benchmarks: the v1 Services and EndpointSlices, and replacement
+// slices for incremental benchmarks. Package scaleworld feeds them into
+// trackers and builds their Rulesets.
 //
 // It is pure and deterministic: the same Spec gives equal objects, with no
 // randomness, clock or I/O. Each object is made on demand from its index, so
@@ -57,10 +57,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/svcproxy/svcproxy/endpoints"
-	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
-	"github.com/svcproxy/svcproxy/topology"
 )
 
 // DefaultEndpoints is the number of endpoints per Service when
@@ -70,8 +67,12 @@ const DefaultEndpoints = 10
 // Nodes is the number of nodes the endpoints are spread over.
 const Nodes = 100
 
-// Node is the node the rules are built for (see Config).
-var Node = topology.Node{Name: "node-000", Zone: "zone-a"}
+// NodeName and NodeZone are the node the rules are built for
+// (scaleworld.Config): endpoint 0 of a Local-policy Service sits on it.
+const (
+	NodeName = "node-000"
+	NodeZone = "zone-a"
+)
 
 // ClusterCIDR is the pod network of the generated cluster.
 var ClusterCIDR = netip.MustParsePrefix("198.18.0.0/16")
@@ -102,16 +103,6 @@ type Spec struct {
 	// port 8080, on node-000: real pods to measure connection latency
 	// through the rules.
 	ProbePods []netip.Addr
-}
-
-// Config is the ruleset.Config the generated clusters are meant for: IPv4,
-// node-000, pod network ClusterCIDR.
-func Config() ruleset.Config {
-	return ruleset.Config{
-		Family:       v1.IPv4Protocol,
-		Node:         Node,
-		ClusterCIDRs: []netip.Prefix{ClusterCIDR},
-	}
 }
 
 func (s Spec) endpoints() int {
@@ -356,132 +347,4 @@ func (s Spec) Objects() ([]*v1.Service, []*discovery.EndpointSlice) {
 		svcs[i], slices[i] = s.Service(i), s.Slice(i)
 	}
 	return svcs, slices
-}
-
-// Trackers returns new trackers (IPv4, the default filter) fed with every
-// Service and EndpointSlice, made one at a time. It panics if any object is
-// skipped or warned about: the generator is meant to produce only valid
-// objects.
-func (s Spec) Trackers() (*servicemap.Tracker, *endpoints.Tracker) {
-	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	s.Feed(svcs, eps)
-	return svcs, eps
-}
-
-// Feed adds every Service and EndpointSlice to the trackers, made one at a
-// time. It panics if any object is skipped or warned about.
-func (s Spec) Feed(svcs *servicemap.Tracker, eps *endpoints.Tracker) {
-	if s.Services > MaxServices {
-		panic(fmt.Sprintf("scalegen: %d Services, at most %d", s.Services, MaxServices))
-	}
-	for i := range s.Services {
-		if skipped, w := svcs.Update(s.Service(i)); skipped != "" || len(w) > 0 {
-			panic(fmt.Sprintf("scalegen: Service %d: %s %v", i, skipped, w))
-		}
-		if skipped, w := eps.Update(s.Slice(i)); skipped != "" || len(w) > 0 {
-			panic(fmt.Sprintf("scalegen: EndpointSlice %d: %s %v", i, skipped, w))
-		}
-	}
-}
-
-// Snapshots returns the snapshots of freshly fed trackers.
-func (s Spec) Snapshots() (servicemap.Snapshot, endpoints.Snapshot) {
-	svcs, eps := s.Trackers()
-	ss, _ := svcs.Snapshot()
-	es, _ := eps.Snapshot()
-	return ss, es
-}
-
-// World is a generated cluster fed into trackers, with the Builder of Config
-// and the Ruleset built from the trackers' snapshots: the state a proxy holds.
-type World struct {
-	Spec      Spec
-	Services  *servicemap.Tracker
-	Endpoints *endpoints.Tracker
-	Builder   *ruleset.Builder
-	Ruleset   *ruleset.Ruleset
-	// Added is the number of Services AddService added.
-	Added int
-	// Incremental makes ChangeEndpoints and AddService build the new
-	// Ruleset with Builder.Update from the previous one and the trackers'
-	// changes, as a proxy does between full syncs, rather than with Build.
-	Incremental bool
-}
-
-// World feeds the cluster into new trackers and builds its Ruleset. It
-// panics on any warning.
-func (s Spec) World() *World {
-	b, err := ruleset.NewBuilder(Config())
-	if err != nil {
-		panic(err)
-	}
-	svcs, eps := s.Trackers()
-	w := &World{Spec: s, Services: svcs, Endpoints: eps, Builder: b}
-	w.Ruleset = w.Build()
-	return w
-}
-
-// Build takes the trackers' snapshots and builds a Ruleset from them (without
-// setting w.Ruleset). It panics on any warning.
-func (w *World) Build() *ruleset.Ruleset {
-	ss, _ := w.Services.Snapshot()
-	es, _ := w.Endpoints.Snapshot()
-	rs, warnings := w.Builder.Build(ss, es)
-	if len(warnings) > 0 {
-		panic(fmt.Sprintf("scalegen: Build warnings: %v", warnings))
-	}
-	return rs
-}
-
-// next builds the Ruleset after a change fed to the trackers: with Build, or
-// with Builder.Update when w.Incremental.
-func (w *World) next() *ruleset.Ruleset {
-	if !w.Incremental {
-		return w.Build()
-	}
-	ss, sch := w.Services.Snapshot()
-	es, ech := w.Endpoints.Snapshot()
-	changed := append(append(append(append([]servicemap.PortName(nil), sch.Added...), sch.Changed...), sch.Removed...), ech.Changed...)
-	rs, _, warnings := w.Builder.Update(w.Ruleset, ss, es, changed)
-	if len(warnings) > 0 {
-		panic(fmt.Sprintf("scalegen: Update warnings: %v", warnings))
-	}
-	return rs
-}
-
-// ChangeEndpoints replaces Service i's EndpointSlice by ChangedSlice(i,
-// version), builds the new Ruleset, makes it w.Ruleset and returns it.
-func (w *World) ChangeEndpoints(i, version int) *ruleset.Ruleset {
-	w.Endpoints.Update(w.Spec.ChangedSlice(i, version))
-	w.Ruleset = w.next()
-	return w.Ruleset
-}
-
-// AddService adds the next Service, index Spec.Services + Added, with its
-// EndpointSlice (a regular Service of its index: never a probe), builds the
-// new Ruleset, makes it w.Ruleset and returns it. Spec is unchanged.
-func (w *World) AddService() *ruleset.Ruleset {
-	n := w.Spec.Services + w.Added
-	w.Added++
-	w.Services.Update(w.Spec.Service(n))
-	w.Endpoints.Update(w.Spec.Slice(n))
-	w.Ruleset = w.next()
-	return w.Ruleset
-}
-
-// RemoveAdded deletes the Service that AddService added last, with its
-// EndpointSlice, builds the new Ruleset, makes it w.Ruleset and returns it.
-// It panics when AddService added none.
-func (w *World) RemoveAdded() *ruleset.Ruleset {
-	if w.Added == 0 {
-		panic("scalegen: RemoveAdded without AddService")
-	}
-	w.Added--
-	n := w.Spec.Services + w.Added
-	svc, slice := w.Spec.Service(n), w.Spec.Slice(n)
-	w.Services.Delete(svc.Namespace, svc.Name)
-	w.Endpoints.Delete(slice.Namespace, slice.Name)
-	w.Ruleset = w.next()
-	return w.Ruleset
 }

@@ -1,4 +1,4 @@
-package ruleset
+package iptables
 
 import (
 	"crypto/sha256"
@@ -9,19 +9,18 @@ import (
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
-// ServicePortHash is the base32 SHA-256 of "namespace/name:port" followed by
+// servicePortHash is the base32 SHA-256 of "namespace/name:port" followed by
 // the lower-case protocol, kube-proxy's basis for a ServicePort's iptables
 // chain names: KUBE-SVC-, KUBE-SVL-, KUBE-EXT- and KUBE-FW- use its first 16
-// characters. (kube-proxy's nftables chains hash another string; see
-// nftables.ServiceChainBase.)
-func ServicePortHash(name servicemap.PortName) string {
+// characters. (kube-proxy's nftables chains hash another string.)
+func servicePortHash(name servicemap.PortName) string {
 	return hash(name.String() + strings.ToLower(string(name.Protocol)))
 }
 
-// EndpointHash is the base32 SHA-256 of "namespace/name:port", the
+// endpointHash is the base32 SHA-256 of "namespace/name:port", the
 // lower-case protocol and the endpoint's "ip:port", kube-proxy's basis for
 // the KUBE-SEP- chain names (their first 16 characters).
-func EndpointHash(name servicemap.PortName, endpoint netip.AddrPort) string {
+func endpointHash(name servicemap.PortName, endpoint netip.AddrPort) string {
 	return hash(name.String() + strings.ToLower(string(name.Protocol)) + endpoint.String())
 }
 

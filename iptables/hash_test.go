@@ -1,4 +1,4 @@
-package ruleset
+package iptables
 
 import (
 	"net/netip"
@@ -24,9 +24,9 @@ func TestHashesMatchKubeProxy(t *testing.T) {
 	for _, tt := range tests {
 		var got string
 		if tt.endpoint == "" {
-			got = "KUBE-SVC-" + ServicePortHash(tt.name)[:16]
+			got = "KUBE-SVC-" + servicePortHash(tt.name)[:16]
 		} else {
-			got = "KUBE-SEP-" + EndpointHash(tt.name, netip.MustParseAddrPort(tt.endpoint))[:16]
+			got = "KUBE-SEP-" + endpointHash(tt.name, netip.MustParseAddrPort(tt.endpoint))[:16]
 		}
 		if got != tt.want {
 			t.Errorf("%v %s: got %s, want %s", tt.name, tt.endpoint, got, tt.want)

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy"
-	"github.com/svcproxy/svcproxy/internal/manifests"
+	"github.com/svcproxy/svcproxy/manifests"
 )
 
 // names lists the objects read, in order, as "Kind namespace/name" (or

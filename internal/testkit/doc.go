@@ -1,0 +1,14 @@
+// Package testkit is the root of svcproxy's test-only tree: helpers that the
+// tests and benchmarks of the other packages import, never production code.
+//
+//   - netns: network namespaces, veth links, echo servers and clients for the
+//     real-kernel tests (it imports "testing").
+//   - scalegen: kube-proxy-shaped clusters of N Services × E endpoints as
+//     v1 objects, for benchmarks; it imports no svcproxy package above
+//     servicemap, so that the tests of any package may use it.
+//   - scaleworld: scalegen's clusters fed into trackers and built into
+//     Rulesets, for the tests of ruleset and of the backends.
+//
+// A helper here is imported only by packages at or above the svcproxy
+// packages it imports itself.
+package testkit

@@ -483,7 +483,7 @@ func TestLoadErrors(t *testing.T) {
 
 // The bundled demo manifests load without errors or warnings.
 func TestLoadDemoManifests(t *testing.T) {
-	objs, warnings, err := manifests.Load(filepath.Join("..", "..", "examples", "demo", "manifests"))
+	objs, warnings, err := manifests.Load(filepath.Join("..", "examples", "demo", "manifests"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package ruleset
 import (
 	"slices"
 
+	"github.com/svcproxy/svcproxy/internal/sorted"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -46,24 +47,14 @@ func Diff(old, new *Ruleset) Changes {
 		}
 		before = old.Services()
 	}
-	after := new.Services()
-	i, j := 0, 0
-	for i < len(before) || j < len(after) {
-		switch {
-		case j == len(after) || (i < len(before) && before[i].Name.Compare(after[j].Name) < 0):
-			ch.Removed = append(ch.Removed, before[i].Name)
-			i++
-		case i == len(before) || before[i].Name.Compare(after[j].Name) > 0:
-			ch.Added = append(ch.Added, after[j].Name)
-			j++
-		default:
-			if before[i] != after[j] && !before[i].Equal(after[j]) {
-				ch.Changed = append(ch.Changed, after[j].Name)
+	sorted.Walk(before, new.Services(), func(a, b *Service) int { return a.Name.Compare(b.Name) },
+		func(removed *Service) { ch.Removed = append(ch.Removed, removed.Name) },
+		func(added *Service) { ch.Added = append(ch.Added, added.Name) },
+		func(b, a *Service) {
+			if b != a && !b.Equal(a) {
+				ch.Changed = append(ch.Changed, a.Name)
 			}
-			i++
-			j++
-		}
-	}
+		})
 	return ch
 }
 

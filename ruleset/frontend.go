@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/internal/sorted"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -141,20 +142,10 @@ func moveFrontends(idx frontendIndex, name servicemap.PortName, before, after *S
 	if after != nil {
 		fa = after.Frontends()
 	}
-	i, j := 0, 0
-	for i < len(fb) || j < len(fa) {
-		switch {
-		case j == len(fa) || (i < len(fb) && fb[i].Compare(fa[j]) < 0):
-			idx = withoutName(idx, fb[i], name)
-			i++
-		case i == len(fb) || fb[i].Compare(fa[j]) > 0:
-			idx = withName(idx, fa[j], name)
-			j++
-		default:
-			i++
-			j++
-		}
-	}
+	sorted.Walk(fb, fa, Frontend.Compare,
+		func(gone Frontend) { idx = withoutName(idx, gone, name) },
+		func(added Frontend) { idx = withName(idx, added, name) },
+		func(Frontend, Frontend) {})
 	return idx
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/cowmap"
+	"github.com/svcproxy/svcproxy/internal/sorted"
 )
 
 // Snapshot is an immutable view of every ServicePort of one IP family. Taking
@@ -138,21 +139,12 @@ func (t *Tracker) Snapshot() (Snapshot, Changes) {
 // diffPorts compares the ports of one Service before and after, both sorted
 // by PortName, and appends the differences to ch.
 func diffPorts(before, after []ServicePort, ch *Changes) {
-	i, j := 0, 0
-	for i < len(before) || j < len(after) {
-		switch {
-		case j == len(after) || (i < len(before) && before[i].Name.Compare(after[j].Name) < 0):
-			ch.Removed = append(ch.Removed, before[i].Name)
-			i++
-		case i == len(before) || before[i].Name.Compare(after[j].Name) > 0:
-			ch.Added = append(ch.Added, after[j].Name)
-			j++
-		default:
-			if !before[i].Equal(&after[j]) {
-				ch.Changed = append(ch.Changed, after[j].Name)
+	sorted.Walk(before, after, func(a, b ServicePort) int { return a.Name.Compare(b.Name) },
+		func(removed ServicePort) { ch.Removed = append(ch.Removed, removed.Name) },
+		func(added ServicePort) { ch.Added = append(ch.Added, added.Name) },
+		func(b, a ServicePort) {
+			if !b.Equal(&a) {
+				ch.Changed = append(ch.Changed, a.Name)
 			}
-			i++
-			j++
-		}
-	}
+		})
 }

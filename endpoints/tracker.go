@@ -47,9 +47,7 @@ type Tracker struct {
 	slices map[types.NamespacedName]*Slice
 	// byService holds the slices of each Service, by slice name.
 	byService map[types.NamespacedName]map[string]*Slice
-	current   Snapshot
-	last      Snapshot
-	touched   map[types.NamespacedName]struct{}
+	journal   *cowmap.Journal[map[servicemap.PortName][]Endpoint]
 }
 
 // NewTracker returns an empty Tracker for family whose slices pass filter.
@@ -59,7 +57,7 @@ func NewTracker(family v1.IPFamily, filter servicemap.Filter) *Tracker {
 		filter:    filter,
 		slices:    map[types.NamespacedName]*Slice{},
 		byService: map[types.NamespacedName]map[string]*Slice{},
-		touched:   map[types.NamespacedName]struct{}{},
+		journal:   cowmap.NewJournal(sameEndpoints),
 	}
 }
 
@@ -105,19 +103,10 @@ func (t *Tracker) remove(key types.NamespacedName) {
 }
 
 func (t *Tracker) remerge(service types.NamespacedName) {
-	var merged map[servicemap.PortName][]Endpoint
 	if bySlice := t.byService[service]; len(bySlice) > 0 {
-		merged = Merge(slices.Collect(maps.Values(bySlice)))
-		t.current.services = t.current.services.With(service, merged)
+		t.journal.Set(service, Merge(slices.Collect(maps.Values(bySlice))))
 	} else {
-		t.current.services = t.current.services.Without(service)
-	}
-	// Like kube-proxy's change tracker, forget a Service whose endpoints
-	// are back to what the last Snapshot holds.
-	if last, _ := t.last.services.Get(service); sameEndpoints(last, merged) {
-		delete(t.touched, service)
-	} else {
-		t.touched[service] = struct{}{}
+		t.journal.Delete(service)
 	}
 }
 
@@ -135,15 +124,13 @@ func sameEndpoints(a, b map[servicemap.PortName][]Endpoint) bool {
 // Pending is the number of Services whose endpoints differ from the last
 // Snapshot's (kube-proxy's endpoint_changes_pending): an update that
 // changes nothing, or a change undone before the Snapshot, does not count.
-func (t *Tracker) Pending() int { return len(t.touched) }
+func (t *Tracker) Pending() int { return t.journal.Pending() }
 
 // Snapshot returns the current state and what changed since the previous
 // call to Snapshot.
 func (t *Tracker) Snapshot() (Snapshot, Changes) {
 	var ch Changes
-	for service := range t.touched {
-		before, _ := t.last.services.Get(service)
-		after, _ := t.current.services.Get(service)
+	services := t.journal.Commit(func(_ types.NamespacedName, before, after map[servicemap.PortName][]Endpoint) {
 		for name := range unionKeys(before, after) {
 			if slices.EqualFunc(before[name], after[name], func(a, b Endpoint) bool { return a.Equal(&b) }) {
 				continue
@@ -153,14 +140,10 @@ func (t *Tracker) Snapshot() (Snapshot, Changes) {
 				ch.ConntrackCleanup = append(ch.ConntrackCleanup, name)
 			}
 		}
-	}
+	})
 	slices.SortFunc(ch.Changed, servicemap.PortName.Compare)
 	slices.SortFunc(ch.ConntrackCleanup, servicemap.PortName.Compare)
-	// A new map, not clear: clearing (and later ranging over) a map costs
-	// its peak size, which the initial load makes as large as the cluster.
-	t.touched = map[types.NamespacedName]struct{}{}
-	t.last = t.current
-	return t.current, ch
+	return Snapshot{services: services}, ch
 }
 
 func unionKeys(a, b map[servicemap.PortName][]Endpoint) map[servicemap.PortName]struct{} {

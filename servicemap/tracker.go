@@ -67,14 +67,16 @@ func (c Changes) Empty() bool {
 type Tracker struct {
 	family  v1.IPFamily
 	filter  Filter
-	current Snapshot
-	last    Snapshot
-	touched map[types.NamespacedName]struct{}
+	journal *cowmap.Journal[[]ServicePort]
+	ports   int
 }
 
 // NewTracker returns an empty Tracker for family whose Services pass filter.
 func NewTracker(family v1.IPFamily, filter Filter) *Tracker {
-	return &Tracker{family: family, filter: filter, touched: map[types.NamespacedName]struct{}{}}
+	equal := func(a, b []ServicePort) bool {
+		return slices.EqualFunc(a, b, func(x, y ServicePort) bool { return x.Equal(&y) })
+	}
+	return &Tracker{family: family, filter: filter, journal: cowmap.NewJournal(equal)}
 }
 
 // Update records the current state of svc (an add or an update). It returns
@@ -95,45 +97,31 @@ func (t *Tracker) Delete(namespace, name string) {
 }
 
 func (t *Tracker) set(key types.NamespacedName, ports []ServicePort) {
-	old, _ := t.current.services.Get(key)
-	t.current.ports += len(ports) - len(old)
+	old, _ := t.journal.Current().Get(key)
+	t.ports += len(ports) - len(old)
 	if len(ports) == 0 {
-		t.current.services = t.current.services.Without(key)
+		t.journal.Delete(key)
 	} else {
-		t.current.services = t.current.services.With(key, ports)
-	}
-	// Like kube-proxy's change tracker, forget a Service whose state is
-	// back to what the last Snapshot holds (an identical update, an add
-	// then a delete, a delete of an unknown Service).
-	if last, _ := t.last.services.Get(key); slices.EqualFunc(last, ports, func(a, b ServicePort) bool { return a.Equal(&b) }) {
-		delete(t.touched, key)
-	} else {
-		t.touched[key] = struct{}{}
+		t.journal.Set(key, ports)
 	}
 }
 
 // Pending is the number of Services whose ServicePorts differ from the last
 // Snapshot's (kube-proxy's service_changes_pending): an update that changes
 // nothing, or a change undone before the Snapshot, does not count.
-func (t *Tracker) Pending() int { return len(t.touched) }
+func (t *Tracker) Pending() int { return t.journal.Pending() }
 
 // Snapshot returns the current state and what changed since the previous
 // call to Snapshot.
 func (t *Tracker) Snapshot() (Snapshot, Changes) {
 	var ch Changes
-	for key := range t.touched {
-		before, _ := t.last.services.Get(key)
-		after, _ := t.current.services.Get(key)
+	services := t.journal.Commit(func(_ types.NamespacedName, before, after []ServicePort) {
 		diffPorts(before, after, &ch)
-	}
+	})
 	for _, list := range []*[]PortName{&ch.Added, &ch.Changed, &ch.Removed} {
 		slices.SortFunc(*list, PortName.Compare)
 	}
-	// A new map, not clear: clearing (and later ranging over) a map costs
-	// its peak size, which the initial load makes as large as the cluster.
-	t.touched = map[types.NamespacedName]struct{}{}
-	t.last = t.current
-	return t.current, ch
+	return Snapshot{services: services, ports: t.ports}, ch
 }
 
 // diffPorts compares the ports of one Service before and after, both sorted

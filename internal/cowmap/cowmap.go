@@ -1,12 +1,17 @@
-// Package cowmap is a copy-on-write map keyed by namespace and name, built so
-// that taking an immutable snapshot after a change costs time proportional to
-// the change, not to the size of the map.
+// Package cowmap is a copy-on-write map keyed by namespace and name, and the
+// Journal that the trackers of servicemap and endpoints are built on. Taking
+// an immutable snapshot after a change costs time proportional to the change,
+// not to the size of the map.
 //
 // Entries live in 4,096 leaf maps in a two-level table of 64 × 64, chosen by
 // an FNV-1a hash of the key. A Map is immutable; With and Without return a
 // new Map that shares everything but the path to the leaf they touch: they
 // copy two tables of 64 pointers and one leaf. With 30,000 keys a leaf holds
 // about 7 entries, so a change costs the same at 100 keys as at 30,000.
+//
+// The map is unordered on purpose. ruleset keeps its own persistent
+// structure, an ordered tree, because Diff and the renderers walk Services in
+// name order; the trackers need no order and get O(1) changes from hashing.
 package cowmap
 
 import "k8s.io/apimachinery/pkg/types"

@@ -22,3 +22,18 @@ func ExampleWarning_String() {
 	// Node node-a: no zone label
 	// EndpointSlice shop/"cart-1\nService x/y: all fine": invalid name
 }
+
+// A converter of one's own reports what it skipped the way svcproxy's do.
+func ExampleReporter() {
+	report := svcproxy.Reporter{Kind: "Service", Namespace: "default", Name: "web"}
+	report.Warnf("port %q has no number: skipped", "http")
+	why := report.Skipf("clusterIP %q is not an IP address", "10.0.0.300")
+	fmt.Println(why)
+	for _, w := range report.Warnings {
+		fmt.Println(w)
+	}
+	// Output:
+	// clusterIP "10.0.0.300" is not an IP address
+	// Service default/web: port "http" has no number: skipped
+	// Service default/web: clusterIP "10.0.0.300" is not an IP address
+}

@@ -39,3 +39,25 @@ func safe(s string) string {
 	}
 	return s
 }
+
+// Reporter collects the Warnings about one object, for code that converts
+// Kubernetes objects: the conversions of servicemap, endpoints and ruleset
+// use one, and so can a user's own.
+type Reporter struct {
+	// Kind, Namespace and Name identify the object every Warning names.
+	Kind, Namespace, Name string
+	// Warnings are those recorded so far, in order.
+	Warnings []Warning
+}
+
+// Warnf records a Warning whose reason is formatted from format and args.
+func (r *Reporter) Warnf(format string, args ...any) {
+	r.Warnings = append(r.Warnings, Warning{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name, Reason: fmt.Sprintf(format, args...)})
+}
+
+// Skipf records a Warning that skips the whole object, and returns its
+// reason.
+func (r *Reporter) Skipf(format string, args ...any) string {
+	r.Warnf(format, args...)
+	return r.Warnings[len(r.Warnings)-1].Reason
+}

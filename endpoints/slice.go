@@ -2,7 +2,6 @@ package endpoints
 
 import (
 	"cmp"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -37,28 +36,14 @@ func FromSlice(es *discovery.EndpointSlice, family v1.IPFamily, filter servicema
 	if es == nil {
 		return nil, "nil EndpointSlice", nil
 	}
-	p := parser{es: es}
+	p := parser{es: es, report: svcproxy.Reporter{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name}}
 	slice, skipped = p.parse(family, filter)
-	return slice, skipped, p.warnings
+	return slice, skipped, p.report.Warnings
 }
 
 type parser struct {
-	es       *discovery.EndpointSlice
-	warnings []svcproxy.Warning
-}
-
-func (p *parser) warn(format string, args ...any) {
-	p.warnings = append(p.warnings, svcproxy.Warning{
-		Kind:      "EndpointSlice",
-		Namespace: p.es.Namespace,
-		Name:      p.es.Name,
-		Reason:    fmt.Sprintf(format, args...),
-	})
-}
-
-func (p *parser) fail(format string, args ...any) string {
-	p.warn(format, args...)
-	return p.warnings[len(p.warnings)-1].Reason
+	es     *discovery.EndpointSlice
+	report svcproxy.Reporter
 }
 
 func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*Slice, string) {
@@ -67,17 +52,17 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*Slice, st
 		return nil, why
 	}
 	if errs := validation.IsDNS1123Label(es.Namespace); len(errs) > 0 {
-		return nil, p.fail("invalid namespace %q: %s", es.Namespace, errs[0])
+		return nil, p.report.Skipf("invalid namespace %q: %s", es.Namespace, errs[0])
 	}
 	if errs := validation.IsDNS1123Subdomain(es.Name); len(errs) > 0 {
-		return nil, p.fail("invalid name %q: %s", es.Name, errs[0])
+		return nil, p.report.Skipf("invalid name %q: %s", es.Name, errs[0])
 	}
 	service, labelled := es.Labels[discovery.LabelServiceName]
 	if !labelled {
-		return nil, p.fail("no %s label", discovery.LabelServiceName)
+		return nil, p.report.Skipf("no %s label", discovery.LabelServiceName)
 	}
 	if errs := validation.IsDNS1123Label(service); len(errs) > 0 {
-		return nil, p.fail("invalid %s label %q: %s", discovery.LabelServiceName, service, errs[0])
+		return nil, p.report.Skipf("invalid %s label %q: %s", discovery.LabelServiceName, service, errs[0])
 	}
 	switch es.AddressType {
 	case discovery.AddressTypeIPv4, discovery.AddressTypeIPv6:
@@ -87,7 +72,7 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*Slice, st
 	case discovery.AddressTypeFQDN:
 		return nil, "address type FQDN"
 	default:
-		return nil, p.fail("unknown address type %q", es.AddressType)
+		return nil, p.report.Skipf("unknown address type %q", es.AddressType)
 	}
 
 	slice := &Slice{
@@ -103,7 +88,7 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*Slice, st
 		}
 		name.Namespace, name.Name = es.Namespace, service
 		if _, dup := slice.Ports[name]; dup {
-			p.warn("port %q/%s listed twice: second copy skipped", name.Port, name.Protocol)
+			p.report.Warnf("port %q/%s listed twice: second copy skipped", name.Port, name.Protocol)
 			continue
 		}
 		withPort := make([]Endpoint, len(eps))
@@ -130,12 +115,12 @@ func (p *parser) port(port *discovery.EndpointPort) (servicemap.PortName, uint16
 	switch name.Protocol {
 	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
 	default:
-		p.warn("port %q: unknown protocol %q: port skipped", name.Port, name.Protocol)
+		p.report.Warnf("port %q: unknown protocol %q: port skipped", name.Port, name.Protocol)
 		return name, 0, false
 	}
 	if name.Port != "" {
 		if errs := validation.IsValidPortName(name.Port); len(errs) > 0 {
-			p.warn("invalid port name %q: %s: port skipped", name.Port, errs[0])
+			p.report.Warnf("invalid port name %q: %s: port skipped", name.Port, errs[0])
 			return name, 0, false
 		}
 	}
@@ -143,7 +128,7 @@ func (p *parser) port(port *discovery.EndpointPort) (servicemap.PortName, uint16
 		return name, 0, false
 	}
 	if *port.Port < 1 || *port.Port > 65535 {
-		p.warn("port %q: port number %d out of range: port skipped", name.Port, *port.Port)
+		p.report.Warnf("port %q: port number %d out of range: port skipped", name.Port, *port.Port)
 		return name, 0, false
 	}
 	return name, uint16(*port.Port), true
@@ -155,7 +140,7 @@ func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
 	for i := range p.es.Endpoints {
 		e := &p.es.Endpoints[i]
 		if len(e.Addresses) == 0 {
-			p.warn("endpoint %d has no address: skipped", i)
+			p.report.Warnf("endpoint %d has no address: skipped", i)
 			continue
 		}
 		addr, err := netip.ParseAddr(strings.TrimSpace(e.Addresses[0]))
@@ -165,11 +150,11 @@ func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
 		// own daemons or to the metadata service.
 		if err != nil || addr.Zone() != "" || addr.Is4In6() || addr.IsUnspecified() || addr.IsMulticast() ||
 			addr.IsLoopback() || addr.IsLinkLocalUnicast() {
-			p.warn("endpoint %d: invalid address %q: skipped", i, e.Addresses[0])
+			p.report.Warnf("endpoint %d: invalid address %q: skipped", i, e.Addresses[0])
 			continue
 		}
 		if addr.Is4() != (family == v1.IPv4Protocol) {
-			p.warn("endpoint %d: address %s is not %s: skipped", i, addr, family)
+			p.report.Warnf("endpoint %d: address %s is not %s: skipped", i, addr, family)
 			continue
 		}
 		ep := Endpoint{

@@ -242,16 +242,10 @@ func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*
 
 // service computes the state of one ServicePort.
 func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) (*Service, []svcproxy.Warning) {
-	var warnings []svcproxy.Warning
-	warn := func(format string, args ...any) {
-		warnings = append(warnings, svcproxy.Warning{
-			Kind: "Service", Namespace: sp.Name.Namespace, Name: sp.Name.Name,
-			Reason: fmt.Sprintf(format, args...),
-		})
-	}
+	report := svcproxy.Reporter{Kind: "Service", Namespace: sp.Name.Namespace, Name: sp.Name.Name}
 	if sp.Family != b.config.Family {
-		warn("port %q is %s, the ruleset is %s: skipped", sp.Name.Port, sp.Family, b.config.Family)
-		return nil, warnings
+		report.Warnf("port %q is %s, the ruleset is %s: skipped", sp.Name.Port, sp.Family, b.config.Family)
+		return nil, report.Warnings
 	}
 	s := &Service{ServicePort: *sp}
 	if b.config.RestrictExternalIPs && len(sp.ExternalIPs) > 0 {
@@ -260,7 +254,7 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 			if slices.ContainsFunc(b.config.AllowedExternalIPs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 				s.ExternalIPs = append(s.ExternalIPs, ip)
 			} else {
-				warn("externalIP %s is not allowed: not served", ip)
+				report.Warnf("externalIP %s is not allowed: not served", ip)
 			}
 		}
 	}
@@ -296,7 +290,7 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 	if s.ExternallyAccessible() {
 		s.External = route(cat.HasAnyEndpoints, s.ExternalPolicyLocal, len(s.LocalTargets) > 0)
 	}
-	return s, warnings
+	return s, report.Warnings
 }
 
 // route decides where one kind of traffic goes.

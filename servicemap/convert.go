@@ -1,7 +1,6 @@
 package servicemap
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -26,30 +25,15 @@ func FromService(svc *v1.Service, family v1.IPFamily, filter Filter) (ports []Se
 	if svc == nil {
 		return nil, "nil Service", nil
 	}
-	c := converter{svc: svc, family: family}
+	c := converter{svc: svc, family: family, report: svcproxy.Reporter{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}}
 	ports, skipped = c.convert(filter)
-	return ports, skipped, c.warnings
+	return ports, skipped, c.report.Warnings
 }
 
 type converter struct {
-	svc      *v1.Service
-	family   v1.IPFamily
-	warnings []svcproxy.Warning
-}
-
-func (c *converter) warn(format string, args ...any) {
-	c.warnings = append(c.warnings, svcproxy.Warning{
-		Kind:      "Service",
-		Namespace: c.svc.Namespace,
-		Name:      c.svc.Name,
-		Reason:    fmt.Sprintf(format, args...),
-	})
-}
-
-// fail records a warning that skips the whole Service and returns the reason.
-func (c *converter) fail(format string, args ...any) string {
-	c.warn(format, args...)
-	return c.warnings[len(c.warnings)-1].Reason
+	svc    *v1.Service
+	family v1.IPFamily
+	report svcproxy.Reporter
 }
 
 func (c *converter) convert(filter Filter) ([]ServicePort, string) {
@@ -58,13 +42,13 @@ func (c *converter) convert(filter Filter) ([]ServicePort, string) {
 		return nil, why
 	}
 	if errs := validation.IsDNS1123Label(svc.Namespace); len(errs) > 0 {
-		return nil, c.fail("invalid namespace %q: %s", svc.Namespace, errs[0])
+		return nil, c.report.Skipf("invalid namespace %q: %s", svc.Namespace, errs[0])
 	}
 	if errs := validation.IsDNS1123Label(svc.Name); len(errs) > 0 {
-		return nil, c.fail("invalid name %q: %s", svc.Name, errs[0])
+		return nil, c.report.Skipf("invalid name %q: %s", svc.Name, errs[0])
 	}
 	if c.family != v1.IPv4Protocol && c.family != v1.IPv6Protocol {
-		return nil, c.fail("unknown IP family %q", c.family)
+		return nil, c.report.Skipf("unknown IP family %q", c.family)
 	}
 
 	switch svc.Spec.Type {
@@ -72,7 +56,7 @@ func (c *converter) convert(filter Filter) ([]ServicePort, string) {
 		return nil, "ExternalName Service"
 	case "", v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer:
 	default:
-		return nil, c.fail("unknown type %q", svc.Spec.Type)
+		return nil, c.report.Skipf("unknown type %q", svc.Spec.Type)
 	}
 
 	clusterIP, skipped := c.clusterIP()
@@ -82,7 +66,7 @@ func (c *converter) convert(filter Filter) ([]ServicePort, string) {
 
 	policy, err := affinity.FromService(svc)
 	if err != nil {
-		return nil, c.fail("%v", err)
+		return nil, c.report.Skipf("%v", err)
 	}
 	externalLocal, internalLocal, skipped := c.trafficPolicies()
 	if skipped != "" {
@@ -119,7 +103,7 @@ func (c *converter) convert(filter Filter) ([]ServicePort, string) {
 			continue
 		}
 		if slices.ContainsFunc(ports, func(p ServicePort) bool { return p.Name == sp.Name }) {
-			c.warn("port %q/%s listed twice: second copy skipped", sp.Name.Port, sp.Name.Protocol)
+			c.report.Warnf("port %q/%s listed twice: second copy skipped", sp.Name.Port, sp.Name.Protocol)
 			continue
 		}
 		ports = append(ports, sp)
@@ -149,10 +133,10 @@ func (c *converter) clusterIP() (netip.Addr, string) {
 	for _, s := range ips {
 		ip, err := netip.ParseAddr(s)
 		if err != nil {
-			return netip.Addr{}, c.fail("invalid cluster IP %q", s)
+			return netip.Addr{}, c.report.Skipf("invalid cluster IP %q", s)
 		}
 		if !usableAddr(ip) {
-			return netip.Addr{}, c.fail("invalid cluster IP %q", s)
+			return netip.Addr{}, c.report.Skipf("invalid cluster IP %q", s)
 		}
 		if ipFamily(ip) == c.family && !found.IsValid() {
 			found = ip
@@ -171,7 +155,7 @@ func (c *converter) trafficPolicies() (externalLocal, internalLocal bool, skippe
 	case v1.ServiceExternalTrafficPolicyLocal:
 		externalLocal = externallyAccessible(c.svc)
 	default:
-		return false, false, c.fail("unknown externalTrafficPolicy %q", spec.ExternalTrafficPolicy)
+		return false, false, c.report.Skipf("unknown externalTrafficPolicy %q", spec.ExternalTrafficPolicy)
 	}
 	if itp := spec.InternalTrafficPolicy; itp != nil {
 		switch *itp {
@@ -179,7 +163,7 @@ func (c *converter) trafficPolicies() (externalLocal, internalLocal bool, skippe
 		case v1.ServiceInternalTrafficPolicyLocal:
 			internalLocal = true
 		default:
-			return false, false, c.fail("unknown internalTrafficPolicy %q", *itp)
+			return false, false, c.report.Skipf("unknown internalTrafficPolicy %q", *itp)
 		}
 	}
 	return externalLocal, internalLocal, ""
@@ -202,7 +186,7 @@ func (c *converter) externalIPs() []netip.Addr {
 	for _, s := range c.svc.Spec.ExternalIPs {
 		ip, err := netip.ParseAddr(strings.TrimSpace(s))
 		if err != nil || !usableAddr(ip) {
-			c.warn("invalid externalIP %q dropped", s)
+			c.report.Warnf("invalid externalIP %q dropped", s)
 			continue
 		}
 		if ipFamily(ip) == c.family {
@@ -224,7 +208,7 @@ func (c *converter) loadBalancerIPs() []netip.Addr {
 		// Surrounding spaces are forgiven, as for externalIPs.
 		ip, err := netip.ParseAddr(strings.TrimSpace(ing.IP))
 		if err != nil || !usableAddr(ip) {
-			c.warn("invalid load-balancer ingress IP %q dropped", ing.IP)
+			c.report.Warnf("invalid load-balancer ingress IP %q dropped", ing.IP)
 			continue
 		}
 		if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
@@ -242,7 +226,7 @@ func (c *converter) sourceRanges() ([]netip.Prefix, string) {
 	for _, s := range c.svc.Spec.LoadBalancerSourceRanges {
 		p, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
-			return nil, c.fail("invalid loadBalancerSourceRange %q: Service skipped rather than served unfiltered", s)
+			return nil, c.report.Skipf("invalid loadBalancerSourceRange %q: Service skipped rather than served unfiltered", s)
 		}
 		if ipFamily(p.Addr()) == c.family {
 			prefixes = append(prefixes, p.Masked())
@@ -258,7 +242,7 @@ func (c *converter) healthCheckNodePort(externalLocal bool) (uint16, string) {
 		return 0, ""
 	}
 	if spec.HealthCheckNodePort < 0 || spec.HealthCheckNodePort > 65535 {
-		return 0, c.fail("healthCheckNodePort %d out of range", spec.HealthCheckNodePort)
+		return 0, c.report.Skipf("healthCheckNodePort %d out of range", spec.HealthCheckNodePort)
 	}
 	return uint16(spec.HealthCheckNodePort), ""
 }
@@ -272,21 +256,21 @@ func (c *converter) port(p *v1.ServicePort, template ServicePort) (ServicePort, 
 	switch protocol {
 	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
 	default:
-		c.warn("port %q: unknown protocol %q: port skipped", p.Name, p.Protocol)
+		c.report.Warnf("port %q: unknown protocol %q: port skipped", p.Name, p.Protocol)
 		return ServicePort{}, false
 	}
 	if p.Name != "" {
 		if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
-			c.warn("invalid port name %q: %s: port skipped", p.Name, errs[0])
+			c.report.Warnf("invalid port name %q: %s: port skipped", p.Name, errs[0])
 			return ServicePort{}, false
 		}
 	}
 	if p.Port < 1 || p.Port > 65535 {
-		c.warn("port %q: port number %d out of range: port skipped", p.Name, p.Port)
+		c.report.Warnf("port %q: port number %d out of range: port skipped", p.Name, p.Port)
 		return ServicePort{}, false
 	}
 	if p.NodePort < 0 || p.NodePort > 65535 {
-		c.warn("port %q: nodePort %d out of range: port skipped", p.Name, p.NodePort)
+		c.report.Warnf("port %q: nodePort %d out of range: port skipped", p.Name, p.NodePort)
 		return ServicePort{}, false
 	}
 	sp := template

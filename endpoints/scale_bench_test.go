@@ -12,7 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
-// Sizes of the scale benchmarks (issue 8): Services × 10 endpoints.
+// Sizes of the scale benchmarks: Services × 10 endpoints.
 var (
 	scaleSizes = []int{1000, 10000, 30000}
 	oneSizes   = []int{100, 1000, 10000, 30000}

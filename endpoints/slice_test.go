@@ -327,14 +327,14 @@ func TestMergeDuplicates(t *testing.T) {
 				if !betterNamedFirst {
 					names[0], names[1] = names[1], names[0]
 				}
-				mk := func(name string, cp copy) *endpoints.Slice {
+				sliceNamed := func(name string, cp copy) *endpoints.Slice {
 					e := discovery.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: cp.cond}
 					if cp.node != "" {
 						e.NodeName = ptr(cp.node)
 					}
 					return parse(t, slice(sliceName(name), eps(e)))
 				}
-				good, bad := mk(names[0], tc.better), mk(names[1], tc.worse)
+				good, bad := sliceNamed(names[0], tc.better), sliceNamed(names[1], tc.worse)
 				in := []*endpoints.Slice{good, bad}
 				if !betterFirst {
 					in = []*endpoints.Slice{bad, good}

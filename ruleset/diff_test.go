@@ -117,9 +117,9 @@ func TestDiff(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var old *ruleset.Ruleset
 			if tt.old != nil {
-				old, _ = build(t, tt.old.cfg, tt.old.svcs, tt.old.slices)
+				old = build(t, tt.old.cfg, tt.old.svcs, tt.old.slices)
 			}
-			new, _ := build(t, tt.new.cfg, tt.new.svcs, tt.new.slices)
+			new := build(t, tt.new.cfg, tt.new.svcs, tt.new.slices)
 			got := ruleset.Diff(old, new)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Diff (-want +got):\n%s", diff)
@@ -132,7 +132,7 @@ func TestDiff(t *testing.T) {
 }
 
 func TestDiffSameRuleset(t *testing.T) {
-	rs, _ := build(t, v4Config(), []*v1.Service{service("ns", "web", "198.19.0.10")}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", a1)})
+	rs := build(t, v4Config(), []*v1.Service{service("ns", "web", "198.19.0.10")}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", a1)})
 	if ch := ruleset.Diff(rs, rs); !ch.Empty() {
 		t.Errorf("Diff(rs, rs) = %+v, want empty", ch)
 	}

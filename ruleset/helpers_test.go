@@ -155,20 +155,20 @@ func endpointSlice(ns, svc, name string, eps ...ep) *discovery.EndpointSlice {
 }
 
 // snapshots feeds svcs and slices into fresh trackers of family and returns
-// their snapshots. The fixtures must be valid: any tracker warning fails the
-// test.
+// their snapshots. The fixtures must be valid: any tracker warning, or any
+// object the tracker skips, fails the test.
 func snapshots(t testing.TB, family v1.IPFamily, svcs []*v1.Service, eslices []*discovery.EndpointSlice) (servicemap.Snapshot, endpoints.Snapshot) {
 	t.Helper()
 	st := servicemap.NewTracker(family, servicemap.Filter{})
 	for _, s := range svcs {
-		if _, w := st.Update(s); len(w) > 0 {
-			t.Fatalf("fixture Service %s/%s: %v", s.Namespace, s.Name, w)
+		if skipped, w := st.Update(s); skipped != "" || len(w) > 0 {
+			t.Fatalf("fixture Service %s/%s: skipped %q, warnings %v", s.Namespace, s.Name, skipped, w)
 		}
 	}
 	et := endpoints.NewTracker(family, servicemap.Filter{})
 	for _, es := range eslices {
-		if _, w := et.Update(es); len(w) > 0 {
-			t.Fatalf("fixture EndpointSlice %s/%s: %v", es.Namespace, es.Name, w)
+		if skipped, w := et.Update(es); skipped != "" || len(w) > 0 {
+			t.Fatalf("fixture EndpointSlice %s/%s: skipped %q, warnings %v", es.Namespace, es.Name, skipped, w)
 		}
 	}
 	ss, _ := st.Snapshot()
@@ -176,8 +176,20 @@ func snapshots(t testing.TB, family v1.IPFamily, svcs []*v1.Service, eslices []*
 	return ss, es
 }
 
-// build builds the Ruleset of cfg for svcs and slices.
-func build(t testing.TB, cfg ruleset.Config, svcs []*v1.Service, eslices []*discovery.EndpointSlice) (*ruleset.Ruleset, []svcproxy.Warning) {
+// build builds the Ruleset of cfg for svcs and slices; any warning of the
+// Builder fails the test.
+func build(t testing.TB, cfg ruleset.Config, svcs []*v1.Service, eslices []*discovery.EndpointSlice) *ruleset.Ruleset {
+	t.Helper()
+	rs, warnings := buildWarned(t, cfg, svcs, eslices)
+	if len(warnings) > 0 {
+		t.Fatalf("Build warnings: %v", warnings)
+	}
+	return rs
+}
+
+// buildWarned builds the Ruleset of cfg for svcs and slices, and returns the
+// Builder's warnings for the test to check.
+func buildWarned(t testing.TB, cfg ruleset.Config, svcs []*v1.Service, eslices []*discovery.EndpointSlice) (*ruleset.Ruleset, []svcproxy.Warning) {
 	t.Helper()
 	b, err := ruleset.NewBuilder(cfg)
 	if err != nil {

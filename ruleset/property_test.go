@@ -772,7 +772,7 @@ func TestProbabilities(t *testing.T) {
 		for i := range n {
 			eps = append(eps, ep{ip: fmt.Sprintf("198.18.%d.%d", 1+i/50, 1+(i*37)%50), node: genNodes[1+i%3]})
 		}
-		rs, _ := build(t, v4Config(), []*v1.Service{service("ns", "web", "198.19.0.10", nodePort, eTPLocal)},
+		rs := build(t, v4Config(), []*v1.Service{service("ns", "web", "198.19.0.10", nodePort, eTPLocal)},
 			[]*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", eps...)})
 		s, _ := rs.Service(webPort("ns", "web"))
 		if len(s.ClusterTargets) != n {

@@ -397,7 +397,7 @@ func TestRoutes(t *testing.T) {
 			if tt.eps != nil {
 				eslices = append(eslices, endpointSlice("ns", "web", "web-1", tt.eps...))
 			}
-			rs, warnings := build(t, cfg, []*v1.Service{tt.svc}, eslices)
+			rs, warnings := buildWarned(t, cfg, []*v1.Service{tt.svc}, eslices)
 			if len(warnings) > 0 {
 				t.Errorf("warnings: %v", warnings)
 			}
@@ -497,7 +497,7 @@ func TestRestrictExternalIPs(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, warnings := build(t, tt.cfg, []*v1.Service{tt.svc}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", tt.eps...)})
+			rs, warnings := buildWarned(t, tt.cfg, []*v1.Service{tt.svc}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", tt.eps...)})
 			s, ok := rs.Service(webPort("ns", "web"))
 			if !ok {
 				t.Fatalf("Service ns/web:http missing from %v", rs.Services())
@@ -601,7 +601,7 @@ func TestTrafficDistribution(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, warnings := build(t, tt.cfg, []*v1.Service{tt.svc}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", tt.eps...)})
+			rs, warnings := buildWarned(t, tt.cfg, []*v1.Service{tt.svc}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", tt.eps...)})
 			if len(warnings) > 0 {
 				t.Errorf("warnings: %v", warnings)
 			}
@@ -630,7 +630,7 @@ func TestEndpointsUnion(t *testing.T) {
 	c1h := c1
 	c1h.zoneHints = []string{"z1"}
 	svc := service("ns", "web", "198.19.0.10", nodePort, eTPLocal)
-	rs, _ := build(t, v4Config(), []*v1.Service{svc}, []*discovery.EndpointSlice{
+	rs := build(t, v4Config(), []*v1.Service{svc}, []*discovery.EndpointSlice{
 		endpointSlice("ns", "web", "web-2", c1h, b1h),
 		endpointSlice("ns", "web", "web-1", b1h, a1h),
 	})
@@ -656,7 +656,7 @@ func TestTargets(t *testing.T) {
 		{ip: "198.18.2.2", node: "node-b"},
 	}
 	svc := service("ns", "web", "198.19.0.10", nodePort, eTPLocal)
-	rs, _ := build(t, v4Config(), []*v1.Service{svc}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", eps...)})
+	rs := build(t, v4Config(), []*v1.Service{svc}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", eps...)})
 	s, _ := rs.Service(webPort("ns", "web"))
 	ap := netip.MustParseAddrPort
 	wantCluster := []ruleset.Target{
@@ -683,7 +683,7 @@ func TestTargets(t *testing.T) {
 	}
 
 	// With no node name nothing is local.
-	rs, _ = build(t, ruleset.Config{Family: v1.IPv4Protocol}, []*v1.Service{svc}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", eps...)})
+	rs = build(t, ruleset.Config{Family: v1.IPv4Protocol}, []*v1.Service{svc}, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", eps...)})
 	s, _ = rs.Service(webPort("ns", "web"))
 	for _, tg := range s.ClusterTargets {
 		if tg.Local {
@@ -701,8 +701,7 @@ func TestFamilyMismatch(t *testing.T) {
 		s.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 		s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP})
 	})
-	ok := service("ns", "other", "198.19.0.11")
-	ss, es := snapshots(t, v1.IPv6Protocol, []*v1.Service{svc, ok}, nil)
+	ss, es := snapshots(t, v1.IPv6Protocol, []*v1.Service{svc}, nil)
 	b, err := ruleset.NewBuilder(v4Config())
 	if err != nil {
 		t.Fatal(err)
@@ -744,7 +743,7 @@ func TestUsesFirewall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, _ := build(t, v4Config(), []*v1.Service{tt.svc}, nil)
+			rs := build(t, v4Config(), []*v1.Service{tt.svc}, nil)
 			s, _ := rs.Service(webPort("ns", "web"))
 			if got := s.UsesFirewall(); got != tt.want {
 				t.Errorf("UsesFirewall() = %v, want %v", got, tt.want)
@@ -761,7 +760,7 @@ func TestRulesetServices(t *testing.T) {
 			s.Spec.Ports = append(s.Spec.Ports, v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP})
 		}),
 	}
-	rs, _ := build(t, v4Config(), svcs, nil)
+	rs := build(t, v4Config(), svcs, nil)
 	var got []servicemap.PortName
 	for _, s := range rs.Services() {
 		got = append(got, s.Name)

@@ -10,7 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
-// Sizes of the scale benchmarks (issue 8): Services × 10 endpoints. The
+// Sizes of the scale benchmarks: Services × 10 endpoints. The
 // one-change benchmarks also run at 100 Services, the low end of the issue's
 // "≤ 1.2× between 100 and 30,000 Services".
 var (

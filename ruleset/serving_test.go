@@ -36,7 +36,7 @@ func TestServing(t *testing.T) {
 			if tt.eps != nil {
 				slices = append(slices, endpointSlice("ns", "web", "web-1", tt.eps...))
 			}
-			rs, _ := build(t, v4Config(), []*v1.Service{service("ns", "web", "198.19.0.1", tt.mods...)}, slices)
+			rs := build(t, v4Config(), []*v1.Service{service("ns", "web", "198.19.0.1", tt.mods...)}, slices)
 			svc, ok := rs.Service(webPort("ns", "web"))
 			if !ok {
 				t.Fatal("Service missing")
@@ -56,8 +56,8 @@ func TestServing(t *testing.T) {
 // is still a change, so that conntrack cleanup runs.
 func TestServingChangeIsAChange(t *testing.T) {
 	svcs := []*v1.Service{service("ns", "web", "198.19.0.1", iTPLocal)}
-	before, _ := build(t, v4Config(), svcs, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: thisNode.Name}, ep{ip: "198.18.65.2", node: "other"})})
-	after, _ := build(t, v4Config(), svcs, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: thisNode.Name})})
+	before := build(t, v4Config(), svcs, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: thisNode.Name}, ep{ip: "198.18.65.2", node: "other"})})
+	after := build(t, v4Config(), svcs, []*discovery.EndpointSlice{endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: thisNode.Name})})
 	ch := ruleset.Diff(before, after)
 	if len(ch.Changed) != 1 {
 		t.Errorf("Diff = %+v, want the Service changed", ch)

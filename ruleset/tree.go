@@ -104,8 +104,8 @@ func height[K keyed[K], V entry[K]](n *node[K, V]) int8 {
 	return n.height
 }
 
-// mk makes a node over two subtrees whose heights differ by at most one.
-func mk[K keyed[K], V entry[K]](val V, left, right *node[K, V]) *node[K, V] {
+// newNode makes a node over two subtrees whose heights differ by at most one.
+func newNode[K keyed[K], V entry[K]](val V, left, right *node[K, V]) *node[K, V] {
 	return &node[K, V]{val: val, left: left, right: right, height: 1 + max(height(left), height(right))}
 }
 
@@ -116,23 +116,23 @@ func balance[K keyed[K], V entry[K]](val V, left, right *node[K, V]) *node[K, V]
 	switch {
 	case hl > hr+1:
 		if height(left.left) >= height(left.right) {
-			return mk(left.val, left.left, mk(val, left.right, right))
+			return newNode(left.val, left.left, newNode(val, left.right, right))
 		}
 		lr := left.right
-		return mk(lr.val, mk(left.val, left.left, lr.left), mk(val, lr.right, right))
+		return newNode(lr.val, newNode(left.val, left.left, lr.left), newNode(val, lr.right, right))
 	case hr > hl+1:
 		if height(right.right) >= height(right.left) {
-			return mk(right.val, mk(val, left, right.left), right.right)
+			return newNode(right.val, newNode(val, left, right.left), right.right)
 		}
 		rl := right.left
-		return mk(rl.val, mk(val, left, rl.left), mk(right.val, rl.right, right.right))
+		return newNode(rl.val, newNode(val, left, rl.left), newNode(right.val, rl.right, right.right))
 	}
-	return mk(val, left, right)
+	return newNode(val, left, right)
 }
 
 func insert[K keyed[K], V entry[K]](n *node[K, V], key K, val V) (*node[K, V], bool) {
 	if n == nil {
-		return mk[K, V](val, nil, nil), true
+		return newNode[K, V](val, nil, nil), true
 	}
 	c := key.Compare(n.val.key())
 	switch {

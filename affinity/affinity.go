@@ -9,6 +9,12 @@
 // syntax (iptables' `-m recent --seconds`, an nftables set's timeout).
 //
 // The package is pure: no I/O, no clock, no globals.
+//
+// # Limitations
+//
+// Only ClientIP affinity exists in the Kubernetes API; the Policy does not
+// say how a backend keeps the client-to-endpoint table (iptables' recent
+// module, an nftables set, an eBPF map): that is each backend's concern.
 package affinity
 
 import (

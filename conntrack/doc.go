@@ -51,4 +51,14 @@
 // pure) turns two samples into a fill ratio, counter growth and a Level:
 // warning from 70% full, critical from 90% and whenever insert_failed or
 // drop grew — packets were lost.
+//
+// # Limitations
+//
+//   - TCP entries are never removed: a TCP connection to a removed endpoint
+//     fails on its own (reset or timeout), as under kube-proxy.
+//   - The cleanup needs the previous Ruleset (Options.Previous) to catch a
+//     Service removed before its EndpointSlice; endpoints.Changes alone does
+//     not show that case.
+//   - Table sizes are global to the host on Linux: outside the initial
+//     network namespace only the timeouts can be set.
 package conntrack

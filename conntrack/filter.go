@@ -166,9 +166,13 @@ func StaleFilters(rs *ruleset.Ruleset, opts Options) []Filter {
 // NeedsCleanup reports whether stale entries may exist after a change with
 // these Changes: some UDP (or SCTP, with opts.SCTP) Service port was added
 // (entries made before its rules existed are not DNATed), changed (its
-// endpoints or frontends) or removed, or the Config changed. Callers that
-// track endpoints can use endpoints.Changes.ConntrackCleanup instead, which
-// is narrower: it lists only the ports that lost a serving endpoint.
+// endpoints or frontends) or removed, or the Config changed.
+//
+// endpoints.Changes.ConntrackCleanup is narrower and is not a substitute: it
+// lists only the ports whose EndpointSlices lost a serving endpoint, so it
+// misses a UDP Service deleted before its EndpointSlice (the Service's
+// frontends are gone while its slice still has every endpoint). Compare the
+// previous and the new Ruleset, here and in Options.Previous, to catch that.
 func NeedsCleanup(ch ruleset.Changes, opts Options) bool {
 	if ch.ConfigChanged {
 		return true

@@ -21,4 +21,13 @@
 // point at a pod that is gone.
 //
 // The package is pure: no I/O, no clock, no randomness, no logging.
+//
+// # Limitations
+//
+//   - EndpointSlices are tied to Services by the kubernetes.io/service-name
+//     label alone; the Service itself need not exist (ruleset joins the two).
+//   - FQDN slices, and slices whose address type is not the Tracker's family,
+//     are ignored.
+//   - Hints are taken as the EndpointSlice controller wrote them; topology
+//     can compute them for slices that did not pass through it.
 package endpoints

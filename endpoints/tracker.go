@@ -34,7 +34,8 @@ type Changes struct {
 	Changed []servicemap.PortName
 	// ConntrackCleanup lists the UDP and SCTP ports, among Changed, that lost
 	// a serving endpoint: conntrack entries may still send their clients to
-	// it.
+	// it. It knows nothing of Services, so it does not cover a Service
+	// deleted before its EndpointSlice: see conntrack.NeedsCleanup.
 	ConntrackCleanup []servicemap.PortName
 }
 

@@ -9,6 +9,13 @@
 // anything from a half-read input. Objects of other kinds are skipped with a
 // warning; objects whose contents are wrong (a bad IP, say) decode fine here
 // and are reported later by servicemap and endpoints.
+//
+// # Limitations
+//
+// It reads files, not an API server, and does not watch them: the reference
+// proxies poll the path and call Load again once a change has settled. It
+// does not apply the API server's defaulting or validation; servicemap and
+// endpoints decide what is usable.
 package manifests
 
 import (

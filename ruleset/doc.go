@@ -24,4 +24,12 @@
 // The package is pure: the same snapshots and Config give an equal Ruleset
 // whatever order the objects arrived in, with no I/O, clock, randomness or
 // logging.
+//
+// # Limitations
+//
+//   - One Ruleset is one IP family; a dual-stack proxy builds two.
+//   - It states decisions, not rules: chain names, hashes and the layout of
+//     rules belong to each backend.
+//   - It reads what the trackers give it; it does not watch anything, and
+//     a Builder holds no state between calls beyond its Config.
 package ruleset

@@ -18,4 +18,14 @@
 // added, changed or removed since the previous Snapshot.
 //
 // The package is pure: no I/O, no clock, no randomness, no logging.
+//
+// # Limitations
+//
+//   - It reads v1.Service objects only; it does not validate them as the API
+//     server does, beyond what a proxy needs to be safe (addresses, ports,
+//     protocols, names).
+//   - ServiceCIDRs, and whether a cluster IP was allocated from them, are not
+//     its concern: a cluster IP is taken as given.
+//   - A Tracker is for one IP family; a dual-stack proxy keeps one per
+//     family, and sees the warnings of a Service once per family.
 package servicemap

@@ -30,4 +30,13 @@
 //
 // Everything here is pure: values in, values out, and the same input always
 // gives the same output.
+//
+// # Limitations
+//
+//   - It decides for one port on one node, from the endpoints it is given: it
+//     does not merge slices (package endpoints does) or build rules (package
+//     ruleset does).
+//   - Hints are only read for cluster traffic, as kube-proxy reads them.
+//     [Hints] computes the hints of trafficDistribution only; the hints of
+//     topology-aware routing (by zone capacity) are left to the controller.
 package topology

@@ -39,6 +39,38 @@ type Changes struct {
 	ConntrackCleanup []servicemap.PortName
 }
 
+// ChangesSince says which Service ports' endpoints differ between since and
+// s. It takes time proportional to the change when s was made from since by
+// a Tracker (both share everything else), and O(n) between unrelated
+// Snapshots; the result is right either way.
+func (s Snapshot) ChangesSince(since Snapshot) Changes {
+	var ch Changes
+	since.services.Diff(s.services, func(_ types.NamespacedName, before, after map[servicemap.PortName][]Endpoint) {
+		ch.add(before, after)
+	})
+	ch.sort()
+	return ch
+}
+
+// add records the ports of one Service whose endpoints differ between before
+// and after.
+func (c *Changes) add(before, after map[servicemap.PortName][]Endpoint) {
+	for name := range unionKeys(before, after) {
+		if slices.EqualFunc(before[name], after[name], func(a, b Endpoint) bool { return a.Equal(&b) }) {
+			continue
+		}
+		c.Changed = append(c.Changed, name)
+		if name.Protocol != v1.ProtocolTCP && lostServing(before[name], after[name]) {
+			c.ConntrackCleanup = append(c.ConntrackCleanup, name)
+		}
+	}
+}
+
+func (c *Changes) sort() {
+	slices.SortFunc(c.Changed, servicemap.PortName.Compare)
+	slices.SortFunc(c.ConntrackCleanup, servicemap.PortName.Compare)
+}
+
 // Tracker follows EndpointSlice adds, updates and deletes for one IP family.
 // Events may come in any order. A Tracker is not safe for concurrent use.
 type Tracker struct {
@@ -132,18 +164,9 @@ func (t *Tracker) Pending() int { return t.journal.Pending() }
 func (t *Tracker) Snapshot() (Snapshot, Changes) {
 	var ch Changes
 	services := t.journal.Commit(func(_ types.NamespacedName, before, after map[servicemap.PortName][]Endpoint) {
-		for name := range unionKeys(before, after) {
-			if slices.EqualFunc(before[name], after[name], func(a, b Endpoint) bool { return a.Equal(&b) }) {
-				continue
-			}
-			ch.Changed = append(ch.Changed, name)
-			if name.Protocol != v1.ProtocolTCP && lostServing(before[name], after[name]) {
-				ch.ConntrackCleanup = append(ch.ConntrackCleanup, name)
-			}
-		}
+		ch.add(before, after)
 	})
-	slices.SortFunc(ch.Changed, servicemap.PortName.Compare)
-	slices.SortFunc(ch.ConntrackCleanup, servicemap.PortName.Compare)
+	ch.sort()
 	return Snapshot{services: services}, ch
 }
 

@@ -75,9 +75,9 @@ func (w *world) build() *ruleset.Ruleset {
 // proxy does: prev must be the Ruleset of the trackers' previous snapshots
 // (build's or update's), or nil.
 func (w *world) update(prev *ruleset.Ruleset) *ruleset.Ruleset {
-	s, sch := w.svcs.Snapshot()
-	e, ech := w.eps.Snapshot()
-	rs, _, _ := w.builder.Update(prev, s, e, slices.Concat(sch.Added, sch.Changed, sch.Removed, ech.Changed))
+	s, _ := w.svcs.Snapshot()
+	e, _ := w.eps.Snapshot()
+	rs, _, _ := w.builder.Update(prev, s, e)
 	return rs
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
-	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // BenchmarkUpdateRenderChanges: the incremental generation for one Service
@@ -40,12 +39,9 @@ func BenchmarkUpdateRenderChanges(b *testing.B) {
 			// size), its endpoints in two versions that the loop
 			// alternates.
 			var snaps [2]endpoints.Snapshot
-			var changed []servicemap.PortName
 			for v := range snaps {
 				eps.Update(spec.ChangedSlice(n-50, v+1))
-				var ch endpoints.Changes
-				snaps[v], ch = eps.Snapshot()
-				changed = ch.Changed
+				snaps[v], _ = eps.Snapshot()
 			}
 			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
 			ops := 0
@@ -53,7 +49,7 @@ func BenchmarkUpdateRenderChanges(b *testing.B) {
 			b.ResetTimer()
 			cpu0 := cpuTime()
 			for i := 0; b.Loop(); i++ {
-				next, ch, _ := builder.Update(rs, ss, snaps[i%2], changed)
+				next, ch, _ := builder.Update(rs, ss, snaps[i%2])
 				tx := fake.NewTransaction()
 				if _, err := nftables.RenderChanges(tx, rs, next, nftables.Options{}, nil); err != nil {
 					b.Fatal(err)
@@ -101,8 +97,8 @@ func TestUpdateRenderChangesSizeIndependent(t *testing.T) {
 		es, _ := eps.Snapshot()
 		rs, _ := builder.Build(ss, es)
 		eps.Update(spec.ChangedSlice(n-50, 1))
-		es, ech := eps.Snapshot()
-		next, _, _ := builder.Update(rs, ss, es, ech.Changed)
+		es, _ = eps.Snapshot()
+		next, _, _ := builder.Update(rs, ss, es)
 		tx := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable).NewTransaction()
 		if _, err := nftables.RenderChanges(tx, rs, next, nftables.Options{}, nil); err != nil {
 			t.Fatal(err)

@@ -13,9 +13,12 @@
 // packages render a Ruleset; the conntrack package reads it.
 //
 // Builder.Update makes the Ruleset of new snapshots from the previous one by
-// rebuilding only the ServicePorts the trackers report changed, in time
-// proportional to the change (times log n): a Ruleset is a persistent tree
-// that shares every unchanged Service with the one it was made from.
+// rebuilding only the ServicePorts that differ between the snapshots the
+// previous Ruleset was built from and the new ones, in time proportional to
+// the change (times log n): the snapshots are persistent maps that share
+// every unchanged entry, and a Ruleset is a persistent tree that shares every
+// unchanged Service with the one it was made from. The caller passes no list
+// of changes, so none can be missed: Update always equals Build.
 //
 // Diff compares two Rulesets and lists the ServicePorts whose state changed:
 // the basis of partial syncs. Between Rulesets made from one another by

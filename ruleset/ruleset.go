@@ -158,6 +158,15 @@ type Ruleset struct {
 	// every earlier Ruleset alive.
 	parent weak.Pointer[Ruleset]
 	step   Changes
+	// source is what the Ruleset was built from: Update compares it with
+	// the snapshots it is given.
+	source snapshots
+}
+
+// snapshots are the tracker snapshots a Ruleset was built from.
+type snapshots struct {
+	services servicemap.Snapshot
+	eps      endpoints.Snapshot
 }
 
 // Config is the Config the Ruleset was built with. Its slices are copies:
@@ -235,7 +244,7 @@ func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*
 			all = append(all, svc)
 		}
 	}
-	rs := &Ruleset{config: b.config, services: treeFromSorted(all)}
+	rs := &Ruleset{config: b.config, services: treeFromSorted(all), source: snapshots{services, eps}}
 	rs.sorted.Store(&all)
 	return rs, warnings
 }

@@ -10,30 +10,31 @@ import (
 )
 
 // Update computes the Ruleset of services and eps from prev, the Ruleset of
-// earlier snapshots, by rebuilding only the Service ports named in changed:
-// the result equals Build(services, eps), and the Changes equal Diff(prev,
-// result). changed must name every Service port whose ServicePort or
-// endpoints differ between the snapshots prev was built from and these, in
-// any order, duplicates allowed: the Added, Changed and Removed of every
-// servicemap.Changes and the Changed of every endpoints.Changes taken since.
-// Other names are harmless (they are rebuilt and found equal).
+// earlier snapshots, rebuilding only the Service ports whose ServicePort or
+// endpoints differ between the snapshots prev was built from and these (a
+// Ruleset keeps them): the result equals Build(services, eps), and the
+// Changes equal Diff(prev, result), whatever happened in between (syncs that
+// failed, snapshots never built).
 //
-// The result shares all unchanged Services with prev, which stays valid;
-// Update takes O(k log n) time for k names and n Services. When prev is nil
-// or was built with another Config, Update is Build.
+// The result shares all unchanged Services with prev, which stays valid.
+// When the snapshots were made from prev's by the trackers, Update takes
+// O(k log n) time for k changed Service ports of n; between unrelated
+// snapshots it takes O(n log n). When prev is nil or was built with another
+// Config, Update is Build.
 //
 // The warnings are those of the rebuilt Service ports only (all of them
 // when Update is Build).
-func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoints.Snapshot, changed []servicemap.PortName) (*Ruleset, Changes, []svcproxy.Warning) {
+func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoints.Snapshot) (*Ruleset, Changes, []svcproxy.Warning) {
 	if prev == nil || !configEqual(&prev.config, &b.config) {
 		rs, warnings := b.Build(services, eps)
 		return rs, Diff(prev, rs), warnings
 	}
-	names := slices.Clone(changed)
+	sch := services.ChangesSince(prev.source.services)
+	names := slices.Concat(sch.Added, sch.Changed, sch.Removed, eps.ChangesSince(prev.source.eps).Changed)
 	slices.SortFunc(names, servicemap.PortName.Compare)
 	names = slices.Compact(names)
 
-	rs := &Ruleset{config: prev.config, services: prev.services}
+	rs := &Ruleset{config: prev.config, services: prev.services, source: snapshots{services, eps}}
 	frontends := prev.index()
 	var ch Changes
 	var warnings []svcproxy.Warning
@@ -72,6 +73,8 @@ func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoi
 		modified = true
 	}
 	if !modified {
+		// Same rules: prev serves, and the next Update compares against
+		// its (older) snapshots, which gives the same names again.
 		return prev, ch, warnings
 	}
 	rs.frontends.Store(&frontends)

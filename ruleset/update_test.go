@@ -2,6 +2,7 @@ package ruleset_test
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"testing"
@@ -25,14 +26,29 @@ import (
 type trackers struct {
 	svcs *servicemap.Tracker
 	eps  *endpoints.Tracker
+	// last is the last event applied to each object still present.
+	last map[event]event
 }
 
 func newTrackers(family v1.IPFamily) trackers {
-	return trackers{servicemap.NewTracker(family, servicemap.Filter{}), endpoints.NewTracker(family, servicemap.Filter{})}
+	return trackers{servicemap.NewTracker(family, servicemap.Filter{}), endpoints.NewTracker(family, servicemap.Filter{}), map[event]event{}}
+}
+
+// objects lists the events that recreate the objects the trackers hold.
+func (tr trackers) objects() []event {
+	return slices.Collect(maps.Values(tr.last))
 }
 
 func (tr trackers) apply(events []event) {
 	for _, ev := range events {
+		if tr.last != nil {
+			id := event{key: ev.key, isSlice: ev.isSlice}
+			if ev.svc != nil || ev.es != nil {
+				tr.last[id] = ev
+			} else {
+				delete(tr.last, id)
+			}
+		}
 		switch {
 		case ev.svc != nil:
 			tr.svcs.Update(ev.svc)
@@ -46,11 +62,11 @@ func (tr trackers) apply(events []event) {
 	}
 }
 
-// snapshot takes both snapshots and the names Update must rebuild.
-func (tr trackers) snapshot() (servicemap.Snapshot, endpoints.Snapshot, []servicemap.PortName) {
-	ss, sch := tr.svcs.Snapshot()
-	es, ech := tr.eps.Snapshot()
-	return ss, es, slices.Concat(sch.Added, sch.Changed, sch.Removed, ech.Changed)
+// snapshot takes both snapshots.
+func (tr trackers) snapshot() (servicemap.Snapshot, endpoints.Snapshot) {
+	ss, _ := tr.svcs.Snapshot()
+	es, _ := tr.eps.Snapshot()
+	return ss, es
 }
 
 var changesOpts = cmpopts.EquateEmpty()
@@ -70,7 +86,11 @@ func frontendsOf(rss ...*ruleset.Ruleset) []ruleset.Frontend {
 // Ruleset gives what Build gives from scratch (every field of every
 // Service, and the Frontend index), its Changes are Diff's, Diff between any
 // two Rulesets of the sequence equals Diff between their independently built
-// twins, and every earlier Ruleset stays as it was.
+// twins, and every earlier Ruleset stays as it was. Some syncs fail: their
+// snapshots are taken (the trackers' changes consumed) but the Ruleset is
+// dropped, and the next Update starts from the last one kept. Some
+// snapshots come from fresh trackers fed the same objects, sharing nothing
+// with the earlier ones.
 func TestPropUpdate(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		family := genFamily(t, "family")
@@ -90,29 +110,27 @@ func TestPropUpdate(t *testing.T) {
 		var prev, prevBuilt *ruleset.Ruleset
 		if rapid.Bool().Draw(t, "startBuilt") {
 			tr.apply(genHistory(t, family).final())
-			ss, es, _ := tr.snapshot()
+			ss, es := tr.snapshot()
 			prev, _ = b.Build(ss, es)
 			prevBuilt, _ = b.Build(ss, es)
 			kept = append(kept, pair{prev, prevBuilt})
 		}
 		for step := range rapid.IntRange(1, 8).Draw(t, "steps") {
 			tr.apply(genHistory(t, family).order(t, "events"))
-			ss, es, changed := tr.snapshot()
-			if rapid.Bool().Draw(t, "extraNames") {
-				// Names that did not change, or never existed, and
-				// duplicates: harmless.
-				changed = append(changed, changed...)
-				changed = append(changed, webPort("ns1", "a"), servicemap.PortName{Namespace: "ns2", Name: "zz"})
-				if prev != nil && prev.Len() > 0 {
-					changed = append(changed, prev.Services()[rapid.IntRange(0, prev.Len()-1).Draw(t, "extra")].Name)
-				}
-				changed = rapid.Permutation(changed).Draw(t, "shuffled")
+			ss, es := tr.snapshot()
+			if rapid.IntRange(0, 3).Draw(t, "syncFails") == 0 {
+				continue
+			}
+			if rapid.IntRange(0, 5).Draw(t, "freshTrackers") == 0 {
+				fresh := newTrackers(family)
+				fresh.apply(tr.objects())
+				ss, es = fresh.snapshot()
 			}
 			builder := b
 			if rapid.IntRange(0, 7).Draw(t, "otherConfig") == 0 {
 				builder = other
 			}
-			rs, ch, warnings := builder.Update(prev, ss, es, changed)
+			rs, ch, warnings := builder.Update(prev, ss, es)
 			built, builtWarnings := builder.Build(ss, es)
 
 			if diff := cmp.Diff(values(built.Services()), values(rs.Services()), cmpOpts); diff != "" {
@@ -184,17 +202,17 @@ func TestUpdateChainCollected(t *testing.T) {
 		}
 	}
 	apply(service("ns", "web", "198.19.0.1"), service("ns", "api", "198.19.0.2"), endpointSlice("ns", "web", "web-1", a1))
-	ss, es, _ := tr.snapshot()
+	ss, es := tr.snapshot()
 	first, _ := b.Build(ss, es)
 	rs := first
 	for i := range 5 {
 		apply(service("ns", fmt.Sprintf("new%d", i), fmt.Sprintf("198.19.1.%d", i+1)))
-		ss, es, changed := tr.snapshot()
-		rs, _, _ = b.Update(rs, ss, es, changed)
+		ss, es := tr.snapshot()
+		rs, _, _ = b.Update(rs, ss, es)
 	}
 	apply(endpointSlice("ns", "web", "web-1", a1, b1))
-	ss, es, changed := tr.snapshot()
-	last, ch, _ := b.Update(rs, ss, es, changed)
+	ss, es = tr.snapshot()
+	last, ch, _ := b.Update(rs, ss, es)
 	if diff := cmp.Diff(ruleset.Changes{Changed: []servicemap.PortName{webPort("ns", "web")}}, ch); diff != "" {
 		t.Errorf("Update's Changes (-want +got):\n%s", diff)
 	}
@@ -222,7 +240,7 @@ func TestUpdateNothingChanged(t *testing.T) {
 	}
 	ss, es := snapshots(t, v1.IPv4Protocol, []*v1.Service{service("ns", "web", "198.19.0.1")}, nil)
 	prev, _ := b.Build(ss, es)
-	rs, ch, w := b.Update(prev, ss, es, []servicemap.PortName{webPort("ns", "web"), webPort("ns", "none")})
+	rs, ch, w := b.Update(prev, ss, es)
 	if rs != prev || !ch.Empty() || len(w) != 0 {
 		t.Errorf("Update = %p %+v %v, want the previous Ruleset %p, no change, no warning", rs, ch, w, prev)
 	}
@@ -239,12 +257,11 @@ type updateWorld struct {
 	version int
 	// snaps are the snapshots of the cluster with the endpoints of
 	// Service n−50 (a plain TCP ClusterIP Service at every size) in
-	// versions 1 and 2, and changed its name.
+	// versions 1 and 2.
 	snaps [2]struct {
 		ss servicemap.Snapshot
 		es endpoints.Snapshot
 	}
-	changed []servicemap.PortName
 }
 
 func newUpdateWorld(tb testing.TB, n int) *updateWorld {
@@ -254,16 +271,13 @@ func newUpdateWorld(tb testing.TB, n int) *updateWorld {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := &updateWorld{spec: spec, tr: trackers{svcs, eps}, b: b}
-	ss, es, _ := w.tr.snapshot()
+	w := &updateWorld{spec: spec, tr: trackers{svcs: svcs, eps: eps}, b: b}
+	ss, es := w.tr.snapshot()
 	w.rs, _ = b.Build(ss, es)
 	w.rs.ServicesAt(ruleset.Frontend{}) // index it now, not in the first step
 	for v := range 2 {
 		w.tr.eps.Update(spec.ChangedSlice(n-50, v+1))
-		w.snaps[v].ss, w.snaps[v].es, w.changed = w.tr.snapshot()
-	}
-	if len(w.changed) != 1 {
-		tb.Fatalf("changed = %v, want one name", w.changed)
+		w.snaps[v].ss, w.snaps[v].es = w.tr.snapshot()
 	}
 	return w
 }
@@ -274,7 +288,7 @@ func newUpdateWorld(tb testing.TB, n int) *updateWorld {
 func (w *updateWorld) step(tb testing.TB) (old *ruleset.Ruleset, ch ruleset.Changes, warnings []svcproxy.Warning) {
 	w.version = 1 - w.version
 	old = w.rs
-	w.rs, ch, warnings = w.b.Update(old, w.snaps[w.version].ss, w.snaps[w.version].es, w.changed)
+	w.rs, ch, warnings = w.b.Update(old, w.snaps[w.version].ss, w.snaps[w.version].es)
 	if len(ch.Changed) != 1 {
 		tb.Fatalf("Changes = %+v, want one Service changed", ch)
 	}
@@ -286,9 +300,9 @@ func (w *updateWorld) step(tb testing.TB) (old *ruleset.Ruleset, ch ruleset.Chan
 func (w *updateWorld) stepTrackers(tb testing.TB) {
 	w.version = w.version%3 + 1
 	w.tr.eps.Update(w.spec.ChangedSlice(w.spec.Services-50, w.version))
-	ss, es, changed := w.tr.snapshot()
+	ss, es := w.tr.snapshot()
 	var ch ruleset.Changes
-	w.rs, ch, _ = w.b.Update(w.rs, ss, es, changed)
+	w.rs, ch, _ = w.b.Update(w.rs, ss, es)
 	if len(ch.Changed) != 1 {
 		tb.Fatalf("Changes = %+v, want one Service changed", ch)
 	}
@@ -339,13 +353,14 @@ func TestUpdateNonRuleField(t *testing.T) {
 	tr := newTrackers(v1.IPv4Protocol)
 	tr.svcs.Update(service("ns", "web", "198.19.0.1"))
 	tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z1"}))
-	ss, es, _ := tr.snapshot()
+	ss, es := tr.snapshot()
 	prev, _ := b.Build(ss, es)
 	tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z2"}))
-	ss, es, changed := tr.snapshot()
-	rs, ch, _ := b.Update(prev, ss, es, changed)
-	if len(changed) != 1 || !ch.Empty() {
-		t.Fatalf("tracker changes %v, Update's %+v: want one, and none", changed, ch)
+	ss, _ = tr.svcs.Snapshot()
+	es, ech := tr.eps.Snapshot()
+	rs, ch, _ := b.Update(prev, ss, es)
+	if len(ech.Changed) != 1 || !ch.Empty() {
+		t.Fatalf("tracker changes %v, Update's %+v: want one, and none", ech.Changed, ch)
 	}
 	built, _ := b.Build(ss, es)
 	if diff := cmp.Diff(values(built.Services()), values(rs.Services()), cmpOpts); diff != "" {
@@ -356,8 +371,9 @@ func TestUpdateNonRuleField(t *testing.T) {
 	}
 }
 
-// A proxy keeps the Ruleset of its last snapshots and updates it with what
-// the trackers say changed.
+// A proxy keeps the Ruleset of its last successful sync and updates it from
+// the trackers' latest snapshots: the Ruleset knows what it was built from,
+// so a sync that failed in between loses nothing.
 func ExampleBuilder_Update() {
 	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
@@ -368,11 +384,10 @@ func ExampleBuilder_Update() {
 
 	var rs *ruleset.Ruleset // nil: the first Update is a Build
 	for range 2 {
-		ss, sch := svcs.Snapshot()
-		es, ech := eps.Snapshot()
-		changed := slices.Concat(sch.Added, sch.Changed, sch.Removed, ech.Changed)
+		ss, _ := svcs.Snapshot()
+		es, _ := eps.Snapshot()
 		var ch ruleset.Changes
-		rs, ch, _ = b.Update(rs, ss, es, changed)
+		rs, ch, _ = b.Update(rs, ss, es)
 		fmt.Printf("%d Services; added %v, changed %v\n", rs.Len(), ch.Added, ch.Changed)
 
 		eps.Update(exampleSlice("api", "198.18.64.3", "node-b"))
@@ -411,15 +426,15 @@ func TestUpdateFrontends(t *testing.T) {
 			tr := newTrackers(v1.IPv4Protocol)
 			tr.svcs.Update(base())
 			tr.svcs.Update(service("ns", "other", "198.19.0.3", externalIPs("198.19.100.1", "198.19.100.2")))
-			ss, es, _ := tr.snapshot()
+			ss, es := tr.snapshot()
 			prev, _ := b.Build(ss, es)
 			if tt.svc != nil {
 				tr.svcs.Update(tt.svc)
 			} else {
 				tr.svcs.Delete("ns", "web")
 			}
-			ss, es, changed := tr.snapshot()
-			rs, _, _ := b.Update(prev, ss, es, changed)
+			ss, es = tr.snapshot()
+			rs, _, _ := b.Update(prev, ss, es)
 			if err := ruleset.CheckInvariants(rs); err != nil {
 				t.Error(err)
 			}

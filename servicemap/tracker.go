@@ -50,6 +50,25 @@ func (s Snapshot) Ports() []ServicePort {
 	return all
 }
 
+// ChangesSince lists the ServicePorts that differ between since and s. It
+// takes time proportional to the change when s was made from since by a
+// Tracker (both share everything else), and O(n) between unrelated
+// Snapshots; the result is right either way.
+func (s Snapshot) ChangesSince(since Snapshot) Changes {
+	var ch Changes
+	since.services.Diff(s.services, func(_ types.NamespacedName, before, after []ServicePort) {
+		diffPorts(before, after, &ch)
+	})
+	ch.sort()
+	return ch
+}
+
+func (c *Changes) sort() {
+	for _, list := range []*[]PortName{&c.Added, &c.Changed, &c.Removed} {
+		slices.SortFunc(*list, PortName.Compare)
+	}
+}
+
 // Changes lists the ServicePorts that differ between two Snapshots, each list
 // sorted by PortName.
 type Changes struct {
@@ -118,9 +137,7 @@ func (t *Tracker) Snapshot() (Snapshot, Changes) {
 	services := t.journal.Commit(func(_ types.NamespacedName, before, after []ServicePort) {
 		diffPorts(before, after, &ch)
 	})
-	for _, list := range []*[]PortName{&ch.Added, &ch.Changed, &ch.Removed} {
-		slices.SortFunc(*list, PortName.Compare)
-	}
+	ch.sort()
 	return Snapshot{services: services, ports: t.ports}, ch
 }
 

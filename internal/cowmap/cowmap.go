@@ -26,8 +26,10 @@ const (
 )
 
 type (
-	leaf[V any]  map[types.NamespacedName]V
-	inner[V any] [fanout]leaf[V]
+	// A leaf is behind a pointer so that Diff can tell a shared leaf from
+	// a copied one.
+	leaf[V any]  struct{ m map[types.NamespacedName]V }
+	inner[V any] [fanout]*leaf[V]
 	table[V any] [fanout]*inner[V]
 )
 
@@ -52,17 +54,21 @@ func (m Map[V]) Get(key types.NamespacedName) (V, bool) {
 	if in == nil {
 		return zero, false
 	}
-	v, ok := in[i&leafMask][key]
+	l := in[i&leafMask]
+	if l == nil {
+		return zero, false
+	}
+	v, ok := l.m[key]
 	return v, ok
 }
 
 // With returns a Map in which key maps to v.
 func (m Map[V]) With(key types.NamespacedName, v V) Map[V] {
 	n, l := m.copyPath(leafOf(key))
-	if _, existed := l[key]; !existed {
+	if _, existed := l.m[key]; !existed {
 		n.length++
 	}
-	l[key] = v
+	l.m[key] = v
 	return n
 }
 
@@ -72,7 +78,7 @@ func (m Map[V]) Without(key types.NamespacedName) Map[V] {
 		return m
 	}
 	n, l := m.copyPath(leafOf(key))
-	delete(l, key)
+	delete(l.m, key)
 	n.length--
 	return n
 }
@@ -88,7 +94,10 @@ func (m Map[V]) All(yield func(types.NamespacedName, V) bool) {
 			continue
 		}
 		for _, l := range in {
-			for k, v := range l {
+			if l == nil {
+				continue
+			}
+			for k, v := range l.m {
 				if !yield(k, v) {
 					return
 				}
@@ -97,10 +106,72 @@ func (m Map[V]) All(yield func(types.NamespacedName, V) bool) {
 	}
 }
 
+// Diff calls changed for every key of m or o that may map to different
+// values in the two: the keys of every leaf that the two Maps do not share.
+// The value is the zero V where a key is missing. Between a Map and one made
+// from it by k calls of With and Without, Diff visits O(k) leaves, about
+// seven keys each at 30,000 keys; between unrelated Maps it visits all.
+func (m Map[V]) Diff(o Map[V], changed func(key types.NamespacedName, before, after V)) {
+	if m.root == o.root {
+		return
+	}
+	var none table[V]
+	mr, or := m.root, o.root
+	if mr == nil {
+		mr = &none
+	}
+	if or == nil {
+		or = &none
+	}
+	for t := range fanout {
+		mi, oi := mr[t], or[t]
+		if mi == oi {
+			continue
+		}
+		for l := range fanout {
+			var ml, ol *leaf[V]
+			if mi != nil {
+				ml = mi[l]
+			}
+			if oi != nil {
+				ol = oi[l]
+			}
+			if ml != ol {
+				diffLeaves(ml, ol, changed)
+			}
+		}
+	}
+}
+
+// diffLeaves calls changed for every key of before and after (either may be
+// nil).
+func diffLeaves[V any](before, after *leaf[V], changed func(key types.NamespacedName, before, after V)) {
+	var zero V
+	if before != nil {
+		for k, b := range before.m {
+			a := zero
+			if after != nil {
+				a = after.m[k]
+			}
+			changed(k, b, a)
+		}
+	}
+	if after != nil {
+		for k, a := range after.m {
+			if before != nil {
+				if _, ok := before.m[k]; ok {
+					continue
+				}
+			}
+			changed(k, zero, a)
+		}
+	}
+}
+
 // copyPath returns a Map sharing all of m but the path to leaf i: the root
 // table, leaf i's inner table and leaf i itself are copies, and the leaf is
 // returned for the caller to modify.
-func (m Map[V]) copyPath(i uint16) (Map[V], leaf[V]) {
+func (m Map[V]) copyPath(i uint16) (Map[V], *leaf[V]) {
 	root := new(table[V])
 	if m.root != nil {
 		*root = *m.root
@@ -110,10 +181,14 @@ func (m Map[V]) copyPath(i uint16) (Map[V], leaf[V]) {
 		*in = *old
 	}
 	root[i>>leafBits] = in
-	old := in[i&leafMask]
-	l := make(leaf[V], len(old)+1)
-	for k, v := range old {
-		l[k] = v
+	l := &leaf[V]{}
+	if old := in[i&leafMask]; old != nil {
+		l.m = make(map[types.NamespacedName]V, len(old.m)+1)
+		for k, v := range old.m {
+			l.m[k] = v
+		}
+	} else {
+		l.m = make(map[types.NamespacedName]V, 1)
 	}
 	in[i&leafMask] = l
 	return Map[V]{root: root, length: m.length}, l

@@ -234,3 +234,49 @@ func TestPropertyModel(t *testing.T) {
 		}
 	})
 }
+
+// Property: Diff visits every key whose value differs between two Maps (one
+// made from the other, or both from a common one), each once, with the
+// right values, and nothing for a Map and itself.
+func TestPropDiff(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		keys := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g"})
+		apply := func(m Map[int], label string) (Map[int], map[types.NamespacedName]int) {
+			for range rapid.IntRange(0, 8).Draw(t, label+"-ops") {
+				k := key(keys.Draw(t, label+"-ns"), keys.Draw(t, label+"-name"))
+				if rapid.Bool().Draw(t, label+"-delete") {
+					m = m.Without(k)
+				} else {
+					m = m.With(k, rapid.IntRange(1, 3).Draw(t, label+"-value"))
+				}
+			}
+			want := map[types.NamespacedName]int{}
+			m.All(func(k types.NamespacedName, v int) bool { want[k] = v; return true })
+			return m, want
+		}
+		base, _ := apply(Map[int]{}, "base")
+		a, wantA := apply(base, "a")
+		b, wantB := apply(base, "b")
+		seen := map[types.NamespacedName]bool{}
+		a.Diff(b, func(k types.NamespacedName, before, after int) {
+			if seen[k] {
+				t.Fatalf("key %v visited twice", k)
+			}
+			seen[k] = true
+			if before != wantA[k] || after != wantB[k] {
+				t.Fatalf("key %v: got %d -> %d, want %d -> %d", k, before, after, wantA[k], wantB[k])
+			}
+		})
+		for k := range maps.Keys(wantA) {
+			if wantA[k] != wantB[k] && !seen[k] {
+				t.Fatalf("key %v differs (%d, %d) but was not visited", k, wantA[k], wantB[k])
+			}
+		}
+		for k := range maps.Keys(wantB) {
+			if wantA[k] != wantB[k] && !seen[k] {
+				t.Fatalf("key %v differs (%d, %d) but was not visited", k, wantA[k], wantB[k])
+			}
+		}
+		a.Diff(a, func(k types.NamespacedName, _, _ int) { t.Fatalf("Diff of a Map and itself visited %v", k) })
+	})
+}

@@ -37,10 +37,9 @@ func TestHealthServersFollowRulesets(t *testing.T) {
 	}
 	var rs *ruleset.Ruleset
 	sync := func() {
-		ss, sch := services.Snapshot()
-		es, ech := slices.Snapshot()
-		changed := append(append(append(sch.Added, sch.Changed...), sch.Removed...), ech.Changed...)
-		rs, _, _ = b.Update(rs, ss, es, changed)
+		ss, _ := services.Snapshot()
+		es, _ := slices.Snapshot()
+		rs, _, _ = b.Update(rs, ss, es)
 	}
 	h := newHealthServers(discardLogger())
 	defer h.close()

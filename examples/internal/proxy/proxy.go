@@ -287,8 +287,7 @@ func (p *proxy) build(snap snapshot) (map[v1.IPFamily]*ruleset.Ruleset, error) {
 			return nil, err
 		}
 		fs := snap.families[f]
-		changed := slices.Concat(fs.serviceChanges.Added, fs.serviceChanges.Changed, fs.serviceChanges.Removed, fs.endpointChanges.Changed)
-		rs, _, w := b.Update(p.built[f], fs.services, fs.endpoints, changed)
+		rs, _, w := b.Update(p.built[f], fs.services, fs.endpoints)
 		warnings = append(warnings, w...)
 		out[f] = rs
 	}

@@ -112,10 +112,9 @@ func (w *World) next() *ruleset.Ruleset {
 	if !w.Incremental {
 		return w.Build()
 	}
-	ss, sch := w.Services.Snapshot()
-	es, ech := w.Endpoints.Snapshot()
-	changed := append(append(append(append([]servicemap.PortName(nil), sch.Added...), sch.Changed...), sch.Removed...), ech.Changed...)
-	rs, _, warnings := w.Builder.Update(w.Ruleset, ss, es, changed)
+	ss, _ := w.Services.Snapshot()
+	es, _ := w.Endpoints.Snapshot()
+	rs, _, warnings := w.Builder.Update(w.Ruleset, ss, es)
 	if len(warnings) > 0 {
 		panic(fmt.Sprintf("scaleworld: Update warnings: %v", warnings))
 	}

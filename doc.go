@@ -27,7 +27,10 @@
 // which endpoints take cluster-wide and node-local traffic (ready endpoints,
 // else serving terminating ones; traffic policies; topology hints).
 // ruleset turns the snapshots into the desired state of one IP family,
-// independent of the backend; the backends render it and apply it.
+// independent of the backend; the backends render it and apply it. trace
+// answers, from a Ruleset alone, where a given packet goes: the
+// specification the backends' rules meet, and what a data plane outside
+// netfilter implements.
 //
 // Objects that cannot be used are skipped and reported as Warnings; they
 // never stop the other Services from being served, and nothing in a Service

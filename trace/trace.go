@@ -1,0 +1,212 @@
+// Package trace answers "where does this packet go" from a ruleset.Ruleset:
+// given a new flow's protocol, addresses, ports and where it comes from, it
+// says whether a Service takes it and, if so, whether the flow is rejected,
+// dropped (by a Local traffic policy or by a load-balancer source-range
+// firewall) or forwarded, to which targets with which share each, whether its
+// source is masqueraded and whether ClientIP affinity pins it.
+//
+// It is derived from the Ruleset's decisions alone (ruleset.Ruleset.Decide,
+// ruleset.Service.Firewalled), and so it is the specification that the
+// rules of every backend meet: a data plane that does what Trace says
+// serves Services as kube-proxy does. Options name the few behaviours that
+// kube-proxy's nftables mode has and its iptables mode has not.
+//
+// The package is pure: no I/O, no clock, no randomness, no logging.
+//
+// # Limitations
+//
+//   - It traces the first packet of a flow. Replies, established flows,
+//     conntrack and the affinity state left by earlier flows are not
+//     modelled: Outcome.Affinity only says that affinity applies.
+//   - It knows the node through the packet (Packet.ToNode, Source.FromNode)
+//     and the Ruleset's Config; it does not know the node's interfaces or
+//     routes.
+package trace
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/affinity"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// Packet is the first packet of a new flow.
+type Packet struct {
+	Protocol v1.Protocol
+	Src, Dst netip.AddrPort
+	// FromNode reports that a process on the node sent it; otherwise it
+	// arrived on one of the node's interfaces (from a pod on the node,
+	// from another host, or from a pod elsewhere). Whether it comes from a
+	// pod is told by its source address, as the rules tell it.
+	FromNode bool
+	// ToNode reports that Dst's address is one of the node's own: node
+	// ports are served on it (unless Config.NodePortAddresses lists the
+	// addresses).
+	ToNode bool
+}
+
+func (p Packet) String() string {
+	from := "arriving"
+	if p.FromNode {
+		from = "from the node"
+	}
+	return fmt.Sprintf("%s %v -> %v %s", strings.ToLower(string(p.Protocol)), p.Src, p.Dst, from)
+}
+
+// Options are the behaviours of a backend beyond the Ruleset's decisions.
+type Options struct {
+	// RejectUnknownPorts rejects flows to a cluster IP on a port or
+	// protocol that no Service port of it serves (kube-proxy's nftables
+	// mode: "Reject traffic to invalid ports of ClusterIPs").
+	RejectUnknownPorts bool
+	// ServiceCIDRs drops flows to an address inside them that is no cluster
+	// IP (kube-proxy's nftables mode: "Drop traffic to unallocated
+	// ClusterIPs").
+	ServiceCIDRs []netip.Prefix
+}
+
+// Result is the kind of outcome.
+type Result uint8
+
+const (
+	// NotService: no Service takes the packet; the rules leave it alone.
+	NotService Result = iota
+	// Rejected: the client is told at once (TCP reset, ICMP unreachable).
+	Rejected
+	// Dropped: the packet is dropped (a Local policy with no endpoint on
+	// this node, or an unallocated address of the Service CIDRs).
+	Dropped
+	// Firewalled: the load-balancer source-range firewall drops it.
+	Firewalled
+	// Forwarded: the flow goes to one of Outcome.Targets.
+	Forwarded
+)
+
+func (r Result) String() string {
+	switch r {
+	case NotService:
+		return "not a Service"
+	case Rejected:
+		return "rejected"
+	case Dropped:
+		return "dropped"
+	case Firewalled:
+		return "dropped by the source-range firewall"
+	case Forwarded:
+		return "forwarded"
+	}
+	return fmt.Sprintf("Result(%d)", uint8(r))
+}
+
+// Outcome is where a packet goes.
+type Outcome struct {
+	Result Result
+	// Service is the Service port that took the packet, and Kind the
+	// kind of frontend it came through; zero when Result is NotService or
+	// the packet is dropped for an unallocated address or rejected for an
+	// unknown port.
+	Service servicemap.PortName
+	Kind    ruleset.FrontendKind
+	// Targets, Masquerade and ShortCircuit are the Decision's, when the
+	// packet is forwarded.
+	Targets      []ruleset.Choice
+	Masquerade   bool
+	ShortCircuit bool
+	// Affinity is the Service port's ClientIP affinity, when the packet
+	// is forwarded: a client that reached a target within the timeout
+	// reaches it again.
+	Affinity affinity.Policy
+}
+
+// Trace returns the Outcome of p under rs.
+func Trace(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
+	if !p.Src.Addr().IsValid() || !p.Dst.Addr().IsValid() || p.Src.Addr().Is4() != p.Dst.Addr().Is4() ||
+		p.Dst.Addr().Is4() != (rs.Config().Family == v1.IPv4Protocol) {
+		return Outcome{}
+	}
+	s, kind := lookup(rs, p)
+	if s == nil {
+		return unmatched(rs, p, opts)
+	}
+	src := ruleset.Source{Addr: p.Src.Addr(), FromNode: p.FromNode}
+	out := Outcome{Service: s.Name, Kind: kind}
+	if s.Firewalled(kind, src.Addr) {
+		out.Result = Firewalled
+		return out
+	}
+	d := rs.Decide(s, kind, src)
+	switch d.Verdict {
+	case ruleset.VerdictReject:
+		out.Result = Rejected
+	case ruleset.VerdictDrop:
+		out.Result = Dropped
+	case ruleset.VerdictForward:
+		out.Result = Forwarded
+		out.Targets, out.Masquerade, out.ShortCircuit, out.Affinity = d.Targets, d.Masquerade, d.ShortCircuit, s.Affinity
+	default:
+		return Outcome{}
+	}
+	return out
+}
+
+// lookup finds the Service port and kind of frontend that take p: a cluster,
+// external or load-balancer IP with its port first, in the Service ports'
+// name order (a Service's cluster IP before its other addresses), then a
+// node port.
+func lookup(rs *ruleset.Ruleset, p Packet) (*ruleset.Service, ruleset.FrontendKind) {
+	dst := p.Dst.Addr().WithZone("")
+	for _, name := range rs.ServicesAt(ruleset.Frontend{Addr: dst, Protocol: p.Protocol, Port: p.Dst.Port()}) {
+		s, _ := rs.Service(name)
+		switch {
+		case s.ClusterIP == dst:
+			return s, ruleset.KindClusterIP
+		case slices.Contains(s.ExternalIPs, dst):
+			return s, ruleset.KindExternalIP
+		case slices.Contains(s.LoadBalancerIPs, dst):
+			return s, ruleset.KindLoadBalancerIP
+		}
+	}
+	if !servesNodePorts(rs.Config(), p) {
+		return nil, 0
+	}
+	for _, name := range rs.ServicesAt(ruleset.Frontend{Protocol: p.Protocol, Port: p.Dst.Port()}) {
+		s, _ := rs.Service(name)
+		return s, ruleset.KindNodePort
+	}
+	return nil, 0
+}
+
+// servesNodePorts reports whether node ports are served on p's destination:
+// Config.NodePortAddresses, or else any address of the node; loopback only
+// for IPv4 with Config.LocalhostNodePorts.
+func servesNodePorts(cfg ruleset.Config, p Packet) bool {
+	dst := p.Dst.Addr()
+	if dst.IsLoopback() && !(cfg.LocalhostNodePorts && dst.Is4()) {
+		return false
+	}
+	if len(cfg.NodePortAddresses) > 0 {
+		return slices.Contains(cfg.NodePortAddresses, dst)
+	}
+	return p.ToNode || dst.IsLoopback()
+}
+
+// unmatched is the Outcome of a packet no Service port takes.
+func unmatched(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
+	dst := p.Dst.Addr().WithZone("")
+	if len(rs.ServicesAt(ruleset.Frontend{Addr: dst})) > 0 {
+		if opts.RejectUnknownPorts {
+			return Outcome{Result: Rejected}
+		}
+		return Outcome{}
+	}
+	if slices.ContainsFunc(opts.ServiceCIDRs, func(c netip.Prefix) bool { return c.Contains(dst) }) {
+		return Outcome{Result: Dropped}
+	}
+	return Outcome{}
+}

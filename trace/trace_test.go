@@ -1,0 +1,196 @@
+package trace_test
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/manifests"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/topology"
+	"github.com/svcproxy/svcproxy/trace"
+)
+
+var (
+	podCIDR = netip.MustParsePrefix("198.18.64.0/18")
+	nodeIP  = netip.MustParseAddr("198.18.0.1")
+)
+
+// cluster builds the Ruleset of node-a for testdata/cluster.yaml with cfg's
+// changes; any warning or skipped object fails the test.
+func cluster(t *testing.T, mods ...func(*ruleset.Config)) *ruleset.Ruleset {
+	t.Helper()
+	data, err := os.ReadFile("testdata/cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, warnings, err := manifests.Parse(data)
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("testdata/cluster.yaml: %v %v", err, warnings)
+	}
+	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	for _, s := range objs.Services {
+		if skipped, w := svcs.Update(s); skipped != "" || len(w) > 0 {
+			t.Fatalf("Service %s: %s %v", s.Name, skipped, w)
+		}
+	}
+	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	for _, es := range objs.EndpointSlices {
+		if skipped, w := eps.Update(es); skipped != "" || len(w) > 0 {
+			t.Fatalf("EndpointSlice %s: %s %v", es.Name, skipped, w)
+		}
+	}
+	cfg := ruleset.Config{Family: v1.IPv4Protocol, Node: topology.Node{Name: "node-a"}, ClusterCIDRs: []netip.Prefix{podCIDR}}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	b, err := ruleset.NewBuilder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, _ := svcs.Snapshot()
+	es, _ := eps.Snapshot()
+	rs, w := b.Build(ss, es)
+	if len(w) > 0 {
+		t.Fatalf("Build warnings: %v", w)
+	}
+	return rs
+}
+
+// summary writes an Outcome on one line, for table tests.
+func summary(o trace.Outcome) string {
+	if o.Result != trace.Forwarded {
+		if o.Service.Name == "" {
+			return o.Result.String()
+		}
+		return fmt.Sprintf("%s %s %s", o.Service.Name, o.Kind, o.Result)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s ->", o.Service.Name, o.Kind)
+	for _, c := range o.Targets {
+		fmt.Fprintf(&b, " %v %s", c.Endpoint, c.Share.RatString())
+		if c.Masquerade {
+			b.WriteString(" masq")
+		}
+	}
+	if o.ShortCircuit {
+		b.WriteString(" (short-circuit)")
+	}
+	if o.Affinity.Enabled() {
+		fmt.Fprintf(&b, " affinity %ds", o.Affinity.Seconds())
+	}
+	return b.String()
+}
+
+// Packets from a pod on node-a, from the node, and from outside.
+func fromPod(dst string) trace.Packet {
+	return trace.Packet{Protocol: v1.ProtocolTCP, Src: netip.MustParseAddrPort("198.18.64.100:40000"), Dst: netip.MustParseAddrPort(dst)}
+}
+
+func fromNode(dst string) trace.Packet {
+	p := fromPod(dst)
+	p.Src, p.FromNode = netip.AddrPortFrom(nodeIP, 40000), true
+	p.ToNode = p.Dst.Addr() == nodeIP
+	return p
+}
+
+func fromOutside(src, dst string) trace.Packet {
+	p := fromPod(dst)
+	p.Src = netip.MustParseAddrPort(src)
+	p.ToNode = p.Dst.Addr() == nodeIP
+	return p
+}
+
+func udp(p trace.Packet) trace.Packet {
+	p.Protocol = v1.ProtocolUDP
+	return p
+}
+
+func TestTrace(t *testing.T) {
+	rs := cluster(t)
+	const out = "203.0.113.9:40000"
+	tests := []struct {
+		name   string
+		packet trace.Packet
+		want   string
+	}{
+		{"cluster IP from a pod", fromPod("198.19.0.10:80"), "web cluster IP -> 198.18.64.2:8080 1/2 198.18.65.2:8080 1/2"},
+		{"cluster IP from the node is masqueraded", fromNode("198.19.0.10:80"), "web cluster IP -> 198.18.64.2:8080 1/2 masq 198.18.65.2:8080 1/2 masq"},
+		{"cluster IP from outside the pod CIDR is masqueraded", fromOutside(out, "198.19.0.10:80"), "web cluster IP -> 198.18.64.2:8080 1/2 masq 198.18.65.2:8080 1/2 masq"},
+		{"hairpin: a pod reaching its own Service", fromOutside("198.18.64.2:40000", "198.19.0.10:80"), "web cluster IP -> 198.18.64.2:8080 1/2 masq 198.18.65.2:8080 1/2"},
+		{"other port of a cluster IP", fromPod("198.19.0.10:81"), "not a Service"},
+		{"other protocol of a cluster IP", udp(fromPod("198.19.0.10:80")), "not a Service"},
+		{"no endpoints: cluster IP", fromPod("198.19.0.11:80"), "empty cluster IP rejected"},
+		{"no endpoints: node port", fromOutside(out, "198.18.0.1:30011"), "empty node port rejected"},
+		{"eTP Local, none here: from outside", fromOutside(out, "198.19.128.12:80"), "lb-elsewhere load-balancer IP dropped"},
+		{"eTP Local, none here: node port from outside", fromOutside(out, "198.18.0.1:30012"), "lb-elsewhere node port dropped"},
+		{"eTP Local, none here: from a pod", fromPod("198.19.128.12:80"), "lb-elsewhere load-balancer IP -> 198.18.65.12:8080 1 (short-circuit)"},
+		{"eTP Local, none here: from the node", fromNode("198.19.128.12:80"), "lb-elsewhere load-balancer IP -> 198.18.65.12:8080 1 masq (short-circuit)"},
+		{"eTP Local, none here: node port from the node", fromNode("198.18.0.1:30012"), "lb-elsewhere node port -> 198.18.65.12:8080 1 masq (short-circuit)"},
+		{"eTP Local: from outside, local endpoint only, source kept", fromOutside(out, "198.19.128.13:80"), "lb-here load-balancer IP -> 198.18.64.13:8080 1 affinity 10800s"},
+		{"eTP Local: from a pod elsewhere, every endpoint", fromOutside("198.18.65.100:40000", "198.19.128.13:80"), "lb-here load-balancer IP -> 198.18.64.13:8080 1/2 198.18.65.13:8080 1/2 (short-circuit) affinity 10800s"},
+		{"eTP Cluster: external IP masqueraded", fromOutside(out, "198.19.100.14:80"), "guarded external IP -> 198.18.65.14:8080 1 masq"},
+		{"source range: allowed", fromOutside("198.18.200.7:40000", "198.19.128.14:80"), "guarded load-balancer IP -> 198.18.65.14:8080 1 masq"},
+		{"source range: refused", fromOutside(out, "198.19.128.14:80"), "guarded load-balancer IP dropped by the source-range firewall"},
+		{"source range: not on the external IP", fromOutside(out, "198.19.100.14:80"), "guarded external IP -> 198.18.65.14:8080 1 masq"},
+		{"source range: not on the node port", fromOutside(out, "198.18.0.1:30014"), "guarded node port -> 198.18.65.14:8080 1 masq"},
+		{"node port on an address that is not the node's", fromOutside(out, "198.18.0.2:30014"), "not a Service"},
+		{"node port on localhost: off by default", fromNode("127.0.0.1:30014"), "not a Service"},
+		{"iTP Local, none here", udp(fromPod("198.19.0.15:53")), "node-local cluster IP dropped"},
+		{"not a Service address", fromPod("198.19.0.99:80"), "not a Service"},
+		{"other family", trace.Packet{Protocol: v1.ProtocolTCP, Src: netip.MustParseAddrPort("[2001:db8::1]:40000"), Dst: netip.MustParseAddrPort("[2001:db8::10]:80")}, "not a Service"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := summary(trace.Trace(rs, tt.packet, trace.Options{})); got != tt.want {
+				t.Errorf("Trace(%v)\n got %s\nwant %s", tt.packet, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTraceConfig(t *testing.T) {
+	tests := []struct {
+		name   string
+		mods   func(*ruleset.Config)
+		packet trace.Packet
+		opts   trace.Options
+		want   string
+	}{
+		{"masquerade-all", func(c *ruleset.Config) { c.MasqueradeAll = true }, fromPod("198.19.0.10:80"),
+			trace.Options{}, "web cluster IP -> 198.18.64.2:8080 1/2 masq 198.18.65.2:8080 1/2 masq"},
+		{"no cluster CIDRs: the node's own traffic keeps its source", func(c *ruleset.Config) { c.ClusterCIDRs = nil }, fromNode("198.19.0.10:80"),
+			trace.Options{}, "web cluster IP -> 198.18.64.2:8080 1/2 198.18.65.2:8080 1/2"},
+		{"no cluster CIDRs: a pod's traffic to an eTP Local IP is outside traffic", func(c *ruleset.Config) { c.ClusterCIDRs = nil }, fromPod("198.19.128.12:80"),
+			trace.Options{}, "lb-elsewhere load-balancer IP dropped"},
+		{"localhost node ports", func(c *ruleset.Config) { c.LocalhostNodePorts = true }, fromNode("127.0.0.1:30014"),
+			trace.Options{}, "guarded node port -> 198.18.65.14:8080 1 masq"},
+		{"node port addresses: listed", func(c *ruleset.Config) { c.NodePortAddresses = []netip.Addr{nodeIP} }, fromOutside("203.0.113.9:1", "198.18.0.1:30014"),
+			trace.Options{}, "guarded node port -> 198.18.65.14:8080 1 masq"},
+		{"node port addresses: another node address", func(c *ruleset.Config) { c.NodePortAddresses = []netip.Addr{netip.MustParseAddr("198.18.0.3")} }, fromOutside("203.0.113.9:1", "198.18.0.1:30014"),
+			trace.Options{}, "not a Service"},
+		{"unknown port of a cluster IP, rejected", nil, fromPod("198.19.0.10:81"),
+			trace.Options{RejectUnknownPorts: true}, "rejected"},
+		{"unallocated address of the Service CIDR, dropped", nil, fromPod("198.19.0.99:80"),
+			trace.Options{ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")}}, "dropped"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mods []func(*ruleset.Config)
+			if tt.mods != nil {
+				mods = append(mods, tt.mods)
+			}
+			rs := cluster(t, mods...)
+			if got := summary(trace.Trace(rs, tt.packet, tt.opts)); got != tt.want {
+				t.Errorf("Trace(%v)\n got %s\nwant %s", tt.packet, got, tt.want)
+			}
+		})
+	}
+}
+

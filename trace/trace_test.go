@@ -193,4 +193,3 @@ func TestTraceConfig(t *testing.T) {
 		})
 	}
 }
-

@@ -210,3 +210,43 @@ func unmatched(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	}
 	return Outcome{}
 }
+
+// ParsePacket reads a packet written as "PROTO SRC -> DST [from WHERE]",
+// such as "tcp 198.18.0.5:40000 -> 198.19.0.10:80 from pod": PROTO is tcp,
+// udp or sctp, SRC and DST are address:port (IPv6 in brackets), and WHERE is
+// pod, outside (both arriving; the default) or node (sent by the node
+// itself). ToNode is left false: only the caller knows the node's addresses.
+func ParsePacket(s string) (Packet, error) {
+	f := strings.Fields(s)
+	if len(f) != 4 && !(len(f) == 6 && f[4] == "from") || f[2] != "->" {
+		return Packet{}, fmt.Errorf("packet %q: want \"PROTO SRC -> DST [from pod|node|outside]\"", s)
+	}
+	var p Packet
+	switch strings.ToLower(f[0]) {
+	case "tcp":
+		p.Protocol = v1.ProtocolTCP
+	case "udp":
+		p.Protocol = v1.ProtocolUDP
+	case "sctp":
+		p.Protocol = v1.ProtocolSCTP
+	default:
+		return Packet{}, fmt.Errorf("packet %q: protocol %q is not tcp, udp or sctp", s, f[0])
+	}
+	var err error
+	if p.Src, err = netip.ParseAddrPort(f[1]); err != nil {
+		return Packet{}, fmt.Errorf("packet %q: source: %w", s, err)
+	}
+	if p.Dst, err = netip.ParseAddrPort(f[3]); err != nil {
+		return Packet{}, fmt.Errorf("packet %q: destination: %w", s, err)
+	}
+	if len(f) == 6 {
+		switch f[5] {
+		case "node":
+			p.FromNode = true
+		case "pod", "outside":
+		default:
+			return Packet{}, fmt.Errorf("packet %q: %q is not pod, node or outside", s, f[5])
+		}
+	}
+	return p, nil
+}

@@ -193,3 +193,29 @@ func TestTraceConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestParsePacket(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // the Packet's String, or the error
+	}{
+		{"tcp 198.18.0.5:40000 -> 198.19.0.10:80 from pod", "tcp 198.18.0.5:40000 -> 198.19.0.10:80 arriving"},
+		{"UDP 198.18.0.1:53 -> 198.19.0.10:53 from node", "udp 198.18.0.1:53 -> 198.19.0.10:53 from the node"},
+		{"sctp [2001:db8::1]:9 -> [2001:db8:19::10]:80", "sctp [2001:db8::1]:9 -> [2001:db8:19::10]:80 arriving"},
+		{"icmp 198.18.0.5:1 -> 198.19.0.10:80", `packet "icmp 198.18.0.5:1 -> 198.19.0.10:80": protocol "icmp" is not tcp, udp or sctp`},
+		{"tcp 198.18.0.5 -> 198.19.0.10:80", `packet "tcp 198.18.0.5 -> 198.19.0.10:80": source: not an ip:port`},
+		{"tcp 198.18.0.5:1 198.19.0.10:80", `packet "tcp 198.18.0.5:1 198.19.0.10:80": want "PROTO SRC -> DST [from pod|node|outside]"`},
+		{"tcp 198.18.0.5:1 -> 198.19.0.10:80 from mars", `packet "tcp 198.18.0.5:1 -> 198.19.0.10:80 from mars": "mars" is not pod, node or outside`},
+		{"", `packet "": want "PROTO SRC -> DST [from pod|node|outside]"`},
+	}
+	for _, tt := range tests {
+		p, err := trace.ParsePacket(tt.in)
+		got := p.String()
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("ParsePacket(%q)\n got %s\nwant %s", tt.in, got, tt.want)
+		}
+	}
+}

@@ -1,47 +1,81 @@
 // Command demo shows how svcproxy decides which pod serves which traffic. It
 // reads Services, EndpointSlices and Nodes from manifests, runs them through
 // the decision core (servicemap, endpoints, topology, ruleset) for one node,
-// and prints, for each Service port, where each kind of traffic goes.
+// and prints, for each Service port, where each kind of traffic goes. With
+// --explain it answers for one packet instead: which Service takes it, what
+// happens to it, and the chains of either backend that decide it.
 //
 //	go run ./examples/demo
 //	go run ./examples/demo --manifests DIR --node-name NAME
+//	go run ./examples/demo --cluster-cidr 198.18.0.0/16 --explain 'tcp 198.18.1.50:40000 -> 198.19.0.10:80 from pod'
 package main
 
 import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/manifests"
+	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
+	"github.com/svcproxy/svcproxy/trace"
 )
 
 func main() {
 	path := flag.String("manifests", "examples/demo/manifests", "file or directory of Services, EndpointSlices and Nodes")
 	nodeName := flag.String("node-name", "node-a", "the node to decide for")
+	clusterCIDR := flag.String("cluster-cidr", "", "the pod CIDR: traffic from outside it to cluster IPs is masqueraded")
+	explain := flag.String("explain", "", `a packet to trace instead, "PROTO SRC -> DST [from pod|node|outside]"`)
 	flag.Parse()
-	if err := run(os.Stdout, os.Stderr, *path, *nodeName); err != nil {
+	if err := run(os.Stdout, os.Stderr, options{*path, *nodeName, *clusterCIDR, *explain}); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(2)
 	}
 }
 
-func run(stdout, stderr io.Writer, path, nodeName string) error {
-	objs, warnings, err := manifests.Load(path)
+type options struct {
+	path, nodeName, clusterCIDR, explain string
+}
+
+func run(stdout, stderr io.Writer, opts options) error {
+	cfg := ruleset.Config{Family: v1.IPv4Protocol, Node: topology.Node{Name: opts.nodeName}}
+	if opts.clusterCIDR != "" {
+		cidr, err := netip.ParsePrefix(opts.clusterCIDR)
+		if err != nil {
+			return fmt.Errorf("--cluster-cidr: %w", err)
+		}
+		cfg.ClusterCIDRs = []netip.Prefix{cidr}
+	}
+	var packet trace.Packet
+	if opts.explain != "" {
+		var err error
+		if packet, err = trace.ParsePacket(opts.explain); err != nil {
+			return fmt.Errorf("--explain: %w", err)
+		}
+	}
+	objs, warnings, err := manifests.Load(opts.path)
 	if err != nil {
 		return fmt.Errorf("bad manifests: %w", err)
 	}
-	node := topology.Node{Name: nodeName}
+	var nodeAddrs []netip.Addr
 	for _, n := range objs.Nodes {
-		if n.Name == nodeName {
-			node = topology.NodeFromObject(n)
+		if n.Name == opts.nodeName {
+			cfg.Node = topology.NodeFromObject(n)
+			for _, a := range n.Status.Addresses {
+				if ip, err := netip.ParseAddr(a.Address); err == nil {
+					nodeAddrs = append(nodeAddrs, ip)
+				}
+			}
 		}
 	}
 
@@ -50,24 +84,69 @@ func run(stdout, stderr io.Writer, path, nodeName string) error {
 		_, w := services.Update(svc)
 		warnings = append(warnings, w...)
 	}
-	slices := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	epTracker := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	for _, es := range objs.EndpointSlices {
-		_, w := slices.Update(es)
+		_, w := epTracker.Update(es)
 		warnings = append(warnings, w...)
 	}
-	builder, err := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol, Node: node})
+	builder, err := ruleset.NewBuilder(cfg)
 	if err != nil {
 		return err
 	}
 	svcSnap, _ := services.Snapshot()
-	epSnap, _ := slices.Snapshot()
+	epSnap, _ := epTracker.Snapshot()
 	rs, w := builder.Build(svcSnap, epSnap)
 	warnings = append(warnings, w...)
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	printRuleset(stdout, rs, node)
+	if opts.explain != "" {
+		packet.ToNode = slices.Contains(nodeAddrs, packet.Dst.Addr())
+		printTrace(stdout, rs, packet)
+		return nil
+	}
+	printRuleset(stdout, rs, cfg.Node)
 	return nil
+}
+
+// printTrace writes where packet goes, with the chains that decide it in
+// each backend's default names.
+func printTrace(w io.Writer, rs *ruleset.Ruleset, packet trace.Packet) {
+	o := trace.Trace(rs, packet, trace.Options{})
+	fmt.Fprintln(w, packet)
+	if o.Service.Name == "" {
+		fmt.Fprintf(w, "  %s\n", o.Result)
+		return
+	}
+	fmt.Fprintf(w, "  %s through the %s of %s\n", o.Result, o.Kind, o.Service)
+	ipt := iptables.Names{}
+	s, _ := rs.Service(o.Service)
+	chain, nftChain := ipt.ServiceChain(o.Service), "service-"+nftables.ServiceChainBase(o.Service)
+	switch {
+	case o.Kind == ruleset.KindLoadBalancerIP && s.UsesFirewall():
+		chain, nftChain = ipt.FirewallChain(o.Service), "firewall-check (map firewall-ips)"
+	case o.Kind != ruleset.KindClusterIP:
+		chain, nftChain = ipt.ExternalChain(o.Service), "external-"+nftables.ServiceChainBase(o.Service)
+	}
+	path := ipt.Services()
+	if o.Kind == ruleset.KindNodePort {
+		path += " -> " + ipt.NodePorts()
+	}
+	fmt.Fprintf(w, "  iptables: %s -> %s; nftables: %s\n", path, chain, nftChain)
+	for _, c := range o.Targets {
+		masq := ""
+		if c.Masquerade {
+			masq = ", masqueraded"
+		}
+		fmt.Fprintf(w, "  -> %v, share %s%s (iptables %s, nftables endpoint-%s)\n", c.Endpoint, c.Share.RatString(), masq,
+			ipt.EndpointChain(o.Service, c.Endpoint), nftables.EndpointChainBase(o.Service, c.Endpoint))
+	}
+	if o.ShortCircuit {
+		fmt.Fprintln(w, "  (externalTrafficPolicy Local, short-circuited to every endpoint: the packet comes from a pod or the node)")
+	}
+	if o.Affinity.Enabled() {
+		fmt.Fprintf(w, "  a client that used an endpoint in the last %d s gets it again (ClientIP affinity)\n", o.Affinity.Seconds())
+	}
 }
 
 func printRuleset(w io.Writer, rs *ruleset.Ruleset, node topology.Node) {

@@ -129,11 +129,11 @@ type ExecutorConfig struct {
 // successful sync. Its methods may be called from several goroutines; they
 // run one at a time.
 type Executor struct {
-	family  v1.IPFamily
-	names   Names
-	runner  Runner
-	restore string // iptables-restore or ip6tables-restore
-	ipt     string // iptables or ip6tables
+	family       v1.IPFamily
+	names        Names
+	runner       Runner
+	restoreTool  string // iptables-restore or ip6tables-restore
+	iptablesTool string // iptables or ip6tables
 
 	mu       sync.Mutex
 	last     *ruleset.Ruleset // the last Ruleset synced successfully
@@ -145,9 +145,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true}
 	switch cfg.Family {
 	case v1.IPv4Protocol:
-		e.restore, e.ipt = "iptables-restore", "iptables"
+		e.restoreTool, e.iptablesTool = "iptables-restore", "iptables"
 	case v1.IPv6Protocol:
-		e.restore, e.ipt = "ip6tables-restore", "ip6tables"
+		e.restoreTool, e.iptablesTool = "ip6tables-restore", "ip6tables"
 	default:
 		return nil, fmt.Errorf("iptables executor: unknown IP family %q", cfg.Family)
 	}
@@ -212,7 +212,7 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, e
 }
 
 func (e *Executor) restoreCmd(input []byte, stdout io.Writer) Command {
-	return Command{Name: e.restore, Args: []string{"--noflush", "--counters", "-w"}, Stdin: input, Stdout: stdout}
+	return Command{Name: e.restoreTool, Args: []string{"--noflush", "--counters", "-w"}, Stdin: input, Stdout: stdout}
 }
 
 func (e *Executor) syncPartial(ctx context.Context, rs *ruleset.Ruleset, ch ruleset.Changes) (SyncResult, error) {
@@ -245,7 +245,7 @@ func (e *Executor) fail() {
 func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, error) {
 	res := SyncResult{Full: true}
 	stale := staleChains(e.names, e.last, rs)
-	input := renderFull(e.names, rs, stale)
+	input := renderFull(e.names, rs, renderOptions{stale: stale, listTables: true})
 	res.InputBytes = len(input)
 	listed := &chainLister{names: e.names}
 	if err := e.runner.Run(ctx, e.restoreCmd(input, listed)); err != nil {
@@ -339,14 +339,14 @@ func (j jumpRule) args(n Names, op string) []string {
 // ensureJumps inserts each jump that `iptables -C` does not find.
 func (e *Executor) ensureJumps(ctx context.Context) error {
 	for _, j := range jumps {
-		err := e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-C")})
+		err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-C")})
 		if err == nil {
 			continue
 		}
 		if exitCode(err) != 1 {
 			return err
 		}
-		if err := e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-I")}); err != nil {
+		if err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-I")}); err != nil {
 			return err
 		}
 	}
@@ -365,7 +365,7 @@ func (e *Executor) Cleanup(ctx context.Context) error {
 	owned := map[string][]string{}
 	for _, table := range []string{"filter", "nat"} {
 		listed := &chainLister{names: e.names}
-		if err := e.runner.Run(ctx, Command{Name: e.ipt, Args: []string{"-w", "-t", table, "-S"}, Stdout: listed}); err != nil {
+		if err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: []string{"-w", "-t", table, "-S"}, Stdout: listed}); err != nil {
 			return fmt.Errorf("cleanup: listing %s: %w", table, err)
 		}
 		owned[table] = listed.chains()
@@ -378,12 +378,12 @@ func (e *Executor) Cleanup(ctx context.Context) error {
 		// Remove every copy (bounded), as a crash between -C and -I
 		// elsewhere could have left two.
 		for range 8 {
-			err := e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-C")})
+			err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-C")})
 			if exitCode(err) == 1 {
 				break
 			}
 			if err == nil {
-				err = e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-D")})
+				err = e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-D")})
 			}
 			if err != nil {
 				errs = append(errs, err)

@@ -419,7 +419,7 @@ func TestPartialEqualsFull(t *testing.T) {
 			// A full sync on top of the old state, deleting the chains
 			// the old Ruleset had and the new one lacks.
 			stale := staleChains(names, prev, next)
-			overOld, err := applyRestore(state, renderFull(names, next, stale))
+			overOld, err := applyRestore(state, renderFull(names, next, renderOptions{stale: stale, listTables: true}))
 			if err != nil {
 				t.Fatalf("step %d: full sync over old state rejected: %v", step, err)
 			}

@@ -66,10 +66,20 @@
 // any failure, after a Config change and on request, partial otherwise (and
 // nothing at all when nothing changed). After a full sync it makes sure the
 // jumps from the built-in chains exist (`iptables -C`, then -I), with
-// kube-proxy's comments. Cleanup removes those jumps and every chain the Names
-// own, and nothing else. Commands go through a Runner, which tests fake;
-// ExecRunner runs them, optionally under a prefix such as
-// `ip netns exec NAME`.
+// kube-proxy's comments. A full sync also writes one rule in a canary chain
+// of each table (KUBE-PROXY-CANARY, Names.Canary), which any flush of the
+// table removes.
+//
+// A partial sync builds on what the last full sync left, so it first
+// checks, with one restore of `-C` lines that changes nothing, that the
+// canary rules and the jumps are still there; if one is missing, or if the
+// partial restore itself fails, the Executor runs a full sync in the same
+// call and SyncResult.Fallback says why. The check costs one process and
+// does not grow with the number of Services (BENCHMARKS.md has its cost).
+//
+// Cleanup removes the jumps and every chain the Names own, and nothing else.
+// Commands go through a Runner, which tests fake; ExecRunner runs them,
+// optionally under a prefix such as `ip netns exec NAME`.
 //
 // # Invariants
 //
@@ -100,8 +110,12 @@
 //   - It does not choose between iptables-nft and iptables-legacy: it runs
 //     the iptables tools the Runner finds. The "-S" line only helps
 //     iptables-nft.
-//   - It does not watch the tables. What another program changes behind its
-//     back is repaired by the next full sync; periodic full syncs
+//   - It does not watch the tables. A Sync with nothing to change runs
+//     nothing, not even the state check, so a flush is noticed at the next
+//     change. The state check sees flushed tables and missing jumps, and a
+//     partial restore fails on a missing chain it jumps to, but neither looks
+//     inside the chains of unchanged ServicePorts: one emptied or altered
+//     from outside stays so until the next full sync. Periodic full syncs
 //     (RequestFullSync) are the caller's to schedule, as are retries and
 //     rate limits.
 //   - A partial sync's input grows with the number of Services: the

@@ -78,10 +78,10 @@ func readSaved(t *testing.T, ns *netns.NS, v6 bool, names Names) savedState {
 	return st
 }
 
-// modelCounts is savedState.chains as the model of a full render of rs
-// predicts it.
+// modelCounts is savedState.chains as the model of the Executor's full
+// restore of rs (Render and the Canary chains) predicts it.
 func modelCounts(t *testing.T, names Names, rs *ruleset.Ruleset) map[string]map[string]int {
-	m, err := applyRestore(newModel(), Render(names, rs))
+	m, err := applyRestore(newModel(), renderFull(names, rs, renderOptions{canary: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

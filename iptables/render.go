@@ -19,8 +19,8 @@ var ErrFullSyncNeeded = errors.New("iptables: a full sync is needed")
 // and nat tables hold the rules of rs, with kube-proxy's chain structure.
 // It is meant for `iptables-restore --noflush`: every chain it writes is
 // declared with ":CHAIN - [0:0]", which creates or flushes it, and chains
-// that are not ours are left alone. The jumps from the built-in chains are
-// not part of it (see Executor).
+// that are not ours are left alone. The jumps from the built-in chains and
+// the Canary chains are not part of it (see Executor).
 //
 // Each table starts with a "-S" line, which lists the table on standard
 // output. It changes nothing; it makes iptables-nft load its cache of the

@@ -17,7 +17,13 @@ type renderOptions struct {
 	stale []string
 	// listTables starts each table with a "-S" line (see listLine).
 	listTables bool
+	// canary writes the Canary chain of each table with its one rule,
+	// canaryRuleArgs.
+	canary bool
 }
+
+// canaryRuleArgs is the rule of the Canary chains, after "-A CHAIN".
+var canaryRuleArgs = []string{"-m", "comment", "--comment", "kubernetes service proxy flush canary", "-j", "RETURN"}
 
 // renderer accumulates the text of one render.
 type renderer struct {
@@ -76,6 +82,9 @@ func (r *renderer) filterTable(plans []plan, opts renderOptions) {
 	}
 	for _, c := range n.FilterChains() {
 		r.declare(c)
+	}
+	if opts.canary {
+		r.canaryChain()
 	}
 	if !r.v6 && r.cfg.LocalhostNodePorts {
 		// route_localnet, which localhost node ports need, lets packets
@@ -183,6 +192,13 @@ func (r *renderer) forwardRules() {
 	r.str(" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n")
 }
 
+// canaryChain declares the Canary chain and writes its rule.
+func (r *renderer) canaryChain() {
+	r.declare(r.names.Canary())
+	r.rule(r.names.Canary())
+	r.str(" " + restoreArgs(canaryRuleArgs) + "\n")
+}
+
 func verdictComment(verdict string) string {
 	if verdict == "DROP" {
 		return " has no local endpoints"
@@ -198,6 +214,9 @@ func (r *renderer) natTable(plans []plan, opts renderOptions) {
 		r.str(listLine)
 	}
 	r.natDeclarations(plans, opts.stale)
+	if opts.canary {
+		r.canaryChain()
+	}
 	r.masqueradeRules()
 	for i := range plans {
 		r.serviceRules(&plans[i])

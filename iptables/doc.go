@@ -74,8 +74,9 @@
 // checks, with one restore of `-C` lines that changes nothing, that the
 // canary rules and the jumps are still there; if one is missing, or if the
 // partial restore itself fails, the Executor runs a full sync in the same
-// call and SyncResult.Fallback says why. The check costs one process and
-// does not grow with the number of Services (BENCHMARKS.md has its cost).
+// call and SyncResult.Fallback says why. The check is one process whose
+// input does not grow with the number of Services; its time grows with the
+// tables (BENCHMARKS.md has what it costs).
 //
 // Cleanup removes the jumps and every chain the Names own, and nothing else.
 // Commands go through a Runner, which tests fake; ExecRunner runs them,

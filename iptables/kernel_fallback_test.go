@@ -23,7 +23,8 @@ import (
 // deleted, an unchanged Service's chain deleted), then one Service changes.
 // The Sync that follows falls back to a full sync and says why, and
 // traffic to the Service that did not change works again, from a client
-// (PREROUTING, masqueraded in POSTROUTING) and from the node (OUTPUT).
+// (PREROUTING, masqueraded in POSTROUTING) and from the node (OUTPUT). It
+// runs with kube-proxy's names and with another prefix.
 func TestKernelPartialSyncChecksState(t *testing.T) {
 	netns.Require(t, kernelTools...)
 	ctx := context.Background()
@@ -46,56 +47,78 @@ func TestKernelPartialSyncChecksState(t *testing.T) {
 		}
 	}
 	initial, changed := build(t, cfg, objects(0, 1)...), build(t, cfg, objects(1)...)
-	stable := netip.MustParseAddrPort("198.19.0.20:80")
-	stableChain := DefaultNames().ServiceChain(servicemap.PortName{Namespace: "ns1", Name: "stable", Port: "p80", Protocol: v1.ProtocolTCP})
-	e, err := NewExecutor(ExecutorConfig{Family: v1.IPv4Protocol, Runner: nsRunner(c.Node.NS)})
+	cni, err := NewNames("CNI")
 	if err != nil {
 		t.Fatal(err)
 	}
-	iptables := func(args ...string) func(t *testing.T) {
-		return func(t *testing.T) { c.Node.MustRun("iptables", append([]string{"-w"}, args...)...) }
-	}
-	tests := []struct {
-		name       string
-		damage     []func(t *testing.T)
-		want       FallbackReason
-		wantDetail string
-	}{
-		{"nat flushed", []func(*testing.T){iptables("-t", "nat", "-F")}, FallbackStateMissing, "the rule of nat KUBE-PROXY-CANARY"},
-		{"jump from nat PREROUTING deleted", []func(*testing.T){iptables(jumpTo("nat", "PREROUTING").args(DefaultNames(), "-D")[1:]...)}, FallbackStateMissing, "the jump from nat PREROUTING to KUBE-SERVICES"},
-		{"unchanged Service's chain deleted", []func(*testing.T){
-			iptables("-t", "nat", "-F", "KUBE-SERVICES"),
-			iptables("-t", "nat", "-F", stableChain),
-			iptables("-t", "nat", "-X", stableChain),
-		}, FallbackPartialFailed, stableChain},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e.RequestFullSync()
-			if res, err := e.Sync(ctx, initial); err != nil || !res.Full {
-				t.Fatalf("full Sync: %+v, %v", res, err)
-			}
-			reachStable(t, c, stable)
-			for _, damage := range tt.damage {
-				damage(t)
-			}
-			start := time.Now()
-			res, err := e.Sync(ctx, changed)
+	for _, names := range []Names{DefaultNames(), cni} {
+		t.Run(names.Prefix(), func(t *testing.T) {
+			e, err := NewExecutor(ExecutorConfig{Family: v1.IPv4Protocol, Names: names, Runner: nsRunner(c.Node.NS)})
 			if err != nil {
-				t.Fatalf("Sync after the change: %v", err)
+				t.Fatal(err)
 			}
-			t.Logf("sync after the change in %v: %+v", time.Since(start).Round(time.Millisecond), res)
-			if !res.Full || res.Fallback != tt.want || !strings.Contains(res.FallbackDetail, tt.wantDetail) {
-				t.Errorf("Sync after the change: full %v, fallback %q (%s); want a full sync, %q naming %q", res.Full, res.Fallback, res.FallbackDetail, tt.want, tt.wantDetail)
+			for _, tt := range damages(names) {
+				t.Run(tt.name, func(t *testing.T) {
+					testDamagedPartialSync(t, c, e, names, initial, changed, tt)
+				})
 			}
-			reachStable(t, c, stable)
-			if st := readSaved(t, c.Node.NS, false, DefaultNames()); len(st.jumps) != len(jumps) {
-				t.Errorf("%d jumps from built-in chains, want %d:\n%s", len(st.jumps), len(jumps), strings.Join(st.jumps, "\n"))
+			if err := e.Cleanup(ctx); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
-	if err := e.Cleanup(ctx); err != nil {
-		t.Fatal(err)
+}
+
+// damage is a change to the node's tables made behind the Executor's back,
+// and the fallback it must cause.
+type damage struct {
+	name       string
+	commands   [][]string // iptables arguments, after -w
+	want       FallbackReason
+	wantDetail string
+}
+
+// damages are the changes TestKernelPartialSyncChecksState makes, for the
+// chains of names.
+func damages(names Names) []damage {
+	stableChain := names.ServiceChain(servicemap.PortName{Namespace: "ns1", Name: "stable", Port: "p80", Protocol: v1.ProtocolTCP})
+	return []damage{
+		{"nat flushed", [][]string{{"-t", "nat", "-F"}}, FallbackStateMissing, "the rule of nat " + names.Canary()},
+		{"jump from nat PREROUTING deleted", [][]string{jumpTo("nat", "PREROUTING").args(names, "-D")[1:]}, FallbackStateMissing, "the jump from nat PREROUTING to " + names.Services()},
+		{"unchanged Service's chain deleted", [][]string{
+			{"-t", "nat", "-F", names.Services()},
+			{"-t", "nat", "-F", stableChain},
+			{"-t", "nat", "-X", stableChain},
+		}, FallbackPartialFailed, stableChain},
+	}
+}
+
+// testDamagedPartialSync: a full sync of initial, the damage, then a Sync
+// of changed, which must fall back to a full sync and serve the Service
+// that did not change.
+func testDamagedPartialSync(t *testing.T, c *netns.Cluster, e *Executor, names Names, initial, changed *ruleset.Ruleset, d damage) {
+	ctx := context.Background()
+	stable := netip.MustParseAddrPort("198.19.0.20:80")
+	e.RequestFullSync()
+	if res, err := e.Sync(ctx, initial); err != nil || !res.Full {
+		t.Fatalf("full Sync: %+v, %v", res, err)
+	}
+	reachStable(t, c, stable)
+	for _, args := range d.commands {
+		c.Node.MustRun("iptables", append([]string{"-w"}, args...)...)
+	}
+	start := time.Now()
+	res, err := e.Sync(ctx, changed)
+	if err != nil {
+		t.Fatalf("Sync after the change: %v", err)
+	}
+	t.Logf("sync after the change in %v: %+v", time.Since(start).Round(time.Millisecond), res)
+	if !res.Full || res.Fallback != d.want || !strings.Contains(res.FallbackDetail, d.wantDetail) {
+		t.Errorf("Sync after the change: full %v, fallback %q (%s); want a full sync, %q naming %q", res.Full, res.Fallback, res.FallbackDetail, d.want, d.wantDetail)
+	}
+	reachStable(t, c, stable)
+	if st := readSaved(t, c.Node.NS, false, names); len(st.jumps) != len(jumps) {
+		t.Errorf("%d jumps from built-in chains, want %d:\n%s", len(st.jumps), len(jumps), strings.Join(st.jumps, "\n"))
 	}
 }
 

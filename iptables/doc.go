@@ -50,24 +50,14 @@
 // cache it fetches from the kernel. A command without a chain sets
 // "all chains" and skips that list. So each table of a full render starts
 // with "-S", which lists the table on standard output and changes nothing:
-// the cache is then fetched whole, once, in linear time. Measured in a
-// namespace on the reference machine (N Services × 10 endpoints, kernel
-// 6.18, iptables 1.8.9 nf_tables):
-//
-//	N        full sync with -S   same input without -S   without --noflush (flushes others' chains)
-//	1,000    0.8-1.1 s           5.7 s                   0.9 s
-//	2,000    1.5 s               46 s                    -
-//	5,000    6.7 s               (not run)               4.9 s
-//	10,000   18.5 s              (not run)               14.9 s
-//
-// so a full sync stays within 1.3× of the restore that flushes the tables,
-// which we may not use. (TestKernelScale reproduces these figures.)
+// the cache is then fetched whole, once, in linear time. TestKernelScale
+// measures both ways (BENCHMARKS.md has the figures and the command).
 //
 // The Executor reads that listing to find chains of ours that earlier
 // processes left behind. A partial render adds the "-S" lines only when it
-// re-declares so many chains that listing the whole table costs less (a
-// one-Service partial sync at N = 10,000 takes 1.4 s without them, 5.5 s
-// with). iptables-legacy-restore accepts and ignores the trick.
+// re-declares so many chains that listing the whole table costs less, an
+// estimate made from the input's size. iptables-legacy-restore accepts and
+// ignores the trick.
 //
 // # Executor
 //
@@ -76,13 +66,60 @@
 // any failure, after a Config change and on request, partial otherwise (and
 // nothing at all when nothing changed). After a full sync it makes sure the
 // jumps from the built-in chains exist (`iptables -C`, then -I), with
-// kube-proxy's comments. Cleanup removes those jumps and every chain the Names
-// own, and nothing else. Commands go through a Runner, which tests fake;
-// ExecRunner runs them, optionally under a prefix such as
-// `ip netns exec NAME`.
+// kube-proxy's comments. A full sync also writes one rule in a canary chain
+// of each table (KUBE-PROXY-CANARY, Names.Canary), which any flush of the
+// table removes.
 //
-// LocalhostNodePorts (IPv4) also needs net.ipv4.conf.all.route_localnet=1,
-// which this package does not set; with it, the filter KUBE-NODEPORTS chain
-// drops non-translated packets to 127.0.0.0/8 from elsewhere, as kube-proxy
-// and kubelet do.
+// A partial sync builds on what the last full sync left, so it first
+// checks, with one restore of `-C` lines that changes nothing, that the
+// canary rules and the jumps are still there; if one is missing, or if the
+// partial restore itself fails (and the context is not done), the Executor
+// runs a full sync in the same call and SyncResult.Fallback says why. The check is one process whose
+// input does not grow with the number of Services; its time grows with the
+// tables (BENCHMARKS.md has what it costs).
+//
+// Cleanup removes the jumps and every chain the Names own, and nothing else.
+// Commands go through a Runner, which tests fake; ExecRunner runs them,
+// optionally under a prefix such as `ip netns exec NAME`.
+//
+// # Invariants
+//
+//   - Render and RenderPartial are pure: equal inputs give identical bytes,
+//     whatever order the objects behind the Ruleset arrived in.
+//   - Every jump in a render names a chain declared in the same input, or a
+//     top-level chain that every render declares.
+//   - Restoring RenderPartial(old, new) over the state a sync of old left
+//     gives the same tables as restoring Render(new) (property-tested).
+//   - The only chains written, flushed or deleted are those Names owns; the
+//     only rules outside them are the jumps from the built-in chains (see
+//     Executor). Cleanup removes exactly those and leaves everything else.
+//   - Nothing a Service or EndpointSlice holds reaches the output as text of
+//     its own (see Rendering).
+//
+// # Limitations
+//
+// What this package does not do:
+//
+//   - It sets no sysctl. LocalhostNodePorts (IPv4) also needs
+//     net.ipv4.conf.all.route_localnet=1; with it, the filter KUBE-NODEPORTS
+//     chain drops non-translated packets to 127.0.0.0/8 from elsewhere, as
+//     kube-proxy and kubelet do. Forwarding (net.ipv4.ip_forward) is the
+//     caller's too.
+//   - It deletes no conntrack entries; package conntrack says which go stale.
+//   - It writes only the filter and nat tables: none of kubelet's rules
+//     (KUBE-FIREWALL, KUBE-KUBELET-CANARY), nothing in mangle or raw.
+//   - It does not choose between iptables-nft and iptables-legacy: it runs
+//     the iptables tools the Runner finds. The "-S" line only helps
+//     iptables-nft.
+//   - It does not watch the tables. A Sync with nothing to change runs
+//     nothing, not even the state check, so a flush is noticed at the next
+//     change. The state check sees flushed tables and missing jumps, and a
+//     partial restore fails on a missing chain it jumps to, but neither looks
+//     inside the chains of unchanged ServicePorts: one emptied or altered
+//     from outside stays so until the next full sync. Periodic full syncs
+//     (RequestFullSync) are the caller's to schedule, as are retries and
+//     rate limits.
+//   - A partial sync's input grows with the number of Services: the
+//     top-level chains are rewritten whole, as kube-proxy does.
+//   - One Executor serves one IP family.
 package iptables

@@ -138,7 +138,9 @@ func (printRunner) Run(_ context.Context, c iptables.Command) error {
 }
 
 // An Executor's first sync is full and installs the jumps from the built-in
-// chains; later ones are partial.
+// chains; later ones first check, with one restore of "-C" lines, that the
+// jumps and the Canary rules are still there, then are partial (or full,
+// with res.Fallback saying why, when something was missing).
 func ExampleExecutor() {
 	e, err := iptables.NewExecutor(iptables.ExecutorConfig{Family: v1.IPv4Protocol, Runner: printRunner{}})
 	if err != nil {
@@ -148,9 +150,9 @@ func ExampleExecutor() {
 	res, err := e.Sync(ctx, web("198.18.64.2", "198.18.65.2"))
 	fmt.Println("full:", res.Full, err)
 	res, err = e.Sync(ctx, web("198.18.64.2"))
-	fmt.Println("full:", res.Full, "changed:", res.Changes.Changed, err)
+	fmt.Printf("full: %v changed: %v fallback: %q %v\n", res.Full, res.Changes.Changed, res.Fallback, err)
 	// Output:
-	// iptables-restore --noflush --counters -w (2303 bytes in)
+	// iptables-restore --noflush --counters -w (2541 bytes in)
 	// iptables -w -t filter -C INPUT -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
 	// iptables -w -t filter -I INPUT -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
 	// iptables -w -t filter -C FORWARD -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
@@ -176,6 +178,7 @@ func ExampleExecutor() {
 	// iptables -w -t nat -C POSTROUTING -m comment --comment kubernetes postrouting rules -j KUBE-POSTROUTING (0 bytes in)
 	// iptables -w -t nat -I POSTROUTING -m comment --comment kubernetes postrouting rules -j KUBE-POSTROUTING (0 bytes in)
 	// full: true <nil>
+	// iptables-restore --noflush --counters -w (1446 bytes in)
 	// iptables-restore --noflush --counters -w (1739 bytes in)
-	// full: false changed: [ns1/web:http] <nil>
+	// full: false changed: [ns1/web:http] fallback: "" <nil>
 }

@@ -129,11 +129,13 @@ type ExecutorConfig struct {
 // successful sync. Its methods may be called from several goroutines; they
 // run one at a time.
 type Executor struct {
-	family  v1.IPFamily
-	names   Names
-	runner  Runner
-	restore string // iptables-restore or ip6tables-restore
-	ipt     string // iptables or ip6tables
+	family       v1.IPFamily
+	names        Names
+	runner       Runner
+	restoreTool  string // iptables-restore or ip6tables-restore
+	iptablesTool string // iptables or ip6tables
+
+	check stateCheck
 
 	mu       sync.Mutex
 	last     *ruleset.Ruleset // the last Ruleset synced successfully
@@ -145,15 +147,16 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true}
 	switch cfg.Family {
 	case v1.IPv4Protocol:
-		e.restore, e.ipt = "iptables-restore", "iptables"
+		e.restoreTool, e.iptablesTool = "iptables-restore", "iptables"
 	case v1.IPv6Protocol:
-		e.restore, e.ipt = "ip6tables-restore", "ip6tables"
+		e.restoreTool, e.iptablesTool = "ip6tables-restore", "ip6tables"
 	default:
 		return nil, fmt.Errorf("iptables executor: unknown IP family %q", cfg.Family)
 	}
 	if e.runner == nil {
 		e.runner = ExecRunner{}
 	}
+	e.check = newStateCheck(e.names)
 	return e, nil
 }
 
@@ -173,6 +176,12 @@ type SyncResult struct {
 	// Ruleset synced by this Executor had (from an earlier process, or
 	// an interrupted sync); they were removed.
 	Leftovers []string
+	// Fallback, when not FallbackNone, says why this sync was full
+	// although a partial one was due, and FallbackDetail what was found:
+	// the first thing the state check missed, or the partial restore's
+	// error. Full is then true.
+	Fallback       FallbackReason
+	FallbackDetail string
 }
 
 // RequestFullSync makes the next Sync a full one, as after a failure (for
@@ -186,14 +195,24 @@ func (e *Executor) RequestFullSync() {
 // Sync brings the kernel to rs with one `iptables-restore --noflush
 // --counters -w` run reading the rules on standard input.
 //
-// A full sync writes everything (Render), flushes and deletes the chains
-// the previous Ruleset had and rs does not, then installs the jumps from
-// the built-in chains (nat PREROUTING and OUTPUT to KUBE-SERVICES, nat
-// POSTROUTING to KUBE-POSTROUTING, filter INPUT, FORWARD and OUTPUT to the
-// filter chains) where `iptables -C` does not find them. If the listing the
-// restore printed shows chains of ours that no synced Ruleset had, a second,
-// small restore removes them. A partial sync (RenderPartial) rewrites the
-// top-level chains and what changed; when nothing changed, nothing runs.
+// A full sync writes everything (Render) and the Canary chains with their
+// rule, flushes and deletes the chains the previous Ruleset had and rs does
+// not, then installs the jumps from the built-in chains (nat PREROUTING and
+// OUTPUT to KUBE-SERVICES, nat POSTROUTING to KUBE-POSTROUTING, filter
+// INPUT, FORWARD and OUTPUT to the filter chains) where `iptables -C` does
+// not find them. If the listing the restore printed shows chains of ours
+// that no synced Ruleset had, a second, small restore removes them.
+//
+// A partial sync (RenderPartial) rewrites the top-level chains and what
+// changed; when nothing changed, nothing runs. It never builds on a kernel
+// state it has not checked: first one restore of `-C` lines checks that
+// the Canary rules and the jumps from the built-in chains are there, and
+// if one is missing, a full sync runs instead. If the partial restore
+// fails (a chain it jumps to is gone, for one) while ctx is not done, a
+// full sync runs right after it. Either way SyncResult.Fallback says so. The check does not
+// look into the chains of unchanged ServicePorts: one emptied behind the
+// Executor's back, with the Canary rule left, stays empty until the next
+// full sync.
 //
 // After any failure the next Sync is a full one.
 func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, error) {
@@ -202,34 +221,56 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, e
 	if f := rs.Config().Family; f != e.family {
 		return SyncResult{}, fmt.Errorf("iptables executor: %s Ruleset given to the %s executor", f, e.family)
 	}
-	if !e.needFull && e.last != nil {
-		ch := ruleset.Diff(e.last, rs)
-		if !ch.ConfigChanged {
-			return e.syncPartial(ctx, rs, ch)
-		}
+	if e.needFull || e.last == nil {
+		return e.syncFull(ctx, rs)
 	}
-	return e.syncFull(ctx, rs)
+	ch := ruleset.Diff(e.last, rs)
+	switch {
+	case ch.ConfigChanged:
+		return e.syncFull(ctx, rs)
+	case ch.Empty():
+		e.last = rs
+		return SyncResult{Changes: ch, Skipped: true}, nil
+	}
+	if missing := e.checkState(ctx); missing != "" {
+		return e.fallBack(ctx, rs, FallbackStateMissing, missing)
+	}
+	res, err := e.syncPartial(ctx, rs, ch)
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		e.fail()
+		return res, err
+	}
+	return e.fallBack(ctx, rs, FallbackPartialFailed, err.Error())
+}
+
+// fallBack runs a full sync in place of a partial one and records why.
+func (e *Executor) fallBack(ctx context.Context, rs *ruleset.Ruleset, reason FallbackReason, detail string) (SyncResult, error) {
+	res, err := e.syncFull(ctx, rs)
+	res.Fallback, res.FallbackDetail = reason, detail
+	if err != nil {
+		return res, fmt.Errorf("full sync after %s (%s): %w", reason, detail, err)
+	}
+	return res, nil
 }
 
 func (e *Executor) restoreCmd(input []byte, stdout io.Writer) Command {
-	return Command{Name: e.restore, Args: []string{"--noflush", "--counters", "-w"}, Stdin: input, Stdout: stdout}
+	return Command{Name: e.restoreTool, Args: []string{"--noflush", "--counters", "-w"}, Stdin: input, Stdout: stdout}
 }
 
+// syncPartial applies the changes ch, which are not empty, from e.last to
+// rs. On failure it leaves e.last as it was: the caller falls back to a
+// full sync.
 func (e *Executor) syncPartial(ctx context.Context, rs *ruleset.Ruleset, ch ruleset.Changes) (SyncResult, error) {
 	res := SyncResult{Changes: ch}
-	if ch.Empty() {
-		res.Skipped = true
-		e.last = rs
-		return res, nil
-	}
 	input, err := RenderPartial(e.names, e.last, rs, ch)
 	if err != nil {
-		e.fail()
 		return res, err
 	}
 	res.InputBytes = len(input)
 	if err := e.runner.Run(ctx, e.restoreCmd(input, nil)); err != nil {
-		e.fail()
 		return res, fmt.Errorf("partial sync: %w", err)
 	}
 	e.last = rs
@@ -245,7 +286,7 @@ func (e *Executor) fail() {
 func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, error) {
 	res := SyncResult{Full: true}
 	stale := staleChains(e.names, e.last, rs)
-	input := renderFull(e.names, rs, stale)
+	input := renderFull(e.names, rs, renderOptions{stale: stale, listTables: true, canary: true})
 	res.InputBytes = len(input)
 	listed := &chainLister{names: e.names}
 	if err := e.runner.Run(ctx, e.restoreCmd(input, listed)); err != nil {
@@ -329,24 +370,29 @@ var jumps = []jumpRule{
 
 // args is the iptables command line that applies op (-C, -I, -D) to j.
 func (j jumpRule) args(n Names, op string) []string {
-	args := []string{"-w", "-t", j.table, op, j.from}
+	return append([]string{"-w", "-t", j.table, op, j.from}, j.spec(n)...)
+}
+
+// spec is the rule of j, after its chain.
+func (j jumpRule) spec(n Names) []string {
+	var spec []string
 	if j.ctNew {
-		args = append(args, "-m", "conntrack", "--ctstate", "NEW")
+		spec = append(spec, "-m", "conntrack", "--ctstate", "NEW")
 	}
-	return append(args, "-m", "comment", "--comment", j.comment, "-j", j.to(n))
+	return append(spec, "-m", "comment", "--comment", j.comment, "-j", j.to(n))
 }
 
 // ensureJumps inserts each jump that `iptables -C` does not find.
 func (e *Executor) ensureJumps(ctx context.Context) error {
 	for _, j := range jumps {
-		err := e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-C")})
+		err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-C")})
 		if err == nil {
 			continue
 		}
 		if exitCode(err) != 1 {
 			return err
 		}
-		if err := e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-I")}); err != nil {
+		if err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-I")}); err != nil {
 			return err
 		}
 	}
@@ -365,7 +411,7 @@ func (e *Executor) Cleanup(ctx context.Context) error {
 	owned := map[string][]string{}
 	for _, table := range []string{"filter", "nat"} {
 		listed := &chainLister{names: e.names}
-		if err := e.runner.Run(ctx, Command{Name: e.ipt, Args: []string{"-w", "-t", table, "-S"}, Stdout: listed}); err != nil {
+		if err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: []string{"-w", "-t", table, "-S"}, Stdout: listed}); err != nil {
 			return fmt.Errorf("cleanup: listing %s: %w", table, err)
 		}
 		owned[table] = listed.chains()
@@ -378,12 +424,12 @@ func (e *Executor) Cleanup(ctx context.Context) error {
 		// Remove every copy (bounded), as a crash between -C and -I
 		// elsewhere could have left two.
 		for range 8 {
-			err := e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-C")})
+			err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-C")})
 			if exitCode(err) == 1 {
 				break
 			}
 			if err == nil {
-				err = e.runner.Run(ctx, Command{Name: e.ipt, Args: j.args(e.names, "-D")})
+				err = e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-D")})
 			}
 			if err != nil {
 				errs = append(errs, err)

@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,7 +25,8 @@ type fakeKernel struct {
 	tables   model
 	builtin  map[string][]string // "table/CHAIN" → rule specs
 	commands []string
-	// failRestore makes the next n restores fail with exit status 1.
+	// failRestore makes the next n restores that write (not the state
+	// checks) fail with exit status 1.
 	failRestore int
 }
 
@@ -54,6 +56,9 @@ func (k *fakeKernel) Run(_ context.Context, cmd Command) error {
 	case restore:
 		if !slices.Equal(cmd.Args, []string{"--noflush", "--counters", "-w"}) {
 			return k.fail(cmd, 2, "unexpected flags")
+		}
+		if bytes.Contains(cmd.Stdin, []byte("\n-C ")) {
+			return k.check(cmd)
 		}
 		if k.failRestore > 0 {
 			k.failRestore--
@@ -121,6 +126,67 @@ func (k *fakeKernel) Run(_ context.Context, cmd Command) error {
 	return k.fail(cmd, -1, "unknown command")
 }
 
+// builtinChains are the built-in chains the Executor's jumps start from.
+var builtinChains = map[string]bool{"INPUT": true, "FORWARD": true, "OUTPUT": true, "PREROUTING": true, "POSTROUTING": true}
+
+// check answers a restore of "-C" lines as iptables-restore does: it
+// changes nothing and fails on the first rule that is not there, naming its
+// line.
+func (k *fakeKernel) check(cmd Command) error {
+	restore, _ := k.names()
+	table := ""
+	for n, line := range strings.Split(string(cmd.Stdin), "\n") {
+		if t, ok := strings.CutPrefix(line, "*"); ok {
+			table = t
+		}
+		if !strings.HasPrefix(line, "-C ") {
+			continue
+		}
+		args, err := tokenize(line)
+		if err != nil || len(args) < 3 {
+			return k.fail(cmd, 2, fmt.Sprintf("%s: line %d: bad check %q", restore, n+1, line))
+		}
+		if !k.has(table, args[1], strings.Join(args[2:], " ")) {
+			return k.fail(cmd, 1, fmt.Sprintf("%s: line %d failed: Bad rule (does a matching rule exist in that chain?).", restore, n+1))
+		}
+	}
+	return nil
+}
+
+// has reports whether chain of table holds the rule spec (arguments joined
+// by single spaces, unquoted).
+func (k *fakeKernel) has(table, chain, spec string) bool {
+	if builtinChains[chain] {
+		return slices.Contains(k.builtin[table+"/"+chain], spec)
+	}
+	for _, rule := range k.tables[table][chain] {
+		if args, err := tokenize(rule); err == nil && strings.Join(args, " ") == spec {
+			return true
+		}
+	}
+	return false
+}
+
+// flush empties every chain of table, built-in ones included, as
+// `iptables -t TABLE -F` does.
+func (k *fakeKernel) flush(table string) {
+	for c := range k.tables[table] {
+		k.tables[table][c] = []string{}
+	}
+	for key := range k.builtin {
+		if strings.HasPrefix(key, table+"/") {
+			delete(k.builtin, key)
+		}
+	}
+}
+
+// deleteJump removes the rules of table's built-in chain from that jump to
+// target.
+func (k *fakeKernel) deleteJump(table, from, target string) {
+	key := table + "/" + from
+	k.builtin[key] = slices.DeleteFunc(k.builtin[key], func(r string) bool { return strings.HasSuffix(r, " -j "+target) })
+}
+
 func (k *fakeKernel) list(table string, w io.Writer) {
 	for _, c := range k.tables.chainsOf(table) {
 		fmt.Fprintf(w, "-N %s\n", c)
@@ -132,12 +198,13 @@ func (k *fakeKernel) list(table string, w io.Writer) {
 	}
 }
 
-// jumpCount is how many rules of the built-in chains jump to our chains.
-func (k *fakeKernel) jumpCount() int {
+// jumpCount is how many rules of the built-in chains jump to chains names
+// owns.
+func (k *fakeKernel) jumpCount(names Names) int {
 	n := 0
 	for _, rules := range k.builtin {
 		for _, r := range rules {
-			if DefaultNames().Owns(r[strings.LastIndex(r, " ")+1:]) {
+			if names.Owns(r[strings.LastIndex(r, " ")+1:]) {
 				n++
 			}
 		}
@@ -152,7 +219,11 @@ func (k *fakeKernel) takeCommands() []string {
 }
 
 func newTestExecutor(t *testing.T, k *fakeKernel) *Executor {
-	e, err := NewExecutor(ExecutorConfig{Family: k.family, Runner: k})
+	return newNamedTestExecutor(t, k, Names{})
+}
+
+func newNamedTestExecutor(t *testing.T, k *fakeKernel, names Names) *Executor {
+	e, err := NewExecutor(ExecutorConfig{Family: k.family, Names: names, Runner: k})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,10 +231,16 @@ func newTestExecutor(t *testing.T, k *fakeKernel) *Executor {
 }
 
 // wantState checks that the fake's tables are exactly what a full render of
-// rs gives on empty tables, plus the foreign chains in extra.
+// rs gives on empty tables, with the Canary chains, plus the foreign chains
+// in extra.
 func wantState(t *testing.T, k *fakeKernel, rs *ruleset.Ruleset, extra model) {
 	t.Helper()
-	want, err := applyRestore(extra, Render(Names{}, rs))
+	wantNamedState(t, k, Names{}, rs, extra)
+}
+
+func wantNamedState(t *testing.T, k *fakeKernel, names Names, rs *ruleset.Ruleset, extra model) {
+	t.Helper()
+	want, err := applyRestore(extra, renderFull(names, rs, renderOptions{canary: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +268,7 @@ func TestExecutorFullThenPartial(t *testing.T) {
 	if len(cmds) != 1+2*len(jumps) {
 		t.Errorf("full sync ran %d commands, want the restore, %d -C and %d -I:\n%s", len(cmds), len(jumps), len(jumps), strings.Join(cmds, "\n"))
 	}
-	if got := k.jumpCount(); got != len(jumps) {
+	if got := k.jumpCount(DefaultNames()); got != len(jumps) {
 		t.Errorf("%d jumps installed, want %d", got, len(jumps))
 	}
 	wantState(t, k, one, nil)
@@ -212,8 +289,8 @@ func TestExecutorFullThenPartial(t *testing.T) {
 	if err != nil || res.Full || len(res.Changes.Added) != 1 || len(res.Changes.Changed) != 1 {
 		t.Fatalf("second Sync: %+v, %v; want a partial sync", res, err)
 	}
-	if cmds := k.takeCommands(); len(cmds) != 1 {
-		t.Errorf("partial sync ran %v, want one restore", cmds)
+	if cmds := k.takeCommands(); len(cmds) != 2 {
+		t.Errorf("partial sync ran %v, want the state check and one restore", cmds)
 	}
 	wantState(t, k, two, nil)
 
@@ -222,7 +299,7 @@ func TestExecutorFullThenPartial(t *testing.T) {
 	if res, err := e.Sync(ctx, two); err != nil || !res.Full {
 		t.Fatalf("requested full Sync: %+v, %v", res, err)
 	}
-	if got := k.jumpCount(); got != len(jumps) {
+	if got := k.jumpCount(DefaultNames()); got != len(jumps) {
 		t.Errorf("%d jumps after a second full sync, want %d", got, len(jumps))
 	}
 	wantState(t, k, two, nil)
@@ -244,16 +321,40 @@ func TestExecutorFailureFallsBackToFullSync(t *testing.T) {
 	if _, err := e.Sync(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	k.failRestore = 1
-	_, err := e.Sync(ctx, b)
+	// The partial restore and the full one after it fail.
+	k.failRestore = 2
+	res, err := e.Sync(ctx, b)
 	var ce *CommandError
-	if !errors.As(err, &ce) || ce.ExitCode != 1 {
-		t.Fatalf("Sync with a failing restore: %v, want a CommandError", err)
+	if !errors.As(err, &ce) || ce.ExitCode != 1 || res.Fallback != FallbackPartialFailed {
+		t.Fatalf("Sync with failing restores: %+v, %v; want a CommandError after a fallback", res, err)
 	}
 	wantState(t, k, a, nil) // a failed restore changes nothing
-	res, err := e.Sync(ctx, b)
-	if err != nil || !res.Full {
-		t.Fatalf("Sync after a failure: %+v, %v; want a full sync", res, err)
+	res, err = e.Sync(ctx, b)
+	if err != nil || !res.Full || res.Fallback != FallbackNone {
+		t.Fatalf("Sync after a failure: %+v, %v; want a full sync, not a fallback", res, err)
+	}
+	wantState(t, k, b, nil)
+
+	// Only the partial restore fails: the full sync runs in the same Sync.
+	k.failRestore = 1
+	res, err = e.Sync(ctx, a)
+	if err != nil || !res.Full || res.Fallback != FallbackPartialFailed || !strings.Contains(res.FallbackDetail, "injected failure") {
+		t.Fatalf("Sync with a failing partial restore: %+v, %v; want a full sync after it", res, err)
+	}
+	wantState(t, k, a, nil)
+
+	// With ctx done, a failed partial restore is not followed by a full
+	// sync; the next Sync is full.
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	k.failRestore = 1
+	res, err = e.Sync(cancelled, b)
+	if err == nil || res.Full || res.Fallback != FallbackNone {
+		t.Fatalf("Sync with ctx done and a failing restore: %+v, %v; want the partial failure alone", res, err)
+	}
+	wantState(t, k, a, nil)
+	if res, err := e.Sync(ctx, b); err != nil || !res.Full || res.Fallback != FallbackNone {
+		t.Fatalf("Sync after it: %+v, %v; want a full sync", res, err)
 	}
 	wantState(t, k, b, nil)
 
@@ -329,7 +430,7 @@ func TestExecutorCleanup(t *testing.T) {
 			if d := cmp.Diff(foreign(), k.tables); d != "" {
 				t.Errorf("after Cleanup (-want +got):\n%s", d)
 			}
-			if n := k.jumpCount(); n != 0 {
+			if n := k.jumpCount(DefaultNames()); n != 0 {
 				t.Errorf("%d jumps left", n)
 			}
 			if got := k.builtin["nat/PREROUTING"]; !slices.Equal(got, []string{"-m comment --comment docker -j DOCKER"}) {

@@ -106,5 +106,7 @@ func renderServices(t *testing.T, services ...*ruleset.Service) []byte {
 	t.Helper()
 	cfg := testConfig()
 	r := newRenderer(Names{}, cfg)
-	return r.render(r.plans(services), nil, nil, true)
+	plans := r.plans(services)
+	rewriteAll(plans)
+	return r.render(plans, renderOptions{listTables: true})
 }

@@ -78,10 +78,10 @@ func readSaved(t *testing.T, ns *netns.NS, v6 bool, names Names) savedState {
 	return st
 }
 
-// modelCounts is savedState.chains as the model of a full render of rs
-// predicts it.
+// modelCounts is savedState.chains as the model of the Executor's full
+// restore of rs (Render and the Canary chains) predicts it.
 func modelCounts(t *testing.T, names Names, rs *ruleset.Ruleset) map[string]map[string]int {
-	m, err := applyRestore(newModel(), Render(names, rs))
+	m, err := applyRestore(newModel(), renderFull(names, rs, renderOptions{canary: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +98,9 @@ func modelCounts(t *testing.T, names Names, rs *ruleset.Ruleset) map[string]map[
 // TestKernelAcceptsRenderings: in a fresh namespace, iptables-restore
 // --test accepts every golden rendering (ip6tables-restore the IPv6 ones);
 // then an Executor syncs the scenarios one after the other (full or partial
-// syncs as the Configs allow) and iptables-save shows exactly the chains and
-// rule counts the restore model predicts, with the twelve jumps; Cleanup
-// leaves nothing of ours.
+// syncs as the Configs allow, never falling back) and iptables-save shows
+// exactly the chains and rule counts the restore model predicts, with the
+// twelve jumps; Cleanup leaves nothing of ours.
 func TestKernelAcceptsRenderings(t *testing.T) {
 	netns.Require(t, kernelTools...)
 	lab := netns.NewLab(t)
@@ -139,6 +139,9 @@ func TestKernelAcceptsRenderings(t *testing.T) {
 				res, err := e.Sync(ctx, rs)
 				if err != nil {
 					t.Fatalf("%s: Sync: %v", sc.name, err)
+				}
+				if res.Fallback != FallbackNone {
+					t.Errorf("%s: fell back to a full sync on an untouched kernel: %s: %s", sc.name, res.Fallback, res.FallbackDetail)
 				}
 				t.Logf("%s: %s sync in %v", sc.name, map[bool]string{true: "full", false: "partial"}[res.Full], time.Since(start).Round(time.Millisecond))
 				st := readSaved(t, ns, v6, names)

@@ -29,6 +29,7 @@ const (
 	sfxForward          = "FORWARD"
 	sfxProxyFirewall    = "PROXY-FIREWALL"
 	sfxMasqNonPod       = "MASQ-NONPOD"
+	sfxCanary           = "PROXY-CANARY"
 )
 
 // Kinds of per-Service chains, after the prefix and a dash: cluster-policy
@@ -151,6 +152,13 @@ func (n Names) ProxyFirewall() string { return n.top(sfxProxyFirewall) }
 // them (one rule cannot say "in none of several prefixes").
 func (n Names) MasqNonPod() string { return n.top(sfxMasqNonPod) }
 
+// Canary is KUBE-PROXY-CANARY (filter and nat), kube-proxy's name for the
+// chain whose disappearance tells it that a table was flushed. The Executor
+// keeps one rule in it (a RETURN, never jumped to), which a flush of the
+// table also removes, and checks that rule before each partial sync. Render
+// does not write it.
+func (n Names) Canary() string { return n.top(sfxCanary) }
+
 // FilterChains are the top-level chains of the filter table, in the order
 // they are declared.
 func (n Names) FilterChains() []string {
@@ -164,9 +172,10 @@ func (n Names) NATChains() []string {
 	return []string{n.Services(), n.NodePorts(), n.Postrouting(), n.MarkMasq(), n.MasqNonPod()}
 }
 
-// TopLevel lists every top-level chain name, each once.
+// TopLevel lists every top-level chain name, each once, the Canary among
+// them.
 func (n Names) TopLevel() []string {
-	return []string{n.Services(), n.ExternalServices(), n.Forward(), n.NodePorts(), n.ProxyFirewall(), n.Postrouting(), n.MarkMasq(), n.MasqNonPod()}
+	return []string{n.Services(), n.ExternalServices(), n.Forward(), n.NodePorts(), n.ProxyFirewall(), n.Postrouting(), n.MarkMasq(), n.MasqNonPod(), n.Canary()}
 }
 
 // ServiceChain is KUBE-SVC-<hash>: spreads traffic over the cluster targets.

@@ -72,7 +72,7 @@ func TestNames(t *testing.T) {
 		"KUBE-SEP-sxivwicoyro3j4nj":  false,
 		"KUBE-SEP-SXIVWICOYRO3J4N1":  false, // not base32
 		"KUBE-FIREWALL":              false, // kubelet's
-		"KUBE-PROXY-CANARY":          false, // kube-proxy's monitor
+		"KUBE-PROXY-CANARY":          true,  // the Executor's flush canary, named as kube-proxy's
 		"KUBE-XYZ-SXIVWICOYRO3J4NJ":  false,
 		"DOCKER":                     false,
 	} {

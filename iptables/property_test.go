@@ -326,8 +326,8 @@ func TestProbabilities(t *testing.T) {
 
 		// Rendered: parse the Service chain.
 		chain := DefaultNames().ServiceChain(s.Name)
-		var decs []string
-		var seps []string
+		var decimals []string
+		var endpointChains []string
 		for _, line := range strings.Split(string(Render(Names{}, rs)), "\n") {
 			if !strings.HasPrefix(line, "-A "+chain+" ") || strings.Contains(line, "KUBE-MARK-MASQ") {
 				continue
@@ -336,17 +336,17 @@ func TestProbabilities(t *testing.T) {
 			if m == nil {
 				t.Fatalf("N=%d: unexpected rule %q", n, line)
 			}
-			decs = append(decs, m[2])
-			seps = append(seps, m[3])
+			decimals = append(decimals, m[2])
+			endpointChains = append(endpointChains, m[3])
 		}
-		if len(decs) != n {
-			t.Fatalf("N=%d: %d rules in %s", n, len(decs), chain)
+		if len(decimals) != n {
+			t.Fatalf("N=%d: %d rules in %s", n, len(decimals), chain)
 		}
-		if slices.Sort(seps); len(slices.Compact(seps)) != n {
+		if slices.Sort(endpointChains); len(slices.Compact(endpointChains)) != n {
 			t.Fatalf("N=%d: rules do not reach %d distinct endpoint chains", n, n)
 		}
 		restDec, restKernel := big.NewRat(1, 1), big.NewRat(1, 1)
-		for i, d := range decs {
+		for i, d := range decimals {
 			pDec, pKernel := big.NewRat(1, 1), big.NewRat(1, 1)
 			if i < n-1 {
 				if d == "" || !regexp.MustCompile(`^0\.[0-9]{10}$`).MatchString(d) {
@@ -419,7 +419,7 @@ func TestPartialEqualsFull(t *testing.T) {
 			// A full sync on top of the old state, deleting the chains
 			// the old Ruleset had and the new one lacks.
 			stale := staleChains(names, prev, next)
-			overOld, err := applyRestore(state, renderFull(names, next, stale))
+			overOld, err := applyRestore(state, renderFull(names, next, renderOptions{stale: stale, listTables: true}))
 			if err != nil {
 				t.Fatalf("step %d: full sync over old state rejected: %v", step, err)
 			}

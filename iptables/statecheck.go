@@ -1,0 +1,96 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// FallbackReason says why a Sync that was due to be partial was a full one.
+type FallbackReason string
+
+const (
+	// FallbackNone: no fallback happened.
+	FallbackNone FallbackReason = ""
+	// FallbackStateMissing: the check before the partial sync did not
+	// find a Canary rule or a jump from a built-in chain, so the tables
+	// were flushed or changed behind the Executor's back (or the check
+	// itself could not run).
+	FallbackStateMissing FallbackReason = "state-missing"
+	// FallbackPartialFailed: the partial restore failed, for one because
+	// a chain it jumps to had been deleted; the full sync ran right after.
+	FallbackPartialFailed FallbackReason = "partial-failed"
+)
+
+// stateCheck is the restore input that checks, with one `-C` line each,
+// the Canary rule of filter and nat and every jump from the built-in
+// chains; what[i] names what line i+1 checks ("" for the lines that check
+// nothing).
+type stateCheck struct {
+	input []byte
+	what  []string
+}
+
+// newStateCheck returns the check of what a full sync with names leaves in
+// the kernel besides the chains a partial restore rewrites.
+func newStateCheck(names Names) stateCheck {
+	var c stateCheck
+	add := func(line, what string) {
+		c.input = append(c.input, line+"\n"...)
+		c.what = append(c.what, what)
+	}
+	for _, table := range []string{"filter", "nat"} {
+		add("*"+table, "")
+		add("-C "+names.Canary()+" "+restoreArgs(canaryRuleArgs), "the rule of "+table+" "+names.Canary()+" (the table was flushed?)")
+		for _, j := range jumps {
+			if j.table == table {
+				add("-C "+j.from+" "+restoreArgs(j.spec(names)), "the jump from "+table+" "+j.from+" to "+j.to(names))
+			}
+		}
+		add("COMMIT", "")
+	}
+	return c
+}
+
+// restoreArgs joins args into one line of restore input, double-quoting
+// those with a space (no argument here holds a quote).
+func restoreArgs(args []string) string {
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		if strings.IndexByte(a, ' ') >= 0 {
+			a = `"` + a + `"`
+		}
+		quoted[i] = a
+	}
+	return strings.Join(quoted, " ")
+}
+
+// failedLine matches iptables-restore's report of the line that failed.
+var failedLine = regexp.MustCompile(`line ([0-9]+) failed`)
+
+// missing explains the error of a check run: what the line that failed
+// checks, or the error itself when it names no line of the check.
+func (c stateCheck) missing(err error) string {
+	var ce *CommandError
+	if errors.As(err, &ce) {
+		if m := failedLine.FindStringSubmatch(ce.Stderr); m != nil {
+			if n, _ := strconv.Atoi(m[1]); n >= 1 && n <= len(c.what) && c.what[n-1] != "" {
+				return "missing: " + c.what[n-1]
+			}
+		}
+	}
+	return fmt.Sprintf("state check failed: %v", err)
+}
+
+// checkState runs the state check, one restore that changes nothing. It
+// returns "" when everything it checks is in the kernel, and otherwise
+// what was missing first (or why the check failed).
+func (e *Executor) checkState(ctx context.Context) string {
+	if err := e.runner.Run(ctx, e.restoreCmd(e.check.input, nil)); err != nil {
+		return e.check.missing(err)
+	}
+	return ""
+}

@@ -101,13 +101,13 @@
 // What this package does not do:
 //
 //   - It sets no sysctl. LocalhostNodePorts (IPv4) also needs
-//     net.ipv4.conf.all.route_localnet=1; with it, the filter KUBE-NODEPORTS
-//     chain drops non-translated packets to 127.0.0.0/8 from elsewhere, as
-//     kube-proxy and kubelet do. Forwarding (net.ipv4.ip_forward) is the
-//     caller's too.
+//     net.ipv4.conf.all.route_localnet=1; with it, the filter KUBE-FIREWALL
+//     chain (jumped to from INPUT and OUTPUT) drops non-translated packets
+//     to 127.0.0.0/8 from elsewhere, as kube-proxy does. Forwarding
+//     (net.ipv4.ip_forward) is the caller's too.
 //   - It deletes no conntrack entries; package conntrack says which go stale.
 //   - It writes only the filter and nat tables: none of kubelet's rules
-//     (KUBE-FIREWALL, KUBE-KUBELET-CANARY), nothing in mangle or raw.
+//     (KUBE-KUBELET-CANARY), nothing in mangle or raw.
 //   - It does not choose between iptables-nft and iptables-legacy: it runs
 //     the iptables tools the Runner finds. The "-S" line only helps
 //     iptables-nft.

@@ -67,6 +67,7 @@ func ExampleRender() {
 	// :KUBE-FORWARD - [0:0]
 	// :KUBE-NODEPORTS - [0:0]
 	// :KUBE-PROXY-FIREWALL - [0:0]
+	// :KUBE-FIREWALL - [0:0]
 	// -A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP
 	// -A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
 	// -A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
@@ -152,7 +153,7 @@ func ExampleExecutor() {
 	res, err = e.Sync(ctx, web("198.18.64.2"))
 	fmt.Printf("full: %v changed: %v fallback: %q %v\n", res.Full, res.Changes.Changed, res.Fallback, err)
 	// Output:
-	// iptables-restore --noflush --counters -w (2541 bytes in)
+	// iptables-restore --noflush --counters -w (2564 bytes in)
 	// iptables -w -t filter -C INPUT -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
 	// iptables -w -t filter -I INPUT -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
 	// iptables -w -t filter -C FORWARD -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
@@ -171,6 +172,10 @@ func ExampleExecutor() {
 	// iptables -w -t filter -I OUTPUT -m conntrack --ctstate NEW -m comment --comment kubernetes load balancer firewall -j KUBE-PROXY-FIREWALL (0 bytes in)
 	// iptables -w -t filter -C FORWARD -m conntrack --ctstate NEW -m comment --comment kubernetes load balancer firewall -j KUBE-PROXY-FIREWALL (0 bytes in)
 	// iptables -w -t filter -I FORWARD -m conntrack --ctstate NEW -m comment --comment kubernetes load balancer firewall -j KUBE-PROXY-FIREWALL (0 bytes in)
+	// iptables -w -t filter -C INPUT -j KUBE-FIREWALL (0 bytes in)
+	// iptables -w -t filter -I INPUT -j KUBE-FIREWALL (0 bytes in)
+	// iptables -w -t filter -C OUTPUT -j KUBE-FIREWALL (0 bytes in)
+	// iptables -w -t filter -I OUTPUT -j KUBE-FIREWALL (0 bytes in)
 	// iptables -w -t nat -C OUTPUT -m comment --comment kubernetes service portals -j KUBE-SERVICES (0 bytes in)
 	// iptables -w -t nat -I OUTPUT -m comment --comment kubernetes service portals -j KUBE-SERVICES (0 bytes in)
 	// iptables -w -t nat -C PREROUTING -m comment --comment kubernetes service portals -j KUBE-SERVICES (0 bytes in)
@@ -178,7 +183,7 @@ func ExampleExecutor() {
 	// iptables -w -t nat -C POSTROUTING -m comment --comment kubernetes postrouting rules -j KUBE-POSTROUTING (0 bytes in)
 	// iptables -w -t nat -I POSTROUTING -m comment --comment kubernetes postrouting rules -j KUBE-POSTROUTING (0 bytes in)
 	// full: true <nil>
-	// iptables-restore --noflush --counters -w (1446 bytes in)
-	// iptables-restore --noflush --counters -w (1739 bytes in)
+	// iptables-restore --noflush --counters -w (1499 bytes in)
+	// iptables-restore --noflush --counters -w (1762 bytes in)
 	// full: false changed: [ns1/web:http] fallback: "" <nil>
 }

@@ -363,6 +363,8 @@ var jumps = []jumpRule{
 	{"filter", "INPUT", true, "kubernetes load balancer firewall", Names.ProxyFirewall},
 	{"filter", "OUTPUT", true, "kubernetes load balancer firewall", Names.ProxyFirewall},
 	{"filter", "FORWARD", true, "kubernetes load balancer firewall", Names.ProxyFirewall},
+	{"filter", "INPUT", false, "", Names.Firewall},
+	{"filter", "OUTPUT", false, "", Names.Firewall},
 	{"nat", "OUTPUT", false, "kubernetes service portals", Names.Services},
 	{"nat", "PREROUTING", false, "kubernetes service portals", Names.Services},
 	{"nat", "POSTROUTING", false, "kubernetes postrouting rules", Names.Postrouting},
@@ -379,7 +381,10 @@ func (j jumpRule) spec(n Names) []string {
 	if j.ctNew {
 		spec = append(spec, "-m", "conntrack", "--ctstate", "NEW")
 	}
-	return append(spec, "-m", "comment", "--comment", j.comment, "-j", j.to(n))
+	if j.comment != "" {
+		spec = append(spec, "-m", "comment", "--comment", j.comment)
+	}
+	return append(spec, "-j", j.to(n))
 }
 
 // ensureJumps inserts each jump that `iptables -C` does not find.

@@ -381,7 +381,7 @@ func foreign() model {
 			"DOCKER":                     {"-d 198.18.9.9 -j RETURN"},
 			"KUBE-SVC-short":             {},
 			"CNI-SVC-AAAAAAAAAAAAAAAA":   {},
-			"KUBE-FIREWALL":              {},
+			"KUBE-KUBELET-CANARY":        {},
 			"KUBE-SEP-AAAAAAAAAAAAAAAA1": {},
 		},
 		"filter": {"DOCKER-USER": {"-j RETURN"}},

@@ -30,6 +30,7 @@ const (
 	sfxProxyFirewall    = "PROXY-FIREWALL"
 	sfxMasqNonPod       = "MASQ-NONPOD"
 	sfxCanary           = "PROXY-CANARY"
+	sfxFirewall         = "FIREWALL"
 )
 
 // Kinds of per-Service chains, after the prefix and a dash: cluster-policy
@@ -159,10 +160,17 @@ func (n Names) MasqNonPod() string { return n.top(sfxMasqNonPod) }
 // does not write it.
 func (n Names) Canary() string { return n.top(sfxCanary) }
 
+// Firewall is KUBE-FIREWALL (filter), jumped to from INPUT and OUTPUT. With
+// Config.LocalhostNodePorts (IPv4) it drops packets to 127.0.0.0/8 from
+// elsewhere that no DNAT translated, as kube-proxy does ("block incoming
+// localnet connections"): route_localnet, which localhost node ports need,
+// would let them in. Otherwise it is empty.
+func (n Names) Firewall() string { return n.top(sfxFirewall) }
+
 // FilterChains are the top-level chains of the filter table, in the order
 // they are declared.
 func (n Names) FilterChains() []string {
-	return []string{n.Services(), n.ExternalServices(), n.Forward(), n.NodePorts(), n.ProxyFirewall()}
+	return []string{n.Services(), n.ExternalServices(), n.Forward(), n.NodePorts(), n.ProxyFirewall(), n.Firewall()}
 }
 
 // NATChains are the top-level chains of the nat table, in the order they are
@@ -175,7 +183,7 @@ func (n Names) NATChains() []string {
 // TopLevel lists every top-level chain name, each once, the Canary among
 // them.
 func (n Names) TopLevel() []string {
-	return []string{n.Services(), n.ExternalServices(), n.Forward(), n.NodePorts(), n.ProxyFirewall(), n.Postrouting(), n.MarkMasq(), n.MasqNonPod(), n.Canary()}
+	return []string{n.Services(), n.ExternalServices(), n.Forward(), n.NodePorts(), n.ProxyFirewall(), n.Firewall(), n.Postrouting(), n.MarkMasq(), n.MasqNonPod(), n.Canary()}
 }
 
 // ServiceChain is KUBE-SVC-<hash>: spreads traffic over the cluster targets.

@@ -71,7 +71,8 @@ func TestNames(t *testing.T) {
 		"KUBE-SEP-SXIVWICOYRO3J4NJA": false,
 		"KUBE-SEP-sxivwicoyro3j4nj":  false,
 		"KUBE-SEP-SXIVWICOYRO3J4N1":  false, // not base32
-		"KUBE-FIREWALL":              false, // kubelet's
+		"KUBE-FIREWALL":              true,  // the localnet guard, kube-proxy's since kubelet stopped writing it
+		"KUBE-KUBELET-CANARY":        false, // kubelet's
 		"KUBE-PROXY-CANARY":          true,  // the Executor's flush canary, named as kube-proxy's
 		"KUBE-XYZ-SXIVWICOYRO3J4NJ":  false,
 		"DOCKER":                     false,

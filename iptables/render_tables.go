@@ -88,10 +88,9 @@ func (r *renderer) filterTable(plans []plan, opts renderOptions) {
 	}
 	if !r.v6 && r.cfg.LocalhostNodePorts {
 		// route_localnet, which localhost node ports need, lets packets
-		// to 127.0.0.0/8 in from outside: drop those not translated
-		// (kube-proxy's and kubelet's "block incoming localnet
-		// connections").
-		r.rule(n.NodePorts())
+		// to 127.0.0.0/8 in from outside: drop those not translated,
+		// on input and on output, as kube-proxy does.
+		r.rule(n.Firewall())
 		r.comment("block incoming localnet connections")
 		r.str(" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP\n")
 	}

@@ -3,7 +3,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -162,7 +160,7 @@ func TestScale(t *testing.T) {
 			t.Run(fmt.Sprintf("nftables-chunks/services=%d", n), func(t *testing.T) { runChunks(t, n, chunks, &rep, floors) })
 		}
 	}
-	rep.notes = append(rep.notes, fmt.Sprintf("Whole run: %v.", time.Since(start).Round(time.Second)))
+	rep.notes = append(rep.notes, floorsMarkdown(floors), fmt.Sprintf("Whole run: %v.", time.Since(start).Round(time.Second)))
 	out := rep.markdown()
 	fmt.Println(out)
 	if p := env("SVCPROXY_SCALE_OUT", ""); p != "" {
@@ -460,7 +458,7 @@ func runChunks(t *testing.T, n int, list string, rep *report, floors map[string]
 
 // latencies measures the median connect() time, in µs, from the client to
 // the last Service, the first Service and a pod directly (no Service), as
-// /work/shared/bench-floors/connlat does.
+// latencyFloors does for the floor rulesets.
 func latencies(t *testing.T, c *netns.Cluster, w *scaleworld.World, n, conns int) [3]float64 {
 	targets := []netip.AddrPort{
 		netip.AddrPortFrom(scalegen.ClusterIP(n-1), 80),
@@ -517,105 +515,4 @@ func connlat(a netip.AddrPort, warmup, n int) ([]float64, error) {
 		return nil, errors.New("no successful connect")
 	}
 	return samples, nil
-}
-
-// runFloors runs one floor script of /work/shared/bench-floors ("restore"
-// or "latency") for sizes, with its output in a fresh temporary directory,
-// and returns its medians: "config/N" → ms for restore.sh,
-// "lat-mode-target/N" → µs for latency.sh.
-func runFloors(t *testing.T, which string, sizes []int) map[string]float64 {
-	dir := env("SVCPROXY_SCALE_FLOORS_DIR", "/work/shared/bench-floors")
-	script := filepath.Join(dir, which+".sh")
-	if _, err := os.Stat(script); err != nil {
-		t.Fatalf("floor script: %v", err)
-	}
-	out, bin := t.TempDir(), t.TempDir()
-	var ns []string
-	for _, n := range sizes {
-		ns = append(ns, strconv.Itoa(n))
-	}
-	cmdEnv := append(os.Environ(), "OUT="+out, "BIN="+bin, "NS_LIST="+strings.Join(ns, " "))
-	switch which {
-	case "restore":
-		cmdEnv = append(cmdEnv,
-			"REPS="+env("SVCPROXY_SCALE_FLOOR_REPS", "3"),
-			"ONLY="+env("SVCPROXY_SCALE_FLOOR_ONLY", "^(iptnft-flush-full|iptnft-noflush-partial-add1|nft-full-1tx|nft-full-chunked1000|nft-add1-E10)$"))
-	case "latency":
-		cmdEnv = append(cmdEnv, "MODES=nft iptnft", "REPS=1", "CONNS="+env("SVCPROXY_SCALE_CONNS", "200"))
-	default:
-		t.Fatalf("SVCPROXY_SCALE_FLOORS: unknown script %q", which)
-	}
-	before := kpbNamespaces()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, script)
-	cmd.Dir = dir
-	cmd.Env = cmdEnv
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// On timeout, TERM the script's process group (its trap deletes its
-	// namespaces), then kill it.
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
-	start := time.Now()
-	t.Logf("running %s (NS_LIST=%q)", script, strings.Join(ns, " "))
-	err := cmd.Run()
-	// Remove the namespaces the script left behind (only those that did not
-	// exist before it ran).
-	for _, name := range kpbNamespaces() {
-		if !slices.Contains(before, name) {
-			t.Logf("removing namespace %s left by %s", name, script)
-			exec.Command("ip", "netns", "exec", name, "nft", "flush", "ruleset").Run()
-			exec.Command("ip", "netns", "del", name).Run()
-		}
-	}
-	if err != nil {
-		t.Fatalf("%s: %v", script, err)
-	}
-	t.Logf("%s took %v", script, time.Since(start).Round(time.Second))
-
-	res := map[string]float64{}
-	samples := map[string][]float64{}
-	f, err := os.Open(filepath.Join(out, which+".tsv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "#") {
-			continue
-		}
-		fs := strings.Split(line, "\t")
-		switch {
-		case which == "restore" && len(fs) >= 4:
-			if v, err := strconv.ParseFloat(fs[3], 64); err == nil {
-				samples[fs[0]+"/"+fs[1]] = append(samples[fs[0]+"/"+fs[1]], v)
-			}
-		case which == "latency" && len(fs) >= 4:
-			if v, err := strconv.ParseFloat(fs[3], 64); err == nil {
-				samples["lat-"+fs[0]+"-"+fs[2]+"/"+fs[1]] = append(samples["lat-"+fs[0]+"-"+fs[2]+"/"+fs[1]], v)
-			}
-		}
-	}
-	for k, v := range samples {
-		res[k] = median(v)
-	}
-	// latency.sh measures pod-direct under each mode and N: the same figure.
-	return res
-}
-
-func kpbNamespaces() []string {
-	out, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		return nil
-	}
-	var names []string
-	for _, l := range strings.Split(string(out), "\n") {
-		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "kpb-") {
-			names = append(names, f[0])
-		}
-	}
-	return names
 }

@@ -31,8 +31,8 @@
 // # Addresses
 //
 // Only the benchmarking ranges: Service i has cluster IP
-// 198.19.(i/250).(i%250+1) (the address the kernel floors' generator in
-// /work/shared/bench-floors gives it); load-balancer and external IPs are
+// 198.19.(i/250).(i%250+1) (the address the kernel floors of package bench
+// give it too); load-balancer and external IPs are
 // 198.19.(128+i/250).(i%250+1). Pods come from 198.18.16.0–198.18.255.255
 // (61,440 addresses): endpoint j of Service i is address (i·E+j) mod 61,440
 // of that pool, so pods are shared between Services at scale (30,000 × 10

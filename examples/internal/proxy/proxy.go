@@ -265,6 +265,12 @@ func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) 
 			cfg.ClusterCIDRs = append(cfg.ClusterCIDRs, c)
 		}
 	}
+	cfg.RestrictExternalIPs = len(p.opts.AllowedExternalIPs) > 0
+	for _, c := range p.opts.AllowedExternalIPs {
+		if c.Addr().Is4() == (f == v1.IPv4Protocol) {
+			cfg.AllowedExternalIPs = append(cfg.AllowedExternalIPs, c)
+		}
+	}
 	for _, a := range p.nodeIPs {
 		if a.Is4() == (f == v1.IPv4Protocol) {
 			cfg.NodePortAddresses = append(cfg.NodePortAddresses, a)

@@ -308,7 +308,7 @@ func (p *proxy) sync(ctx context.Context) error {
 	}
 	p.pendingTriggers = p.pendingTriggers[:0]
 	if p.health != nil {
-		p.health.update(rulesets)
+		p.health.update(rulesets, p.nodePortAddresses(snap))
 	}
 	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", anyFull, "duration", end.Sub(start))
 	return nil
@@ -366,7 +366,7 @@ func (p *proxy) logBuildWarnings(warnings []svcproxy.Warning) {
 // is done.
 func (p *proxy) serve(ctx context.Context) int {
 	p.lastSuccess.Store(time.Now().UnixNano())
-	p.health = newHealthServers(p.log)
+	p.health = newHealthServers(p.log, p.opts.Manifests != "")
 	defer p.health.close()
 	servers, err := p.startServers()
 	if err != nil {

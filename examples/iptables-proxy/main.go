@@ -2,7 +2,7 @@
 // backend: it serves Kubernetes Services with kube-proxy's chains
 // (KUBE-SERVICES, KUBE-SVC-…, KUBE-SEP-…) in the filter and nat tables,
 // applied with iptables-restore and ip6tables-restore. See
-// REFERENCE-PROXY.md for its flags; try it without root:
+// the README (or -h) for its flags; try it without root:
 //
 //	go run ./examples/iptables-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
 package main

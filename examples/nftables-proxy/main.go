@@ -2,7 +2,7 @@
 // backend: it serves Kubernetes Services from the table "kube-proxy" in the
 // ip and ip6 families: full syncs through sigs.k8s.io/knftables (nft),
 // incremental ones over netlink (nftables.ExecutorConfig.Netlink). See
-// REFERENCE-PROXY.md for its flags; try it without root:
+// the README (or -h) for its flags; try it without root:
 //
 //	go run ./examples/nftables-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
 package main

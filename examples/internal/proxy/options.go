@@ -13,7 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// Options are the reference proxies' flags (see REFERENCE-PROXY.md).
+// Options are the reference proxies' flags (listed in the README).
 type Options struct {
 	Manifests      string
 	Kubeconfig     string

@@ -45,7 +45,7 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of an API server to watch instead of --manifests")
 	fs.StringVar(&o.NodeName, "node-name", hostname, "this node's name")
 	fs.StringVar(&clusterCIDRs, "cluster-cidr", "", "pod CIDRs, comma-separated, one per family: traffic to cluster IPs from outside them is masqueraded")
-	fs.StringVar(&nodeIPs, "node-ip", "", "addresses on which NodePorts are served, comma-separated (default: the node's addresses)")
+	fs.StringVar(&nodeIPs, "node-ip", "", "addresses on which NodePorts and health check node ports are served, comma-separated (default: the node's addresses)")
 	fs.StringVar(&allowedExternalIPs, "allowed-external-ips", "", "CIDRs, comma-separated: Services' externalIPs outside them are not served (default: not restricted)")
 	fs.StringVar(&o.IPFamily, "ip-family", "", "ipv4, ipv6 or dual (default: the families the node has)")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "SNAT all Service traffic")

@@ -8,6 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // badAddressNode is node n1 with one good address per family, and a zoned,
@@ -85,14 +88,6 @@ func TestBadNodeAddressIsAWarning(t *testing.T) {
 // TestNodeAddressesFollowTheNode: the NodePort addresses are the Node's
 // current ones; --node-ip overrides them.
 func TestNodeAddressesFollowTheNode(t *testing.T) {
-	node := func(addrs ...string) *v1.Node {
-		n := &v1.Node{}
-		n.Name = "n1"
-		for _, a := range addrs {
-			n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: a})
-		}
-		return n
-	}
 	a1, a2 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
 	backend := &fakeBackend{family: v1.IPv4Protocol}
 	p := testProxy(backend)
@@ -117,4 +112,42 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 			t.Errorf("Node %v, --node-ip %v: NodePort addresses (-want +got):\n%s", step.node.Status.Addresses, step.nodeIPs, diff)
 		}
 	}
+}
+
+// TestNodeAddressWarningsOnChange: the State warns about a Node's bad
+// addresses when they change, not each time the same Node comes again.
+func TestNodeAddressWarningsOnChange(t *testing.T) {
+	s := NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{})
+	zoned := `Node n1: InternalIP address "fe80::1%eth0" has a zone: skipped`
+	for _, step := range []struct {
+		name     string
+		record   func() []svcproxy.Warning
+		warnings []string
+	}{
+		{"first", func() []svcproxy.Warning { return s.Replace(nil, nil, []*v1.Node{node("fe80::1%eth0", "198.18.0.1")}) }, []string{zoned}},
+		{"same again", func() []svcproxy.Warning { return s.Replace(nil, nil, []*v1.Node{node("fe80::1%eth0", "198.18.0.1")}) }, nil},
+		{"same by update", func() []svcproxy.Warning { return s.UpdateNode(node("fe80::1%eth0", "198.18.0.1")) }, nil},
+		{"another node", func() []svcproxy.Warning { return s.UpdateNode(&v1.Node{}) }, nil},
+		{"changed", func() []svcproxy.Warning { return s.UpdateNode(node("fe80::1%eth0")) }, []string{zoned}},
+		{"gone", func() []svcproxy.Warning { return s.Replace(nil, nil, nil) }, nil},
+		{"back", func() []svcproxy.Warning { return s.UpdateNode(node("fe80::1%eth0")) }, []string{zoned}},
+	} {
+		var got []string
+		for _, w := range step.record() {
+			got = append(got, w.String())
+		}
+		if diff := cmp.Diff(step.warnings, got); diff != "" {
+			t.Errorf("%s: warnings (-want +got):\n%s", step.name, diff)
+		}
+	}
+}
+
+// node is node n1 with the given InternalIP addresses.
+func node(addrs ...string) *v1.Node {
+	n := &v1.Node{}
+	n.Name = "n1"
+	for _, a := range addrs {
+		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: a})
+	}
+	return n
 }

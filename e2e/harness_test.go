@@ -125,6 +125,8 @@ type proxy struct {
 	dir     string
 	proc    *netns.Proc
 	log     *logBuffer
+	// nodeObj is the proxy's Node in the manifests.
+	nodeObj *v1.Node
 }
 
 const nodeName = "node-a"
@@ -141,18 +143,40 @@ func nodeObject() *v1.Node {
 // cluster's node, for IPv4 and IPv6, and waits for its first sync.
 func startProxy(t *testing.T, c *netns.Cluster, backend string, objs ...any) *proxy {
 	t.Helper()
-	p := &proxy{t: t, backend: backend, node: c.Node, dir: t.TempDir(), log: &logBuffer{}}
+	return startProxyWith(t, c, backend, proxySetup{}, objs...)
+}
+
+// proxySetup changes what startProxyWith gives the proxy.
+type proxySetup struct {
+	// node replaces nodeObject() in the manifests when set.
+	node *v1.Node
+	// noNodeIP leaves --node-ip out: the proxy takes the Node's addresses.
+	noNodeIP bool
+	// args are added to the command line.
+	args []string
+}
+
+// startProxyWith is startProxy with the changes of setup.
+func startProxyWith(t *testing.T, c *netns.Cluster, backend string, setup proxySetup, objs ...any) *proxy {
+	t.Helper()
+	p := &proxy{t: t, backend: backend, node: c.Node, dir: t.TempDir(), log: &logBuffer{}, nodeObj: setup.node}
+	if p.nodeObj == nil {
+		p.nodeObj = nodeObject()
+	}
 	p.write(objs...)
 	args := []string{
 		"--manifests", p.dir,
 		"--node-name", nodeName,
-		"--node-ip", c.Node.IPv4.String() + "," + c.Node.IPv6.String(),
 		"--cluster-cidr", netns.PodCIDR4.String() + "," + netns.PodCIDR6.String(),
 		"--ip-family", "dual",
 		"--min-sync-period", "50ms",
 		"--metrics-bind-address", "",
 		"--healthz-bind-address", netip.AddrPortFrom(c.Node.IPv4, 10256).String(),
 	}
+	if !setup.noNodeIP {
+		args = append(args, "--node-ip", c.Node.IPv4.String()+","+c.Node.IPv6.String())
+	}
+	args = append(args, setup.args...)
 	cmd := c.Node.Command(context.Background(), proxyBinary(t, backend), args...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	proc, err := c.Node.Start(cmd)
@@ -214,7 +238,7 @@ func (p *proxy) update(objs ...any) {
 func (p *proxy) write(objs ...any) {
 	p.t.Helper()
 	var docs []string
-	for _, o := range append([]any{nodeObject()}, objs...) {
+	for _, o := range append([]any{p.nodeObj}, objs...) {
 		data, err := yaml.Marshal(o)
 		if err != nil {
 			p.t.Fatal(err)

@@ -30,7 +30,10 @@ type Config struct {
 	// masqueraded; 0 means DefaultMasqueradeMark.
 	MasqueradeMark uint32
 	// NodePortAddresses are the addresses of Family on which NodePorts are
-	// served; empty means every local address.
+	// served; empty means every local address. NewBuilder refuses an
+	// address that is invalid, has a zone or is of another family: this is
+	// configuration. NodeAddresses takes them from a Node object, skipping
+	// the unusable ones with a warning instead.
 	NodePortAddresses []netip.Addr
 	// LocalhostNodePorts serves NodePorts on 127.0.0.0/8 too (IPv4 only;
 	// kube-proxy's iptables default is on, its nftables default off).

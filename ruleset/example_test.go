@@ -134,3 +134,25 @@ func ExampleDiff() {
 	// full sync needed: false
 	// nothing to do next time: true
 }
+
+// NodeAddresses fills Config.NodePortAddresses from a Node object: an
+// address NewBuilder would refuse is skipped with a warning instead.
+func ExampleNodeAddresses() {
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
+			{Type: v1.NodeInternalIP, Address: "fe80::1%eth0"},
+			{Type: v1.NodeInternalIP, Address: "2001:db8::10"},
+			{Type: v1.NodeHostName, Address: "node-a"},
+		}},
+	}
+	addrs, warnings := ruleset.NodeAddresses(node, v1.IPv6Protocol)
+	for _, w := range warnings {
+		fmt.Println("warning:", w)
+	}
+	b, err := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv6Protocol, NodePortAddresses: addrs})
+	fmt.Println(addrs, b != nil, err)
+	// Output:
+	// warning: Node node-a: InternalIP address "fe80::1%eth0" has a zone: skipped
+	// [2001:db8::10] true <nil>
+}

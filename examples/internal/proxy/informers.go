@@ -76,8 +76,8 @@ func watchAPI(ctx context.Context, client kubernetes.Interface, state *State, no
 			},
 		}},
 		{nodeFactory.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { onNode(state, obj) },
-			UpdateFunc: func(_, obj any) { onNode(state, obj) },
+			AddFunc:    func(obj any) { onNode(state, obj, warn) },
+			UpdateFunc: func(_, obj any) { onNode(state, obj, warn) },
 		}},
 	}
 	for _, h := range handlers {
@@ -125,9 +125,9 @@ func onSlice(state *State, obj any, warn func([]svcproxy.Warning)) {
 	}
 }
 
-func onNode(state *State, obj any) {
+func onNode(state *State, obj any, warn func([]svcproxy.Warning)) {
 	if n, ok := obj.(*v1.Node); ok {
-		state.UpdateNode(n)
+		warn(state.UpdateNode(n))
 	}
 }
 

@@ -29,6 +29,9 @@ type Options struct {
 	Cleanup        bool
 	MetricsAddress string
 	HealthzAddress string
+	// AllowedExternalIPs restricts the externalIPs served to these
+	// networks; empty means not restricted.
+	AllowedExternalIPs []netip.Prefix
 }
 
 // ParseOptions parses the command line (without the program name).
@@ -37,12 +40,13 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	hostname, _ := os.Hostname()
-	var clusterCIDRs, nodeIPs string
+	var clusterCIDRs, nodeIPs, allowedExternalIPs string
 	fs.StringVar(&o.Manifests, "manifests", "", "YAML or JSON file, or directory of them, holding Services, EndpointSlices and Nodes (watched for changes)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of an API server to watch instead of --manifests")
 	fs.StringVar(&o.NodeName, "node-name", hostname, "this node's name")
 	fs.StringVar(&clusterCIDRs, "cluster-cidr", "", "pod CIDRs, comma-separated, one per family: traffic to cluster IPs from outside them is masqueraded")
-	fs.StringVar(&nodeIPs, "node-ip", "", "addresses on which NodePorts are served, comma-separated (default: the node's addresses)")
+	fs.StringVar(&nodeIPs, "node-ip", "", "addresses on which NodePorts and health check node ports are served, comma-separated (default: the node's addresses)")
+	fs.StringVar(&allowedExternalIPs, "allowed-external-ips", "", "CIDRs, comma-separated: Services' externalIPs outside them are not served (default: not restricted)")
 	fs.StringVar(&o.IPFamily, "ip-family", "", "ipv4, ipv6 or dual (default: the families the node has)")
 	fs.BoolVar(&o.MasqueradeAll, "masquerade-all", false, "SNAT all Service traffic")
 	fs.DurationVar(&o.SyncPeriod, "sync-period", 30*time.Second, "full resync at least this often")
@@ -58,20 +62,8 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	var err error
-	if o.ClusterCIDRs, err = parseList(clusterCIDRs, netip.ParsePrefix); err != nil {
-		return nil, fmt.Errorf("--cluster-cidr: %w", err)
-	}
-	for i, p := range o.ClusterCIDRs {
-		o.ClusterCIDRs[i] = p.Masked()
-	}
-	if o.NodeIPs, err = parseList(nodeIPs, netip.ParseAddr); err != nil {
-		return nil, fmt.Errorf("--node-ip: %w", err)
-	}
-	switch o.IPFamily {
-	case "", "ipv4", "ipv6", "dual":
-	default:
-		return nil, fmt.Errorf("--ip-family: %q is not ipv4, ipv6 or dual", o.IPFamily)
+	if err := o.parseAddresses(clusterCIDRs, nodeIPs, allowedExternalIPs); err != nil {
+		return nil, err
 	}
 	if o.Cleanup {
 		return o, nil
@@ -89,6 +81,83 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 		return nil, fmt.Errorf("need 0 <= --min-sync-period (%v) <= --sync-period (%v), sync-period > 0", o.MinSyncPeriod, o.SyncPeriod)
 	}
 	return o, nil
+}
+
+// parseAddresses parses and checks the flags that hold addresses, and
+// --ip-family, which they must agree with.
+func (o *Options) parseAddresses(clusterCIDRs, nodeIPs, allowedExternalIPs string) error {
+	switch o.IPFamily {
+	case "", "ipv4", "ipv6", "dual":
+	default:
+		return fmt.Errorf("--ip-family: %q is not ipv4, ipv6 or dual", o.IPFamily)
+	}
+	var err error
+	if o.ClusterCIDRs, err = parseList(clusterCIDRs, parseMaskedPrefix); err != nil {
+		return fmt.Errorf("--cluster-cidr: %w", err)
+	}
+	if err := onePerFamily(o.ClusterCIDRs); err != nil {
+		return fmt.Errorf("--cluster-cidr: %w", err)
+	}
+	if o.NodeIPs, err = parseList(nodeIPs, parseNodeIP); err != nil {
+		return fmt.Errorf("--node-ip: %w", err)
+	}
+	for _, a := range o.NodeIPs {
+		if !o.servesFamily(a) {
+			return fmt.Errorf("--node-ip: %s is not of --ip-family %s", a, o.IPFamily)
+		}
+	}
+	if o.AllowedExternalIPs, err = parseList(allowedExternalIPs, parseMaskedPrefix); err != nil {
+		return fmt.Errorf("--allowed-external-ips: %w", err)
+	}
+	return nil
+}
+
+// parseNodeIP parses an address that can serve NodePorts: unicast, without
+// a zone; an IPv4-mapped IPv6 address is the IPv4 address it holds.
+func parseNodeIP(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return netip.Addr{}, err
+	case a.Zone() != "":
+		return netip.Addr{}, fmt.Errorf("%s has a zone: NodePorts are served on addresses without one", s)
+	case a.IsUnspecified() || a.IsMulticast():
+		return netip.Addr{}, fmt.Errorf("%s is not a unicast address", s)
+	}
+	return a.Unmap(), nil
+}
+
+func parseMaskedPrefix(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	return p.Masked(), err
+}
+
+// onePerFamily reports a second prefix of one family.
+func onePerFamily(prefixes []netip.Prefix) error {
+	var seen4, seen6 bool
+	for _, p := range prefixes {
+		seen := &seen6
+		if p.Addr().Is4() {
+			seen = &seen4
+		}
+		if *seen {
+			return fmt.Errorf("%s: at most one CIDR per IP family", p)
+		}
+		*seen = true
+	}
+	return nil
+}
+
+// servesFamily reports whether --ip-family allows a's family; when it is
+// not set, it allows both.
+func (o *Options) servesFamily(a netip.Addr) bool {
+	switch o.IPFamily {
+	case "ipv4":
+		return a.Is4()
+	case "ipv6":
+		return !a.Is4()
+	}
+	return true
 }
 
 func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {

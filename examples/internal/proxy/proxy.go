@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
@@ -121,11 +120,11 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "bad manifests: %v\n", err)
 			return exitBadArgs
 		}
-		p.nodeIPs = opts.NodeIPs
-		if len(p.nodeIPs) == 0 {
-			p.nodeIPs = nodeAddresses(objs.Nodes, opts.NodeName)
+		hints := opts.NodeIPs
+		if len(hints) == 0 {
+			hints = nodeAddresses(objs.Nodes, opts.NodeName)
 		}
-		p.state = NewState(opts.families(familyHints(p.nodeIPs)), opts.NodeName, servicemap.Filter{})
+		p.state = NewState(opts.families(familyHints(hints)), opts.NodeName, servicemap.Filter{})
 		p.logWarnings(append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...))
 		return exitOK
 	}
@@ -134,16 +133,16 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitBadArgs
 	}
-	p.nodeIPs = opts.NodeIPs
-	if len(p.nodeIPs) == 0 {
+	hints := opts.NodeIPs
+	if len(hints) == 0 {
 		node, err := client.CoreV1().Nodes().Get(ctx, opts.NodeName, metav1.GetOptions{})
 		if err != nil {
 			p.log.Warn("cannot read this node's addresses", "node", opts.NodeName, "err", err)
 		} else {
-			p.nodeIPs = nodeAddresses([]*v1.Node{node}, opts.NodeName)
+			hints = nodeAddresses([]*v1.Node{node}, opts.NodeName)
 		}
 	}
-	p.state = NewState(opts.families(familyHints(p.nodeIPs)), opts.NodeName, servicemap.Filter{})
+	p.state = NewState(opts.families(familyHints(hints)), opts.NodeName, servicemap.Filter{})
 	if err := watchAPI(ctx, client, p.state, opts.NodeName, p.loop.Request, p.logWarnings); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
@@ -169,45 +168,6 @@ func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) in
 	return code
 }
 
-// familyHints are the addresses that tell which IP families the node has:
-// its known addresses, else the global unicast addresses of this host's
-// interfaces.
-func familyHints(nodeIPs []netip.Addr) []netip.Addr {
-	if len(nodeIPs) > 0 {
-		return nodeIPs
-	}
-	ifaddrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil
-	}
-	var addrs []netip.Addr
-	for _, a := range ifaddrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().IsGlobalUnicast() {
-			addrs = append(addrs, p.Addr())
-		}
-	}
-	return addrs
-}
-
-// nodeAddresses are the addresses of the named Node in the manifests.
-func nodeAddresses(nodes []*v1.Node, name string) []netip.Addr {
-	var addrs []netip.Addr
-	for _, n := range nodes {
-		if n.Name != name {
-			continue
-		}
-		for _, a := range n.Status.Addresses {
-			if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
-				continue
-			}
-			if ip, err := netip.ParseAddr(a.Address); err == nil {
-				addrs = append(addrs, ip)
-			}
-		}
-	}
-	return addrs
-}
-
 type proxy struct {
 	mode      Mode
 	opts      *Options
@@ -215,7 +175,6 @@ type proxy struct {
 	metrics   *metrics
 	state     *State
 	loop      *Loop
-	nodeIPs   []netip.Addr
 	families  []v1.IPFamily
 	executors map[v1.IPFamily]Executor
 	// cleaner deletes stale conntrack entries; nil in dry runs and when
@@ -260,16 +219,10 @@ func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) 
 		// hints trafficDistribution asks for.
 		ComputeHints: p.opts.Manifests != "",
 	}
-	for _, c := range p.opts.ClusterCIDRs {
-		if c.Addr().Is4() == (f == v1.IPv4Protocol) {
-			cfg.ClusterCIDRs = append(cfg.ClusterCIDRs, c)
-		}
-	}
-	for _, a := range p.nodeIPs {
-		if a.Is4() == (f == v1.IPv4Protocol) {
-			cfg.NodePortAddresses = append(cfg.NodePortAddresses, a)
-		}
-	}
+	cfg.ClusterCIDRs = ofFamily(p.opts.ClusterCIDRs, f)
+	cfg.RestrictExternalIPs = len(p.opts.AllowedExternalIPs) > 0
+	cfg.AllowedExternalIPs = ofFamily(p.opts.AllowedExternalIPs, f)
+	cfg.NodePortAddresses = ofFamily(p.nodePortAddresses(snap), f)
 	return ruleset.NewBuilder(cfg)
 }
 
@@ -354,7 +307,7 @@ func (p *proxy) sync(ctx context.Context) error {
 	}
 	p.pendingTriggers = p.pendingTriggers[:0]
 	if p.health != nil {
-		p.health.update(rulesets)
+		p.health.update(rulesets, p.nodePortAddresses(snap))
 	}
 	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", anyFull, "duration", end.Sub(start))
 	return nil
@@ -412,7 +365,7 @@ func (p *proxy) logBuildWarnings(warnings []svcproxy.Warning) {
 // is done.
 func (p *proxy) serve(ctx context.Context) int {
 	p.lastSuccess.Store(time.Now().UnixNano())
-	p.health = newHealthServers(p.log)
+	p.health = newHealthServers(p.log, p.opts.Manifests != "")
 	defer p.health.close()
 	servers, err := p.startServers()
 	if err != nil {

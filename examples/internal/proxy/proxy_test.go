@@ -246,7 +246,7 @@ func TestHealthzFollowsLastSync(t *testing.T) {
 }
 
 func TestHealthCheckNodePortAnswers(t *testing.T) {
-	h := newHealthServers(discardLogger())
+	h := newHealthServers(discardLogger(), false)
 	h.servers[30256] = &healthServer{local: 2}
 	h.servers[30257] = &healthServer{local: 0}
 	for port, want := range map[uint16]int{30256: 200, 30257: 503} {

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"net/netip"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -10,19 +12,25 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
 )
 
 // State holds the change trackers of every IP family the proxy serves and
-// the proxy's node. Sources write to it; the sync loop takes snapshots. It
-// is safe for concurrent use.
+// the proxy's node: its zone and its addresses of those families. Sources
+// write to it; the sync loop takes snapshots. It is safe for concurrent use.
 type State struct {
 	mu       sync.Mutex
 	nodeName string
+	families []v1.IPFamily
 	node     topology.Node
-	services map[v1.IPFamily]*servicemap.Tracker
-	slices   map[v1.IPFamily]*endpoints.Tracker
+	// nodeAddrs are the usable addresses of the node, from nodeAddrsFrom,
+	// the Node's addresses as last recorded.
+	nodeAddrs     []netip.Addr
+	nodeAddrsFrom []v1.NodeAddress
+	services      map[v1.IPFamily]*servicemap.Tracker
+	slices        map[v1.IPFamily]*endpoints.Tracker
 	// known is what the last Replace saw, to turn a new full set of objects
 	// into deletes.
 	knownServices, knownSlices map[types.NamespacedName]bool
@@ -35,6 +43,7 @@ type State struct {
 func NewState(families []v1.IPFamily, nodeName string, filter servicemap.Filter) *State {
 	s := &State{
 		nodeName:      nodeName,
+		families:      slices.Clone(families),
 		node:          topology.Node{Name: nodeName},
 		services:      map[v1.IPFamily]*servicemap.Tracker{},
 		slices:        map[v1.IPFamily]*endpoints.Tracker{},
@@ -102,14 +111,33 @@ func (s *State) DeleteSlice(namespace, name string) {
 	}
 }
 
-// UpdateNode records the proxy's own Node; other nodes are ignored.
-func (s *State) UpdateNode(n *v1.Node) {
+// UpdateNode records the proxy's own Node; other nodes are ignored. It
+// warns about the Node's addresses that cannot serve NodePorts (see
+// ruleset.NodeAddresses) when they changed since the Node was last recorded.
+func (s *State) UpdateNode(n *v1.Node) []svcproxy.Warning {
 	if n == nil || n.Name != s.nodeName {
-		return
+		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.node = topology.NodeFromObject(n)
+	return s.recordNode(n)
+}
+
+// recordNode records the proxy's Node, or its absence when n is nil.
+func (s *State) recordNode(n *v1.Node) []svcproxy.Warning {
+	s.node = topology.Node{Name: s.nodeName}
+	var addresses []v1.NodeAddress
+	if n != nil {
+		s.node = topology.NodeFromObject(n)
+		addresses = n.Status.Addresses
+	}
+	if slices.Equal(addresses, s.nodeAddrsFrom) {
+		return nil
+	}
+	s.nodeAddrsFrom = slices.Clone(addresses)
+	var warnings []svcproxy.Warning
+	s.nodeAddrs, warnings = ruleset.NodeAddresses(n, s.families...)
+	return warnings
 }
 
 // Replace makes the State hold exactly the given objects: what is new or
@@ -133,14 +161,13 @@ func (s *State) Replace(services []*v1.Service, slices []*discovery.EndpointSlic
 		}
 	})
 
-	node := topology.Node{Name: s.nodeName}
+	var node *v1.Node
 	for _, n := range nodes {
 		if n.Name == s.nodeName {
-			node = topology.NodeFromObject(n)
+			node = n
 		}
 	}
-	s.node = node
-	return warnings
+	return append(warnings, s.recordNode(node)...)
 }
 
 // replace updates every object of objs and deletes every key of known that
@@ -161,7 +188,10 @@ func replace[T metav1.Object](known map[types.NamespacedName]bool, objs []T, upd
 
 // snapshot is what one sync works from.
 type snapshot struct {
-	node         topology.Node
+	node topology.Node
+	// nodeAddrs are the node's addresses of the families served, from its
+	// Node object; nil when it has none.
+	nodeAddrs    []netip.Addr
 	families     map[v1.IPFamily]familySnapshot
 	triggerTimes []string
 }
@@ -190,7 +220,7 @@ func (s *State) Pending() (services, endpoints int) {
 func (s *State) snapshot() snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := snapshot{node: s.node, families: map[v1.IPFamily]familySnapshot{}}
+	snap := snapshot{node: s.node, nodeAddrs: s.nodeAddrs, families: map[v1.IPFamily]familySnapshot{}}
 	for f := range s.services {
 		var fs familySnapshot
 		fs.services, fs.serviceChanges = s.services[f].Snapshot()

@@ -50,12 +50,10 @@ type ExecutorConfig struct {
 	// Netlink applies incremental syncs through a netfilter netlink socket
 	// of the Executor's own instead of nft, which reads every chain and set
 	// of the table before each transaction: a change then costs what the
-	// kernel's commit of it costs (at 10,000 Services on a small VM about
-	// 0.15 s for one that adds rules, as the kernel checks the whole
-	// table's jumps, and 6 ms for one that only removes) instead of nft's
-	// 2 s. NewExecutor opens the socket in the network namespace of the
-	// calling thread, which must be the one nft works in; Close closes it.
-	// Changes the netlink encoder does not know still go through nft
+	// kernel's commit of it costs, not nft's reading of the table.
+	// NewExecutor opens the socket in the network namespace of the calling
+	// thread, which must be the one nft works in; Close closes it. Changes
+	// the netlink encoder does not know still go through nft
 	// (SyncResult.NotNetlink). A first sync makes the table, its base
 	// chains and maps with nft and adds the Service ports over netlink in
 	// chunks of FirstSyncChunk; a full sync of an existing table (after a
@@ -72,10 +70,9 @@ const DefaultFirstSyncChunk = 1000
 
 // DefaultNetlinkFirstSyncChunk is the number of Service ports per
 // transaction of a first sync over netlink. The kernel's work per
-// transaction grows with its size (binding each anonymous set walks the
-// transaction) and each commit checks the whole table: at 10,000 Services
-// chunks of 150–500 took 20–25% less time than chunks of 1,000
-// (BENCHMARKS.md).
+// transaction grows faster than its size (binding each anonymous set walks
+// the transaction) while each commit checks the whole table, so a middle
+// size is fastest (BENCHMARKS.md has the measurements).
 const DefaultNetlinkFirstSyncChunk = 250
 
 // Executor applies Rulesets of one IP family to one nftables table through
@@ -349,11 +346,11 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 		return SyncResult{Full: true, Operations: tx.NumOperations(), StaleChains: len(e.stale), Warnings: r.Warnings}, nil
 	}
 	// A new table: nothing to keep serving while it fills, so in chunks,
-	// which the kernel applies much faster than one transaction. The first
-	// makes the table, its base chains and maps, which only nft writes;
-	// the others hold Service ports only, which go over netlink when the
-	// Executor has a socket, without nft reading the growing table before
-	// each one.
+	// as the kernel's time per transaction grows faster than its size. The
+	// first makes the table, its base chains and maps, which only nft
+	// writes; the others hold Service ports only, which go over netlink
+	// when the Executor has a socket, without nft reading the growing table
+	// before each one.
 	chunks, r, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
 	if err != nil {
 		return SyncResult{Full: true}, err
@@ -379,9 +376,8 @@ func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what str
 }
 
 // listAll lists the table's chains, sets and maps: over netlink when the
-// Executor has a socket (nft's listing reads every rule too, which made a
-// resync at 10,000 Services 35 s slower: BENCHMARKS.md, runs F and G),
-// through nft otherwise or if that fails.
+// Executor has a socket (nft's listing reads every rule too), through nft
+// otherwise or if that fails.
 func (e *Executor) listAll(ctx context.Context) (map[string][]string, error) {
 	if e.nl != nil {
 		if names, err := e.nl.ListNames(newEncoder(Family(e.cfg.Family)).family, e.table); err == nil {

@@ -33,162 +33,226 @@ func RenderChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts Op
 }
 
 func renderChanges(tx txWriter, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
-	if old == nil {
-		return Result{}, fmt.Errorf("%w: no previous ruleset", ErrFullSyncNeeded)
-	}
-	diff := ruleset.Diff(old, new)
-	if diff.ConfigChanged {
-		return Result{}, fmt.Errorf("%w: the ruleset config changed", ErrFullSyncNeeded)
-	}
-	r, err := newRenderer(new.Config(), opts)
+	var res Result
+	p, err := planChanges(old, new, opts, &res)
 	if err != nil {
 		return Result{}, err
 	}
-	var res Result
+	p.write(tx, p.changes, p.keys, &res)
+	p.deleteStaleChains(tx, deleteChains, &res)
+	return res, nil
+}
 
+// portChange is how one changed Service port's objects differ.
+type portChange struct {
+	// newService is the port in the new Ruleset; nil when it is not there
+	// or not rendered (an unsafe name).
+	newService           *ruleset.Service
+	oldChains, newChains []chainDef
+	oldSets, newSets     []setDef
+	// recreated: an affinity set changes (its timeout), so it is deleted
+	// and added again, and every chain that refers to it must be flushed
+	// first and written again.
+	recreated bool
+}
+
+// changePlan is what RenderChanges works out before it writes anything:
+// the changed Service ports, the map and set elements they touch, and who
+// owns each of those before and after.
+type changePlan struct {
+	r       *renderer
+	new     *ruleset.Ruleset
+	changes []portChange
+	// keys are the elements the changed ports have in either Ruleset, in
+	// the order they were first met.
+	keys []elemKey
+	// oldClaims and newClaims are the owners of keys in each Ruleset: the
+	// first Service port, in name order, that claims the element.
+	oldClaims, newClaims map[elemKey]claim
+}
+
+// planChanges works out the changes from old to new. It returns
+// ErrFullSyncNeeded when old is nil or was built with another Config, and
+// adds to res the warnings of the changed ports whose names are unsafe.
+func planChanges(old, new *ruleset.Ruleset, opts Options, res *Result) (*changePlan, error) {
+	if old == nil {
+		return nil, fmt.Errorf("%w: no previous ruleset", ErrFullSyncNeeded)
+	}
+	diff := ruleset.Diff(old, new)
+	if diff.ConfigChanged {
+		return nil, fmt.Errorf("%w: the ruleset config changed", ErrFullSyncNeeded)
+	}
+	r, err := newRenderer(new.Config(), opts)
+	if err != nil {
+		return nil, err
+	}
 	names := slices.Concat(diff.Added, diff.Changed, diff.Removed)
 	slices.SortFunc(names, servicemap.PortName.Compare)
 
-	type change struct {
-		after                *ruleset.Service
-		oldChains, newChains []chainDef
-		oldSets, newSets     []setDef
-		// recreated: an affinity set changes (its timeout), so it is
-		// deleted and added again, and every chain that refers to it
-		// must be flushed first and written again.
-		recreated bool
-	}
-	changes := make([]change, 0, len(names))
+	p := &changePlan{r: r, new: new, changes: make([]portChange, 0, len(names))}
 	touched := map[elemKey]bool{}
-	var order []elemKey
 	touch := func(k elemKey, _ verdict) {
 		if !touched[k] {
 			touched[k] = true
-			order = append(order, k)
+			p.keys = append(p.keys, k)
 		}
 	}
 	for _, name := range names {
-		var c change
-		if s, ok := old.Service(name); ok && safeName(name) {
-			c.oldChains = r.chains(s)
-			c.oldSets = r.affinitySets(s)
+		p.changes = append(p.changes, p.portChange(old, name, touch, res))
+	}
+	p.oldClaims = owners(r, old, p.keys)
+	p.newClaims = owners(r, new, p.keys)
+	return p, nil
+}
+
+// portChange works out the change of the port name, calling touch with the
+// elements it has in either Ruleset.
+func (p *changePlan) portChange(old *ruleset.Ruleset, name servicemap.PortName, touch func(elemKey, verdict), res *Result) portChange {
+	r := p.r
+	var c portChange
+	if s, ok := old.Service(name); ok && safeName(name) {
+		c.oldChains = r.chains(s)
+		c.oldSets = r.affinitySets(s)
+		r.elements(s, touch)
+	}
+	if s, ok := p.new.Service(name); ok {
+		if !safeName(name) {
+			res.Warnings = append(res.Warnings, unsafeWarning(s))
+		} else {
+			c.newService = s
+			c.newChains = r.chains(s)
+			c.newSets = r.affinitySets(s)
 			r.elements(s, touch)
 		}
-		if s, ok := new.Service(name); ok {
-			if !safeName(name) {
-				res.Warnings = append(res.Warnings, unsafeWarning(s))
-			} else {
-				c.after = s
-				c.newChains = r.chains(s)
-				c.newSets = r.affinitySets(s)
-				r.elements(s, touch)
-			}
-		}
-		oldSets := setsByName(c.oldSets)
-		for _, set := range c.newSets {
-			if o, ok := oldSets[set.name]; ok && o != set {
-				c.recreated = true
-			}
-		}
-		changes = append(changes, c)
 	}
+	oldSets := setsByName(c.oldSets)
+	for _, set := range c.newSets {
+		if o, ok := oldSets[set.name]; ok && o != set {
+			c.recreated = true
+		}
+	}
+	return c
+}
 
-	// Who owns each touched element before and after: the first Service
-	// port, in name order, that claims it.
-	oldClaims := owners(r, old, order)
-	newClaims := owners(r, new, order)
-
-	// Phase 1: remove what refers to objects that change: flush the chains
-	// whose rules change (or that go away), delete the elements that change
-	// or go away.
+// write adds the operations of changes, whose elements are keys, in an
+// order the kernel accepts in one transaction: first what refers to
+// objects that change goes (flushed chains, deleted elements), then the
+// affinity sets that go away or change, then the new objects and the rules
+// of new and changed chains, then the new and changed elements.
+func (p *changePlan) write(tx txWriter, changes []portChange, keys []elemKey, res *Result) {
 	for i := range changes {
-		c := &changes[i]
-		newChains := chainsByName(c.newChains)
-		for _, oc := range c.oldChains {
-			nc, kept := newChains[oc.name]
-			if kept && !c.recreated && slices.Equal(oc.rules, nc.rules) {
-				continue
-			}
-			tx.Flush(r.chain(oc.name))
-			if !kept {
-				res.Stale = append(res.Stale, oc.name)
-			}
+		p.flushChangedChains(tx, &changes[i], res)
+	}
+	p.deleteChangedElements(tx, keys)
+	for i := range changes {
+		p.deleteChangedSets(tx, &changes[i])
+	}
+	for i := range changes {
+		p.addNewObjects(tx, &changes[i], res)
+	}
+	p.addChangedElements(tx, keys)
+}
+
+// flushChangedChains flushes the chains of c whose rules change or that go
+// away; those that go away are stale.
+func (p *changePlan) flushChangedChains(tx txWriter, c *portChange, res *Result) {
+	newChains := chainsByName(c.newChains)
+	for _, oc := range c.oldChains {
+		nc, kept := newChains[oc.name]
+		if kept && !c.recreated && slices.Equal(oc.rules, nc.rules) {
+			continue
+		}
+		tx.Flush(p.r.chain(oc.name))
+		if !kept {
+			res.Stale = append(res.Stale, oc.name)
 		}
 	}
-	for _, k := range order {
-		o, hadOld := oldClaims[k]
-		n, hasNew := newClaims[k]
+}
+
+// deleteChangedElements deletes the elements of keys that go away or whose
+// owner or verdict changes.
+func (p *changePlan) deleteChangedElements(tx txWriter, keys []elemKey) {
+	for _, k := range keys {
+		o, hadOld := p.oldClaims[k]
+		n, hasNew := p.newClaims[k]
 		if hadOld && !(hasNew && o.same(n)) {
-			tx.Delete(r.elementKey(k))
+			tx.Delete(p.r.elementKey(k))
 		}
 	}
+}
 
-	// Phase 2: affinity sets that go away or change.
-	for i := range changes {
-		c := &changes[i]
-		newSets := setsByName(c.newSets)
-		for _, s := range c.oldSets {
-			if n, ok := newSets[s.name]; !ok || n != s {
-				tx.Delete(&knftables.Set{Family: r.family, Table: r.table, Name: s.name})
-			}
+// deleteChangedSets deletes the affinity sets of c that go away or change.
+func (p *changePlan) deleteChangedSets(tx txWriter, c *portChange) {
+	newSets := setsByName(c.newSets)
+	for _, s := range c.oldSets {
+		if n, ok := newSets[s.name]; !ok || n != s {
+			tx.Delete(&knftables.Set{Family: p.r.family, Table: p.r.table, Name: s.name})
 		}
 	}
+}
 
-	// Phase 3: new objects, then the rules of new and changed chains.
-	for i := range changes {
-		c := &changes[i]
-		oldSets := setsByName(c.oldSets)
-		for _, s := range c.newSets {
-			if o, ok := oldSets[s.name]; !ok || o != s {
-				tx.Add(r.set(s))
-			}
-		}
-		// A chain the old state did not use does not exist, or is a
-		// stale one, flushed already.
-		oldChains := chainsByName(c.oldChains)
-		for _, nc := range c.newChains {
-			if _, ok := oldChains[nc.name]; !ok {
-				tx.Add(r.chain(nc.name))
-			}
-		}
-		for _, nc := range c.newChains {
-			oc, ok := oldChains[nc.name]
-			if ok && !c.recreated && slices.Equal(oc.rules, nc.rules) {
-				continue
-			}
-			r.writeRules(tx, nc)
-		}
-		if c.after != nil {
-			r.elements(c.after, func(k elemKey, _ verdict) {
-				if owner := newClaims[k].owner; k.c != cClusterIPs && owner != nil && owner != c.after {
-					res.Warnings = append(res.Warnings, conflictWarning(c.after, k, owner))
-				}
-			})
+// addNewObjects adds the new and changed affinity sets and the new chains
+// of c, writes the rules of its new and changed chains, and reports the
+// elements it claims that another port owns.
+func (p *changePlan) addNewObjects(tx txWriter, c *portChange, res *Result) {
+	r := p.r
+	oldSets := setsByName(c.oldSets)
+	for _, s := range c.newSets {
+		if o, ok := oldSets[s.name]; !ok || o != s {
+			tx.Add(r.set(s))
 		}
 	}
+	// A chain the old state did not use does not exist, or is a stale
+	// one, flushed already.
+	oldChains := chainsByName(c.oldChains)
+	for _, nc := range c.newChains {
+		if _, ok := oldChains[nc.name]; !ok {
+			tx.Add(r.chain(nc.name))
+		}
+	}
+	for _, nc := range c.newChains {
+		oc, ok := oldChains[nc.name]
+		if ok && !c.recreated && slices.Equal(oc.rules, nc.rules) {
+			continue
+		}
+		r.writeRules(tx, nc)
+	}
+	if c.newService != nil {
+		r.elements(c.newService, func(k elemKey, _ verdict) {
+			if owner := p.newClaims[k].owner; k.in != inClusterIPs && owner != nil && owner != c.newService {
+				res.Warnings = append(res.Warnings, conflictWarning(c.newService, k, owner))
+			}
+		})
+	}
+}
 
-	// Phase 4: elements that are new or changed.
-	for _, k := range order {
-		o, hadOld := oldClaims[k]
-		n, hasNew := newClaims[k]
+// addChangedElements adds the elements of keys that are new or whose owner
+// or verdict changes.
+func (p *changePlan) addChangedElements(tx txWriter, keys []elemKey) {
+	for _, k := range keys {
+		o, hadOld := p.oldClaims[k]
+		n, hasNew := p.newClaims[k]
 		if hasNew && !(hadOld && o.same(n)) {
-			tx.Add(r.element(k, n))
+			tx.Add(p.r.element(k, n))
 		}
 	}
+}
 
-	// Phase 5: chains flushed by earlier transactions and not used again.
+// deleteStaleChains deletes the chains of deleteChains (flushed by earlier
+// transactions) that the new Ruleset does not use and that res does not
+// list as stale again.
+func (p *changePlan) deleteStaleChains(tx txWriter, deleteChains []string, res *Result) {
 	stale := map[string]bool{}
 	for _, name := range res.Stale {
 		stale[name] = true
 	}
 	for _, name := range deleteChains {
-		if stale[name] || usedBy(r, new, name) {
+		if stale[name] || usedBy(p.r, p.new, name) {
 			continue
 		}
-		tx.Delete(r.chain(name))
+		tx.Delete(p.r.chain(name))
 		res.Deleted = append(res.Deleted, name)
 	}
-	return res, nil
 }
 
 // usedBy reports whether a chain belongs to rs, by the ServicePort named in

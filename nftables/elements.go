@@ -12,29 +12,31 @@ import (
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
+// container is the map or set of the table an element belongs to.
 type container uint8
 
 const (
-	cClusterIPs container = iota
-	cServiceIPs
-	cServiceNodePorts
-	cNoEndpointServices
-	cNoEndpointNodePorts
-	cFirewallIPs
+	inClusterIPs container = iota
+	inServiceIPs
+	inServiceNodePorts
+	inNoEndpointServices
+	inNoEndpointNodePorts
+	inFirewallIPs
 )
 
+// containerNames are the names of the containers in the table.
 var containerNames = [...]string{
-	cClusterIPs:          setClusterIPs,
-	cServiceIPs:          mapServiceIPs,
-	cServiceNodePorts:    mapServiceNodePorts,
-	cNoEndpointServices:  mapNoEndpointServices,
-	cNoEndpointNodePorts: mapNoEndpointNodePorts,
-	cFirewallIPs:         mapFirewallIPs,
+	inClusterIPs:          setClusterIPs,
+	inServiceIPs:          mapServiceIPs,
+	inServiceNodePorts:    mapServiceNodePorts,
+	inNoEndpointServices:  mapNoEndpointServices,
+	inNoEndpointNodePorts: mapNoEndpointNodePorts,
+	inFirewallIPs:         mapFirewallIPs,
 }
 
 // elemKey is the key of one element in one map or set.
 type elemKey struct {
-	c     container
+	in    container
 	addr  netip.Addr
 	proto v1.Protocol
 	port  uint16
@@ -51,67 +53,67 @@ func (k elemKey) frontend() ruleset.Frontend {
 
 // compare orders element keys: by container, address, protocol, port.
 func (k elemKey) compare(o elemKey) int {
-	return cmp.Or(cmp.Compare(k.c, o.c), k.addr.Compare(o.addr), cmp.Compare(k.proto, o.proto), cmp.Compare(k.port, o.port))
+	return cmp.Or(cmp.Compare(k.in, o.in), k.addr.Compare(o.addr), cmp.Compare(k.proto, o.proto), cmp.Compare(k.port, o.port))
 }
 
 // verdict is the value of a map element, relative to its owner.
 type verdict uint8
 
 const (
-	vNone verdict = iota // a set element
-	vCluster
-	vLocal
-	vExternal
-	vFirewall
-	vReject
-	vDrop
+	verdictNone verdict = iota // a set element
+	verdictCluster
+	verdictLocal
+	verdictExternal
+	verdictFirewall
+	verdictReject
+	verdictDrop
 )
 
 // elements calls yield with each element that s puts in the maps and sets,
 // in a fixed order.
 func (r *renderer) elements(s *ruleset.Service, yield func(elemKey, verdict)) {
 	proto := s.Name.Protocol
-	yield(elemKey{c: cClusterIPs, addr: s.ClusterIP}, vNone)
+	yield(elemKey{in: inClusterIPs, addr: s.ClusterIP}, verdictNone)
 	internal := elemKey{addr: s.ClusterIP, proto: proto, port: s.Port}
 	switch {
 	case s.Internal == ruleset.RouteCluster && len(s.ClusterTargets) > 0:
-		internal.c = cServiceIPs
-		yield(internal, vCluster)
+		internal.in = inServiceIPs
+		yield(internal, verdictCluster)
 	case s.Internal == ruleset.RouteLocal && len(s.LocalTargets) > 0:
-		internal.c = cServiceIPs
-		yield(internal, vLocal)
+		internal.in = inServiceIPs
+		yield(internal, verdictLocal)
 	case s.Internal == ruleset.RouteReject:
-		internal.c = cNoEndpointServices
-		yield(internal, vReject)
+		internal.in = inNoEndpointServices
+		yield(internal, verdictReject)
 	default:
 		// RouteDrop, or (never from ruleset.Builder) a route without
 		// targets: drop rather than point at a missing chain.
-		internal.c = cNoEndpointServices
-		yield(internal, vDrop)
+		internal.in = inNoEndpointServices
+		yield(internal, verdictDrop)
 	}
 	if s.External == ruleset.RouteNone {
 		return
 	}
 	ext := r.usesExternalChain(s)
-	noEndpoints := vNone
+	noEndpoints := verdictNone
 	switch s.External {
 	case ruleset.RouteReject:
-		noEndpoints = vReject
+		noEndpoints = verdictReject
 	case ruleset.RouteDrop:
-		noEndpoints = vDrop
+		noEndpoints = verdictDrop
 	}
 	frontend := func(ip netip.Addr, lb bool) {
 		k := elemKey{addr: ip, proto: proto, port: s.Port}
 		if ext {
-			k.c = cServiceIPs
-			yield(k, vExternal)
+			k.in = inServiceIPs
+			yield(k, verdictExternal)
 		}
 		if lb && s.UsesFirewall() {
-			k.c = cFirewallIPs
-			yield(k, vFirewall)
+			k.in = inFirewallIPs
+			yield(k, verdictFirewall)
 		}
-		if noEndpoints != vNone {
-			k.c = cNoEndpointServices
+		if noEndpoints != verdictNone {
+			k.in = inNoEndpointServices
 			yield(k, noEndpoints)
 		}
 	}
@@ -124,11 +126,11 @@ func (r *renderer) elements(s *ruleset.Service, yield func(elemKey, verdict)) {
 	if s.NodePort != 0 {
 		k := elemKey{proto: proto, port: s.NodePort}
 		if ext {
-			k.c = cServiceNodePorts
-			yield(k, vExternal)
+			k.in = inServiceNodePorts
+			yield(k, verdictExternal)
 		}
-		if noEndpoints != vNone {
-			k.c = cNoEndpointNodePorts
+		if noEndpoints != verdictNone {
+			k.in = inNoEndpointNodePorts
 			yield(k, noEndpoints)
 		}
 	}
@@ -138,21 +140,21 @@ func (r *renderer) elements(s *ruleset.Service, yield func(elemKey, verdict)) {
 func (r *renderer) element(k elemKey, c claim) *knftables.Element {
 	e := r.elementKey(k)
 	base := ServiceChainBase(c.owner.Name)
-	switch c.v {
-	case vCluster:
+	switch c.verdict {
+	case verdictCluster:
 		e.Value = []string{"goto " + prefixService + base}
-	case vLocal:
+	case verdictLocal:
 		e.Value = []string{"goto " + prefixLocal + base}
-	case vExternal:
+	case verdictExternal:
 		e.Value = []string{"goto " + prefixExternal + base}
-	case vFirewall:
+	case verdictFirewall:
 		e.Value = []string{"goto " + prefixFirewall + base}
-	case vReject:
+	case verdictReject:
 		e.Value = []string{"goto " + chainReject}
-	case vDrop:
+	case verdictDrop:
 		e.Value = []string{"drop"}
 	}
-	if c.v == vReject || c.v == vDrop {
+	if c.verdict == verdictReject || c.verdict == verdictDrop {
 		// "namespace/name:port" may reach 143 bytes; nft refuses comments
 		// over 128, and with them the whole transaction.
 		name := c.owner.Name.String()
@@ -164,8 +166,8 @@ func (r *renderer) element(k elemKey, c claim) *knftables.Element {
 // elementKey renders an element with its key only, for a delete.
 func (r *renderer) elementKey(k elemKey) *knftables.Element {
 	e := &knftables.Element{Family: r.family, Table: r.table}
-	name := containerNames[k.c]
-	if k.c == cClusterIPs {
+	name := containerNames[k.in]
+	if k.in == inClusterIPs {
 		e.Set = name
 		e.Key = []string{k.addr.String()}
 		return e

@@ -66,12 +66,18 @@ func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool, keepElem
 		comment = "Service proxy rules"
 	}
 	tx.Add(&knftables.Table{Family: r.family, Name: r.table, Comment: &comment})
+	r.addFixedChains(tx, mayExist)
+	r.addFixedContainers(tx, keepElements)
+	r.addFixedRules(tx)
+	r.addNodePortRules(tx)
+}
 
+// addFixedChains adds the base chains, deleted first when they may exist (so
+// that a changed hook or priority applies: nft refuses to change them on
+// an existing chain), and the regular fixed chains, flushed.
+func (r *renderer) addFixedChains(tx txWriter, mayExist func(chain string) bool) {
 	for _, bc := range baseChains {
 		if mayExist(bc.name) {
-			// Delete and create again, so that a changed hook or
-			// priority applies: nft refuses to change them on an
-			// existing chain.
 			tx.Add(r.chain(bc.name))
 			tx.Delete(r.chain(bc.name))
 		}
@@ -87,7 +93,11 @@ func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool, keepElem
 		tx.Add(c)
 		tx.Flush(r.chain(name))
 	}
+}
 
+// addFixedContainers adds the maps and sets, flushed unless keepElements
+// (nodeport-ips, whose elements come from the Config, always).
+func (r *renderer) addFixedContainers(tx txWriter, keepElements bool) {
 	addMap := func(name, typ, comment string) {
 		tx.Add(&knftables.Map{Family: r.family, Table: r.table, Name: name, Type: typ, Comment: &comment})
 		if !keepElements {
@@ -102,9 +112,7 @@ func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool, keepElem
 	}
 	addrProtoPort := r.addrType + " . inet_proto . inet_service : verdict"
 	addSet(setClusterIPs, "Active ClusterIPs", !keepElements)
-	nodePortIPs := len(r.cfg.NodePortAddresses) > 0
-	if nodePortIPs {
-		// Its elements come from the Config and are written below.
+	if len(r.cfg.NodePortAddresses) > 0 {
 		addSet(setNodePortIPs, "IPs that accept NodePort traffic", true)
 	}
 	addMap(mapNoEndpointServices, addrProtoPort, "vmap to drop or reject packets to services with no endpoints")
@@ -112,7 +120,12 @@ func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool, keepElem
 	addMap(mapFirewallIPs, addrProtoPort, "destinations that are subject to LoadBalancerSourceRanges")
 	addMap(mapServiceIPs, addrProtoPort, "ClusterIP, ExternalIP and LoadBalancer IP traffic")
 	addMap(mapServiceNodePorts, "inet_proto . inet_service : verdict", "NodePort traffic")
+}
 
+// addFixedRules adds the rules of the fixed chains but the node-port ones:
+// the jumps from the base chains, masquerading, the cluster IP checks and
+// the map lookups.
+func (r *renderer) addFixedRules(tx txWriter) {
 	for _, j := range jumps {
 		rule := "jump " + j.to
 		if j.match != "" {
@@ -128,23 +141,26 @@ func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool, keepElem
 
 	tx.Add(r.rule(chainClusterIPsCheck, r.ipX+" daddr @"+setClusterIPs+" reject", "Reject traffic to invalid ports of ClusterIPs"))
 	if len(r.opts.ServiceCIDRs) > 0 {
-		strs := make([]string, len(r.opts.ServiceCIDRs))
+		cidrs := make([]string, len(r.opts.ServiceCIDRs))
 		for i, p := range r.opts.ServiceCIDRs {
-			strs[i] = p.Masked().String()
+			cidrs[i] = p.Masked().String()
 		}
-		tx.Add(r.rule(chainClusterIPsCheck, r.ipX+" daddr { "+strings.Join(strs, " , ")+" } drop", "Drop traffic to unallocated ClusterIPs"))
+		tx.Add(r.rule(chainClusterIPsCheck, r.ipX+" daddr { "+strings.Join(cidrs, " , ")+" } drop", "Drop traffic to unallocated ClusterIPs"))
 	}
 
 	tx.Add(r.rule(chainReject, "reject", ""))
 	tx.Add(r.rule(chainServiceEPCheck, r.ipX+" daddr . meta l4proto . th dport vmap @"+mapNoEndpointServices, ""))
 	tx.Add(r.rule(chainFirewallCheck, r.ipX+" daddr . meta l4proto . th dport vmap @"+mapFirewallIPs, ""))
 	tx.Add(r.rule(chainServices, r.ipX+" daddr . meta l4proto . th dport vmap @"+mapServiceIPs, ""))
+}
 
-	// NodePorts: on the listed node addresses, or on every local address
-	// except (unless asked) localhost.
+// addNodePortRules adds the node-port lookups: on the listed node addresses
+// (the elements of nodeport-ips), or on every local address except
+// (unless asked) localhost.
+func (r *renderer) addNodePortRules(tx txWriter) {
 	var nodeDest, nodeDestLocal string
 	switch {
-	case nodePortIPs:
+	case len(r.cfg.NodePortAddresses) > 0:
 		nodeDest = r.ipX + " daddr @" + setNodePortIPs + " "
 		nodeDestLocal = nodeDest
 	case r.localhostNodePorts():

@@ -55,9 +55,8 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 // transactions made by newTx: the first creates the table and its fixed
 // objects, each of the others adds the chains, rules and elements of at most
 // chunk Service ports. The kernel and nft take more than linear time in the
-// size of one transaction (10,000 Services × 10 endpoints: about 115 s in
-// one, 34 s in chunks of 1,000 here), but between two transactions the table
-// serves only the Service ports added so far: use it for a first sync only.
+// size of one transaction, but between two transactions the table serves
+// only the Service ports added so far: use it for a first sync only.
 // chunk < 1 means one transaction for everything.
 func RenderNew(newTx func() *knftables.Transaction, rs *ruleset.Ruleset, opts Options, chunk int) ([]*knftables.Transaction, Result, error) {
 	return renderNew(newTx, rs, opts, chunk)
@@ -166,7 +165,7 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 		}
 		r.elements(s, func(k elemKey, v verdict) {
 			if owner, dup := st.claims[k]; dup {
-				if k.c != cClusterIPs && owner != s {
+				if k.in != inClusterIPs && owner != s {
 					st.res.Warnings = append(st.res.Warnings, conflictWarning(s, k, owner))
 				}
 				return

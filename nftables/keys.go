@@ -16,14 +16,14 @@ import (
 // for the elements of other sets.
 func (r *renderer) parseElementKey(e *knftables.Element) (k elemKey, ok bool, err error) {
 	name := e.Set + e.Map
-	c := slices.Index(containerNames[:], name)
-	if c < 0 {
+	in := slices.Index(containerNames[:], name)
+	if in < 0 {
 		return elemKey{}, false, nil
 	}
-	k.c = container(c)
+	k.in = container(in)
 	addr, proto, port, err := parseKeyFields(e.Key, r.cfg.Family == v1.IPv6Protocol)
-	nodePort := k.c == cServiceNodePorts || k.c == cNoEndpointNodePorts
-	if err != nil || (k.c == cClusterIPs) != (proto == "") || nodePort == addr.IsValid() {
+	nodePort := k.in == inServiceNodePorts || k.in == inNoEndpointNodePorts
+	if err != nil || (k.in == inClusterIPs) != (proto == "") || nodePort == addr.IsValid() {
 		return elemKey{}, false, fmt.Errorf("nftables: element %q of %s: not one of ours", e.Key, name)
 	}
 	k.addr, k.port = addr, port

@@ -48,6 +48,8 @@ func newEncoder(family knftables.Family) encoder {
 	return encoder{family: nftnl.IPv4}
 }
 
+// op encodes one operation into b; it returns an error for any operation
+// outside what the netlink path knows.
 func (enc encoder) op(b *nftnl.Batch, o op) error {
 	switch obj := o.obj.(type) {
 	case *knftables.Chain:
@@ -98,36 +100,41 @@ func (enc encoder) op(b *nftnl.Batch, o op) error {
 		b.DelSet(obj.Name)
 		return nil
 	case *knftables.Element:
-		name := obj.Set + obj.Map
-		key, err := enc.elementKey(obj.Key)
-		if err != nil {
-			return fmt.Errorf("element of %s: %w", name, err)
-		}
-		switch o.verb {
-		case opAdd:
-			e := nftnl.Element{Key: key}
-			if obj.Map != "" {
-				if len(obj.Value) != 1 {
-					return fmt.Errorf("element of %s: value %q", name, obj.Value)
-				}
-				v, err := verdictOf(strings.Fields(obj.Value[0]))
-				if err != nil {
-					return fmt.Errorf("element of %s: %w", name, err)
-				}
-				e.Verdict = &v
-			}
-			if obj.Comment != nil {
-				e.Comment = *obj.Comment
-			}
-			b.AddElements(name, []nftnl.Element{e})
-		case opDelete:
-			b.DelElements(name, [][]byte{key})
-		default:
-			return fmt.Errorf("flush of an element of %s", name)
-		}
-		return nil
+		return enc.element(b, o.verb, obj)
 	}
 	return fmt.Errorf("object %T", o.obj)
+}
+
+// element encodes an add or a delete of a map or set element.
+func (enc encoder) element(b *nftnl.Batch, verb opVerb, obj *knftables.Element) error {
+	name := obj.Set + obj.Map
+	key, err := enc.elementKey(obj.Key)
+	if err != nil {
+		return fmt.Errorf("element of %s: %w", name, err)
+	}
+	switch verb {
+	case opAdd:
+		e := nftnl.Element{Key: key}
+		if obj.Map != "" {
+			if len(obj.Value) != 1 {
+				return fmt.Errorf("element of %s: value %q", name, obj.Value)
+			}
+			v, err := parseVerdict(strings.Fields(obj.Value[0]))
+			if err != nil {
+				return fmt.Errorf("element of %s: %w", name, err)
+			}
+			e.Verdict = &v
+		}
+		if obj.Comment != nil {
+			e.Comment = *obj.Comment
+		}
+		b.AddElements(name, []nftnl.Element{e})
+	case opDelete:
+		b.DelElements(name, [][]byte{key})
+	default:
+		return fmt.Errorf("flush of an element of %s", name)
+	}
+	return nil
 }
 
 // affinitySet encodes the sets that RenderChanges adds: per-endpoint
@@ -220,8 +227,8 @@ func (enc encoder) elementKey(fields []string) ([]byte, error) {
 	return append(binary.BigEndian.AppendUint16(key, port), 0, 0), nil
 }
 
-// verdictOf parses a verdict: drop, accept, return, jump CHAIN, goto CHAIN.
-func verdictOf(words []string) (nftnl.Verdict, error) {
+// parseVerdict parses a verdict: drop, accept, return, jump CHAIN, goto CHAIN.
+func parseVerdict(words []string) (nftnl.Verdict, error) {
 	switch {
 	case len(words) == 1 && words[0] == "drop":
 		return nftnl.Verdict{Code: nftnl.VerdictDrop}, nil

@@ -23,100 +23,113 @@ import (
 //	dnat to ADDR:PORT
 //	jump CHAIN, goto CHAIN, drop, accept, return
 func (enc encoder) rule(text string) ([]nftnl.Expr, error) {
-	w := strings.Fields(text)
+	words := strings.Fields(text)
 	var exprs []nftnl.Expr
-	verdict := false
-	for len(w) > 0 {
-		if verdict {
-			return nil, fmt.Errorf("statement after the verdict")
-		}
-		var (
-			es  []nftnl.Expr
-			n   int
-			err error
-		)
-		switch w[0] {
-		case enc.ipX():
-			es, n, err = enc.addrMatch(w)
-		case "tcp", "udp", "sctp":
-			if len(w) < 3 || w[1] != "dport" {
-				return nil, fmt.Errorf("unknown statement %q", w[0])
-			}
-			port, perr := strconv.ParseUint(w[2], 10, 16)
-			if perr != nil {
-				return nil, fmt.Errorf("port %q", w[2])
-			}
-			es = []nftnl.Expr{
-				nftnl.Meta{Dreg: nftnl.Reg1, Key: nftnl.MetaL4Proto},
-				nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: []byte{protoNumbers[w[0]]}},
-				nftnl.Payload{Dreg: nftnl.Reg1, Base: nftnl.BaseTransport, Offset: 2, Len: 2},
-				nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: binary.BigEndian.AppendUint16(nil, uint16(port))},
-			}
-			n = 3
-		case "meta":
-			proto, ok := byte(0), false
-			if len(w) >= 3 && w[1] == "l4proto" {
-				proto, ok = protoNumbers[w[2]]
-			}
-			if !ok {
-				return nil, fmt.Errorf("unknown meta statement")
-			}
-			es = []nftnl.Expr{
-				nftnl.Meta{Dreg: nftnl.Reg1, Key: nftnl.MetaL4Proto},
-				nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: []byte{proto}},
-			}
-			n = 3
-		case "fib":
-			if len(w) < 4 || w[1] != "saddr" || w[2] != "type" || w[3] != "local" {
-				return nil, fmt.Errorf("unknown fib statement")
-			}
-			es = []nftnl.Expr{
-				nftnl.FibSaddrType{Dreg: nftnl.Reg1},
-				nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: binary.NativeEndian.AppendUint32(nil, 2)}, // RTN_LOCAL
-			}
-			n = 4
-		case "numgen":
-			es, n, err = enc.numgenMap(w)
-			verdict = true
-		case "update":
-			if len(w) < 6 || !strings.HasPrefix(w[1], "@") || w[2] != "{" || w[3] != enc.ipX() || w[4] != "saddr" || w[5] != "}" {
-				return nil, fmt.Errorf("unknown update statement")
-			}
-			es = []nftnl.Expr{enc.addrLoad("saddr"), nftnl.DynsetUpdate{Sreg: nftnl.Reg1, Set: w[1][1:]}}
-			n = 6
-		case "dnat":
-			if len(w) < 3 || w[1] != "to" {
-				return nil, fmt.Errorf("unknown dnat statement")
-			}
-			to, perr := netip.ParseAddrPort(w[2])
-			if perr != nil || !familyAddr(to.Addr(), enc.v6) {
-				return nil, fmt.Errorf("dnat to %q", w[2])
-			}
-			es = []nftnl.Expr{
-				nftnl.Immediate{Dreg: nftnl.Reg1, Data: to.Addr().AsSlice()},
-				nftnl.Immediate{Dreg: nftnl.Reg2, Data: binary.BigEndian.AppendUint16(nil, to.Port())},
-				nftnl.DNAT{Family: enc.family, RegAddr: nftnl.Reg1, RegProto: nftnl.Reg2},
-			}
-			n = 3
-		case "jump", "goto":
-			if len(w) < 2 {
-				return nil, fmt.Errorf("%s without a chain", w[0])
-			}
-			v, _ := verdictOf(w[:2])
-			es, n, verdict = []nftnl.Expr{nftnl.VerdictExpr(v)}, 2, true
-		case "drop", "accept", "return":
-			v, _ := verdictOf(w[:1])
-			es, n, verdict = []nftnl.Expr{nftnl.VerdictExpr(v)}, 1, true
-		default:
-			return nil, fmt.Errorf("unknown statement %q", w[0])
-		}
+	for len(words) > 0 {
+		stmt, used, isVerdict, err := enc.statement(words)
 		if err != nil {
 			return nil, err
 		}
-		exprs = append(exprs, es...)
-		w = w[n:]
+		exprs = append(exprs, stmt...)
+		words = words[used:]
+		if isVerdict && len(words) > 0 {
+			return nil, fmt.Errorf("statement after the verdict")
+		}
 	}
 	return exprs, nil
+}
+
+// statement encodes the statement that words start with, returning the
+// number of words it used and whether it is a verdict (which must end the
+// rule).
+func (enc encoder) statement(words []string) (exprs []nftnl.Expr, used int, isVerdict bool, err error) {
+	switch words[0] {
+	case enc.ipX():
+		exprs, used, err = enc.addrMatch(words)
+	case "tcp", "udp", "sctp":
+		exprs, used, err = enc.portMatch(words)
+	case "meta":
+		exprs, used, err = enc.protoMatch(words)
+	case "fib":
+		if len(words) < 4 || words[1] != "saddr" || words[2] != "type" || words[3] != "local" {
+			return nil, 0, false, fmt.Errorf("unknown fib statement")
+		}
+		exprs = []nftnl.Expr{
+			nftnl.FibSaddrType{Dreg: nftnl.Reg1},
+			nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: binary.NativeEndian.AppendUint32(nil, 2)}, // RTN_LOCAL
+		}
+		used = 4
+	case "numgen":
+		exprs, used, err = enc.numgenMap(words)
+		isVerdict = true
+	case "update":
+		if len(words) < 6 || !strings.HasPrefix(words[1], "@") || words[2] != "{" || words[3] != enc.ipX() || words[4] != "saddr" || words[5] != "}" {
+			return nil, 0, false, fmt.Errorf("unknown update statement")
+		}
+		exprs, used = []nftnl.Expr{enc.addrLoad("saddr"), nftnl.DynsetUpdate{Sreg: nftnl.Reg1, Set: words[1][1:]}}, 6
+	case "dnat":
+		exprs, used, err = enc.dnat(words)
+	case "jump", "goto":
+		if len(words) < 2 {
+			return nil, 0, false, fmt.Errorf("%s without a chain", words[0])
+		}
+		v, _ := parseVerdict(words[:2])
+		exprs, used, isVerdict = []nftnl.Expr{nftnl.VerdictExpr(v)}, 2, true
+	case "drop", "accept", "return":
+		v, _ := parseVerdict(words[:1])
+		exprs, used, isVerdict = []nftnl.Expr{nftnl.VerdictExpr(v)}, 1, true
+	default:
+		return nil, 0, false, fmt.Errorf("unknown statement %q", words[0])
+	}
+	return exprs, used, isVerdict, err
+}
+
+// portMatch encodes `tcp|udp|sctp dport PORT`.
+func (enc encoder) portMatch(words []string) ([]nftnl.Expr, int, error) {
+	if len(words) < 3 || words[1] != "dport" {
+		return nil, 0, fmt.Errorf("unknown statement %q", words[0])
+	}
+	port, err := strconv.ParseUint(words[2], 10, 16)
+	if err != nil {
+		return nil, 0, fmt.Errorf("port %q", words[2])
+	}
+	return []nftnl.Expr{
+		nftnl.Meta{Dreg: nftnl.Reg1, Key: nftnl.MetaL4Proto},
+		nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: []byte{protoNumbers[words[0]]}},
+		nftnl.Payload{Dreg: nftnl.Reg1, Base: nftnl.BaseTransport, Offset: 2, Len: 2},
+		nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: binary.BigEndian.AppendUint16(nil, uint16(port))},
+	}, 3, nil
+}
+
+// protoMatch encodes `meta l4proto PROTO`.
+func (enc encoder) protoMatch(words []string) ([]nftnl.Expr, int, error) {
+	proto, ok := byte(0), false
+	if len(words) >= 3 && words[1] == "l4proto" {
+		proto, ok = protoNumbers[words[2]]
+	}
+	if !ok {
+		return nil, 0, fmt.Errorf("unknown meta statement")
+	}
+	return []nftnl.Expr{
+		nftnl.Meta{Dreg: nftnl.Reg1, Key: nftnl.MetaL4Proto},
+		nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: []byte{proto}},
+	}, 3, nil
+}
+
+// dnat encodes `dnat to ADDR:PORT`.
+func (enc encoder) dnat(words []string) ([]nftnl.Expr, int, error) {
+	if len(words) < 3 || words[1] != "to" {
+		return nil, 0, fmt.Errorf("unknown dnat statement")
+	}
+	to, err := netip.ParseAddrPort(words[2])
+	if err != nil || !familyAddr(to.Addr(), enc.v6) {
+		return nil, 0, fmt.Errorf("dnat to %q", words[2])
+	}
+	return []nftnl.Expr{
+		nftnl.Immediate{Dreg: nftnl.Reg1, Data: to.Addr().AsSlice()},
+		nftnl.Immediate{Dreg: nftnl.Reg2, Data: binary.BigEndian.AppendUint16(nil, to.Port())},
+		nftnl.DNAT{Family: enc.family, RegAddr: nftnl.Reg1, RegProto: nftnl.Reg2},
+	}, 3, nil
 }
 
 // addrLoad loads the source or destination address into register 1.
@@ -325,7 +338,7 @@ func (enc encoder) numgenMap(w []string) ([]nftnl.Expr, int, error) {
 		if err != nil || body[i+1] != ":" {
 			return nil, 0, fmt.Errorf("numgen map entry %q", body[i:i+4])
 		}
-		v, err := verdictOf(body[i+2 : i+4])
+		v, err := parseVerdict(body[i+2 : i+4])
 		if err != nil {
 			return nil, 0, err
 		}

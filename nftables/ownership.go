@@ -11,16 +11,17 @@ import (
 // claim is an element's value: which Service port owns it, and what it
 // does.
 type claim struct {
-	owner *ruleset.Service
-	v     verdict
+	owner   *ruleset.Service
+	verdict verdict
 }
 
 // same reports whether two claims render identical elements: the same
 // owner (by name: two Rulesets hold different copies) and verdict.
 func (c claim) same(o claim) bool {
-	return c.v == o.v && c.owner.Name == o.owner.Name
+	return c.verdict == o.verdict && c.owner.Name == o.owner.Name
 }
 
+// claimedElem is an element and its claim.
 type claimedElem struct {
 	key   elemKey
 	claim claim
@@ -41,7 +42,7 @@ func owners(r *renderer, rs *ruleset.Ruleset, keys []elemKey) map[elemKey]claim 
 			if !ok {
 				continue
 			}
-			if v, ok := r.verdictOf(s, k); ok {
+			if v, ok := r.elementVerdict(s, k); ok {
 				claims[k] = claim{s, v}
 				break
 			}
@@ -50,9 +51,9 @@ func owners(r *renderer, rs *ruleset.Ruleset, keys []elemKey) map[elemKey]claim 
 	return claims
 }
 
-// verdictOf returns the verdict of s's first element with key k, if s has
+// elementVerdict returns the verdict of s's first element with key k, if s has
 // one.
-func (r *renderer) verdictOf(s *ruleset.Service, k elemKey) (verdict, bool) {
+func (r *renderer) elementVerdict(s *ruleset.Service, k elemKey) (verdict, bool) {
 	var v verdict
 	found := false
 	r.elements(s, func(e elemKey, ev verdict) {
@@ -72,6 +73,6 @@ func conflictWarning(s *ruleset.Service, k elemKey, owner *ruleset.Service) svcp
 	}
 	return svcproxy.Warning{
 		Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name,
-		Reason: fmt.Sprintf("port %q/%s: %s (%s) is already used by %s: not served there", s.Name.Port, s.Name.Protocol, what, containerNames[k.c], owner.Name),
+		Reason: fmt.Sprintf("port %q/%s: %s (%s) is already used by %s: not served there", s.Name.Port, s.Name.Protocol, what, containerNames[k.in], owner.Name),
 	}
 }

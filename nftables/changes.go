@@ -33,18 +33,116 @@ func RenderChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts Op
 }
 
 func renderChanges(tx txWriter, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
+	_, res, err := renderChangesChunked(func() txWriter { return tx }, old, new, opts, deleteChains, 0)
+	return res, err
+}
+
+// renderChangesChunked writes what RenderChanges writes, in transactions
+// made by newTx of at most chunk changed Service ports each (chunk < 1: one
+// transaction), so that the kernel never has to commit one transaction of
+// a change of thousands of ports. Each transaction leaves every Service
+// port as old or as new has it: the changed ports that share a map or set
+// element (a cluster IP, a frontend that two ports claim) go in the same
+// transaction, which may then hold more than chunk ports. The stale chains
+// of deleteChains are deleted by the last transaction. With one
+// transaction, the operations are RenderChanges' own.
+func renderChangesChunked[T txWriter](newTx func() T, old, new *ruleset.Ruleset, opts Options, deleteChains []string, chunk int) ([]T, Result, error) {
 	var res Result
 	p, err := planChanges(old, new, opts, &res)
 	if err != nil {
-		return Result{}, err
+		return nil, Result{}, err
 	}
-	p.write(tx, p.changes, p.keys, &res)
-	p.deleteStaleChains(tx, deleteChains, &res)
-	return res, nil
+	var txs []T
+	for _, c := range p.chunks(chunk) {
+		tx := newTx()
+		txs = append(txs, tx)
+		p.write(tx, c.changes, c.keys, &res)
+	}
+	p.deleteStaleChains(txs[len(txs)-1], deleteChains, &res)
+	return txs, res, nil
+}
+
+// changeChunk is the part of a changePlan that one transaction writes.
+type changeChunk struct {
+	changes []portChange
+	keys    []elemKey
+}
+
+// chunks splits p into chunks of at most size changed ports, keeping the
+// ports that touch a common element together (a group larger than size is
+// a chunk of its own). Groups keep the name order of their first port,
+// ports and keys their order in p. It returns one chunk, all of p, when
+// size < 1 or p has no more than size ports.
+func (p *changePlan) chunks(size int) []changeChunk {
+	if size < 1 || len(p.changes) <= size {
+		return []changeChunk{{changes: p.changes, keys: p.keys}}
+	}
+	groupOf, firstToucher := p.groups()
+	// Members of each group, groups in the order of their first member.
+	members := map[int][]int{}
+	var groups []int
+	for i := range p.changes {
+		g := groupOf(i)
+		if len(members[g]) == 0 {
+			groups = append(groups, g)
+		}
+		members[g] = append(members[g], i)
+	}
+	chunkOfGroup := map[int]int{}
+	var chunks []changeChunk
+	for _, g := range groups {
+		if n := len(chunks); n == 0 || len(chunks[n-1].changes)+len(members[g]) > size {
+			chunks = append(chunks, changeChunk{})
+		}
+		last := len(chunks) - 1
+		chunkOfGroup[g] = last
+		for _, i := range members[g] {
+			chunks[last].changes = append(chunks[last].changes, p.changes[i])
+		}
+	}
+	for _, k := range p.keys {
+		c := chunkOfGroup[groupOf(firstToucher[k])]
+		chunks[c].keys = append(chunks[c].keys, k)
+	}
+	return chunks
+}
+
+// groups joins the changed ports that touch a common element, directly or
+// through others: groupOf gives the group of a port (by its index in
+// p.changes), firstToucher the first port that touches each key.
+func (p *changePlan) groups() (groupOf func(int) int, firstToucher map[elemKey]int) {
+	parent := make([]int, len(p.changes))
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	firstToucher = make(map[elemKey]int, len(p.keys))
+	for i, c := range p.changes {
+		for _, k := range c.keys {
+			first, ok := firstToucher[k]
+			if !ok {
+				firstToucher[k] = i
+				continue
+			}
+			a, b := find(first), find(i)
+			// The smaller index is the root: a group is named by its
+			// first port.
+			parent[max(a, b)] = min(a, b)
+		}
+	}
+	return find, firstToucher
 }
 
 // portChange is how one changed Service port's objects differ.
 type portChange struct {
+	name servicemap.PortName
 	// newService is the port in the new Ruleset; nil when it is not there
 	// or not rendered (an unsafe name).
 	newService           *ruleset.Service
@@ -54,6 +152,8 @@ type portChange struct {
 	// and added again, and every chain that refers to it must be flushed
 	// first and written again.
 	recreated bool
+	// keys are the elements the port has in either Ruleset.
+	keys []elemKey
 }
 
 // changePlan is what RenderChanges works out before it writes anything:
@@ -91,25 +191,26 @@ func planChanges(old, new *ruleset.Ruleset, opts Options, res *Result) (*changeP
 
 	p := &changePlan{r: r, new: new, changes: make([]portChange, 0, len(names))}
 	touched := map[elemKey]bool{}
-	touch := func(k elemKey, _ verdict) {
-		if !touched[k] {
-			touched[k] = true
-			p.keys = append(p.keys, k)
-		}
-	}
 	for _, name := range names {
-		p.changes = append(p.changes, p.portChange(old, name, touch, res))
+		c := p.portChange(old, name, res)
+		for _, k := range c.keys {
+			if !touched[k] {
+				touched[k] = true
+				p.keys = append(p.keys, k)
+			}
+		}
+		p.changes = append(p.changes, c)
 	}
 	p.oldClaims = owners(r, old, p.keys)
 	p.newClaims = owners(r, new, p.keys)
 	return p, nil
 }
 
-// portChange works out the change of the port name, calling touch with the
-// elements it has in either Ruleset.
-func (p *changePlan) portChange(old *ruleset.Ruleset, name servicemap.PortName, touch func(elemKey, verdict), res *Result) portChange {
+// portChange works out the change of the port name.
+func (p *changePlan) portChange(old *ruleset.Ruleset, name servicemap.PortName, res *Result) portChange {
 	r := p.r
-	var c portChange
+	c := portChange{name: name}
+	touch := func(k elemKey, _ verdict) { c.keys = append(c.keys, k) }
 	if s, ok := old.Service(name); ok && safeName(name) {
 		c.oldChains = r.chains(s)
 		c.oldSets = r.affinitySets(s)

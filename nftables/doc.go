@@ -72,8 +72,11 @@
 // transactions to the kernel itself, over a netlink socket, encoded as nft
 // encodes the same statements (nftables/internal/nftnl), and lists the
 // table's names over it too. A full sync then writes the table's fixed
-// objects with nft and its Service ports over netlink, in chunks. Any change
-// outside what the encoder knows (SyncResult.NotNetlink) goes through nft.
+// objects with nft and its Service ports over netlink, in chunks, and an
+// incremental sync of more Service ports than ExecutorConfig.ChangeChunk
+// goes in chunks too: the kernel's time to commit one transaction grows
+// faster than the transaction. Any change outside what the encoder knows
+// (SyncResult.NotNetlink) goes through nft.
 //
 // # Invariants
 //
@@ -87,8 +90,9 @@
 //     so does its time (times log n) when new was made from old by
 //     ruleset.Builder.Update.
 //   - No half-served port: in a table that exists and serves, every
-//     transaction of a full sync over netlink leaves every Service port as
-//     it was or as it is to be, with all of its chains, sets and elements.
+//     transaction of a full or incremental sync leaves every Service port
+//     as it was or as it is to be, with all of its chains, sets and
+//     elements (ports that share an element change in one transaction).
 //     Only a table that did not exist before serves, between the chunks of
 //     its first sync, just the Service ports written so far.
 //   - Sessions survive full syncs: affinity sets are added, never flushed,

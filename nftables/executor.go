@@ -60,9 +60,27 @@ type ExecutorConfig struct {
 	// restart, a failure or ForceFullSync) rewrites its fixed objects with
 	// nft and then its Service ports over netlink in chunks too, each of
 	// which leaves every Service port as it was or as it is to be, instead
-	// of one nft transaction of the whole table.
+	// of one nft transaction of the whole table. An incremental sync that
+	// changes more than ChangeChunk Service ports goes in chunks too.
 	Netlink bool
+	// ChangeChunk bounds the transactions of an incremental sync over
+	// netlink: one that changes more Service ports than ChangeChunk is
+	// applied as several transactions of at most ChangeChunk changed ports
+	// each (more when that many share a map or set element), each of which
+	// leaves every Service port as it was or as it is to be. 0 means
+	// DefaultChangeChunk; a negative value one transaction. Without Netlink
+	// an incremental sync is one transaction.
+	ChangeChunk int
 }
+
+// DefaultChangeChunk is the number of changed Service ports per
+// transaction of a large incremental sync over netlink. The kernel's time
+// to commit one transaction grows faster than the transaction, and each
+// commit checks the whole table: chunks of this size cost a fraction of
+// one transaction, and less than rewriting the whole table (BENCHMARKS.md
+// has the measurements). An incremental sync is therefore never replaced
+// by a full one because of its size.
+const DefaultChangeChunk = 250
 
 // DefaultFirstSyncChunk is the number of Service ports per transaction of a
 // first sync through nft, which reads the growing table before each one.
@@ -107,6 +125,10 @@ type SyncResult struct {
 	// Operations is the number of operations applied (0 when there was
 	// nothing to do).
 	Operations int
+	// Transactions is the number of transactions applied: more than one
+	// for a chunked sync (see ExecutorConfig.ChangeChunk and
+	// FirstSyncChunk).
+	Transactions int
 	// StaleChains are the chains now flushed and waiting to be deleted;
 	// DeletedChains the ones this sync deleted.
 	StaleChains, DeletedChains int
@@ -135,6 +157,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ChangeChunk == 0 {
+		cfg.ChangeChunk = DefaultChangeChunk
 	}
 	switch {
 	case cfg.FirstSyncChunk != 0:
@@ -263,17 +288,20 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 		}
 	}
 	slices.Sort(deletable)
-	var ops opRecorder
-	r, err := renderChanges(&ops, e.last, rs, e.cfg.Options, deletable)
+	chunk := -1
+	if e.nl != nil {
+		chunk = e.cfg.ChangeChunk
+	}
+	chunks, r, err := renderChangesChunked(func() *opRecorder { return &opRecorder{} }, e.last, rs, e.cfg.Options, deletable, chunk)
 	if err != nil {
 		return SyncResult{}, err
 	}
-	res := SyncResult{Operations: len(ops.ops), DeletedChains: len(r.Deleted), Warnings: r.Warnings}
-	if len(ops.ops) > 0 {
-		if res.Netlink, res.NotNetlink, err = e.apply(ctx, &ops, "incremental sync"); err != nil {
-			e.last = nil
-			return SyncResult{}, err
-		}
+	res := SyncResult{DeletedChains: len(r.Deleted), Warnings: r.Warnings}
+	if err := e.applyChanges(ctx, chunks, &res); err != nil {
+		// The table holds some ports as before and others as rs has
+		// them: the next sync is a full one.
+		e.last = nil
+		return SyncResult{}, err
 	}
 	// Deleted, in use again, or flushed again just now (and so in r.Stale).
 	for _, name := range deletable {
@@ -285,6 +313,31 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 	e.last = rs
 	res.StaleChains = len(e.stale)
 	return res, nil
+}
+
+// applyChanges applies the transactions of an incremental sync in order,
+// skipping empty ones, and counts them and their operations in res.
+func (e *Executor) applyChanges(ctx context.Context, chunks []*opRecorder, res *SyncResult) error {
+	for i, c := range chunks {
+		if len(c.ops) == 0 {
+			continue
+		}
+		what := "incremental sync"
+		if len(chunks) > 1 {
+			what = fmt.Sprintf("incremental sync (transaction %d of %d)", i+1, len(chunks))
+		}
+		netlink, notNetlink, err := e.apply(ctx, c, what)
+		if err != nil {
+			return err
+		}
+		res.Operations += len(c.ops)
+		res.Transactions++
+		res.Netlink = res.Netlink || netlink
+		if res.NotNetlink == nil {
+			res.NotNetlink = notNetlink
+		}
+	}
+	return nil
 }
 
 // anonPrefix is the prefix of the anonymous sets' names of the next netlink
@@ -343,7 +396,7 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 			return SyncResult{Full: true}, fmt.Errorf("nftables: full sync: %w", err)
 		}
 		e.finishFull(rs, r, now)
-		return SyncResult{Full: true, Operations: tx.NumOperations(), StaleChains: len(e.stale), Warnings: r.Warnings}, nil
+		return SyncResult{Full: true, Operations: tx.NumOperations(), Transactions: 1, StaleChains: len(e.stale), Warnings: r.Warnings}, nil
 	}
 	// A new table: nothing to keep serving while it fills, so in chunks,
 	// as the kernel's time per transaction grows faster than its size. The
@@ -364,6 +417,7 @@ func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what str
 	res := SyncResult{Full: true, Warnings: r.Warnings}
 	for i, c := range chunks {
 		res.Operations += len(c.ops)
+		res.Transactions++
 		netlink, _, err := e.apply(ctx, c, fmt.Sprintf("%s (transaction %d of %d)", what, i+1, len(chunks)))
 		if err != nil {
 			return SyncResult{Full: true}, err

@@ -292,22 +292,22 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 	if e.nl != nil {
 		chunk = e.cfg.ChangeChunk
 	}
-	chunks, r, err := renderChangesChunked(func() *opRecorder { return &opRecorder{} }, e.last, rs, e.cfg.Options, deletable, chunk)
+	chunks, rendered, err := renderChangesChunked(func() *opRecorder { return &opRecorder{} }, e.last, rs, e.cfg.Options, deletable, chunk)
 	if err != nil {
 		return SyncResult{}, err
 	}
-	res := SyncResult{DeletedChains: len(r.Deleted), Warnings: r.Warnings}
+	res := SyncResult{DeletedChains: len(rendered.Deleted), Warnings: rendered.Warnings}
 	if err := e.applyChanges(ctx, chunks, &res); err != nil {
 		// The table holds some ports as before and others as rs has
 		// them: the next sync is a full one.
 		e.last = nil
 		return SyncResult{}, err
 	}
-	// Deleted, in use again, or flushed again just now (and so in r.Stale).
+	// Deleted, in use again, or flushed again just now (and so in rendered.Stale).
 	for _, name := range deletable {
 		delete(e.stale, name)
 	}
-	for _, name := range r.Stale {
+	for _, name := range rendered.Stale {
 		e.stale[name] = now
 	}
 	e.last = rs
@@ -388,15 +388,15 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 		// The table is there and serving: replace its content in one
 		// transaction.
 		tx := e.nft.NewTransaction()
-		r, err := Render(tx, rs, e.cfg.Options, existing)
+		rendered, err := Render(tx, rs, e.cfg.Options, existing)
 		if err != nil {
 			return SyncResult{Full: true}, err
 		}
 		if err := e.nft.Run(ctx, tx); err != nil {
 			return SyncResult{Full: true}, fmt.Errorf("nftables: full sync: %w", err)
 		}
-		e.finishFull(rs, r, now)
-		return SyncResult{Full: true, Operations: tx.NumOperations(), Transactions: 1, StaleChains: len(e.stale), Warnings: r.Warnings}, nil
+		e.finishFull(rs, rendered, now)
+		return SyncResult{Full: true, Operations: tx.NumOperations(), Transactions: 1, StaleChains: len(e.stale), Warnings: rendered.Warnings}, nil
 	}
 	// A new table: nothing to keep serving while it fills, so in chunks,
 	// as the kernel's time per transaction grows faster than its size. The
@@ -404,17 +404,17 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 	// writes; the others hold Service ports only, which go over netlink
 	// when the Executor has a socket, without nft reading the growing table
 	// before each one.
-	chunks, r, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
+	chunks, rendered, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
 	if err != nil {
 		return SyncResult{Full: true}, err
 	}
-	return e.applyFull(ctx, chunks, "full sync", rs, r, now)
+	return e.applyFull(ctx, chunks, "full sync", rs, rendered, now)
 }
 
 // applyFull applies the transactions of a full sync in order and records
 // it.
-func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what string, rs *ruleset.Ruleset, r Result, now time.Time) (SyncResult, error) {
-	res := SyncResult{Full: true, Warnings: r.Warnings}
+func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what string, rs *ruleset.Ruleset, rendered Result, now time.Time) (SyncResult, error) {
+	res := SyncResult{Full: true, Warnings: rendered.Warnings}
 	for i, c := range chunks {
 		res.Operations += len(c.ops)
 		res.Transactions++
@@ -424,7 +424,7 @@ func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what str
 		}
 		res.Netlink = res.Netlink || netlink
 	}
-	e.finishFull(rs, r, now)
+	e.finishFull(rs, rendered, now)
 	res.StaleChains = len(e.stale)
 	return res, nil
 }
@@ -469,17 +469,17 @@ func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map
 		}
 		elements = append(elements, elems...)
 	}
-	chunks, res, err := renderResync(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, existing, elements, e.cfg.FirstSyncChunk)
+	chunks, rendered, err := renderResync(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, existing, elements, e.cfg.FirstSyncChunk)
 	if err != nil {
 		return SyncResult{}, fmt.Errorf("%w: %w", errNoResync, err)
 	}
-	return e.applyFull(ctx, chunks, "full sync of the existing table", rs, res, now)
+	return e.applyFull(ctx, chunks, "full sync of the existing table", rs, rendered, now)
 }
 
 // finishFull records a full sync of rs.
-func (e *Executor) finishFull(rs *ruleset.Ruleset, r Result, now time.Time) {
+func (e *Executor) finishFull(rs *ruleset.Ruleset, rendered Result, now time.Time) {
 	clear(e.stale)
-	for _, name := range r.Stale {
+	for _, name := range rendered.Stale {
 		e.stale[name] = now
 	}
 	e.last = rs

@@ -17,11 +17,11 @@ import (
 
 // runBulk times, for each count k of list, an incremental sync over netlink
 // that changes the endpoints of k of the n Services (spread evenly, never
-// the probe Services), against the full syncs of the same table: once with
-// the Executor's default ChangeChunk, in a lab where it also times a full
-// resync of the loaded table at the end, and once with one transaction
-// (ChangeChunk -1), each in a fresh lab after a first sync of its own.
-func runBulk(t *testing.T, n int, list string, rep *report, floors map[string]float64) {
+// the probe Services), once for each ChangeChunk of chunkList (0: the
+// Executor's default; -1: one transaction), each in a fresh lab after a
+// first sync of its own. With resync, the lab of the first ChangeChunk also
+// times a full resync of the loaded table at the end.
+func runBulk(t *testing.T, n int, list, chunkList string, resync bool, rep *report, floors map[string]float64) {
 	var counts []int
 	for _, f := range strings.Split(list, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
@@ -30,16 +30,20 @@ func runBulk(t *testing.T, n int, list string, rep *report, floors map[string]fl
 		}
 		counts = append(counts, k)
 	}
-	modes := []struct {
-		name        string
-		changeChunk int
-	}{
-		{fmt.Sprintf("chunks of %d", nftables.DefaultChangeChunk), 0},
-		{"one transaction", -1},
-	}
-	for _, m := range modes {
-		t.Run(strings.ReplaceAll(m.name, " ", "-"), func(t *testing.T) {
-			bulkLab(t, n, counts, m.name, m.changeChunk, m.changeChunk == 0, rep, floors)
+	for i, f := range strings.Split(chunkList, ",") {
+		chunk, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || chunk < -1 {
+			t.Fatalf("SVCPROXY_SCALE_NFT_BULK_CHUNKS: bad ChangeChunk %q", f)
+		}
+		mode := fmt.Sprintf("chunks of %d", chunk)
+		switch chunk {
+		case 0:
+			mode = fmt.Sprintf("chunks of %d (the default)", nftables.DefaultChangeChunk)
+		case -1:
+			mode = "one transaction"
+		}
+		t.Run(fmt.Sprint("changeChunk=", chunk), func(t *testing.T) {
+			bulkLab(t, n, counts, mode, chunk, resync && i == 0, rep, floors)
 		})
 	}
 }

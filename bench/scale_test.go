@@ -162,7 +162,8 @@ func TestScale(t *testing.T) {
 			t.Run(fmt.Sprintf("nftables-chunks/services=%d", n), func(t *testing.T) { runChunks(t, n, chunks, &rep, floors) })
 		}
 		if counts := env("SVCPROXY_SCALE_NFT_BULK", ""); counts != "" {
-			t.Run(fmt.Sprintf("nftables-bulk/services=%d", n), func(t *testing.T) { runBulk(t, n, counts, &rep, floors) })
+			chunks := env("SVCPROXY_SCALE_NFT_BULK_CHUNKS", "0,-1")
+			t.Run(fmt.Sprintf("nftables-bulk/services=%d", n), func(t *testing.T) { runBulk(t, n, counts, chunks, n <= resyncMax, &rep, floors) })
 		}
 	}
 	rep.notes = append(rep.notes, fmt.Sprintf("Whole run: %v.", time.Since(start).Round(time.Second)))

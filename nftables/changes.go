@@ -115,8 +115,7 @@ func (p *changePlan) groups() (groupOf func(int) int, firstToucher map[elemKey]i
 	for i := range parent {
 		parent[i] = i
 	}
-	var find func(int) int
-	find = func(i int) int {
+	find := func(i int) int {
 		for parent[i] != i {
 			parent[i] = parent[parent[i]]
 			i = parent[i]

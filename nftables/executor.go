@@ -75,11 +75,14 @@ type ExecutorConfig struct {
 
 // DefaultChangeChunk is the number of changed Service ports per
 // transaction of a large incremental sync over netlink. The kernel's time
-// to commit one transaction grows faster than the transaction, and each
-// commit checks the whole table: chunks of this size cost a fraction of
-// one transaction, and less than rewriting the whole table (BENCHMARKS.md
-// has the measurements). An incremental sync is therefore never replaced
-// by a full one because of its size.
+// to commit one transaction grows faster than the transaction while each
+// commit also checks the whole table, so a middle size is fastest
+// (BENCHMARKS.md has the measurements).
+//
+// An incremental sync is never replaced by a full one because of its
+// size: a full resync writes, for every Service port of the table, at
+// least what a chunked incremental sync writes for a changed one, in
+// transactions of the same bounded size.
 const DefaultChangeChunk = 250
 
 // DefaultFirstSyncChunk is the number of Service ports per transaction of a

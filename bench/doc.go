@@ -63,6 +63,14 @@
 //	                            the ones the report compares with; "." for all)
 //	SVCPROXY_SCALE_NFT_CHUNKS   chunk sizes (comma-separated) to compare for nftables first
 //	                            syncs over netlink, each timed twice, interleaved (default none)
+//	SVCPROXY_SCALE_NFT_BULK     counts of Services (comma-separated) whose endpoints one
+//	                            incremental sync over netlink changes, timed for each
+//	                            ChangeChunk of SVCPROXY_SCALE_NFT_BULK_CHUNKS, each in a fresh
+//	                            lab against its own first sync; the first lab also times a
+//	                            full resync if N <= SVCPROXY_SCALE_NFT_RESYNC (default none)
+//	SVCPROXY_SCALE_NFT_BULK_CHUNKS  ExecutorConfig.ChangeChunk values (comma-separated) for
+//	                            SVCPROXY_SCALE_NFT_BULK: 0 the default, -1 one transaction
+//	                            (default "0,-1")
 //	SVCPROXY_SCALE_NFT_RESYNC   largest N at which to time an nftables full resync of the
 //	                            loaded table (default 5000; its floor, nft-full-1tx, takes
 //	                            minutes at 10,000)

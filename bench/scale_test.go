@@ -159,6 +159,10 @@ func TestScale(t *testing.T) {
 		if chunks := env("SVCPROXY_SCALE_NFT_CHUNKS", ""); chunks != "" {
 			t.Run(fmt.Sprintf("nftables-chunks/services=%d", n), func(t *testing.T) { runChunks(t, n, chunks, &rep, floors) })
 		}
+		if counts := env("SVCPROXY_SCALE_NFT_BULK", ""); counts != "" {
+			chunks := env("SVCPROXY_SCALE_NFT_BULK_CHUNKS", "0,-1")
+			t.Run(fmt.Sprintf("nftables-bulk/services=%d", n), func(t *testing.T) { runBulk(t, n, counts, chunks, n <= resyncMax, &rep, floors) })
+		}
 	}
 	rep.notes = append(rep.notes, floorsMarkdown(floors), fmt.Sprintf("Whole run: %v.", time.Since(start).Round(time.Second)))
 	out := rep.markdown()
@@ -405,10 +409,18 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 // registered later.
 func netlinkExecutor(t *testing.T, ns *netns.NS, firstSyncChunk int) *nftables.Executor {
 	t.Helper()
+	return netlinkExecutorConfig(t, ns, nftables.ExecutorConfig{Netlink: true, FirstSyncChunk: firstSyncChunk})
+}
+
+// netlinkExecutorConfig makes an IPv4 Executor of cfg inside ns, as
+// netlinkExecutor does.
+func netlinkExecutorConfig(t *testing.T, ns *netns.NS, cfg nftables.ExecutorConfig) *nftables.Executor {
+	t.Helper()
+	cfg.Family = v1.IPv4Protocol
 	var e *nftables.Executor
 	if err := ns.Do(func() error {
 		var err error
-		e, err = nftables.NewExecutor(nftables.ExecutorConfig{Family: v1.IPv4Protocol, Netlink: true, FirstSyncChunk: firstSyncChunk})
+		e, err = nftables.NewExecutor(cfg)
 		return err
 	}); err != nil {
 		t.Fatal(err)

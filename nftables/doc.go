@@ -46,14 +46,10 @@
 // knftables.Transactions and do nothing else. Render writes the whole table
 // (RenderNew a new table, in chunks; Script gives a dry run's nft script);
 // RenderChanges writes only what differs between two Rulesets — the map and
-// set elements, chains and affinity sets of the changed Service ports — so
-// that a change to one Service in a table of 10,000 costs as many operations
-// as in a table of 10 — and, when the new Ruleset was made from the old by
-// ruleset.Builder.Update, as much time. Chains that are no longer used are
-// flushed at once
-// and deleted by a later transaction (Result.Stale), because kernels before
-// 6.2 report a chain busy for a moment after the last map element pointing
-// at it is deleted.
+// set elements, chains and affinity sets of the changed Service ports.
+// Chains that are no longer used are flushed at once and deleted by a later
+// transaction (Result.Stale), because kernels before 6.2 report a chain
+// busy for a moment after the last map element pointing at it is deleted.
 //
 // When two Service ports claim the same frontend (address, protocol and
 // port, or node port), the first in name order gets it and the other is
@@ -66,23 +62,65 @@
 // and write everything, flush what is no longer used) the first time, after
 // any failure and when the Ruleset's Config changes, and otherwise an
 // incremental one from the last Ruleset applied. A full sync into a table
-// that does not exist yet is applied in chunks (RenderNew), which nft
-// applies several times faster than one transaction. Open checks that nft
-// is 1.0.1 or newer and the kernel MinKernel or newer. Cleanup deletes the
-// table in both families.
+// that does not exist yet is applied in chunks (RenderNew). Open checks that
+// nft is 1.0.1 or newer and the kernel MinKernel or newer. Cleanup deletes
+// the table in both families.
 //
 // Every nft invocation reads the table's chains and sets first, so through
 // nft even a one-element incremental sync costs time in proportion to the
-// table (about 2 s at 10,000 Services × 10 endpoints on a small VM). With
-// ExecutorConfig.Netlink the Executor sends incremental transactions to the
-// kernel itself, over a netlink socket, encoded as nft encodes the same
-// statements (nftables/internal/nftnl): a one-Service change then costs about as much
-// at 10,000 Services as at 100 (BENCHMARKS.md), and `nft list table`
-// prints the result exactly as if nft had applied it (TestNetlinkMatchesNFT).
-// A full sync writes the table's fixed objects with nft and its Service
-// ports over netlink, in chunks; in a table that exists and serves, each
-// chunk leaves every Service port as it was or as it is to be: a restart at
-// 10,000 Services drops nothing and takes about a third of the time of one
-// transaction (BENCHMARKS.md). Any change outside what the encoder knows
+// table. With ExecutorConfig.Netlink the Executor sends incremental
+// transactions to the kernel itself, over a netlink socket, encoded as nft
+// encodes the same statements (nftables/internal/nftnl), and lists the
+// table's names over it too. A full sync then writes the table's fixed
+// objects with nft and its Service ports over netlink, in chunks, and an
+// incremental sync of more Service ports than ExecutorConfig.ChangeChunk
+// goes in chunks too: the kernel's time to commit one transaction grows
+// faster than the transaction. Any change outside what the encoder knows
 // (SyncResult.NotNetlink) goes through nft.
+//
+// # Invariants
+//
+//   - Determinism: the same Rulesets, Options and arguments give the same
+//     operations in the same order, whatever order the objects arrived in.
+//   - Incremental equals full: a table that held old and had RenderChanges'
+//     operations applied holds what Render of new writes, plus the stale
+//     chains (flushed, empty) that wait to be deleted.
+//   - Cost of a change: the operations RenderChanges writes depend on the
+//     changed Service ports alone, not on how many others the table holds;
+//     so does its time (times log n) when new was made from old by
+//     ruleset.Builder.Update.
+//   - No half-served port: in a table that exists and serves, every
+//     transaction of a full or incremental sync leaves every Service port
+//     as it was or as it is to be, with all of its chains, sets and
+//     elements (ports that share an element change in one transaction).
+//     Only a table that did not exist before serves, between the chunks of
+//     its first sync, just the Service ports written so far.
+//   - Sessions survive full syncs: affinity sets are added, never flushed,
+//     by a full sync.
+//   - Same kernel state either way: a table written over netlink lists
+//     (`nft list table`) exactly as if nft had written it
+//     (TestNetlinkMatchesNFT).
+//   - Ownership: the Executor touches only its own table, in its own
+//     family (Cleanup: in both families); never another table.
+//
+// # Limitations
+//
+// What the package does not do:
+//
+//   - Decide. Which endpoints serve, what is masqueraded, rejected or
+//     dropped: all of it comes from the Ruleset.
+//   - Notice changes others make to its table. Incremental syncs write
+//     from the last Ruleset applied, without reading the table back; a
+//     table changed behind the Executor's back is repaired by the next
+//     full sync (after a failed transaction, or ForceFullSync).
+//   - Use one "inet" table for both families: one table per IP family,
+//     one Executor per family.
+//   - Serve NodePorts on ::1, nor on 127.0.0.0/8 unless
+//     Config.LocalhostNodePorts asks for it.
+//   - Clean up conntrack entries (package conntrack does), run a sync loop,
+//     serve health checks or metrics (the reference proxies do), or log:
+//     every outcome is in the returned Result, SyncResult or error.
+//   - Run concurrently: an Executor is for one goroutine, and two
+//     Executors must not write the same table at once.
+//   - Work with nft older than 1.0.1 or a kernel older than MinKernel.
 package nftables

@@ -50,21 +50,40 @@ type ExecutorConfig struct {
 	// Netlink applies incremental syncs through a netfilter netlink socket
 	// of the Executor's own instead of nft, which reads every chain and set
 	// of the table before each transaction: a change then costs what the
-	// kernel's commit of it costs (at 10,000 Services on a small VM about
-	// 0.15 s for one that adds rules, as the kernel checks the whole
-	// table's jumps, and 6 ms for one that only removes) instead of nft's
-	// 2 s. NewExecutor opens the socket in the network namespace of the
-	// calling thread, which must be the one nft works in; Close closes it.
-	// Changes the netlink encoder does not know still go through nft
+	// kernel's commit of it costs, not nft's reading of the table.
+	// NewExecutor opens the socket in the network namespace of the calling
+	// thread, which must be the one nft works in; Close closes it. Changes
+	// the netlink encoder does not know still go through nft
 	// (SyncResult.NotNetlink). A first sync makes the table, its base
 	// chains and maps with nft and adds the Service ports over netlink in
 	// chunks of FirstSyncChunk; a full sync of an existing table (after a
 	// restart, a failure or ForceFullSync) rewrites its fixed objects with
 	// nft and then its Service ports over netlink in chunks too, each of
 	// which leaves every Service port as it was or as it is to be, instead
-	// of one nft transaction of the whole table.
+	// of one nft transaction of the whole table. An incremental sync that
+	// changes more than ChangeChunk Service ports goes in chunks too.
 	Netlink bool
+	// ChangeChunk bounds the transactions of an incremental sync over
+	// netlink: one that changes more Service ports than ChangeChunk is
+	// applied as several transactions of at most ChangeChunk changed ports
+	// each (more when that many share a map or set element), each of which
+	// leaves every Service port as it was or as it is to be. 0 means
+	// DefaultChangeChunk; a negative value one transaction. Without Netlink
+	// an incremental sync is one transaction.
+	ChangeChunk int
 }
+
+// DefaultChangeChunk is the number of changed Service ports per
+// transaction of a large incremental sync over netlink. The kernel's time
+// to commit one transaction grows faster than the transaction while each
+// commit also checks the whole table, so a middle size is fastest
+// (BENCHMARKS.md has the measurements).
+//
+// An incremental sync is never replaced by a full one because of its
+// size: a full resync writes, for every Service port of the table, at
+// least what a chunked incremental sync writes for a changed one, in
+// transactions of the same bounded size.
+const DefaultChangeChunk = 250
 
 // DefaultFirstSyncChunk is the number of Service ports per transaction of a
 // first sync through nft, which reads the growing table before each one.
@@ -72,10 +91,9 @@ const DefaultFirstSyncChunk = 1000
 
 // DefaultNetlinkFirstSyncChunk is the number of Service ports per
 // transaction of a first sync over netlink. The kernel's work per
-// transaction grows with its size (binding each anonymous set walks the
-// transaction) and each commit checks the whole table: at 10,000 Services
-// chunks of 150–500 took 20–25% less time than chunks of 1,000
-// (BENCHMARKS.md).
+// transaction grows faster than its size (binding each anonymous set walks
+// the transaction) while each commit checks the whole table, so a middle
+// size is fastest (BENCHMARKS.md has the measurements).
 const DefaultNetlinkFirstSyncChunk = 250
 
 // Executor applies Rulesets of one IP family to one nftables table through
@@ -110,6 +128,10 @@ type SyncResult struct {
 	// Operations is the number of operations applied (0 when there was
 	// nothing to do).
 	Operations int
+	// Transactions is the number of transactions applied: more than one
+	// for a chunked sync (see ExecutorConfig.ChangeChunk and
+	// FirstSyncChunk).
+	Transactions int
 	// StaleChains are the chains now flushed and waiting to be deleted;
 	// DeletedChains the ones this sync deleted.
 	StaleChains, DeletedChains int
@@ -138,6 +160,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ChangeChunk == 0 {
+		cfg.ChangeChunk = DefaultChangeChunk
 	}
 	switch {
 	case cfg.FirstSyncChunk != 0:
@@ -266,28 +291,56 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 		}
 	}
 	slices.Sort(deletable)
-	var ops opRecorder
-	r, err := renderChanges(&ops, e.last, rs, e.cfg.Options, deletable)
+	chunk := -1
+	if e.nl != nil {
+		chunk = e.cfg.ChangeChunk
+	}
+	chunks, rendered, err := renderChangesChunked(func() *opRecorder { return &opRecorder{} }, e.last, rs, e.cfg.Options, deletable, chunk)
 	if err != nil {
 		return SyncResult{}, err
 	}
-	res := SyncResult{Operations: len(ops.ops), DeletedChains: len(r.Deleted), Warnings: r.Warnings}
-	if len(ops.ops) > 0 {
-		if res.Netlink, res.NotNetlink, err = e.apply(ctx, &ops, "incremental sync"); err != nil {
-			e.last = nil
-			return SyncResult{}, err
-		}
+	res := SyncResult{DeletedChains: len(rendered.Deleted), Warnings: rendered.Warnings}
+	if err := e.applyChanges(ctx, chunks, &res); err != nil {
+		// The table holds some ports as before and others as rs has
+		// them: the next sync is a full one.
+		e.last = nil
+		return SyncResult{}, err
 	}
-	// Deleted, in use again, or flushed again just now (and so in r.Stale).
+	// Deleted, in use again, or flushed again just now (and so in rendered.Stale).
 	for _, name := range deletable {
 		delete(e.stale, name)
 	}
-	for _, name := range r.Stale {
+	for _, name := range rendered.Stale {
 		e.stale[name] = now
 	}
 	e.last = rs
 	res.StaleChains = len(e.stale)
 	return res, nil
+}
+
+// applyChanges applies the transactions of an incremental sync in order,
+// skipping empty ones, and counts them and their operations in res.
+func (e *Executor) applyChanges(ctx context.Context, chunks []*opRecorder, res *SyncResult) error {
+	for i, c := range chunks {
+		if len(c.ops) == 0 {
+			continue
+		}
+		what := "incremental sync"
+		if len(chunks) > 1 {
+			what = fmt.Sprintf("incremental sync (transaction %d of %d)", i+1, len(chunks))
+		}
+		netlink, notNetlink, err := e.apply(ctx, c, what)
+		if err != nil {
+			return err
+		}
+		res.Operations += len(c.ops)
+		res.Transactions++
+		res.Netlink = res.Netlink || netlink
+		if res.NotNetlink == nil {
+			res.NotNetlink = notNetlink
+		}
+	}
+	return nil
 }
 
 // anonPrefix is the prefix of the anonymous sets' names of the next netlink
@@ -338,50 +391,50 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 		// The table is there and serving: replace its content in one
 		// transaction.
 		tx := e.nft.NewTransaction()
-		r, err := Render(tx, rs, e.cfg.Options, existing)
+		rendered, err := Render(tx, rs, e.cfg.Options, existing)
 		if err != nil {
 			return SyncResult{Full: true}, err
 		}
 		if err := e.nft.Run(ctx, tx); err != nil {
 			return SyncResult{Full: true}, fmt.Errorf("nftables: full sync: %w", err)
 		}
-		e.finishFull(rs, r, now)
-		return SyncResult{Full: true, Operations: tx.NumOperations(), StaleChains: len(e.stale), Warnings: r.Warnings}, nil
+		e.finishFull(rs, rendered, now)
+		return SyncResult{Full: true, Operations: tx.NumOperations(), Transactions: 1, StaleChains: len(e.stale), Warnings: rendered.Warnings}, nil
 	}
 	// A new table: nothing to keep serving while it fills, so in chunks,
-	// which the kernel applies much faster than one transaction. The first
-	// makes the table, its base chains and maps, which only nft writes;
-	// the others hold Service ports only, which go over netlink when the
-	// Executor has a socket, without nft reading the growing table before
-	// each one.
-	chunks, r, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
+	// as the kernel's time per transaction grows faster than its size. The
+	// first makes the table, its base chains and maps, which only nft
+	// writes; the others hold Service ports only, which go over netlink
+	// when the Executor has a socket, without nft reading the growing table
+	// before each one.
+	chunks, rendered, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
 	if err != nil {
 		return SyncResult{Full: true}, err
 	}
-	return e.applyFull(ctx, chunks, "full sync", rs, r, now)
+	return e.applyFull(ctx, chunks, "full sync", rs, rendered, now)
 }
 
 // applyFull applies the transactions of a full sync in order and records
 // it.
-func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what string, rs *ruleset.Ruleset, r Result, now time.Time) (SyncResult, error) {
-	res := SyncResult{Full: true, Warnings: r.Warnings}
+func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what string, rs *ruleset.Ruleset, rendered Result, now time.Time) (SyncResult, error) {
+	res := SyncResult{Full: true, Warnings: rendered.Warnings}
 	for i, c := range chunks {
 		res.Operations += len(c.ops)
+		res.Transactions++
 		netlink, _, err := e.apply(ctx, c, fmt.Sprintf("%s (transaction %d of %d)", what, i+1, len(chunks)))
 		if err != nil {
 			return SyncResult{Full: true}, err
 		}
 		res.Netlink = res.Netlink || netlink
 	}
-	e.finishFull(rs, r, now)
+	e.finishFull(rs, rendered, now)
 	res.StaleChains = len(e.stale)
 	return res, nil
 }
 
 // listAll lists the table's chains, sets and maps: over netlink when the
-// Executor has a socket (nft's listing reads every rule too, which made a
-// resync at 10,000 Services 35 s slower: BENCHMARKS.md, runs F and G),
-// through nft otherwise or if that fails.
+// Executor has a socket (nft's listing reads every rule too), through nft
+// otherwise or if that fails.
 func (e *Executor) listAll(ctx context.Context) (map[string][]string, error) {
 	if e.nl != nil {
 		if names, err := e.nl.ListNames(newEncoder(Family(e.cfg.Family)).family, e.table); err == nil {
@@ -419,17 +472,17 @@ func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map
 		}
 		elements = append(elements, elems...)
 	}
-	chunks, res, err := renderResync(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, existing, elements, e.cfg.FirstSyncChunk)
+	chunks, rendered, err := renderResync(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, existing, elements, e.cfg.FirstSyncChunk)
 	if err != nil {
 		return SyncResult{}, fmt.Errorf("%w: %w", errNoResync, err)
 	}
-	return e.applyFull(ctx, chunks, "full sync of the existing table", rs, res, now)
+	return e.applyFull(ctx, chunks, "full sync of the existing table", rs, rendered, now)
 }
 
 // finishFull records a full sync of rs.
-func (e *Executor) finishFull(rs *ruleset.Ruleset, r Result, now time.Time) {
+func (e *Executor) finishFull(rs *ruleset.Ruleset, rendered Result, now time.Time) {
 	clear(e.stale)
-	for _, name := range r.Stale {
+	for _, name := range rendered.Stale {
 		e.stale[name] = now
 	}
 	e.last = rs

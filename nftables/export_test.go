@@ -9,6 +9,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // CheckKernel exposes checkKernel to the tests.
@@ -92,4 +93,37 @@ func ResyncEncodes(rs *ruleset.Ruleset, opts Options, existing map[string][]stri
 		}
 	}
 	return nil
+}
+
+// ChunkedChanges renders the changes from old to new as an Executor with
+// Netlink and ChangeChunk chunk does, into transactions made by newTx,
+// after checking that every transaction is encodable for netlink. It also
+// names the Service ports each transaction changes.
+func ChunkedChanges(newTx func() *knftables.Transaction, old, new *ruleset.Ruleset, opts Options, deleteChains []string, chunk int) ([]*knftables.Transaction, [][]servicemap.PortName, Result, error) {
+	recorded, res, err := renderChangesChunked(func() *opRecorder { return &opRecorder{} }, old, new, opts, deleteChains, chunk)
+	if err != nil {
+		return nil, nil, res, err
+	}
+	txs := make([]*knftables.Transaction, len(recorded))
+	for i, ops := range recorded {
+		if _, err := netlinkBatch(Family(new.Config().Family), cmp.Or(opts.Table, DefaultTable), ops.ops, ""); err != nil {
+			return nil, nil, res, fmt.Errorf("transaction %d of %d: %w", i+1, len(recorded), err)
+		}
+		txs[i] = newTx()
+		ops.replay(txs[i])
+	}
+	var ignored Result
+	p, err := planChanges(old, new, opts, &ignored)
+	if err != nil {
+		return nil, nil, res, err
+	}
+	var names [][]servicemap.PortName
+	for _, c := range p.chunks(chunk) {
+		var ports []servicemap.PortName
+		for _, pc := range c.changes {
+			ports = append(ports, pc.name)
+		}
+		names = append(names, ports)
+	}
+	return txs, names, res, nil
 }

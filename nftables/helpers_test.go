@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -31,8 +32,13 @@ func helper(tb fataler) {
 }
 
 // world feeds Services and EndpointSlices through the trackers and builds
-// Rulesets, as a proxy does.
+// Rulesets, as a proxy does. It fails the test on any object the trackers
+// skip or warn about and on any Build or Update warning, so that a typo in a
+// fixture cannot make an empty Ruleset.
 type world struct {
+	// tb receives the failures: a test that uses a world another test made
+	// sets it to its own.
+	tb      fataler
 	svcs    *servicemap.Tracker
 	eps     *endpoints.Tracker
 	builder *ruleset.Builder
@@ -45,6 +51,7 @@ func newWorld(tb fataler, cfg ruleset.Config) *world {
 		tb.Fatal(err)
 	}
 	return &world{
+		tb:      tb,
 		svcs:    servicemap.NewTracker(cfg.Family, servicemap.Filter{}),
 		eps:     endpoints.NewTracker(cfg.Family, servicemap.Filter{}),
 		builder: b,
@@ -52,22 +59,41 @@ func newWorld(tb fataler, cfg ruleset.Config) *world {
 }
 
 func (w *world) add(objs ...any) {
+	helper(w.tb)
 	for _, o := range objs {
+		var skipped string
+		var warnings []svcproxy.Warning
 		switch o := o.(type) {
 		case *v1.Service:
-			w.svcs.Update(o)
+			skipped, warnings = w.svcs.Update(o)
 		case *discovery.EndpointSlice:
-			w.eps.Update(o)
+			skipped, warnings = w.eps.Update(o)
 		default:
-			panic(fmt.Sprintf("unexpected %T", o))
+			w.tb.Fatalf("world.add: unexpected %T", o)
+		}
+		if skipped != "" || len(warnings) > 0 {
+			w.tb.Fatalf("world.add %s: skipped %q, warnings %v", objectName(o), skipped, warnings)
 		}
 	}
 }
 
+// objectName is "Kind namespace/name" of a Service or EndpointSlice.
+func objectName(o any) string {
+	switch o := o.(type) {
+	case *v1.Service:
+		return "Service " + o.Namespace + "/" + o.Name
+	case *discovery.EndpointSlice:
+		return "EndpointSlice " + o.Namespace + "/" + o.Name
+	}
+	return fmt.Sprintf("%T", o)
+}
+
 func (w *world) build() *ruleset.Ruleset {
+	helper(w.tb)
 	s, _ := w.svcs.Snapshot()
 	e, _ := w.eps.Snapshot()
-	rs, _ := w.builder.Build(s, e)
+	rs, warnings := w.builder.Build(s, e)
+	w.checkWarnings("Build", warnings)
 	return rs
 }
 
@@ -75,10 +101,19 @@ func (w *world) build() *ruleset.Ruleset {
 // proxy does: prev must be the Ruleset of the trackers' previous snapshots
 // (build's or update's), or nil.
 func (w *world) update(prev *ruleset.Ruleset) *ruleset.Ruleset {
+	helper(w.tb)
 	s, _ := w.svcs.Snapshot()
 	e, _ := w.eps.Snapshot()
-	rs, _, _ := w.builder.Update(prev, s, e)
+	rs, _, warnings := w.builder.Update(prev, s, e)
+	w.checkWarnings("Update", warnings)
 	return rs
+}
+
+func (w *world) checkWarnings(what string, warnings []svcproxy.Warning) {
+	helper(w.tb)
+	if len(warnings) > 0 {
+		w.tb.Fatalf("%s warnings: %v", what, warnings)
+	}
 }
 
 // The node the rules are for, and the addresses of the tests: pods in

@@ -40,7 +40,7 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 	}
 	newPair := func(cfg ruleset.Config, opts nftables.Options) pair {
 		t.Helper()
-		mk := func(table string, nl bool) *nftables.Executor {
+		newExecutor := func(table string, nl bool) *nftables.Executor {
 			o := opts
 			o.Table = table
 			return executorIn(t, ns, nftables.ExecutorConfig{
@@ -50,7 +50,7 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 				FirstSyncChunk: 3,
 			})
 		}
-		return pair{netlink: mk("vianetlink", true), cli: mk("vianft", false), family: nftables.Family(cfg.Family)}
+		return pair{netlink: newExecutor("vianetlink", true), cli: newExecutor("vianft", false), family: nftables.Family(cfg.Family)}
 	}
 	listing := func(f knftables.Family, table string) string {
 		t.Helper()

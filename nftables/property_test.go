@@ -118,7 +118,7 @@ func genSlice(t *rapid.T, p pools, ns, name string) *discovery.EndpointSlice {
 		})
 	}
 	addrType := discovery.AddressTypeIPv4
-	if p.podIPs[0] != pools4.podIPs[0] {
+	if netip.MustParseAddr(p.podIPs[0]).Is6() {
 		addrType = discovery.AddressTypeIPv6
 	}
 	var ports []discovery.EndpointPort
@@ -385,6 +385,7 @@ func TestIncrementalSizeIndependent(t *testing.T) {
 		var txs [2]string
 		var ops [2]int
 		for k, bw := range []*bigWorld{small, large} {
+			bw.w.tb = t
 			bw.w.add(objs...)
 			rs := bw.w.build()
 			for _, u := range undo {

@@ -159,8 +159,10 @@ type Ruleset struct {
 	parent weak.Pointer[Ruleset]
 	step   Changes
 	// source is what the Ruleset was built from: Update compares it with
-	// the snapshots it is given.
-	source snapshots
+	// the snapshots it is given. rebuilt, sorted, names the ports that
+	// UpdatePorts took from other snapshots: Update rebuilds them too.
+	source  snapshots
+	rebuilt []servicemap.PortName
 }
 
 // snapshots are the tracker snapshots a Ruleset was built from.

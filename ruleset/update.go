@@ -30,11 +30,36 @@ func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoi
 		return rs, Diff(prev, rs), warnings
 	}
 	sch := services.ChangesSince(prev.source.services)
-	names := slices.Concat(sch.Added, sch.Changed, sch.Removed, eps.ChangesSince(prev.source.eps).Changed)
+	names := slices.Concat(sch.Added, sch.Changed, sch.Removed, eps.ChangesSince(prev.source.eps).Changed, prev.rebuilt)
+	return b.rebuild(prev, services, eps, names, snapshots{services, eps}, nil)
+}
+
+// UpdatePorts computes the Ruleset that has the Service ports named in names
+// as Build(services, eps) would make them, and every other port as prev has
+// it: the state of a kernel table to which only the changes of those ports
+// were written, as when a backend applies a large change in several
+// transactions. The Changes are Diff(prev, result). A later Update from the
+// result is exact, as from any Ruleset.
+//
+// When prev is nil, or was built with another Config, the other ports are
+// none: the result holds the named ports alone.
+func (b *Builder) UpdatePorts(prev *Ruleset, services servicemap.Snapshot, eps endpoints.Snapshot, names []servicemap.PortName) (*Ruleset, Changes, []svcproxy.Warning) {
+	if prev == nil || !configEqual(&prev.config, &b.config) {
+		prev = &Ruleset{config: b.config}
+	}
+	return b.rebuild(prev, services, eps, names, prev.source, slices.Concat(prev.rebuilt, names))
+}
+
+// rebuild makes the Ruleset that has the ports of names from services and
+// eps and every other port from prev; the result remembers source and
+// rebuilt (see Ruleset).
+func (b *Builder) rebuild(prev *Ruleset, services servicemap.Snapshot, eps endpoints.Snapshot, names []servicemap.PortName, source snapshots, rebuilt []servicemap.PortName) (*Ruleset, Changes, []svcproxy.Warning) {
+	names = slices.Clone(names)
 	slices.SortFunc(names, servicemap.PortName.Compare)
 	names = slices.Compact(names)
+	slices.SortFunc(rebuilt, servicemap.PortName.Compare)
 
-	rs := &Ruleset{config: prev.config, services: prev.services, source: snapshots{services, eps}}
+	rs := &Ruleset{config: prev.config, services: prev.services, source: source, rebuilt: slices.Compact(rebuilt)}
 	frontends := prev.index()
 	var ch Changes
 	var warnings []svcproxy.Warning
@@ -74,7 +99,7 @@ func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoi
 	}
 	if !modified {
 		// Same rules: prev serves, and the next Update compares against
-		// its (older) snapshots, which gives the same names again.
+		// its (older) snapshots, which gives these names again.
 		return prev, ch, warnings
 	}
 	rs.frontends.Store(&frontends)

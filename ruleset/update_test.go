@@ -444,3 +444,62 @@ func TestUpdateFrontends(t *testing.T) {
 		})
 	}
 }
+
+// Property: UpdatePorts gives the named ports as Build does and every other
+// port as the previous Ruleset has it, and an Update from its result equals
+// Build: what a backend that applies a change in several transactions
+// holds after some of them.
+func TestPropUpdatePorts(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		family := genFamily(t, "family")
+		b, err := ruleset.NewBuilder(genConfig(t, family))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := newTrackers(family)
+		first := genHistory(t, family).final()
+		tr.apply(first)
+		ss, es := tr.snapshot()
+		old, _ := b.Build(ss, es)
+		tr.apply(genHistory(t, family).order(t, "events"))
+		ss, es = tr.snapshot()
+		built, _ := b.Build(ss, es)
+
+		ch := ruleset.Diff(old, built)
+		all := slices.Concat(ch.Added, ch.Changed, ch.Removed)
+		var names []servicemap.PortName
+		for _, n := range all {
+			if rapid.Bool().Draw(t, "written") {
+				names = append(names, n)
+			}
+		}
+		mid, _, _ := b.UpdatePorts(old, ss, es, names)
+		for _, n := range all {
+			want := old
+			if slices.Contains(names, n) {
+				want = built
+			}
+			w, wok := want.Service(n)
+			g, gok := mid.Service(n)
+			if wok != gok || (wok && !w.Equal(g)) {
+				t.Fatalf("port %v after UpdatePorts(%v): present %v, want %v (from the %s Ruleset)", n, names, gok, wok, map[bool]string{true: "new", false: "old"}[want == built])
+			}
+		}
+		if err := ruleset.CheckInvariants(mid); err != nil {
+			t.Fatalf("UpdatePorts result: %v", err)
+		}
+		final, _, _ := b.Update(mid, ss, es)
+		if diff := cmp.Diff(values(built.Services()), values(final.Services()), cmpOpts); diff != "" {
+			t.Fatalf("Update after UpdatePorts(%v) differs from Build (-Build +Update):\n%s", names, diff)
+		}
+		// Back to the first objects, from fresh trackers: the ports
+		// UpdatePorts wrote must go back too.
+		again := newTrackers(family)
+		again.apply(first)
+		ss, es = again.snapshot()
+		back, _, _ := b.Update(mid, ss, es)
+		if diff := cmp.Diff(values(old.Services()), values(back.Services()), cmpOpts); diff != "" {
+			t.Fatalf("Update back to the first objects after UpdatePorts(%v) (-Build +Update):\n%s", names, diff)
+		}
+	})
+}

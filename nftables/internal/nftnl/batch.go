@@ -4,8 +4,8 @@
 // the kernel as one batch over a NETLINK_NETFILTER socket.
 //
 // It exists because the nft CLI reads every chain and set of a table into
-// its cache before each transaction, so that even a one-element update of
-// a table of 10,000 Services costs seconds; a batch sent here costs what the
+// its cache before each transaction, so that even a one-element update
+// costs time in proportion to the table; a batch sent here costs what the
 // kernel does with it. The encoding follows what nft 1.0.6 sends for the
 // same statements, user data included, so that `nft list table` prints a
 // table written here exactly as one written by nft.
@@ -191,7 +191,7 @@ func NewBatch(family Family, table string) *Batch {
 // NameAnonymousSets names the anonymous sets of b's rules prefix followed
 // by their set id, instead of asking the kernel for a name as nft does
 // ("__set%d"): to find a free number the kernel reads the name of every set
-// of the table, which at 10,000 Services is most of the cost of adding one.
+// of the table, work that grows with the table for every set added.
 // Names must be unique in the table: the prefix must be one that no other
 // batch used while the sets it named may still exist, and should start with
 // "__", which marks anonymous sets. `nft list` does not show them: it

@@ -1,0 +1,375 @@
+package nftables
+
+import (
+	"fmt"
+	"slices"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// RenderChanges adds to tx the operations that turn the table that holds old
+// (as Render or RenderChanges left it) into one that holds new, touching
+// only the Service ports that differ: their map and set elements, their
+// chains whose rules differ, their affinity sets. The number of operations
+// depends on the changed Service ports alone, not on how many others the
+// table holds. So does the time it takes (times log n, for lookups) when new
+// was made from old by ruleset.Builder.Update: ruleset.Diff then follows the
+// Update's changes, and the owner of each element comes from the Rulesets'
+// Frontend index (ruleset.Ruleset.ServicesAt). For unrelated Rulesets, Diff
+// compares every Service.
+//
+// Chains that only the old state used are flushed and listed in
+// Result.Stale. deleteChains are chains that earlier transactions flushed as
+// stale (after at least a second, see Result.Stale); those that new does not
+// use again are deleted.
+//
+// It returns ErrFullSyncNeeded when old is nil or was built with another
+// Config. It is pure: it only appends to tx.
+func RenderChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
+	return renderChanges(tx, old, new, opts, deleteChains)
+}
+
+func renderChanges(tx txWriter, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
+	_, res, err := renderChangesChunked(func() txWriter { return tx }, old, new, opts, deleteChains, 0)
+	return res, err
+}
+
+// renderChangesChunked writes what RenderChanges writes, in transactions
+// made by newTx of at most chunk changed Service ports each (chunk < 1: one
+// transaction), so that the kernel never has to commit one transaction of
+// a change of thousands of ports. Each transaction leaves every Service
+// port as old or as new has it: the changed ports that share a map or set
+// element (a cluster IP, a frontend that two ports claim) go in the same
+// transaction, which may then hold more than chunk ports. The stale chains
+// of deleteChains are deleted by the last transaction. With one
+// transaction, the operations are RenderChanges' own.
+func renderChangesChunked[T txWriter](newTx func() T, old, new *ruleset.Ruleset, opts Options, deleteChains []string, chunk int) ([]T, Result, error) {
+	var res Result
+	p, err := planChanges(old, new, opts, &res)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	var txs []T
+	for _, c := range p.chunks(chunk) {
+		tx := newTx()
+		txs = append(txs, tx)
+		p.write(tx, c.changes, c.keys, &res)
+	}
+	p.deleteStaleChains(txs[len(txs)-1], deleteChains, &res)
+	return txs, res, nil
+}
+
+// changeChunk is the part of a changePlan that one transaction writes.
+type changeChunk struct {
+	changes []portChange
+	keys    []elemKey
+}
+
+// chunks splits p into chunks of at most size changed ports, keeping the
+// ports that touch a common element together (a group larger than size is
+// a chunk of its own). Groups keep the name order of their first port,
+// ports and keys their order in p. It returns one chunk, all of p, when
+// size < 1 or p has no more than size ports.
+func (p *changePlan) chunks(size int) []changeChunk {
+	if size < 1 || len(p.changes) <= size {
+		return []changeChunk{{changes: p.changes, keys: p.keys}}
+	}
+	groupOf, firstToucher := p.groups()
+	// Members of each group, groups in the order of their first member.
+	members := map[int][]int{}
+	var groups []int
+	for i := range p.changes {
+		g := groupOf(i)
+		if len(members[g]) == 0 {
+			groups = append(groups, g)
+		}
+		members[g] = append(members[g], i)
+	}
+	chunkOfGroup := map[int]int{}
+	var chunks []changeChunk
+	for _, g := range groups {
+		if n := len(chunks); n == 0 || len(chunks[n-1].changes)+len(members[g]) > size {
+			chunks = append(chunks, changeChunk{})
+		}
+		last := len(chunks) - 1
+		chunkOfGroup[g] = last
+		for _, i := range members[g] {
+			chunks[last].changes = append(chunks[last].changes, p.changes[i])
+		}
+	}
+	for _, k := range p.keys {
+		c := chunkOfGroup[groupOf(firstToucher[k])]
+		chunks[c].keys = append(chunks[c].keys, k)
+	}
+	return chunks
+}
+
+// groups joins the changed ports that touch a common element, directly or
+// through others: groupOf gives the group of a port (by its index in
+// p.changes), firstToucher the first port that touches each key.
+func (p *changePlan) groups() (groupOf func(int) int, firstToucher map[elemKey]int) {
+	parent := make([]int, len(p.changes))
+	for i := range parent {
+		parent[i] = i
+	}
+	find := func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	firstToucher = make(map[elemKey]int, len(p.keys))
+	for i, c := range p.changes {
+		for _, k := range c.keys {
+			first, ok := firstToucher[k]
+			if !ok {
+				firstToucher[k] = i
+				continue
+			}
+			a, b := find(first), find(i)
+			// The smaller index is the root: a group is named by its
+			// first port.
+			parent[max(a, b)] = min(a, b)
+		}
+	}
+	return find, firstToucher
+}
+
+// portChange is how one changed Service port's objects differ.
+type portChange struct {
+	name servicemap.PortName
+	// newService is the port in the new Ruleset; nil when it is not there
+	// or not rendered (an unsafe name).
+	newService           *ruleset.Service
+	oldChains, newChains []chainDef
+	oldSets, newSets     []setDef
+	// recreated: an affinity set changes (its timeout), so it is deleted
+	// and added again, and every chain that refers to it must be flushed
+	// first and written again.
+	recreated bool
+	// keys are the elements the port has in either Ruleset.
+	keys []elemKey
+}
+
+// changePlan is what RenderChanges works out before it writes anything:
+// the changed Service ports, the map and set elements they touch, and who
+// owns each of those before and after.
+type changePlan struct {
+	r       *renderer
+	new     *ruleset.Ruleset
+	changes []portChange
+	// keys are the elements the changed ports have in either Ruleset, in
+	// the order they were first met.
+	keys []elemKey
+	// oldClaims and newClaims are the owners of keys in each Ruleset: the
+	// first Service port, in name order, that claims the element.
+	oldClaims, newClaims map[elemKey]claim
+}
+
+// planChanges works out the changes from old to new. It returns
+// ErrFullSyncNeeded when old is nil or was built with another Config, and
+// adds to res the warnings of the changed ports whose names are unsafe.
+func planChanges(old, new *ruleset.Ruleset, opts Options, res *Result) (*changePlan, error) {
+	if old == nil {
+		return nil, fmt.Errorf("%w: no previous ruleset", ErrFullSyncNeeded)
+	}
+	diff := ruleset.Diff(old, new)
+	if diff.ConfigChanged {
+		return nil, fmt.Errorf("%w: the ruleset config changed", ErrFullSyncNeeded)
+	}
+	r, err := newRenderer(new.Config(), opts)
+	if err != nil {
+		return nil, err
+	}
+	names := slices.Concat(diff.Added, diff.Changed, diff.Removed)
+	slices.SortFunc(names, servicemap.PortName.Compare)
+
+	p := &changePlan{r: r, new: new, changes: make([]portChange, 0, len(names))}
+	touched := map[elemKey]bool{}
+	for _, name := range names {
+		c := p.portChange(old, name, res)
+		for _, k := range c.keys {
+			if !touched[k] {
+				touched[k] = true
+				p.keys = append(p.keys, k)
+			}
+		}
+		p.changes = append(p.changes, c)
+	}
+	p.oldClaims = owners(r, old, p.keys)
+	p.newClaims = owners(r, new, p.keys)
+	return p, nil
+}
+
+// portChange works out the change of the port name.
+func (p *changePlan) portChange(old *ruleset.Ruleset, name servicemap.PortName, res *Result) portChange {
+	r := p.r
+	c := portChange{name: name}
+	touch := func(k elemKey, _ verdict) { c.keys = append(c.keys, k) }
+	if s, ok := old.Service(name); ok && safeName(name) {
+		c.oldChains = r.chains(s)
+		c.oldSets = r.affinitySets(s)
+		r.elements(s, touch)
+	}
+	if s, ok := p.new.Service(name); ok {
+		if !safeName(name) {
+			res.Warnings = append(res.Warnings, unsafeWarning(s))
+		} else {
+			c.newService = s
+			c.newChains = r.chains(s)
+			c.newSets = r.affinitySets(s)
+			r.elements(s, touch)
+		}
+	}
+	oldSets := setsByName(c.oldSets)
+	for _, set := range c.newSets {
+		if o, ok := oldSets[set.name]; ok && o != set {
+			c.recreated = true
+		}
+	}
+	return c
+}
+
+// write adds the operations of changes, whose elements are keys, in an
+// order the kernel accepts in one transaction: first what refers to
+// objects that change goes (flushed chains, deleted elements), then the
+// affinity sets that go away or change, then the new objects and the rules
+// of new and changed chains, then the new and changed elements.
+func (p *changePlan) write(tx txWriter, changes []portChange, keys []elemKey, res *Result) {
+	for i := range changes {
+		p.flushChangedChains(tx, &changes[i], res)
+	}
+	p.deleteChangedElements(tx, keys)
+	for i := range changes {
+		p.deleteChangedSets(tx, &changes[i])
+	}
+	for i := range changes {
+		p.addNewObjects(tx, &changes[i], res)
+	}
+	p.addChangedElements(tx, keys)
+}
+
+// flushChangedChains flushes the chains of c whose rules change or that go
+// away; those that go away are stale.
+func (p *changePlan) flushChangedChains(tx txWriter, c *portChange, res *Result) {
+	newChains := chainsByName(c.newChains)
+	for _, oc := range c.oldChains {
+		nc, kept := newChains[oc.name]
+		if kept && !c.recreated && slices.Equal(oc.rules, nc.rules) {
+			continue
+		}
+		tx.Flush(p.r.chain(oc.name))
+		if !kept {
+			res.Stale = append(res.Stale, oc.name)
+		}
+	}
+}
+
+// deleteChangedElements deletes the elements of keys that go away or whose
+// owner or verdict changes.
+func (p *changePlan) deleteChangedElements(tx txWriter, keys []elemKey) {
+	for _, k := range keys {
+		o, hadOld := p.oldClaims[k]
+		n, hasNew := p.newClaims[k]
+		if hadOld && !(hasNew && o.same(n)) {
+			tx.Delete(p.r.elementKey(k))
+		}
+	}
+}
+
+// deleteChangedSets deletes the affinity sets of c that go away or change.
+func (p *changePlan) deleteChangedSets(tx txWriter, c *portChange) {
+	newSets := setsByName(c.newSets)
+	for _, s := range c.oldSets {
+		if n, ok := newSets[s.name]; !ok || n != s {
+			tx.Delete(&knftables.Set{Family: p.r.family, Table: p.r.table, Name: s.name})
+		}
+	}
+}
+
+// addNewObjects adds the new and changed affinity sets and the new chains
+// of c, writes the rules of its new and changed chains, and reports the
+// elements it claims that another port owns.
+func (p *changePlan) addNewObjects(tx txWriter, c *portChange, res *Result) {
+	r := p.r
+	oldSets := setsByName(c.oldSets)
+	for _, s := range c.newSets {
+		if o, ok := oldSets[s.name]; !ok || o != s {
+			tx.Add(r.set(s))
+		}
+	}
+	// A chain the old state did not use does not exist, or is a stale
+	// one, flushed already.
+	oldChains := chainsByName(c.oldChains)
+	for _, nc := range c.newChains {
+		if _, ok := oldChains[nc.name]; !ok {
+			tx.Add(r.chain(nc.name))
+		}
+	}
+	for _, nc := range c.newChains {
+		oc, ok := oldChains[nc.name]
+		if ok && !c.recreated && slices.Equal(oc.rules, nc.rules) {
+			continue
+		}
+		r.writeRules(tx, nc)
+	}
+	if c.newService != nil {
+		r.elements(c.newService, func(k elemKey, _ verdict) {
+			if owner := p.newClaims[k].owner; k.in != inClusterIPs && owner != nil && owner != c.newService {
+				res.Warnings = append(res.Warnings, conflictWarning(c.newService, k, owner))
+			}
+		})
+	}
+}
+
+// addChangedElements adds the elements of keys that are new or whose owner
+// or verdict changes.
+func (p *changePlan) addChangedElements(tx txWriter, keys []elemKey) {
+	for _, k := range keys {
+		o, hadOld := p.oldClaims[k]
+		n, hasNew := p.newClaims[k]
+		if hasNew && !(hadOld && o.same(n)) {
+			tx.Add(p.r.element(k, n))
+		}
+	}
+}
+
+// deleteStaleChains deletes the chains of deleteChains (flushed by earlier
+// transactions) that the new Ruleset does not use and that res does not
+// list as stale again.
+func (p *changePlan) deleteStaleChains(tx txWriter, deleteChains []string, res *Result) {
+	stale := map[string]bool{}
+	for _, name := range res.Stale {
+		stale[name] = true
+	}
+	for _, name := range deleteChains {
+		if stale[name] || usedBy(p.r, p.new, name) {
+			continue
+		}
+		tx.Delete(p.r.chain(name))
+		res.Deleted = append(res.Deleted, name)
+	}
+}
+
+// usedBy reports whether a chain belongs to rs, by the ServicePort named in
+// the chain.
+func usedBy(r *renderer, rs *ruleset.Ruleset, chain string) bool {
+	name, ok := serviceOfChain(chain)
+	if !ok {
+		return slices.Contains(fixedChains, chain) || slices.ContainsFunc(baseChains[:], func(b baseChain) bool { return b.name == chain })
+	}
+	s, ok := rs.Service(name)
+	if !ok {
+		return false
+	}
+	for _, c := range r.chains(s) {
+		if c.name == chain {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,194 @@
+package nftables
+
+import (
+	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// Render adds to tx the operations that make the table hold exactly the
+// rules of rs, whatever it held before: the table, its base chains (deleted
+// and created again, so that a change of priority applies), its fixed
+// chains, sets and maps (flushed and filled), and the chains and elements of
+// every Service port. Affinity sets are added but not flushed, so that
+// sessions stay with their endpoints across full syncs.
+//
+// existing names the objects the table holds now, by type ("chain", "set",
+// "map"), as knftables.Interface.ListAll returns them; an empty map means a
+// table that does not exist yet. Chains in it that rs does not use are
+// flushed and reported in Result.Stale; sets and maps that rs does not use
+// are deleted; chains that rs uses are flushed before they are written, new
+// ones are only added. nil means unknown: every chain rs uses is flushed, and
+// nothing else is.
+//
+// Every object names its family and table, so tx may come from an Interface
+// with no default table, or from one whose default table is the one
+// rendered.
+//
+// Render is pure: it only appends to tx.
+func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existing map[string][]string) (Result, error) {
+	r, err := newRenderer(rs.Config(), opts)
+	if err != nil {
+		return Result{}, err
+	}
+	var res Result
+	// Chains that exist are flushed; new ones are empty already, and a
+	// flush per chain would double the size of a first sync.
+	exists := map[string]bool{}
+	for _, name := range existing["chain"] {
+		exists[name] = true
+	}
+	mayExist := func(chain string) bool { return existing == nil || exists[chain] }
+	r.fixed(tx, mayExist, false)
+	st := newFullState(r, &res, mayExist)
+	st.services(tx, rs.Services())
+
+	if existing != nil {
+		st.removeUnrendered(tx, existing)
+	}
+	return res, nil
+}
+
+// RenderNew renders rs into a table that does not exist yet, as several
+// transactions made by newTx: the first creates the table and its fixed
+// objects, each of the others adds the chains, rules and elements of at most
+// chunk Service ports. The kernel and nft take more than linear time in the
+// size of one transaction, but between two transactions the table serves
+// only the Service ports added so far: use it for a first sync only.
+// chunk < 1 means one transaction for everything.
+func RenderNew(newTx func() *knftables.Transaction, rs *ruleset.Ruleset, opts Options, chunk int) ([]*knftables.Transaction, Result, error) {
+	return renderNew(newTx, rs, opts, chunk)
+}
+
+func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, chunk int) ([]T, Result, error) {
+	r, err := newRenderer(rs.Config(), opts)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	var res Result
+	tx := newTx()
+	r.fixed(tx, func(string) bool { return false }, false)
+	txs := []T{tx}
+	st := newFullState(r, &res, func(string) bool { return false })
+	all := rs.Services()
+	if chunk < 1 {
+		chunk = max(len(all), 1)
+	}
+	for start := 0; start < len(all); start += chunk {
+		if start > 0 || len(all) > chunk {
+			tx = newTx()
+			txs = append(txs, tx)
+		}
+		st.services(tx, all[start:min(start+chunk, len(all))])
+	}
+	return txs, res, nil
+}
+
+// fullState is what the services of a full render share: who claimed each
+// element, which objects were written.
+type fullState struct {
+	r        *renderer
+	res      *Result
+	flush    func(chain string) bool
+	claims   map[elemKey]*ruleset.Service
+	rendered map[string]bool
+	// inTable are the elements the maps and sets hold already, when they
+	// are not flushed (renderResync): each is replaced, by a delete and an
+	// add, rather than added.
+	inTable map[elemKey]bool
+}
+
+func newFullState(r *renderer, res *Result, flush func(string) bool) *fullState {
+	return &fullState{r: r, res: res, flush: flush, claims: map[elemKey]*ruleset.Service{}, rendered: map[string]bool{}}
+}
+
+// removeUnrendered flushes the chains of existing (see Render) that st did
+// not write, reporting them as stale, and deletes its sets and maps that st
+// did not write.
+func (st *fullState) removeUnrendered(tx txWriter, existing map[string][]string) {
+	r := st.r
+	rendered := st.rendered
+	for _, name := range r.fixedSetsAndMaps() {
+		rendered["set "+name] = true
+		rendered["map "+name] = true
+	}
+	for _, name := range fixedChains {
+		rendered["chain "+name] = true
+	}
+	for _, bc := range baseChains {
+		rendered["chain "+bc.name] = true
+	}
+	for _, name := range sortedCopy(existing["chain"]) {
+		if !rendered["chain "+name] {
+			tx.Flush(r.chain(name))
+			st.res.Stale = append(st.res.Stale, name)
+		}
+	}
+	// Anonymous sets ("__set0") belong to rules, not to us.
+	for _, name := range sortedCopy(existing["set"]) {
+		if !rendered["set "+name] && !strings.HasPrefix(name, "__") {
+			tx.Delete(&knftables.Set{Family: r.family, Table: r.table, Name: name})
+		}
+	}
+	for _, name := range sortedCopy(existing["map"]) {
+		if !rendered["map "+name] && !strings.HasPrefix(name, "__") {
+			tx.Delete(&knftables.Map{Family: r.family, Table: r.table, Name: name})
+		}
+	}
+}
+
+// services writes the affinity sets, chains, rules and elements of svcs.
+func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
+	r := st.r
+	var elems []claimedElem
+	for _, s := range svcs {
+		if !safeName(s.Name) {
+			st.res.Warnings = append(st.res.Warnings, unsafeWarning(s))
+			continue
+		}
+		for _, set := range r.affinitySets(s) {
+			tx.Add(r.set(set))
+			st.rendered["set "+set.name] = true
+		}
+		chains := r.chains(s)
+		for _, c := range chains {
+			tx.Add(r.chain(c.name))
+			if st.flush(c.name) {
+				tx.Flush(r.chain(c.name))
+			}
+			st.rendered["chain "+c.name] = true
+		}
+		for _, c := range chains {
+			r.writeRules(tx, c)
+		}
+		r.elements(s, func(k elemKey, v verdict) {
+			if owner, dup := st.claims[k]; dup {
+				if k.in != inClusterIPs && owner != s {
+					st.res.Warnings = append(st.res.Warnings, conflictWarning(s, k, owner))
+				}
+				return
+			}
+			st.claims[k] = s
+			elems = append(elems, claimedElem{k, claim{s, v}})
+		})
+	}
+	for _, e := range elems {
+		if st.inTable[e.key] {
+			tx.Delete(r.elementKey(e.key))
+		}
+		tx.Add(r.element(e.key, e.claim))
+	}
+}
+
+// Script is the nft script that Render writes for rs into a table that does
+// not exist yet: what a dry run prints. It needs no nft binary.
+func Script(rs *ruleset.Ruleset, opts Options) (string, Result, error) {
+	tx := knftables.NewFake("", "").NewTransaction()
+	res, err := Render(tx, rs, opts, map[string][]string{})
+	if err != nil {
+		return "", Result{}, err
+	}
+	return tx.String(), res, nil
+}

@@ -1,0 +1,49 @@
+package nftables
+
+import (
+	"sigs.k8s.io/knftables"
+)
+
+// txWriter is what the renderers write to: a knftables.Transaction, or an
+// opRecorder for the netlink path.
+type txWriter interface {
+	Add(knftables.Object)
+	Flush(knftables.Object)
+	Delete(knftables.Object)
+}
+
+type opVerb uint8
+
+const (
+	opAdd opVerb = iota
+	opFlush
+	opDelete
+)
+
+// op is one operation of a transaction.
+type op struct {
+	verb opVerb
+	obj  knftables.Object
+}
+
+// opRecorder records the operations a renderer writes, to be applied over
+// netlink or replayed into a knftables.Transaction.
+type opRecorder struct{ ops []op }
+
+func (r *opRecorder) Add(o knftables.Object)    { r.ops = append(r.ops, op{opAdd, o}) }
+func (r *opRecorder) Flush(o knftables.Object)  { r.ops = append(r.ops, op{opFlush, o}) }
+func (r *opRecorder) Delete(o knftables.Object) { r.ops = append(r.ops, op{opDelete, o}) }
+
+// replay writes the recorded operations to tx.
+func (r *opRecorder) replay(tx txWriter) {
+	for _, o := range r.ops {
+		switch o.verb {
+		case opAdd:
+			tx.Add(o.obj)
+		case opFlush:
+			tx.Flush(o.obj)
+		case opDelete:
+			tx.Delete(o.obj)
+		}
+	}
+}

@@ -1,0 +1,259 @@
+package nftables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// chainDef is one per-service chain and its rules.
+type chainDef struct {
+	name  string
+	rules []ruleDef
+}
+
+type ruleDef struct{ rule, comment string }
+
+func (r *renderer) writeRules(tx txWriter, c chainDef) {
+	for _, ru := range c.rules {
+		tx.Add(r.rule(c.name, ru.rule, ru.comment))
+	}
+}
+
+func chainsByName(cs []chainDef) map[string]chainDef {
+	m := make(map[string]chainDef, len(cs))
+	for _, c := range cs {
+		m[c.name] = c
+	}
+	return m
+}
+
+// setDef is one affinity set.
+type setDef struct {
+	name    string
+	timeout int32
+}
+
+func setsByName(ss []setDef) map[string]setDef {
+	m := make(map[string]setDef, len(ss))
+	for _, s := range ss {
+		m[s.name] = s
+	}
+	return m
+}
+
+func (r *renderer) set(s setDef) *knftables.Set {
+	return &knftables.Set{
+		Family: r.family, Table: r.table, Name: s.name, Type: r.addrType,
+		// "dynamic" too: some kernels add it to sets updated from the
+		// packet path, and an add without it would then fail.
+		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+		Timeout: ptr(time.Duration(s.timeout) * time.Second),
+	}
+}
+
+// affinitySets are the per-endpoint sets of a ClientIP-affinity Service
+// port, which remember the clients each endpoint has served.
+func (r *renderer) affinitySets(s *ruleset.Service) []setDef {
+	if !s.Affinity.Enabled() {
+		return nil
+	}
+	sets := make([]setDef, len(s.Endpoints))
+	for i := range s.Endpoints {
+		sets[i] = setDef{prefixAffinity + EndpointChainBase(s.Name, s.Endpoints[i].AddrPort()), s.Affinity.Seconds()}
+	}
+	return sets
+}
+
+// chains are the per-service and per-endpoint chains of s, with their
+// rules, following kube-proxy: the policy chains (cluster, then local),
+// the external and firewall chains, then one chain per endpoint.
+func (r *renderer) chains(s *ruleset.Service) []chainDef {
+	base := ServiceChainBase(s.Name)
+	chains := make([]chainDef, 0, 4+len(s.Endpoints))
+	masquerade := r.clusterIPMasquerade(s)
+	// The endpoints' chain-name bases, hashed once each.
+	endpointBases := make([]string, len(s.Endpoints))
+	for i := range s.Endpoints {
+		endpointBases[i] = EndpointChainBase(s.Name, s.Endpoints[i].AddrPort())
+	}
+	if len(s.ClusterTargets) > 0 {
+		chains = append(chains, r.policyChain(prefixService+base, s, endpointBases, s.ClusterTargets, masquerade, s.Internal == ruleset.RouteCluster))
+	}
+	if len(s.LocalTargets) > 0 {
+		chains = append(chains, r.policyChain(prefixLocal+base, s, endpointBases, s.LocalTargets, masquerade, s.Internal == ruleset.RouteLocal))
+	}
+	if r.usesExternalChain(s) {
+		chains = append(chains, r.externalChain(s, base))
+	}
+	if s.UsesFirewall() {
+		chains = append(chains, r.firewallChain(s, base))
+	}
+	for i := range s.Endpoints {
+		chains = append(chains, r.endpointChain(s, s.Endpoints[i].AddrPort(), endpointBases[i]))
+	}
+	return chains
+}
+
+// clusterIPMasquerade is the rule that masquerades traffic to the cluster
+// IP that comes from outside the pod network (or all of it, with
+// MasqueradeAll), in whichever policy chain internal traffic reaches;
+// external traffic reaches the same chains, hence the match on the cluster
+// IP. "" when nothing is masqueraded there.
+func (r *renderer) clusterIPMasquerade(s *ruleset.Service) string {
+	proto := strings.ToLower(string(s.Name.Protocol))
+	switch {
+	case r.cfg.MasqueradeAll:
+		return fmt.Sprintf("%s daddr %s %s dport %d jump %s", r.ipX, s.ClusterIP, proto, s.Port, chainMarkMasq)
+	case r.notPods != "":
+		return fmt.Sprintf("%s daddr %s %s dport %d %s jump %s", r.ipX, s.ClusterIP, proto, s.Port, r.notPods, chainMarkMasq)
+	}
+	return ""
+}
+
+// externalChain is the chain of NodePort, externalIP and load-balancer
+// traffic. With the Cluster policy it masquerades, as the endpoint may be
+// on another node. The Local policy keeps the client address, except for
+// traffic from pods and from the node itself, which is sent to the
+// cluster endpoints as if it had gone out to the load balancer and come
+// back.
+func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
+	clusterChain := prefixService + base
+	c := chainDef{name: prefixExternal + base}
+	hasCluster := len(s.ClusterTargets) > 0
+	if !s.ExternalPolicyLocal {
+		c.rules = append(c.rules, ruleDef{rule: "jump " + chainMarkMasq})
+		if s.External == ruleset.RouteCluster && hasCluster {
+			c.rules = append(c.rules, ruleDef{rule: "goto " + clusterChain})
+		}
+		return c
+	}
+	if hasCluster {
+		if r.fromPods != "" {
+			c.rules = append(c.rules, ruleDef{r.fromPods + " goto " + clusterChain, "short-circuit pod traffic"})
+		}
+		c.rules = append(c.rules,
+			ruleDef{"fib saddr type local jump " + chainMarkMasq, "masquerade local traffic"},
+			ruleDef{"fib saddr type local goto " + clusterChain, "short-circuit local traffic"})
+	}
+	if s.External == ruleset.RouteLocal && len(s.LocalTargets) > 0 {
+		c.rules = append(c.rules, ruleDef{rule: "goto " + prefixLocal + base})
+	}
+	return c
+}
+
+// firewallChain drops load-balancer traffic from outside the port's
+// source ranges (and, when the Ruleset allows it, the node's own traffic
+// to its load-balancer IPs).
+func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
+	sources := make([]string, 0, len(s.LoadBalancerSourceRanges))
+	for _, p := range s.LoadBalancerSourceRanges {
+		sources = append(sources, p.String())
+	}
+	if s.FirewallAllowsNode {
+		for _, ip := range s.LoadBalancerIPs {
+			sources = append(sources, ip.String())
+		}
+	}
+	return chainDef{
+		name:  prefixFirewall + base,
+		rules: []ruleDef{{rule: r.ipX + " saddr != { " + strings.Join(sources, " , ") + " } drop"}},
+	}
+}
+
+// endpointChain is the chain of one endpoint, whose EndpointChainBase is
+// endpointBase: hairpin masquerade (a pod that reaches itself through the
+// Service), the affinity set's update, DNAT.
+func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string) chainDef {
+	proto := strings.ToLower(string(s.Name.Protocol))
+	c := chainDef{name: prefixEndpoint + endpointBase, rules: make([]ruleDef, 0, 3)}
+	c.rules = append(c.rules, ruleDef{rule: r.ipX + " saddr " + endpoint.Addr().String() + " jump " + chainMarkMasq})
+	if s.Affinity.Enabled() {
+		c.rules = append(c.rules, ruleDef{rule: "update @" + prefixAffinity + endpointBase + " { " + r.ipX + " saddr }"})
+	}
+	c.rules = append(c.rules, ruleDef{rule: "meta l4proto " + proto + " dnat to " + endpoint.String()})
+	return c
+}
+
+// policyChain spreads traffic over targets: clients with affinity go back
+// to their endpoint, the others to one picked at random. endpointBases
+// are the EndpointChainBase of each of s.Endpoints; masquerade is the
+// rule that internal traffic reaching this chain starts with, if any.
+func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []string, targets []ruleset.Target, masquerade string, internal bool) chainDef {
+	c := chainDef{name: name}
+	if internal && masquerade != "" {
+		c.rules = append(c.rules, ruleDef{rule: masquerade})
+	}
+	targetBases := make([]string, len(targets))
+	targetChains := make([]string, len(targets))
+	for i, t := range targets {
+		targetBases[i] = endpointBase(s, endpointBases, t.Endpoint)
+		targetChains[i] = prefixEndpoint + targetBases[i]
+	}
+	if s.Affinity.Enabled() {
+		for i := range targets {
+			set := prefixAffinity + targetBases[i]
+			c.rules = append(c.rules, ruleDef{rule: r.ipX + " saddr @" + set + " goto " + targetChains[i]})
+		}
+	}
+	if len(targets) == 1 {
+		// No choice to make: a plain goto spares the kernel an
+		// anonymous verdict map.
+		c.rules = append(c.rules, ruleDef{rule: "goto " + targetChains[0]})
+		return c
+	}
+	var b strings.Builder
+	b.WriteString("numgen random mod ")
+	b.WriteString(strconv.Itoa(len(targets)))
+	b.WriteString(" vmap {")
+	for i, chain := range targetChains {
+		if i > 0 {
+			// The space before the comma keeps the chain name a word of
+			// its own for knftables' Fake.
+			b.WriteString(" ,")
+		}
+		b.WriteString(" ")
+		b.WriteString(strconv.Itoa(i))
+		b.WriteString(" : goto ")
+		b.WriteString(chain)
+	}
+	b.WriteString(" }")
+	c.rules = append(c.rules, ruleDef{rule: b.String()})
+	return c
+}
+
+// endpointBase is the EndpointChainBase of ep, taken from endpointBases
+// (those of s.Endpoints, which hold every target's endpoint) when ep is
+// there.
+func endpointBase(s *ruleset.Service, endpointBases []string, ep netip.AddrPort) string {
+	i, found := slices.BinarySearchFunc(s.Endpoints, ep, func(e endpoints.Endpoint, t netip.AddrPort) int { return e.AddrPort().Compare(t) })
+	if !found {
+		return EndpointChainBase(s.Name, ep)
+	}
+	return endpointBases[i]
+}
+
+// usesExternalChain: the external chain exists when the port is reachable
+// from outside and has endpoints somewhere, even when its Local policy
+// finds none on this node (the short-circuit rules still apply).
+func (r *renderer) usesExternalChain(s *ruleset.Service) bool {
+	return s.External != ruleset.RouteNone && s.External != ruleset.RouteReject
+}
+
+// unsafeWarning names a Service port that is not rendered because its name
+// is not usable in chain names.
+func unsafeWarning(s *ruleset.Service) svcproxy.Warning {
+	return svcproxy.Warning{
+		Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name,
+		Reason: fmt.Sprintf("port %q/%s: name not usable in nftables chain names: not served", s.Name.Port, s.Name.Protocol),
+	}
+}

@@ -8,7 +8,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/fixture"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -102,30 +102,15 @@ type fataler interface {
 // warning.
 func build(t fataler, family v1.IPFamily, svcs ...svc) *ruleset.Ruleset {
 	t.Helper()
-	st := servicemap.NewTracker(family, servicemap.Filter{})
-	et := endpoints.NewTracker(family, servicemap.Filter{})
+	var objs []any
 	for _, s := range svcs {
 		service, slice := s.objects()
-		if skipped, w := st.Update(service); skipped != "" || len(w) > 0 {
-			t.Fatalf("service %s: skipped %q, warnings %v", s.name, skipped, w)
-		}
+		objs = append(objs, service)
 		if len(s.eps) > 0 {
-			if skipped, w := et.Update(slice); skipped != "" || len(w) > 0 {
-				t.Fatalf("slice of %s: skipped %q, warnings %v", s.name, skipped, w)
-			}
+			objs = append(objs, slice)
 		}
 	}
-	b, err := ruleset.NewBuilder(ruleset.Config{Family: family})
-	if err != nil {
-		t.Fatal(err)
-	}
-	services, _ := st.Snapshot()
-	eps, _ := et.Snapshot()
-	rs, w := b.Build(services, eps)
-	if len(w) > 0 {
-		t.Fatalf("build: %v", w)
-	}
-	return rs
+	return fixture.Ruleset(t, ruleset.Config{Family: family}, objs...)
 }
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }

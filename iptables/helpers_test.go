@@ -9,9 +9,8 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/fixture"
 	"github.com/svcproxy/svcproxy/ruleset"
-	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
 )
 
@@ -151,33 +150,7 @@ func testConfig() ruleset.Config {
 // cfg's family in the order given and builds a Ruleset.
 func build(t testing.TB, cfg ruleset.Config, objs ...any) *ruleset.Ruleset {
 	t.Helper()
-	st := servicemap.NewTracker(cfg.Family, servicemap.Filter{})
-	et := endpoints.NewTracker(cfg.Family, servicemap.Filter{})
-	for _, o := range objs {
-		switch o := o.(type) {
-		case *v1.Service:
-			if skipped, w := st.Update(o); skipped != "" || len(w) > 0 {
-				t.Fatalf("Service %s/%s: skipped %q, warnings %v", o.Namespace, o.Name, skipped, w)
-			}
-		case *discovery.EndpointSlice:
-			if skipped, w := et.Update(o); skipped != "" || len(w) > 0 {
-				t.Fatalf("EndpointSlice %s/%s: skipped %q, warnings %v", o.Namespace, o.Name, skipped, w)
-			}
-		default:
-			t.Fatalf("unexpected object %T", o)
-		}
-	}
-	b, err := ruleset.NewBuilder(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svcs, _ := st.Snapshot()
-	eps, _ := et.Snapshot()
-	rs, warnings := b.Build(svcs, eps)
-	if len(warnings) > 0 {
-		t.Fatalf("Build warnings: %v", warnings)
-	}
-	return rs
+	return fixture.Ruleset(t, cfg, objs...)
 }
 
 // scaleObjects is n ClusterIP Services with 10 endpoints each.

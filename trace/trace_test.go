@@ -9,10 +9,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/fixture"
 	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
-	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
 	"github.com/svcproxy/svcproxy/trace"
 )
@@ -30,37 +29,22 @@ func cluster(t *testing.T, mods ...func(*ruleset.Config)) *ruleset.Ruleset {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, warnings, err := manifests.Parse(data)
+	parsed, warnings, err := manifests.Parse(data)
 	if err != nil || len(warnings) > 0 {
 		t.Fatalf("testdata/cluster.yaml: %v %v", err, warnings)
-	}
-	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	for _, s := range objs.Services {
-		if skipped, w := svcs.Update(s); skipped != "" || len(w) > 0 {
-			t.Fatalf("Service %s: %s %v", s.Name, skipped, w)
-		}
-	}
-	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	for _, es := range objs.EndpointSlices {
-		if skipped, w := eps.Update(es); skipped != "" || len(w) > 0 {
-			t.Fatalf("EndpointSlice %s: %s %v", es.Name, skipped, w)
-		}
 	}
 	cfg := ruleset.Config{Family: v1.IPv4Protocol, Node: topology.Node{Name: "node-a"}, ClusterCIDRs: []netip.Prefix{podCIDR}}
 	for _, m := range mods {
 		m(&cfg)
 	}
-	b, err := ruleset.NewBuilder(cfg)
-	if err != nil {
-		t.Fatal(err)
+	var objs []any
+	for _, s := range parsed.Services {
+		objs = append(objs, s)
 	}
-	ss, _ := svcs.Snapshot()
-	es, _ := eps.Snapshot()
-	rs, w := b.Build(ss, es)
-	if len(w) > 0 {
-		t.Fatalf("Build warnings: %v", w)
+	for _, es := range parsed.EndpointSlices {
+		objs = append(objs, es)
 	}
-	return rs
+	return fixture.Ruleset(t, cfg, objs...)
 }
 
 // summary writes an Outcome on one line, for table tests.

@@ -8,6 +8,8 @@
 //     servicemap, so that the tests of any package may use it.
 //   - scaleworld: scalegen's clusters fed into trackers and built into
 //     Rulesets, for the tests of ruleset and of the backends.
+//   - fixture: the Ruleset of a test's objects, failing the test on any
+//     skipped object or warning.
 //
 // A helper here is imported only by packages at or above the svcproxy
 // packages it imports itself.

@@ -7,10 +7,13 @@
 // One table per IP family (kube-proxy's "kube-proxy" in families ip and ip6
 // by default; Options.Table picks another) holds:
 //
-//   - base chains filter-prerouting, filter-input, filter-forward and
-//     filter-output at priority dstnat-10 (before DNAT, so that they see the
-//     Service addresses), filter-output-post-dnat at dstnat+10, nat-prerouting
-//     and nat-output at dstnat, nat-postrouting at srcnat;
+//   - base chains filter-prerouting-pre-dnat and filter-output-pre-dnat at
+//     priority dstnat-10 (the source-range firewall, which must see the
+//     load-balancer addresses), filter-input, filter-forward and
+//     filter-output at priority filter (the checks for ports without
+//     endpoints and for unknown cluster-IP ports, after DNAT, as kube-proxy
+//     1.34 and later has them), nat-prerouting and nat-output at dstnat,
+//     nat-postrouting at srcnat;
 //   - the verdict maps service-ips (address . protocol . port) and
 //     service-nodeports (protocol . port), which the services chain looks up
 //     to "goto" a Service port's chain; no-endpoint-services and

@@ -7,8 +7,11 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// The base chains, as kube-proxy hooks them: filtering before DNAT (on the
-// Service addresses), a filter after DNAT on output, DNAT and SNAT.
+// The base chains, as kube-proxy (1.34 and later) hooks them: the
+// source-range firewall before DNAT, on the Service addresses; the
+// endpoint and cluster-IP checks at filter priority, after DNAT, so that
+// traffic DNATed to an endpoint (a short-circuit, say) is not refused by
+// the entry of the address it was sent to; DNAT and SNAT.
 type baseChain struct {
 	name     string
 	kind     knftables.BaseChainType
@@ -17,11 +20,11 @@ type baseChain struct {
 }
 
 var baseChains = [...]baseChain{
-	{chainFilterPrerouting, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
-	{chainFilterInput, knftables.FilterType, knftables.InputHook, knftables.DNATPriority + "-10"},
-	{chainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.DNATPriority + "-10"},
-	{chainFilterOutput, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-10"},
-	{chainFilterOutputPost, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "+10"},
+	{chainFilterPreroutingPre, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
+	{chainFilterOutputPre, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-10"},
+	{chainFilterInput, knftables.FilterType, knftables.InputHook, knftables.FilterPriority},
+	{chainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority},
+	{chainFilterOutput, knftables.FilterType, knftables.OutputHook, knftables.FilterPriority},
 	{chainNATPrerouting, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority},
 	{chainNATOutput, knftables.NATType, knftables.OutputHook, knftables.DNATPriority},
 	{chainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
@@ -40,13 +43,13 @@ var jumps = []struct{ from, match, to string }{
 	{chainFilterInput, "ct state new", chainServiceEPCheck},
 	{chainFilterForward, "ct state new", chainServiceEPCheck},
 	{chainFilterOutput, "ct state new", chainServiceEPCheck},
-	{chainFilterPrerouting, "ct state new", chainFirewallCheck},
-	{chainFilterOutput, "ct state new", chainFirewallCheck},
+	{chainFilterPreroutingPre, "ct state new", chainFirewallCheck},
+	{chainFilterOutputPre, "ct state new", chainFirewallCheck},
 	{chainNATOutput, "", chainServices},
 	{chainNATPrerouting, "", chainServices},
 	{chainNATPostrouting, "", chainMasquerading},
 	{chainFilterForward, "ct state new", chainClusterIPsCheck},
-	{chainFilterOutputPost, "ct state new", chainClusterIPsCheck},
+	{chainFilterOutput, "ct state new", chainClusterIPsCheck},
 }
 
 func (r *renderer) fixedSetsAndMaps() []string {

@@ -84,6 +84,32 @@ func TestNodePortLocalPolicy(t *testing.T) {
 	})
 }
 
+// TestLocalPolicyShortCircuitFromNode: a process on the node reaches the
+// load-balancer IP and the external IP of externalTrafficPolicy Local
+// Services with no endpoint on this node: kube-proxy short-circuits the
+// node's own traffic to the cluster endpoints (and masquerades it), while a
+// client from outside is dropped.
+func TestLocalPolicyShortCircuitFromNode(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1, RemotePods: 1})
+		c.StartEcho(echoPort)
+		remote := c.Pods[1]
+		lbIP, extIP := serviceIP(false, 143), serviceIP(false, 144)
+		startProxy(t, c, backend,
+			service("lblocal", ips(43), withLoadBalancer(lbIP, nil, 30243), withNodePort(30083, true)),
+			slice("lblocal", false, v1.ProtocolTCP, ready(c, remote)),
+			service("extlocal", ips(44), withExternalIPs(extIP), withNodePort(30084, true)),
+			slice("extlocal", false, v1.ProtocolTCP, ready(c, remote)))
+		for _, addr := range []netip.AddrPort{at(lbIP, 80), at(extIP, 80)} {
+			expectOnly(t, spread(t, c.Node, addr, 5), remote)
+			if r := reach(t, c.Node, addr); !isNodeAddr(c, r.Source.Addr()) {
+				t.Errorf("%s from the node: the pod saw %s, want the node's address (masquerade)", addr, r.Source)
+			}
+			expectDropped(t, c.Clients[0], addr)
+		}
+	})
+}
+
 type healthBody struct{ LocalEndpoints int }
 
 // healthCheck queries a health check node port from the client's

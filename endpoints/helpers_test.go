@@ -2,7 +2,6 @@ package endpoints_test
 
 import (
 	"net/netip"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -108,25 +108,11 @@ func located(node, zone string) func(*endpoints.Endpoint) {
 	return func(e *endpoints.Endpoint) { e.NodeName, e.Zone = node, zone }
 }
 
-func checkWarnings(t *testing.T, es *discovery.EndpointSlice, warnings []svcproxy.Warning, want []string) {
+// checkWarnings checks that warnings name es and that each contains the
+// matching substring of want, in order.
+func checkWarnings(t *testing.T, es *discovery.EndpointSlice, got []svcproxy.Warning, want []string) {
 	t.Helper()
-	for _, w := range warnings {
-		if w.Kind != "EndpointSlice" || w.Namespace != es.Namespace || w.Name != es.Name {
-			t.Errorf("warning %+v does not name EndpointSlice %s/%s", w, es.Namespace, es.Name)
-		}
-		if strings.ContainsAny(w.Reason, "\n\r") {
-			t.Errorf("warning reason %q holds a raw line break", w.Reason)
-		}
-	}
-	if len(warnings) != len(want) {
-		t.Errorf("got %d warnings %v, want %d containing %q", len(warnings), warnings, len(want), want)
-		return
-	}
-	for i, sub := range want {
-		if !strings.Contains(warnings[i].Reason, sub) {
-			t.Errorf("warning %d = %q, want it to contain %q", i, warnings[i].Reason, sub)
-		}
-	}
+	warnings.Check(t, "EndpointSlice", es.Namespace, es.Name, got, want)
 }
 
 func parse(t *testing.T, es *discovery.EndpointSlice) *endpoints.Slice {

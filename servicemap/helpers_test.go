@@ -2,7 +2,6 @@ package servicemap_test
 
 import (
 	"net/netip"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/affinity"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -114,27 +114,11 @@ func clientIP(t testing.TB, seconds int32) affinity.Policy {
 	return p
 }
 
-// checkWarnings checks that warnings name the Service and that each contains
-// the matching substring of want, in order.
-func checkWarnings(t *testing.T, svc *v1.Service, warnings []svcproxy.Warning, want []string) {
+// checkWarnings checks that warnings name svc and that each contains the
+// matching substring of want, in order.
+func checkWarnings(t *testing.T, svc *v1.Service, got []svcproxy.Warning, want []string) {
 	t.Helper()
-	for _, w := range warnings {
-		if w.Kind != "Service" || w.Namespace != svc.Namespace || w.Name != svc.Name {
-			t.Errorf("warning %+v does not name Service %s/%s", w, svc.Namespace, svc.Name)
-		}
-		if strings.ContainsAny(w.Reason, "\n\r") {
-			t.Errorf("warning reason %q holds a raw line break", w.Reason)
-		}
-	}
-	if len(warnings) != len(want) {
-		t.Errorf("got %d warnings %v, want %d containing %q", len(warnings), warnings, len(want), want)
-		return
-	}
-	for i, sub := range want {
-		if !strings.Contains(warnings[i].Reason, sub) {
-			t.Errorf("warning %d = %q, want it to contain %q", i, warnings[i].Reason, sub)
-		}
-	}
+	warnings.Check(t, "Service", svc.Namespace, svc.Name, got, want)
 }
 
 func portNames(ps []servicemap.ServicePort) []servicemap.PortName {

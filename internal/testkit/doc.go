@@ -10,6 +10,8 @@
 //     Rulesets, for the tests of ruleset and of the backends.
 //   - fixture: the Ruleset of a test's objects, failing the test on any
 //     skipped object or warning.
+//   - warnings: checks of the Warnings a conversion returned, for the tests
+//     of servicemap and endpoints.
 //
 // A helper here is imported only by packages at or above the svcproxy
 // packages it imports itself.

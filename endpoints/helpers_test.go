@@ -112,7 +112,11 @@ func located(node, zone string) func(*endpoints.Endpoint) {
 // matching substring of want, in order.
 func checkWarnings(t *testing.T, es *discovery.EndpointSlice, got []svcproxy.Warning, want []string) {
 	t.Helper()
-	warnings.Check(t, "EndpointSlice", es.Namespace, es.Name, got, want)
+	var namespace, name string
+	if es != nil {
+		namespace, name = es.Namespace, es.Name
+	}
+	warnings.Check(t, "EndpointSlice", namespace, name, got, want)
 }
 
 func parse(t *testing.T, es *discovery.EndpointSlice) *endpoints.Slice {

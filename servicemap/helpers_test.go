@@ -118,7 +118,11 @@ func clientIP(t testing.TB, seconds int32) affinity.Policy {
 // matching substring of want, in order.
 func checkWarnings(t *testing.T, svc *v1.Service, got []svcproxy.Warning, want []string) {
 	t.Helper()
-	warnings.Check(t, "Service", svc.Namespace, svc.Name, got, want)
+	var namespace, name string
+	if svc != nil {
+		namespace, name = svc.Namespace, svc.Name
+	}
+	warnings.Check(t, "Service", namespace, name, got, want)
 }
 
 func portNames(ps []servicemap.ServicePort) []servicemap.PortName {

@@ -15,6 +15,9 @@ type metrics struct {
 	endpointChangesPending prometheus.Gauge
 	programmingDuration    prometheus.Histogram
 	syncFailures           prometheus.Counter
+	// periodicFullSyncs counts the syncs that the sync period forced to be
+	// full.
+	periodicFullSyncs prometheus.Counter
 }
 
 // syncHistogram is one of kube-proxy's sync latency histograms.
@@ -49,8 +52,12 @@ func newMetrics() *metrics {
 			Subsystem: "kubeproxy", Name: "sync_proxy_rules_failures_total",
 			Help: "Syncs that failed to apply the rules",
 		}),
+		periodicFullSyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "svcproxy", Name: "sync_periodic_full_total",
+			Help: "Syncs that the sync period made full, to repair rules changed behind the proxy's back",
+		}),
 	}
 	m.registry.MustRegister(m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.serviceChangesPending,
-		m.endpointChangesPending, m.programmingDuration, m.syncFailures)
+		m.endpointChangesPending, m.programmingDuration, m.syncFailures, m.periodicFullSyncs)
 	return m
 }

@@ -33,6 +33,10 @@ type Executor interface {
 	// does a full sync after any failure. It reports whether the sync was a
 	// full one.
 	Sync(ctx context.Context, rs *ruleset.Ruleset) (full bool, err error)
+	// RequestFullSync makes the next Sync a full one, which rewrites
+	// everything the executor owns, repairing what others changed or
+	// removed.
+	RequestFullSync()
 	// Cleanup removes everything the executor owns.
 	Cleanup(ctx context.Context) error
 }
@@ -102,7 +106,7 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	}
 
 	if opts.Once {
-		if err := p.sync(ctx); err != nil {
+		if err := p.sync(ctx, false); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitFailed
 		}
@@ -229,9 +233,11 @@ type proxy struct {
 	// not: the next build updates it with the changes since.
 	built map[v1.IPFamily]*ruleset.Ruleset
 
-	// lastSuccess is the UnixNano time of the last successful sync, read by
-	// /healthz.
+	// lastSuccess is the UnixNano time of the last successful sync, and
+	// failing records that the last sync failed (the kernel's rules may be
+	// missing or stale until a sync succeeds); both are read by /healthz.
 	lastSuccess atomic.Int64
+	failing     atomic.Bool
 	// failed records that a sync failed: the next one must not rely on
 	// what changed since, for conntrack cleanup and programming latency.
 	pendingTriggers []string
@@ -310,9 +316,37 @@ func (p *proxy) dryRun(w io.Writer) error {
 	return nil
 }
 
-// sync builds the Rulesets from the current state and applies them.
-func (p *proxy) sync(ctx context.Context) error {
+// sync builds the Rulesets from the current state and applies them. A
+// periodic sync is a full one: it rewrites all the rules, repairing what
+// others flushed or deleted. Until a sync succeeds after a failed one,
+// /healthz reports unhealthy.
+func (p *proxy) sync(ctx context.Context, periodic bool) error {
 	start := time.Now()
+	if periodic {
+		p.metrics.periodicFullSyncs.Inc()
+		for _, f := range p.families {
+			p.executors[f].RequestFullSync()
+		}
+	}
+	rulesets, anyFull, err := p.apply(ctx)
+	if err != nil {
+		p.failing.Store(true)
+		p.metrics.syncFailures.Inc()
+		p.log.Error("sync failed", "periodic", periodic, "err", err)
+		return err
+	}
+	end := time.Now()
+	p.recordSuccess(start, end, anyFull)
+	if p.health != nil {
+		p.health.update(rulesets)
+	}
+	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", anyFull, "periodic", periodic, "duration", end.Sub(start))
+	return nil
+}
+
+// apply builds the Rulesets of the current state and has every family's
+// executor apply its own. It reports whether any executor did a full sync.
+func (p *proxy) apply(ctx context.Context) (map[v1.IPFamily]*ruleset.Ruleset, bool, error) {
 	services, eps := p.state.Pending()
 	p.metrics.serviceChangesPending.Set(float64(services))
 	p.metrics.endpointChangesPending.Set(float64(eps))
@@ -321,7 +355,7 @@ func (p *proxy) sync(ctx context.Context) error {
 	p.pendingTriggers = append(p.pendingTriggers, snap.triggerTimes...)
 	rulesets, err := p.build(snap)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	var errs []error
 	anyFull := false
@@ -334,31 +368,26 @@ func (p *proxy) sync(ctx context.Context) error {
 		anyFull = anyFull || full
 		p.cleanConntrack(f, rulesets[f])
 	}
-	if err := errors.Join(errs...); err != nil {
-		p.metrics.syncFailures.Inc()
-		p.log.Error("sync failed", "err", err)
-		return err
-	}
-	end := time.Now()
+	return rulesets, anyFull, errors.Join(errs...)
+}
+
+// recordSuccess updates the metrics and health of a sync that succeeded.
+func (p *proxy) recordSuccess(start, end time.Time, full bool) {
 	p.metrics.syncDuration.Observe(end.Sub(start).Seconds())
-	if anyFull {
+	if full {
 		p.metrics.syncFullDuration.Observe(end.Sub(start).Seconds())
 	} else {
 		p.metrics.syncPartialDuration.Observe(end.Sub(start).Seconds())
 	}
 	p.metrics.lastSync.Set(float64(end.Unix()))
 	p.lastSuccess.Store(end.UnixNano())
+	p.failing.Store(false)
 	for _, at := range p.pendingTriggers {
 		if t, err := time.Parse(time.RFC3339, at); err == nil && !t.After(end) {
 			p.metrics.programmingDuration.Observe(end.Sub(t).Seconds())
 		}
 	}
 	p.pendingTriggers = p.pendingTriggers[:0]
-	if p.health != nil {
-		p.health.update(rulesets)
-	}
-	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", anyFull, "duration", end.Sub(start))
-	return nil
 }
 
 // cleanConntrack deletes the UDP conntrack entries that the rules just

@@ -58,11 +58,14 @@ func (p *proxy) startServers() ([]*http.Server, error) {
 }
 
 // healthz answers 200 while the last successful sync is younger than twice
-// the sync period, 503 after.
+// the sync period and the last sync did not fail, 503 otherwise: after a
+// failed sync (a change or a repair that could not be applied) the kernel's
+// rules may be missing until a sync succeeds.
 func (p *proxy) healthz(w http.ResponseWriter, _ *http.Request) {
 	last := time.Unix(0, p.lastSuccess.Load())
 	now := time.Now()
-	healthy := now.Sub(last) < 2*p.opts.SyncPeriod
+	failing := p.failing.Load()
+	healthy := now.Sub(last) < 2*p.opts.SyncPeriod && !failing
 	w.Header().Set("Content-Type", "application/json")
 	if !healthy {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -71,6 +74,7 @@ func (p *proxy) healthz(w http.ResponseWriter, _ *http.Request) {
 		"lastUpdated": last.UTC().Format(time.RFC3339Nano),
 		"currentTime": now.UTC().Format(time.RFC3339Nano),
 		"healthy":     healthy,
+		"syncFailing": failing,
 	})
 }
 

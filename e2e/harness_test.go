@@ -141,6 +141,13 @@ func nodeObject() *v1.Node {
 // cluster's node, for IPv4 and IPv6, and waits for its first sync.
 func startProxy(t *testing.T, c *netns.Cluster, backend string, objs ...any) *proxy {
 	t.Helper()
+	return startProxyWith(t, c, backend, nil, objs...)
+}
+
+// startProxyWith is startProxy with extra command-line arguments, which
+// come last and so override the defaults.
+func startProxyWith(t *testing.T, c *netns.Cluster, backend string, extraArgs []string, objs ...any) *proxy {
+	t.Helper()
 	p := &proxy{t: t, backend: backend, node: c.Node, dir: t.TempDir(), log: &logBuffer{}}
 	p.write(objs...)
 	args := []string{
@@ -153,6 +160,7 @@ func startProxy(t *testing.T, c *netns.Cluster, backend string, objs ...any) *pr
 		"--metrics-bind-address", "",
 		"--healthz-bind-address", netip.AddrPortFrom(c.Node.IPv4, 10256).String(),
 	}
+	args = append(args, extraArgs...)
 	cmd := c.Node.Command(context.Background(), proxyBinary(t, backend), args...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	proc, err := c.Node.Start(cmd)

@@ -18,6 +18,9 @@ type metrics struct {
 	// periodicFullSyncs counts the syncs that the sync period forced to be
 	// full.
 	periodicFullSyncs prometheus.Counter
+	// manifestErrors counts the reads of --manifests that failed;
+	// manifestReloads the ones applied.
+	manifestErrors, manifestReloads prometheus.Counter
 }
 
 // syncHistogram is one of kube-proxy's sync latency histograms.
@@ -56,8 +59,16 @@ func newMetrics() *metrics {
 			Subsystem: "svcproxy", Name: "sync_periodic_full_total",
 			Help: "Syncs that the sync period made full, to repair rules changed behind the proxy's back",
 		}),
+		manifestErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "svcproxy", Name: "manifest_errors_total",
+			Help: "Reads of the manifests that failed (the rules stayed as they were)",
+		}),
+		manifestReloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "svcproxy", Name: "manifest_reloads_total",
+			Help: "Changed manifests read and applied",
+		}),
 	}
-	m.registry.MustRegister(m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.serviceChangesPending,
+	m.registry.MustRegister(m.manifestErrors, m.manifestReloads, m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.serviceChangesPending,
 		m.endpointChangesPending, m.programmingDuration, m.syncFailures, m.periodicFullSyncs)
 	return m
 }

@@ -22,7 +22,6 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/conntrack"
-	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -120,11 +119,14 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 	opts := p.opts
 	if opts.Manifests != "" {
-		objs, warnings, err := manifests.Load(opts.Manifests)
+		p.watcher = newManifestWatcher(opts.Manifests, manifestSettle)
+		in, err := p.watcher.load()
 		if err != nil {
 			fmt.Fprintf(stderr, "bad manifests: %v\n", err)
 			return exitBadArgs
 		}
+		p.watcher.applied = in
+		objs, warnings := in.objs, in.warnings
 		p.nodeIPs = opts.NodeIPs
 		if len(p.nodeIPs) == 0 {
 			p.nodeIPs = nodeAddresses(objs.Nodes, opts.NodeName)
@@ -222,6 +224,8 @@ type proxy struct {
 	nodeIPs   []netip.Addr
 	families  []v1.IPFamily
 	executors map[v1.IPFamily]Executor
+	// watcher reads the --manifests; nil with --kubeconfig.
+	watcher *manifestWatcher
 	// cleaner deletes stale conntrack entries; nil in dry runs and when
 	// netlink is unavailable.
 	cleaner conntrack.Cleaner
@@ -454,40 +458,12 @@ func (p *proxy) serve(ctx context.Context) int {
 			s.Close()
 		}
 	}()
-	if p.opts.Manifests != "" {
-		go p.watch(ctx)
+	if p.watcher != nil {
+		go p.watch(ctx, p.watcher, manifestPoll)
 	}
 	p.loop.Run(ctx)
 	p.log.Info("stopping: the rules stay in the kernel")
 	return exitOK
-}
-
-// watch re-reads the manifests when they change and asks for a sync. A
-// broken file is reported and ignored: the rules stay as they were.
-func (p *proxy) watch(ctx context.Context) {
-	last, _ := fingerprint(p.opts.Manifests)
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		fp, err := fingerprint(p.opts.Manifests)
-		if err != nil || fp == last {
-			continue
-		}
-		objs, warnings, err := manifests.Load(p.opts.Manifests)
-		if err != nil {
-			p.log.Error(fmt.Sprintf("bad manifests: %v: keeping the rules as they are", err))
-			last = fp
-			continue
-		}
-		last = fp
-		p.logWarnings(append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...))
-		p.loop.Request()
-	}
 }
 
 func listen(addr string) (net.Listener, error) {

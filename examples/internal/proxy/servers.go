@@ -1,14 +1,10 @@
 package proxy
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -196,31 +192,4 @@ func (h *healthServers) close() {
 		hs.server.Close()
 		delete(h.servers, port)
 	}
-}
-
-// fingerprint hashes the names, sizes and contents of the manifests, to
-// notice changes however the file was written.
-func fingerprint(path string) ([32]byte, error) {
-	h := sha256.New()
-	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != path {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", p, len(data))
-		h.Write(data)
-		return nil
-	})
-	var sum [32]byte
-	copy(sum[:], h.Sum(nil))
-	return sum, err
 }

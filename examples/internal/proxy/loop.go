@@ -12,18 +12,20 @@ const minRetryInterval = 50 * time.Millisecond
 // Loop runs a sync function when asked and on a period, with these
 // guarantees:
 //
-//   - never two runs closer than MinInterval;
+//   - never two runs that start closer than MinInterval;
 //   - a run is periodic (Sync is told so) at least every MaxInterval,
-//     counted from the start of the previous periodic run, whatever other
+//     counted from the end of the previous periodic run, whatever other
 //     runs happened since: the sync function repairs the kernel's state in
-//     those runs;
+//     those runs, and when one takes longer than MaxInterval the next still
+//     waits MaxInterval;
 //   - requests that arrive while a run is pending or in progress are
 //     coalesced into one later run, and never lost: the sync function
 //     always works from the latest state; a request runs as soon as
 //     MinInterval allows, also while retries are backing off;
-//   - a run that fails is retried after a back-off that doubles with each
-//     consecutive failure, from RetryInterval (MinInterval when 0, and at
-//     least minRetryInterval) up to MaxInterval; a success resets it.
+//   - a run that fails is retried, counted from its end, after a back-off
+//     that doubles with each consecutive failure, from RetryInterval
+//     (MinInterval when 0, and at least minRetryInterval) up to
+//     MaxInterval; a success resets it.
 type Loop struct {
 	MinInterval   time.Duration
 	MaxInterval   time.Duration
@@ -73,8 +75,8 @@ func (l *Loop) Run(ctx context.Context) {
 			resetTimer(timer, due.Sub(now))
 			continue
 		}
-		periodic := s.start(now)
-		s.finish(l.Sync(ctx, periodic))
+		err := l.Sync(ctx, s.start(now))
+		s.finish(time.Now(), err)
 		resetTimer(timer, time.Until(s.due()))
 	}
 }
@@ -86,21 +88,23 @@ type schedule struct {
 
 	ran          bool
 	lastStart    time.Time // start of the last run
-	lastPeriodic time.Time // start of the last periodic run, or of the first run
+	lastEnd      time.Time // end of the last finished run
+	lastPeriodic time.Time // end of the last periodic run, or of the first run
+	periodic     bool      // the last run started is periodic or the first
 	failures     int       // consecutive failed runs
 	requested    bool      // a request came after the last run started
 }
 
 // due is when the next run should start: at once before the first run;
 // else the earliest of the next periodic run, the retry of a failure and a
-// pending request, but never before MinInterval after the last run.
+// pending request, but never before MinInterval after the last start.
 func (s *schedule) due() time.Time {
 	if !s.ran {
 		return time.Time{}
 	}
 	next := s.lastPeriodic.Add(s.max)
 	if s.failures > 0 {
-		next = earliest(next, s.lastStart.Add(s.backoff()))
+		next = earliest(next, s.lastEnd.Add(s.backoff()))
 	}
 	if s.requested {
 		next = earliest(next, s.lastStart)
@@ -121,18 +125,21 @@ func (s *schedule) backoff() time.Duration {
 	return min(d, s.max)
 }
 
-// start records a run starting at now and reports whether it is periodic.
+// start records a run starting at now and reports whether it is periodic
+// (the first run is not).
 func (s *schedule) start(now time.Time) (periodic bool) {
 	periodic = s.ran && !now.Before(s.lastPeriodic.Add(s.max))
-	if periodic || !s.ran {
-		s.lastPeriodic = now
-	}
+	s.periodic = periodic || !s.ran
 	s.ran, s.lastStart, s.requested = true, now, false
 	return periodic
 }
 
-// finish records the outcome of the run that started last.
-func (s *schedule) finish(err error) {
+// finish records the outcome of the run that started last, ending at now.
+func (s *schedule) finish(now time.Time, err error) {
+	s.lastEnd = now
+	if s.periodic {
+		s.lastPeriodic = now
+	}
 	if err != nil {
 		s.failures++
 	} else {

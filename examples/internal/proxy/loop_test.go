@@ -168,13 +168,14 @@ func TestLoopRequestCutsBackOff(t *testing.T) {
 // that started at the given times and failed or not.
 func TestSchedule(t *testing.T) {
 	type run struct {
-		at           time.Duration
+		at, took     time.Duration
 		fail         bool
 		wantPeriodic bool
 	}
 	ok := func(at time.Duration) run { return run{at: at} }
 	failed := func(at time.Duration) run { return run{at: at, fail: true} }
 	periodic := func(r run) run { r.wantPeriodic = true; return r }
+	taking := func(took time.Duration, r run) run { r.took = took; return r }
 	s := time.Second
 	for _, tt := range []struct {
 		name      string
@@ -197,6 +198,12 @@ func TestSchedule(t *testing.T) {
 		{name: "back-off stops at MaxInterval",
 			runs: []run{failed(0), failed(s), failed(3 * s), failed(7 * s), failed(15 * s), periodic(failed(30 * s))}, want: 60 * s},
 		{name: "a success resets the back-off", runs: []run{failed(0), failed(s), ok(3 * s), failed(10 * s)}, want: 11 * s},
+		{name: "a periodic run longer than the period: the next waits a period after its end",
+			runs: []run{ok(0), periodic(taking(45*s, ok(30*s)))}, want: 105 * s},
+		{name: "a retry waits its back-off after the end of a long failed run",
+			runs: []run{ok(0), taking(20*s, failed(5*s))}, want: 26 * s},
+		{name: "a request waits MinInterval from the start of a long run",
+			runs: []run{ok(0), taking(20*s, ok(5*s))}, requested: true, want: 6 * s},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -209,7 +216,7 @@ func TestSchedule(t *testing.T) {
 				if r.fail {
 					err = errors.New("injected")
 				}
-				sc.finish(err)
+				sc.finish(t0.Add(r.at+r.took), err)
 			}
 			sc.requested = tt.requested
 			if got := sc.due().Sub(t0); len(tt.runs) > 0 && got != tt.want {
@@ -232,7 +239,7 @@ func TestScheduleAttemptsWhileFailing(t *testing.T) {
 	perMinute := map[int]int{}
 	for now := t0; now.Before(t0.Add(5 * time.Minute)); now = sc.due() {
 		sc.start(now)
-		sc.finish(errors.New("injected"))
+		sc.finish(now, errors.New("injected"))
 		perMinute[int(now.Sub(t0)/time.Minute)]++
 	}
 	if diff := cmp.Diff(map[int]int{0: 6, 1: 2, 2: 2, 3: 2, 4: 2}, perMinute); diff != "" {

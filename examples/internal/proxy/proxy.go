@@ -336,7 +336,7 @@ func (p *proxy) sync(ctx context.Context, periodic bool) error {
 	if err != nil {
 		p.failing.Store(true)
 		p.metrics.syncFailures.Inc()
-		p.log.Error("sync failed", "periodic", periodic, "err", err)
+		p.log.Error("sync failed", "periodic", periodic, "duration", time.Since(start), "err", err)
 		return err
 	}
 	end := time.Now()

@@ -242,8 +242,8 @@ type proxy struct {
 	// missing or stale until a sync succeeds); both are read by /healthz.
 	lastSuccess atomic.Int64
 	failing     atomic.Bool
-	// failed records that a sync failed: the next one must not rely on
-	// what changed since, for conntrack cleanup and programming latency.
+	// pendingTriggers are the trigger times of the changes not yet synced,
+	// kept across failed syncs, for the programming latency.
 	pendingTriggers []string
 	lastWarnings    map[string]bool
 	health          *healthServers

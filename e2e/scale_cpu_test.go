@@ -23,7 +23,8 @@ import (
 // SVCPROXY_SCALE_WINDOW (default 60s), after its first sync:
 //
 //   - idle, with --sync-period 1h: the manifest watcher's polling alone;
-//   - with the default --sync-period 30s: the periodic full syncs;
+//   - with the default --sync-period 30s, until two periodic full syncs
+//     have ended;
 //   - iptables only: with an iptables-restore that always fails (put first
 //     on the proxy's PATH), --min-sync-period 1s and --sync-period 30s: the
 //     retries, which back off (the window starts after the first attempt).
@@ -50,27 +51,34 @@ func TestProxyCPUAtScale(t *testing.T) {
 	failing := failingRestore(t)
 	forEachBackend(t, func(t *testing.T, backend string) {
 		cases := []cpuCase{
-			{"idle, sync-period 1h", []string{"--sync-period", "1h"}, ""},
-			{"sync-period 30s", []string{"--sync-period", "30s"}, ""},
+			{name: "idle, sync-period 1h", args: []string{"--sync-period", "1h"}},
+			{name: "sync-period 30s, until 2 periodic syncs", args: []string{"--sync-period", "30s"}, periodicSyncs: 2},
 		}
 		if backend == "iptables" {
-			cases = append(cases, cpuCase{"iptables-restore failing, sync-period 30s", []string{"--sync-period", "30s"}, failing})
+			cases = append(cases, cpuCase{name: "iptables-restore failing, sync-period 30s", args: []string{"--sync-period", "30s"}, path: failing})
 		}
 		for _, tc := range cases {
 			c := netns.NewCluster(t, netns.ClusterSpec{})
 			p := startScaleProxy(t, c, backend, manifests, tc.path, tc.args)
 			before := p.log.String()
 			cpu0 := procCPU(t, p.proc.Cmd.Process.Pid)
-			time.Sleep(window)
+			start := time.Now()
+			if tc.periodicSyncs > 0 {
+				p.waitPeriodicSyncs(before, tc.periodicSyncs, 15*time.Minute)
+			} else {
+				time.Sleep(window)
+			}
+			elapsed := time.Since(start)
 			cpu1 := procCPU(t, p.proc.Cmd.Process.Pid)
 			during := strings.TrimPrefix(p.log.String(), before)
 			syncs, failures := strings.Count(during, "msg=synced"), strings.Count(during, `msg="sync failed"`)
 			self, children := cpu1[0]-cpu0[0], cpu1[1]-cpu0[1]
-			t.Logf("%s-proxy, %d Services, %s: over %v, CPU %v in the proxy (%.2f%% of a core), %v in its children; %d syncs, %d failed syncs %v",
-				backend, n, tc.name, window, self, 100*self.Seconds()/window.Seconds(), children, syncs, failures, syncDurations(during))
+			t.Logf("%s-proxy, %d Services, %s: over %v, CPU %v in the proxy (%.2f%% of a core), %v in its children (%.2f%%); %d syncs, %d failed syncs, durations %v",
+				backend, n, tc.name, elapsed.Round(time.Second), self, 100*self.Seconds()/elapsed.Seconds(),
+				children, 100*children.Seconds()/elapsed.Seconds(), syncs, failures, syncDurations(during))
 			switch {
-			case strings.HasPrefix(tc.name, "idle") && (syncs != 0 || self.Seconds()/window.Seconds() > 0.02):
-				t.Errorf("idle: %d syncs and %.2f%% of a core, want none and under 2%%", syncs, 100*self.Seconds()/window.Seconds())
+			case strings.HasPrefix(tc.name, "idle") && (syncs != 0 || self.Seconds()/elapsed.Seconds() > 0.02):
+				t.Errorf("idle: %d syncs and %.2f%% of a core, want none and under 2%%", syncs, 100*self.Seconds()/elapsed.Seconds())
 			case strings.Contains(tc.name, "failing") && failures > backedOffRetries(window):
 				t.Errorf("failing: %d attempts in %v, want at most %d (back-off)", failures, window, backedOffRetries(window))
 			}
@@ -104,12 +112,27 @@ func backedOffRetries(window time.Duration) int {
 	return 5 + int(window/(30*time.Second)) + 1
 }
 
-// cpuCase is one run of TestProxyCPUAtScale: extra arguments, and a
-// directory to put first on PATH.
+// cpuCase is one run of TestProxyCPUAtScale: extra arguments, a directory
+// to put first on PATH, and the number of periodic syncs to measure over
+// (when 0, SVCPROXY_SCALE_WINDOW).
 type cpuCase struct {
-	name string
-	args []string
-	path string
+	name          string
+	args          []string
+	path          string
+	periodicSyncs int
+}
+
+// waitPeriodicSyncs waits, at most timeout, until the proxy has logged n
+// periodic syncs, successful or not, after the log before.
+func (p *proxy) waitPeriodicSyncs(before string, n int, timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for strings.Count(strings.TrimPrefix(p.log.String(), before), "periodic=true") < n {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s-proxy made fewer than %d periodic syncs in %v", p.backend, n, timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // scaleManifests writes n generated Services and their EndpointSlices, with

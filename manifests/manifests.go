@@ -45,28 +45,11 @@ type Objects struct {
 	Nodes          []*v1.Node
 }
 
-// Load reads the file or directory at path.
+// Load reads the file or directory at path: the files that Files lists.
 func Load(path string) (*Objects, []svcproxy.Warning, error) {
-	info, err := os.Stat(path)
+	files, err := Files(path)
 	if err != nil {
 		return nil, nil, err
-	}
-	files := []string{path}
-	if info.IsDir() {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return nil, nil, err
-		}
-		files = files[:0]
-		for _, e := range entries {
-			switch strings.ToLower(filepath.Ext(e.Name())) {
-			case ".yaml", ".yml", ".json":
-				if !e.IsDir() {
-					files = append(files, filepath.Join(path, e.Name()))
-				}
-			}
-		}
-		slices.Sort(files)
 	}
 	objs := &Objects{}
 	var warnings []svcproxy.Warning
@@ -82,6 +65,34 @@ func Load(path string) (*Objects, []svcproxy.Warning, error) {
 		warnings = append(warnings, w...)
 	}
 	return objs, warnings, nil
+}
+
+// Files lists the files that Load reads at path: path itself when it is
+// not a directory; else the directory's *.yaml, *.yml and *.json files (any
+// case), in name order, not recursively.
+func Files(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, e := range entries {
+		switch strings.ToLower(filepath.Ext(e.Name())) {
+		case ".yaml", ".yml", ".json":
+			if !e.IsDir() {
+				files = append(files, filepath.Join(path, e.Name()))
+			}
+		}
+	}
+	slices.Sort(files)
+	return files, nil
 }
 
 // Parse reads the objects in data, one file's contents.

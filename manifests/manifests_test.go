@@ -494,3 +494,39 @@ func TestLoadDemoManifests(t *testing.T) {
 		t.Errorf("got %d Services, %d EndpointSlices, %d Nodes; want some of each", len(objs.Services), len(objs.EndpointSlices), len(objs.Nodes))
 	}
 }
+
+// TestFiles: a directory lists its YAML and JSON files in name order, not
+// its other files nor its subdirectories; a file lists itself.
+func TestFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"b.YML", "a.yaml", "c.json", "notes.txt", "a.yaml.swp"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		path string
+		want []string
+	}{
+		{dir, []string{"a.yaml", "b.YML", "c.json"}},
+		{filepath.Join(dir, "notes.txt"), []string{"notes.txt"}},
+	} {
+		files, err := manifests.Files(tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, f := range files {
+			got = append(got, strings.TrimPrefix(f, dir+string(filepath.Separator)))
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("Files(%s) (-want +got):\n%s", tt.path, diff)
+		}
+	}
+	if _, err := manifests.Files(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Files of a missing path: error %v, want not exist", err)
+	}
+}

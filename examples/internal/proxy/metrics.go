@@ -15,6 +15,12 @@ type metrics struct {
 	endpointChangesPending prometheus.Gauge
 	programmingDuration    prometheus.Histogram
 	syncFailures           prometheus.Counter
+	// periodicFullSyncs counts the syncs that the sync period forced to be
+	// full.
+	periodicFullSyncs prometheus.Counter
+	// manifestErrors counts the reads of --manifests that failed;
+	// manifestReloads the ones applied.
+	manifestErrors, manifestReloads prometheus.Counter
 }
 
 // syncHistogram is one of kube-proxy's sync latency histograms.
@@ -49,8 +55,20 @@ func newMetrics() *metrics {
 			Subsystem: "kubeproxy", Name: "sync_proxy_rules_failures_total",
 			Help: "Syncs that failed to apply the rules",
 		}),
+		periodicFullSyncs: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "svcproxy", Name: "sync_periodic_full_total",
+			Help: "Syncs that the sync period made full, to repair rules changed behind the proxy's back",
+		}),
+		manifestErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "svcproxy", Name: "manifest_errors_total",
+			Help: "Reads of the manifests that failed (the rules stayed as they were)",
+		}),
+		manifestReloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "svcproxy", Name: "manifest_reloads_total",
+			Help: "Changed manifests read and applied",
+		}),
 	}
-	m.registry.MustRegister(m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.serviceChangesPending,
-		m.endpointChangesPending, m.programmingDuration, m.syncFailures)
+	m.registry.MustRegister(m.manifestErrors, m.manifestReloads, m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.serviceChangesPending,
+		m.endpointChangesPending, m.programmingDuration, m.syncFailures, m.periodicFullSyncs)
 	return m
 }

@@ -104,7 +104,7 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 	} {
 		p.state.UpdateNode(step.node)
 		p.opts.NodeIPs = step.nodeIPs
-		if err := p.sync(t.Context()); err != nil {
+		if err := p.sync(t.Context(), false); err != nil {
 			t.Fatal(err)
 		}
 		got := backend.synced[len(backend.synced)-1].Config().NodePortAddresses

@@ -21,7 +21,6 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/conntrack"
-	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -32,6 +31,10 @@ type Executor interface {
 	// does a full sync after any failure. It reports whether the sync was a
 	// full one.
 	Sync(ctx context.Context, rs *ruleset.Ruleset) (full bool, err error)
+	// RequestFullSync makes the next Sync a full one, which rewrites
+	// everything the executor owns, repairing what others changed or
+	// removed.
+	RequestFullSync()
 	// Cleanup removes everything the executor owns.
 	Cleanup(ctx context.Context) error
 }
@@ -101,7 +104,7 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	}
 
 	if opts.Once {
-		if err := p.sync(ctx); err != nil {
+		if err := p.sync(ctx, false); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitFailed
 		}
@@ -115,11 +118,14 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 	opts := p.opts
 	if opts.Manifests != "" {
-		objs, warnings, err := manifests.Load(opts.Manifests)
+		p.watcher = newManifestWatcher(opts.Manifests, manifestSettle)
+		in, err := p.watcher.load()
 		if err != nil {
 			fmt.Fprintf(stderr, "bad manifests: %v\n", err)
 			return exitBadArgs
 		}
+		p.watcher.applied = in
+		objs, warnings := in.objs, in.warnings
 		hints := opts.NodeIPs
 		if len(hints) == 0 {
 			hints = nodeAddresses(objs.Nodes, opts.NodeName)
@@ -177,6 +183,8 @@ type proxy struct {
 	loop      *Loop
 	families  []v1.IPFamily
 	executors map[v1.IPFamily]Executor
+	// watcher reads the --manifests; nil with --kubeconfig.
+	watcher *manifestWatcher
 	// cleaner deletes stale conntrack entries; nil in dry runs and when
 	// netlink is unavailable.
 	cleaner conntrack.Cleaner
@@ -188,11 +196,13 @@ type proxy struct {
 	// not: the next build updates it with the changes since.
 	built map[v1.IPFamily]*ruleset.Ruleset
 
-	// lastSuccess is the UnixNano time of the last successful sync, read by
-	// /healthz.
+	// lastSuccess is the UnixNano time of the last successful sync, and
+	// failing records that the last sync failed (the kernel's rules may be
+	// missing or stale until a sync succeeds); both are read by /healthz.
 	lastSuccess atomic.Int64
-	// failed records that a sync failed: the next one must not rely on
-	// what changed since, for conntrack cleanup and programming latency.
+	failing     atomic.Bool
+	// pendingTriggers are the trigger times of the changes not yet synced,
+	// kept across failed syncs, for the programming latency.
 	pendingTriggers []string
 	lastWarnings    map[string]bool
 	health          *healthServers
@@ -235,8 +245,6 @@ func (p *proxy) build(snap snapshot) (map[v1.IPFamily]*ruleset.Ruleset, error) {
 	for _, f := range p.families {
 		b, err := p.builder(f, snap)
 		if err != nil {
-			// The snapshot's changes are lost: build in full next time.
-			p.built = nil
 			return nil, err
 		}
 		fs := snap.families[f]
@@ -262,9 +270,38 @@ func (p *proxy) dryRun(w io.Writer) error {
 	return nil
 }
 
-// sync builds the Rulesets from the current state and applies them.
-func (p *proxy) sync(ctx context.Context) error {
+// sync builds the Rulesets from the current state and applies them. A
+// periodic sync is a full one: it rewrites all the rules, repairing what
+// others flushed or deleted. Until a sync succeeds after a failed one,
+// /healthz reports unhealthy.
+func (p *proxy) sync(ctx context.Context, periodic bool) error {
 	start := time.Now()
+	if periodic {
+		p.metrics.periodicFullSyncs.Inc()
+		for _, f := range p.families {
+			p.executors[f].RequestFullSync()
+		}
+	}
+	rulesets, snap, anyFull, err := p.apply(ctx)
+	if err != nil {
+		p.failing.Store(true)
+		p.metrics.syncFailures.Inc()
+		p.log.Error("sync failed", "periodic", periodic, "duration", time.Since(start), "err", err)
+		return err
+	}
+	end := time.Now()
+	p.recordSuccess(start, end, anyFull)
+	if p.health != nil {
+		p.health.update(rulesets, p.nodePortAddresses(snap))
+	}
+	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", anyFull, "periodic", periodic, "duration", end.Sub(start))
+	return nil
+}
+
+// apply builds the Rulesets of the current state and has every family's
+// executor apply its own. It returns the snapshot they were built from and
+// reports whether any executor did a full sync.
+func (p *proxy) apply(ctx context.Context) (map[v1.IPFamily]*ruleset.Ruleset, snapshot, bool, error) {
 	services, eps := p.state.Pending()
 	p.metrics.serviceChangesPending.Set(float64(services))
 	p.metrics.endpointChangesPending.Set(float64(eps))
@@ -273,7 +310,7 @@ func (p *proxy) sync(ctx context.Context) error {
 	p.pendingTriggers = append(p.pendingTriggers, snap.triggerTimes...)
 	rulesets, err := p.build(snap)
 	if err != nil {
-		return err
+		return nil, snap, false, err
 	}
 	var errs []error
 	anyFull := false
@@ -286,31 +323,26 @@ func (p *proxy) sync(ctx context.Context) error {
 		anyFull = anyFull || full
 		p.cleanConntrack(f, rulesets[f])
 	}
-	if err := errors.Join(errs...); err != nil {
-		p.metrics.syncFailures.Inc()
-		p.log.Error("sync failed", "err", err)
-		return err
-	}
-	end := time.Now()
+	return rulesets, snap, anyFull, errors.Join(errs...)
+}
+
+// recordSuccess updates the metrics and health of a sync that succeeded.
+func (p *proxy) recordSuccess(start, end time.Time, full bool) {
 	p.metrics.syncDuration.Observe(end.Sub(start).Seconds())
-	if anyFull {
+	if full {
 		p.metrics.syncFullDuration.Observe(end.Sub(start).Seconds())
 	} else {
 		p.metrics.syncPartialDuration.Observe(end.Sub(start).Seconds())
 	}
 	p.metrics.lastSync.Set(float64(end.Unix()))
 	p.lastSuccess.Store(end.UnixNano())
+	p.failing.Store(false)
 	for _, at := range p.pendingTriggers {
 		if t, err := time.Parse(time.RFC3339, at); err == nil && !t.After(end) {
 			p.metrics.programmingDuration.Observe(end.Sub(t).Seconds())
 		}
 	}
 	p.pendingTriggers = p.pendingTriggers[:0]
-	if p.health != nil {
-		p.health.update(rulesets, p.nodePortAddresses(snap))
-	}
-	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", anyFull, "duration", end.Sub(start))
-	return nil
 }
 
 // cleanConntrack deletes the UDP conntrack entries that the rules just
@@ -377,40 +409,12 @@ func (p *proxy) serve(ctx context.Context) int {
 			s.Close()
 		}
 	}()
-	if p.opts.Manifests != "" {
-		go p.watch(ctx)
+	if p.watcher != nil {
+		go p.watch(ctx, p.watcher, manifestPoll)
 	}
 	p.loop.Run(ctx)
 	p.log.Info("stopping: the rules stay in the kernel")
 	return exitOK
-}
-
-// watch re-reads the manifests when they change and asks for a sync. A
-// broken file is reported and ignored: the rules stay as they were.
-func (p *proxy) watch(ctx context.Context) {
-	last, _ := fingerprint(p.opts.Manifests)
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		fp, err := fingerprint(p.opts.Manifests)
-		if err != nil || fp == last {
-			continue
-		}
-		objs, warnings, err := manifests.Load(p.opts.Manifests)
-		if err != nil {
-			p.log.Error(fmt.Sprintf("bad manifests: %v: keeping the rules as they are", err))
-			last = fp
-			continue
-		}
-		last = fp
-		p.logWarnings(append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...))
-		p.loop.Request()
-	}
 }
 
 func listen(addr string) (net.Listener, error) {

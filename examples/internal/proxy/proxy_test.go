@@ -31,6 +31,8 @@ type fakeBackend struct {
 	fails  int
 	failed bool
 	clean  int
+	// fullRequests counts the calls of RequestFullSync.
+	fullRequests int
 }
 
 // fakeRender writes one line per Service.
@@ -54,6 +56,14 @@ func (b *fakeBackend) Sync(_ context.Context, rs *ruleset.Ruleset) (bool, error)
 	b.failed = false
 	b.synced = append(b.synced, rs)
 	return full, nil
+}
+
+// RequestFullSync makes the next successful Sync report a full sync.
+func (b *fakeBackend) RequestFullSync() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fullRequests++
+	b.failed = true
 }
 
 func (b *fakeBackend) Cleanup(context.Context) error {
@@ -182,11 +192,11 @@ func TestFailedSyncLosesNoChange(t *testing.T) {
 	backend := &fakeBackend{family: v1.IPv4Protocol, fails: 1}
 	p := testProxy(backend)
 	p.state.UpdateService(service("a", "198.19.0.1"))
-	if err := p.sync(context.Background()); err == nil {
+	if err := p.sync(context.Background(), false); err == nil {
 		t.Fatal("the injected failure was not reported")
 	}
 	p.state.UpdateService(service("b", "198.19.0.2"))
-	if err := p.sync(context.Background()); err != nil {
+	if err := p.sync(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -220,7 +230,7 @@ func TestSyncDurationFullOrPartial(t *testing.T) {
 	}
 	for i, want := range []struct{ full, partial uint64 }{{1, 0}, {1, 1}, {1, 2}} {
 		p.state.UpdateService(service(fmt.Sprint("s", i), fmt.Sprint("198.19.0.", i+1)))
-		if err := p.sync(context.Background()); err != nil {
+		if err := p.sync(context.Background(), false); err != nil {
 			t.Fatal(err)
 		}
 		full, partial := count("kubeproxy_sync_full_proxy_rules_duration_seconds"), count("kubeproxy_sync_partial_proxy_rules_duration_seconds")
@@ -233,16 +243,79 @@ func TestSyncDurationFullOrPartial(t *testing.T) {
 func TestHealthzFollowsLastSync(t *testing.T) {
 	p := &proxy{opts: &Options{SyncPeriod: time.Second}}
 	for _, tt := range []struct {
-		age  time.Duration
-		want int
-	}{{0, 200}, {1900 * time.Millisecond, 200}, {2100 * time.Millisecond, 503}} {
+		age     time.Duration
+		failing bool
+		want    int
+	}{
+		{0, false, 200},
+		{1900 * time.Millisecond, false, 200},
+		{2100 * time.Millisecond, false, 503},
+		{0, true, 503},
+	} {
 		p.lastSuccess.Store(time.Now().Add(-tt.age).UnixNano())
+		p.failing.Store(tt.failing)
 		rec := httptest.NewRecorder()
 		p.healthz(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 		if rec.Code != tt.want {
-			t.Errorf("last sync %v ago: %d, want %d", tt.age, rec.Code, tt.want)
+			t.Errorf("last success %v ago, last sync failed %v: %d, want %d", tt.age, tt.failing, rec.Code, tt.want)
 		}
 	}
+}
+
+// TestPeriodicSyncIsFullAndFailureIsUnhealthy: a periodic sync asks every
+// executor for a full sync and is counted; /healthz is 503 from a failed
+// sync until the next successful one.
+func TestPeriodicSyncIsFullAndFailureIsUnhealthy(t *testing.T) {
+	backend := &fakeBackend{family: v1.IPv4Protocol}
+	p := testProxy(backend)
+	p.state.UpdateService(service("a", "198.19.0.1"))
+	health := func() int {
+		rec := httptest.NewRecorder()
+		p.healthz(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		return rec.Code
+	}
+	type step struct {
+		periodic, fail   bool
+		wantFullRequests int
+		wantHealth       int
+	}
+	for i, st := range []step{
+		{periodic: false, wantFullRequests: 0, wantHealth: 200},
+		{periodic: true, wantFullRequests: 1, wantHealth: 200},
+		{periodic: true, fail: true, wantFullRequests: 2, wantHealth: 503},
+		{periodic: false, fail: true, wantFullRequests: 2, wantHealth: 503},
+		{periodic: false, wantFullRequests: 2, wantHealth: 200},
+	} {
+		if st.fail {
+			backend.fails = 1
+		}
+		if err := p.sync(context.Background(), st.periodic); (err != nil) != st.fail {
+			t.Fatalf("step %d: sync error %v, want failure %v", i, err, st.fail)
+		}
+		if backend.fullRequests != st.wantFullRequests || health() != st.wantHealth {
+			t.Errorf("step %d: %d full sync requests, /healthz %d; want %d and %d",
+				i, backend.fullRequests, health(), st.wantFullRequests, st.wantHealth)
+		}
+	}
+	if got := counterValue(t, p.metrics, "svcproxy_sync_periodic_full_total"); got != 2 {
+		t.Errorf("svcproxy_sync_periodic_full_total = %v, want 2", got)
+	}
+}
+
+// counterValue is the value of the counter called name in m.
+func counterValue(t *testing.T, m *metrics, name string) float64 {
+	t.Helper()
+	families, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
 }
 
 func TestHealthCheckNodePortAnswers(t *testing.T) {

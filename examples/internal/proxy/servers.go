@@ -1,13 +1,9 @@
 package proxy
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -51,11 +47,14 @@ func (p *proxy) startServers() ([]*http.Server, error) {
 }
 
 // healthz answers 200 while the last successful sync is younger than twice
-// the sync period, 503 after.
+// the sync period and the last sync did not fail, 503 otherwise: after a
+// failed sync (a change or a repair that could not be applied) the kernel's
+// rules may be missing until a sync succeeds.
 func (p *proxy) healthz(w http.ResponseWriter, _ *http.Request) {
 	last := time.Unix(0, p.lastSuccess.Load())
 	now := time.Now()
-	healthy := now.Sub(last) < 2*p.opts.SyncPeriod
+	failing := p.failing.Load()
+	healthy := now.Sub(last) < 2*p.opts.SyncPeriod && !failing
 	w.Header().Set("Content-Type", "application/json")
 	if !healthy {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -64,32 +63,6 @@ func (p *proxy) healthz(w http.ResponseWriter, _ *http.Request) {
 		"lastUpdated": last.UTC().Format(time.RFC3339Nano),
 		"currentTime": now.UTC().Format(time.RFC3339Nano),
 		"healthy":     healthy,
+		"syncFailing": failing,
 	})
-}
-
-// fingerprint hashes the names, sizes and contents of the manifests, to
-// notice changes however the file was written.
-func fingerprint(path string) ([32]byte, error) {
-	h := sha256.New()
-	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != path {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(h, "%s\x00%d\x00", p, len(data))
-		h.Write(data)
-		return nil
-	})
-	var sum [32]byte
-	copy(sum[:], h.Sum(nil))
-	return sum, err
 }

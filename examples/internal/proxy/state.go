@@ -197,10 +197,8 @@ type snapshot struct {
 }
 
 type familySnapshot struct {
-	services        servicemap.Snapshot
-	serviceChanges  servicemap.Changes
-	endpoints       endpoints.Snapshot
-	endpointChanges endpoints.Changes
+	services  servicemap.Snapshot
+	endpoints endpoints.Snapshot
 }
 
 // Pending reports the Services and Services-with-changed-slices not yet
@@ -223,8 +221,8 @@ func (s *State) snapshot() snapshot {
 	snap := snapshot{node: s.node, nodeAddrs: s.nodeAddrs, families: map[v1.IPFamily]familySnapshot{}}
 	for f := range s.services {
 		var fs familySnapshot
-		fs.services, fs.serviceChanges = s.services[f].Snapshot()
-		fs.endpoints, fs.endpointChanges = s.slices[f].Snapshot()
+		fs.services, _ = s.services[f].Snapshot()
+		fs.endpoints, _ = s.slices[f].Snapshot()
 		snap.families[f] = fs
 	}
 	for key, at := range s.triggerTimes {

@@ -163,8 +163,9 @@ func TestRobustness(t *testing.T) {
 	})
 }
 
-// counters matches iptables-save's chain counters.
-var counters = regexp.MustCompile(`\[\d+:\d+\]`)
+// counters matches iptables-save's chain counters and the rule counters of
+// nft list ruleset (which shows the iptables-nft rules with theirs).
+var counters = regexp.MustCompile(`\[\d+:\d+\]|counter packets \d+ bytes \d+`)
 
 // rulesOnly drops what changes without the rules changing: comment lines
 // (iptables-save stamps the time) and packet counters.
@@ -174,7 +175,7 @@ func rulesOnly(state string) string {
 		if strings.HasPrefix(l, "#") && !strings.HasPrefix(l, "# iptables") && !strings.HasPrefix(l, "# nft") && !strings.HasPrefix(l, "# ip6tables") {
 			continue
 		}
-		lines = append(lines, counters.ReplaceAllString(l, "[]"))
+		lines = append(lines, counters.ReplaceAllString(l, "counters"))
 	}
 	return strings.Join(lines, "\n")
 }

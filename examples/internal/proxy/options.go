@@ -32,6 +32,10 @@ type Options struct {
 	// AllowedExternalIPs restricts the externalIPs served to these
 	// networks; empty means not restricted.
 	AllowedExternalIPs []netip.Prefix
+	// LocalhostNodePorts serves NodePorts on 127.0.0.1 (IPv4), as
+	// kube-proxy's iptables mode does by default; only the iptables proxy
+	// has the flag.
+	LocalhostNodePorts bool
 }
 
 // ParseOptions parses the command line (without the program name).
@@ -56,6 +60,9 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	fs.BoolVar(&o.Cleanup, "cleanup", false, "remove everything this proxy owns and exit")
 	fs.StringVar(&o.MetricsAddress, "metrics-bind-address", "127.0.0.1:10249", "address of /metrics and /proxyMode (\"\" = off)")
 	fs.StringVar(&o.HealthzAddress, "healthz-bind-address", "0.0.0.0:10256", "address of /healthz (\"\" = off)")
+	if name == "iptables-proxy" {
+		fs.BoolVar(&o.LocalhostNodePorts, "iptables-localhost-nodeports", true, "serve NodePorts on 127.0.0.1 too (IPv4; sets net.ipv4.conf.all.route_localnet=1)")
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

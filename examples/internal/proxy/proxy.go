@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
@@ -93,6 +94,10 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if err := p.makeExecutors(); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return exitFailed
+	}
+	if err := p.allowLocalhostNodePorts(); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
 	}
@@ -208,6 +213,24 @@ type proxy struct {
 	health          *healthServers
 }
 
+// routeLocalnet is the sysctl that lets packets to 127.0.0.0/8 be routed
+// (DNATed to a pod), which NodePorts on 127.0.0.1 need.
+const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
+
+// allowLocalhostNodePorts sets route_localnet when NodePorts are served on
+// 127.0.0.1, as kube-proxy does. The filter table's localnet guard (see
+// iptables.Names.Firewall) then drops what route_localnet would let in from
+// elsewhere.
+func (p *proxy) allowLocalhostNodePorts() error {
+	if !p.opts.LocalhostNodePorts || !slices.Contains(p.families, v1.IPv4Protocol) {
+		return nil
+	}
+	if err := os.WriteFile(routeLocalnet, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("localhost NodePorts: %w", err)
+	}
+	return nil
+}
+
 func (p *proxy) makeExecutors() error {
 	p.executors = map[v1.IPFamily]Executor{}
 	for _, f := range p.families {
@@ -227,12 +250,16 @@ func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) 
 		MasqueradeAll: p.opts.MasqueradeAll,
 		// Manifests come without the EndpointSlice controller: compute the
 		// hints trafficDistribution asks for.
-		ComputeHints: p.opts.Manifests != "",
+		ComputeHints:       p.opts.Manifests != "",
+		LocalhostNodePorts: p.opts.LocalhostNodePorts,
 	}
 	cfg.ClusterCIDRs = ofFamily(p.opts.ClusterCIDRs, f)
 	cfg.RestrictExternalIPs = len(p.opts.AllowedExternalIPs) > 0
 	cfg.AllowedExternalIPs = ofFamily(p.opts.AllowedExternalIPs, f)
 	cfg.NodePortAddresses = ofFamily(p.nodePortAddresses(snap), f)
+	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
+		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+	}
 	return ruleset.NewBuilder(cfg)
 }
 

@@ -143,9 +143,9 @@ func (r *renderer) addFixedRules(tx txWriter) {
 	tx.Add(r.rule(chainMasquerading, "masquerade fully-random", ""))
 
 	tx.Add(r.rule(chainClusterIPsCheck, r.ipX+" daddr @"+setClusterIPs+" reject", "Reject traffic to invalid ports of ClusterIPs"))
-	if len(r.opts.ServiceCIDRs) > 0 {
-		cidrs := make([]string, len(r.opts.ServiceCIDRs))
-		for i, p := range r.opts.ServiceCIDRs {
+	if len(r.cfg.ServiceCIDRs) > 0 {
+		cidrs := make([]string, len(r.cfg.ServiceCIDRs))
+		for i, p := range r.cfg.ServiceCIDRs {
 			cidrs[i] = p.Masked().String()
 		}
 		tx.Add(r.rule(chainClusterIPsCheck, r.ipX+" daddr { "+strings.Join(cidrs, " , ")+" } drop", "Drop traffic to unallocated ClusterIPs"))

@@ -20,12 +20,6 @@ type Options struct {
 	// Table is the name of the table; "" means DefaultTable. A proxy that
 	// runs beside kube-proxy picks another name.
 	Table string
-	// ServiceCIDRs are the Service IP ranges of the Ruleset's family, if
-	// known. New connections to an address in them that no Service port
-	// uses are dropped, as kube-proxy does with the cluster's ServiceCIDRs.
-	// Empty: no such rule (ports of cluster IPs that no Service uses are
-	// still rejected).
-	ServiceCIDRs []netip.Prefix
 }
 
 // ErrFullSyncNeeded is returned by RenderChanges when it cannot compute the
@@ -87,11 +81,6 @@ func newRenderer(cfg ruleset.Config, opts Options) (*renderer, error) {
 		return nil, fmt.Errorf("nftables: invalid table name %q", r.table)
 	}
 	is6 := cfg.Family == v1.IPv6Protocol
-	for _, p := range opts.ServiceCIDRs {
-		if !p.IsValid() || p.Addr().Is6() != is6 || p.Addr().Zone() != "" || p.Addr().Is4In6() {
-			return nil, fmt.Errorf("nftables: Service CIDR %v is not a valid %s prefix", p, cfg.Family)
-		}
-	}
 	r.ipX, r.addrType, r.localhost = "ip", "ipv4_addr", "127.0.0.0/8"
 	if is6 {
 		r.ipX, r.addrType, r.localhost = "ip6", "ipv6_addr", "::1"

@@ -73,8 +73,9 @@ var goldenCases = []goldenCase{
 		c.LocalhostNodePorts = true
 		c.MasqueradeAll = true
 		c.MasqueradeMark = 1 << 3
+		c.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")}
 		return c
-	}, opts: nftables.Options{Table: "svcproxy", ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")}}, objs: []any{
+	}, opts: nftables.Options{Table: "svcproxy"}, objs: []any{
 		svc("ns4", "np", "198.19.0.44", nodePort(30044)),
 		slice("ns4", "np", 8080, ep{ip: "198.18.64.2", node: node}),
 	}},

@@ -24,6 +24,12 @@ type Config struct {
 	// from outside them is masqueraded. When empty, only MasqueradeAll
 	// masquerades cluster-IP traffic.
 	ClusterCIDRs []netip.Prefix
+	// ServiceCIDRs are the Service IP ranges of Family (the API server's
+	// --service-cluster-ip-range, or its ServiceCIDR objects), if known.
+	// New connections to an address in them that is no cluster IP are
+	// dropped by backends that do so (kube-proxy's nftables mode); others
+	// ignore them.
+	ServiceCIDRs []netip.Prefix
 	// MasqueradeAll masquerades all traffic to cluster IPs.
 	MasqueradeAll bool
 	// MasqueradeMark is the single-bit packet mark that flags traffic to be
@@ -75,6 +81,11 @@ func (c *Config) Validate() error {
 	}
 	for _, p := range c.AllowedExternalIPs {
 		if err := c.checkPrefix("allowed externalIPs CIDR", p); err != nil {
+			return err
+		}
+	}
+	for _, p := range c.ServiceCIDRs {
+		if err := c.checkPrefix("Service CIDR", p); err != nil {
 			return err
 		}
 	}

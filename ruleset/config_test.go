@@ -26,6 +26,12 @@ func TestConfigValidate(t *testing.T) {
 		{"mark bit 31", ruleset.Config{Family: v1.IPv4Protocol, MasqueradeMark: 1 << 31}, ""},
 		{"mark two bits", ruleset.Config{Family: v1.IPv4Protocol, MasqueradeMark: 0x4001}, "masquerade mark 0x4001 is not a single bit"},
 		{"mark all bits", ruleset.Config{Family: v1.IPv4Protocol, MasqueradeMark: 0xffffffff}, "not a single bit"},
+		{"Service CIDR", ruleset.Config{Family: v1.IPv6Protocol, ServiceCIDRs: pfx("2001:db8:19::/108")}, ""},
+		{
+			"IPv4 Service CIDR in IPv6 config",
+			ruleset.Config{Family: v1.IPv6Protocol, ServiceCIDRs: pfx("198.19.0.0/16")},
+			"Service CIDR 198.19.0.0/16 is not a valid IPv6 prefix",
+		},
 		{
 			"cluster CIDRs of the family",
 			ruleset.Config{Family: v1.IPv4Protocol, ClusterCIDRs: pfx("198.18.0.0/16", "10.0.0.0/8")},

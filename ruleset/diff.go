@@ -124,5 +124,6 @@ func configEqual(a, b *Config) bool {
 		a.LocalhostNodePorts == b.LocalhostNodePorts &&
 		a.RestrictExternalIPs == b.RestrictExternalIPs &&
 		slices.Equal(a.AllowedExternalIPs, b.AllowedExternalIPs) &&
+		slices.Equal(a.ServiceCIDRs, b.ServiceCIDRs) &&
 		a.ComputeHints == b.ComputeHints
 }

@@ -177,6 +177,7 @@ func (r *Ruleset) Config() Config {
 	cfg := r.config
 	cfg.ClusterCIDRs = slices.Clone(cfg.ClusterCIDRs)
 	cfg.AllowedExternalIPs = slices.Clone(cfg.AllowedExternalIPs)
+	cfg.ServiceCIDRs = slices.Clone(cfg.ServiceCIDRs)
 	cfg.NodePortAddresses = slices.Clone(cfg.NodePortAddresses)
 	return cfg
 }
@@ -220,6 +221,7 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	}
 	cfg.ClusterCIDRs = masked(cfg.ClusterCIDRs)
 	cfg.AllowedExternalIPs = masked(cfg.AllowedExternalIPs)
+	cfg.ServiceCIDRs = masked(cfg.ServiceCIDRs)
 	cfg.NodePortAddresses = slices.Clone(cfg.NodePortAddresses)
 	return &Builder{config: cfg}, nil
 }

@@ -8,7 +8,7 @@
 // It is derived from the Ruleset's decisions alone (ruleset.Ruleset.Decide,
 // ruleset.Service.Firewalled), and so it is the specification that the
 // rules of every backend meet: a data plane that does what Trace says
-// serves Services as kube-proxy does. Options name the few behaviours that
+// serves Services as kube-proxy does. Options name the two behaviours that
 // kube-proxy's nftables mode has and its iptables mode has not.
 //
 // The package is pure: no I/O, no clock, no randomness, no logging.
@@ -65,10 +65,10 @@ type Options struct {
 	// protocol that no Service port of it serves (kube-proxy's nftables
 	// mode: "Reject traffic to invalid ports of ClusterIPs").
 	RejectUnknownPorts bool
-	// ServiceCIDRs drops flows to an address inside them that is no cluster
-	// IP (kube-proxy's nftables mode: "Drop traffic to unallocated
-	// ClusterIPs").
-	ServiceCIDRs []netip.Prefix
+	// DropUnallocated drops flows to an address inside the Config's
+	// ServiceCIDRs that is no cluster IP (kube-proxy's nftables mode: "Drop
+	// traffic to unallocated ClusterIPs").
+	DropUnallocated bool
 }
 
 // Result is the kind of outcome.
@@ -205,7 +205,7 @@ func unmatched(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 		}
 		return Outcome{}
 	}
-	if slices.ContainsFunc(opts.ServiceCIDRs, func(c netip.Prefix) bool { return c.Contains(dst) }) {
+	if opts.DropUnallocated && slices.ContainsFunc(rs.Config().ServiceCIDRs, func(c netip.Prefix) bool { return c.Contains(dst) }) {
 		return Outcome{Result: Dropped}
 	}
 	return Outcome{}

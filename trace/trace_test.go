@@ -161,8 +161,10 @@ func TestTraceConfig(t *testing.T) {
 			trace.Options{}, "not a Service"},
 		{"unknown port of a cluster IP, rejected", nil, fromPod("198.19.0.10:81"),
 			trace.Options{RejectUnknownPorts: true}, "rejected"},
-		{"unallocated address of the Service CIDR, dropped", nil, fromPod("198.19.0.99:80"),
-			trace.Options{ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")}}, "dropped"},
+		{"unallocated address of the Service CIDR, dropped", func(c *ruleset.Config) { c.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")} },
+			fromPod("198.19.0.99:80"), trace.Options{DropUnallocated: true}, "dropped"},
+		{"unallocated address of the Service CIDR, left alone without DropUnallocated", func(c *ruleset.Config) { c.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")} },
+			fromPod("198.19.0.99:80"), trace.Options{}, "not a Service"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

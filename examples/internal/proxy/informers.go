@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,6 +50,7 @@ func watchAPI(ctx context.Context, client kubernetes.Interface, state *State, no
 	const resync = 0 // the sync loop resyncs by itself
 	factory := informers.NewSharedInformerFactoryWithOptions(client, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	clusterFactory := informers.NewSharedInformerFactory(client, resync)
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(client, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
@@ -79,6 +82,15 @@ func watchAPI(ctx context.Context, client kubernetes.Interface, state *State, no
 			AddFunc:    func(obj any) { onNode(state, obj, warn) },
 			UpdateFunc: func(_, obj any) { onNode(state, obj, warn) },
 		}},
+		{clusterFactory.Networking().V1().ServiceCIDRs().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { onServiceCIDR(state, obj, warn) },
+			UpdateFunc: func(_, obj any) { onServiceCIDR(state, obj, warn) },
+			DeleteFunc: func(obj any) {
+				if sc, ok := unwrap[*networkingv1.ServiceCIDR](obj); ok {
+					state.DeleteServiceCIDR(sc.Name)
+				}
+			},
+		}},
 	}
 	for _, h := range handlers {
 		handler := h.handler
@@ -96,18 +108,17 @@ func watchAPI(ctx context.Context, client kubernetes.Interface, state *State, no
 			return err
 		}
 	}
-	factory.Start(ctx.Done())
-	nodeFactory.Start(ctx.Done())
+	factories := []informers.SharedInformerFactory{factory, nodeFactory, clusterFactory}
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
 	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	for typ, ok := range factory.WaitForCacheSync(syncCtx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer cache for %v did not sync", typ)
-		}
-	}
-	for typ, ok := range nodeFactory.WaitForCacheSync(syncCtx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer cache for %v did not sync", typ)
+	for _, f := range factories {
+		for typ, ok := range f.WaitForCacheSync(syncCtx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer cache for %v did not sync", typ)
+			}
 		}
 	}
 	return nil
@@ -128,6 +139,12 @@ func onSlice(state *State, obj any, warn func([]svcproxy.Warning)) {
 func onNode(state *State, obj any, warn func([]svcproxy.Warning)) {
 	if n, ok := obj.(*v1.Node); ok {
 		warn(state.UpdateNode(n))
+	}
+}
+
+func onServiceCIDR(state *State, obj any, warn func([]svcproxy.Warning)) {
+	if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
+		warn(state.UpdateServiceCIDR(sc))
 	}
 }
 

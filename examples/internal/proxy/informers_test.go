@@ -3,16 +3,22 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -101,5 +107,66 @@ func TestInformersReachTheRules(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if got := render(); strings.Contains(got, "other") {
 		t.Errorf("a Service for another proxy reached the rules:\n%s", got)
+	}
+}
+
+// TestInformersFollowServiceCIDRs: the ServiceCIDR objects of the API server
+// reach the Rulesets' Config, with --service-cluster-ip-range's, as they are
+// added and deleted; a CIDR that does not parse is a warning.
+func TestInformersFollowServiceCIDRs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	serviceCIDR := func(name string, cidrs ...string) *networkingv1.ServiceCIDR {
+		return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
+	}
+	client := fake.NewClientset(serviceCIDR("kubernetes", "198.19.0.0/17", "2001:db8:19::/108"))
+	state := NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{})
+	changes := make(chan struct{}, 100)
+	var warnings []svcproxy.Warning
+	var mu sync.Mutex
+	warn := func(w []svcproxy.Warning) { mu.Lock(); warnings = append(warnings, w...); mu.Unlock() }
+	if err := watchAPI(ctx, client, state, "n1", func() { changes <- struct{}{} }, warn); err != nil {
+		t.Fatal(err)
+	}
+	render := func(w io.Writer, rs *ruleset.Ruleset) error {
+		_, err := fmt.Fprint(w, rs.Config().ServiceCIDRs)
+		return err
+	}
+	flag := []netip.Prefix{netip.MustParsePrefix("198.19.200.0/24")}
+	p := &proxy{mode: Mode{Render: render}, opts: &Options{ServiceCIDRs: flag}, log: discardLogger(), state: state, families: []v1.IPFamily{v1.IPv4Protocol}}
+	eventually := func(what, want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var out bytes.Buffer
+			if err := p.dryRun(&out); err != nil {
+				t.Fatal(err)
+			}
+			if out.String() == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Service CIDRs %s, want %s", what, out.String(), want)
+			}
+			select {
+			case <-changes:
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	eventually("initial list", "[198.19.0.0/17 198.19.200.0/24]")
+	cidrs := client.NetworkingV1().ServiceCIDRs()
+	if _, err := cidrs.Create(ctx, serviceCIDR("more", "198.19.128.0/17", "not-a-cidr"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("ServiceCIDR added", "[198.19.0.0/17 198.19.128.0/17 198.19.200.0/24]")
+	if err := cidrs.Delete(ctx, "kubernetes", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually("ServiceCIDR deleted", "[198.19.128.0/17 198.19.200.0/24]")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(warnings) != 1 || warnings[0].String() != `ServiceCIDR more: CIDR "not-a-cidr" is not a prefix: skipped` {
+		t.Errorf("warnings %v, want one about not-a-cidr", warnings)
 	}
 }

@@ -32,6 +32,9 @@ type Options struct {
 	// AllowedExternalIPs restricts the externalIPs served to these
 	// networks; empty means not restricted.
 	AllowedExternalIPs []netip.Prefix
+	// ServiceCIDRs are the cluster's Service ranges (at most one per
+	// family), besides those of ServiceCIDR objects.
+	ServiceCIDRs []netip.Prefix
 	// LocalhostNodePorts serves NodePorts on 127.0.0.1 (IPv4), as
 	// kube-proxy's iptables mode does by default; only the iptables proxy
 	// has the flag.
@@ -44,10 +47,11 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	hostname, _ := os.Hostname()
-	var clusterCIDRs, nodeIPs, allowedExternalIPs string
+	var clusterCIDRs, nodeIPs, allowedExternalIPs, serviceCIDRs string
 	fs.StringVar(&o.Manifests, "manifests", "", "YAML or JSON file, or directory of them, holding Services, EndpointSlices and Nodes (watched for changes)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of an API server to watch instead of --manifests")
 	fs.StringVar(&o.NodeName, "node-name", hostname, "this node's name")
+	fs.StringVar(&serviceCIDRs, "service-cluster-ip-range", "", "Service CIDRs, comma-separated, one per family: the nftables proxy drops traffic to their unallocated addresses (with --kubeconfig, ServiceCIDR objects add theirs)")
 	fs.StringVar(&clusterCIDRs, "cluster-cidr", "", "pod CIDRs, comma-separated, one per family: traffic to cluster IPs from outside them is masqueraded")
 	fs.StringVar(&nodeIPs, "node-ip", "", "addresses on which NodePorts and health check node ports are served, comma-separated (default: the node's addresses)")
 	fs.StringVar(&allowedExternalIPs, "allowed-external-ips", "", "CIDRs, comma-separated: Services' externalIPs outside them are not served (default: not restricted)")
@@ -69,7 +73,7 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if err := o.parseAddresses(clusterCIDRs, nodeIPs, allowedExternalIPs); err != nil {
+	if err := o.parseAddresses(clusterCIDRs, nodeIPs, allowedExternalIPs, serviceCIDRs); err != nil {
 		return nil, err
 	}
 	if o.Cleanup {
@@ -92,7 +96,7 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 
 // parseAddresses parses and checks the flags that hold addresses, and
 // --ip-family, which they must agree with.
-func (o *Options) parseAddresses(clusterCIDRs, nodeIPs, allowedExternalIPs string) error {
+func (o *Options) parseAddresses(clusterCIDRs, nodeIPs, allowedExternalIPs, serviceCIDRs string) error {
 	switch o.IPFamily {
 	case "", "ipv4", "ipv6", "dual":
 	default:
@@ -115,6 +119,12 @@ func (o *Options) parseAddresses(clusterCIDRs, nodeIPs, allowedExternalIPs strin
 	}
 	if o.AllowedExternalIPs, err = parseList(allowedExternalIPs, parseMaskedPrefix); err != nil {
 		return fmt.Errorf("--allowed-external-ips: %w", err)
+	}
+	if o.ServiceCIDRs, err = parseList(serviceCIDRs, parseMaskedPrefix); err != nil {
+		return fmt.Errorf("--service-cluster-ip-range: %w", err)
+	}
+	if err := onePerFamily(o.ServiceCIDRs); err != nil {
+		return fmt.Errorf("--service-cluster-ip-range: %w", err)
 	}
 	return nil
 }

@@ -213,6 +213,13 @@ type proxy struct {
 	health          *healthServers
 }
 
+// unionPrefixes returns the prefixes of a and b, sorted, each once.
+func unionPrefixes(a, b []netip.Prefix) []netip.Prefix {
+	all := slices.Concat(a, b)
+	slices.SortFunc(all, netip.Prefix.Compare)
+	return slices.Compact(all)
+}
+
 // routeLocalnet is the sysctl that lets packets to 127.0.0.0/8 be routed
 // (DNATed to a pod), which NodePorts on 127.0.0.1 need.
 const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
@@ -256,6 +263,7 @@ func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) 
 	cfg.ClusterCIDRs = ofFamily(p.opts.ClusterCIDRs, f)
 	cfg.RestrictExternalIPs = len(p.opts.AllowedExternalIPs) > 0
 	cfg.AllowedExternalIPs = ofFamily(p.opts.AllowedExternalIPs, f)
+	cfg.ServiceCIDRs = ofFamily(unionPrefixes(p.opts.ServiceCIDRs, snap.serviceCIDRs), f)
 	cfg.NodePortAddresses = ofFamily(p.nodePortAddresses(snap), f)
 	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
 		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 
+	networkingv1 "k8s.io/api/networking/v1"
+
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +39,8 @@ type State struct {
 	// triggerTimes holds, per EndpointSlice, the last-change-trigger-time
 	// annotation not yet programmed.
 	triggerTimes map[types.NamespacedName]string
+	// serviceCIDRs holds the CIDRs of each ServiceCIDR object, by name.
+	serviceCIDRs map[string][]netip.Prefix
 }
 
 // NewState returns an empty State for the given families and node.
@@ -194,6 +198,9 @@ type snapshot struct {
 	nodeAddrs    []netip.Addr
 	families     map[v1.IPFamily]familySnapshot
 	triggerTimes []string
+	// serviceCIDRs are the CIDRs of every ServiceCIDR object, sorted, each
+	// once.
+	serviceCIDRs []netip.Prefix
 }
 
 type familySnapshot struct {
@@ -229,7 +236,46 @@ func (s *State) snapshot() snapshot {
 		snap.triggerTimes = append(snap.triggerTimes, at)
 		delete(s.triggerTimes, key)
 	}
+	for _, cidrs := range s.serviceCIDRs {
+		snap.serviceCIDRs = append(snap.serviceCIDRs, cidrs...)
+	}
+	slices.SortFunc(snap.serviceCIDRs, netip.Prefix.Compare)
+	snap.serviceCIDRs = slices.Compact(snap.serviceCIDRs)
 	return snap
+}
+
+// UpdateServiceCIDR records the CIDRs of a networking.k8s.io/v1 ServiceCIDR
+// object: the cluster's Service ranges, whose unallocated addresses the
+// nftables backend drops. A CIDR that does not parse is skipped with a
+// warning.
+func (s *State) UpdateServiceCIDR(sc *networkingv1.ServiceCIDR) []svcproxy.Warning {
+	if sc == nil {
+		return nil
+	}
+	report := svcproxy.Reporter{Kind: "ServiceCIDR", Name: sc.Name}
+	var cidrs []netip.Prefix
+	for _, c := range sc.Spec.CIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || p.Addr().Zone() != "" {
+			report.Warnf("CIDR %q is not a prefix: skipped", c)
+			continue
+		}
+		cidrs = append(cidrs, p.Masked())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serviceCIDRs == nil {
+		s.serviceCIDRs = map[string][]netip.Prefix{}
+	}
+	s.serviceCIDRs[sc.Name] = cidrs
+	return report.Warnings
+}
+
+// DeleteServiceCIDR records that the ServiceCIDR object name is gone.
+func (s *State) DeleteServiceCIDR(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.serviceCIDRs, name)
 }
 
 // appendNew appends the warnings of w not already in warnings: a

@@ -56,10 +56,50 @@ func watchAPI(ctx context.Context, client kubernetes.Interface, state *State, no
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", nodeName).String()
 		}))
 
-	handlers := []struct {
-		informer cache.SharedIndexInformer
-		handler  cache.ResourceEventHandlerFuncs
-	}{
+	handlers := eventHandlers(state, warn, factory, nodeFactory, clusterFactory)
+	for _, h := range handlers {
+		handler := h.handler
+		wrapped := cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { handler.AddFunc(obj); onChange() },
+			UpdateFunc: func(old, obj any) { handler.UpdateFunc(old, obj); onChange() },
+			DeleteFunc: func(obj any) {
+				if handler.DeleteFunc != nil {
+					handler.DeleteFunc(obj)
+				}
+				onChange()
+			},
+		}
+		if _, err := h.informer.AddEventHandler(wrapped); err != nil {
+			return err
+		}
+	}
+	factories := []informers.SharedInformerFactory{factory, nodeFactory, clusterFactory}
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, f := range factories {
+		for typ, ok := range f.WaitForCacheSync(syncCtx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer cache for %v did not sync", typ)
+			}
+		}
+	}
+	return nil
+}
+
+// informerHandler is an informer and what its events do to the State.
+type informerHandler struct {
+	informer cache.SharedIndexInformer
+	handler  cache.ResourceEventHandlerFuncs
+}
+
+// eventHandlers are the informers of Services, EndpointSlices (both from
+// factory), this node's Node (nodeFactory) and ServiceCIDRs (clusterFactory),
+// with what their events do to state; warnings go to warn.
+func eventHandlers(state *State, warn func([]svcproxy.Warning), factory, nodeFactory, clusterFactory informers.SharedInformerFactory) []informerHandler {
+	return []informerHandler{
 		{factory.Core().V1().Services().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { onService(state, obj, warn) },
 			UpdateFunc: func(_, obj any) { onService(state, obj, warn) },
@@ -92,36 +132,6 @@ func watchAPI(ctx context.Context, client kubernetes.Interface, state *State, no
 			},
 		}},
 	}
-	for _, h := range handlers {
-		handler := h.handler
-		wrapped := cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { handler.AddFunc(obj); onChange() },
-			UpdateFunc: func(old, obj any) { handler.UpdateFunc(old, obj); onChange() },
-			DeleteFunc: func(obj any) {
-				if handler.DeleteFunc != nil {
-					handler.DeleteFunc(obj)
-				}
-				onChange()
-			},
-		}
-		if _, err := h.informer.AddEventHandler(wrapped); err != nil {
-			return err
-		}
-	}
-	factories := []informers.SharedInformerFactory{factory, nodeFactory, clusterFactory}
-	for _, f := range factories {
-		f.Start(ctx.Done())
-	}
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for _, f := range factories {
-		for typ, ok := range f.WaitForCacheSync(syncCtx.Done()) {
-			if !ok {
-				return fmt.Errorf("informer cache for %v did not sync", typ)
-			}
-		}
-	}
-	return nil
 }
 
 func onService(state *State, obj any, warn func([]svcproxy.Warning)) {

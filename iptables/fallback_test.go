@@ -109,7 +109,21 @@ func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, 
 	if res, err := e.Sync(ctx, before); err != nil || !res.Full {
 		t.Fatalf("first Sync: %+v, %v; want a full sync", res, err)
 	}
+	if missing, err := e.CheckState(ctx); missing != "" || err != nil {
+		t.Fatalf("CheckState after a full sync: %q, %v", missing, err)
+	}
 	tamper(k, names, before)
+	k.takeCommands()
+	// CheckState sees what the check before a partial sync sees, and no
+	// more (not the Service ports' chains).
+	missing, err := e.CheckState(ctx)
+	wantMissing := ""
+	if want == FallbackStateMissing {
+		wantMissing = strings.TrimPrefix(wantDetail, "missing: ")
+	}
+	if err != nil || (missing == "") != (wantMissing == "") || !strings.Contains(missing, wantMissing) {
+		t.Errorf("CheckState: %q, %v; want it to name %q", missing, err, wantMissing)
+	}
 	k.takeCommands()
 
 	res, err := e.Sync(ctx, after)

@@ -94,3 +94,26 @@ func (e *Executor) checkState(ctx context.Context) string {
 	}
 	return ""
 }
+
+// CheckState checks cheaply that the kernel still holds what a full sync
+// wrote around the Service ports' chains: the Canary rules of filter and
+// nat and every jump from the built-in chains (one restore that changes
+// nothing). It returns what it found missing first; "" when nothing is
+// missing, and before the first successful Sync, when there is nothing to
+// compare; an error when the check could not run. It does not read the
+// Service ports' chains: a full sync (RequestFullSync) rewrites those.
+func (e *Executor) CheckState(ctx context.Context) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.last == nil {
+		return "", nil
+	}
+	err := e.runner.Run(ctx, e.restoreCmd(e.check.input, nil))
+	if err == nil {
+		return "", nil
+	}
+	if missing, ok := strings.CutPrefix(e.check.missing(err), "missing: "); ok {
+		return missing, nil
+	}
+	return "", fmt.Errorf("iptables: state check: %w", err)
+}

@@ -232,3 +232,57 @@ func TestListNamesMatchesNFT(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelCheckState: CheckState finds nothing missing after a sync, and
+// names what was flushed or deleted behind the Executor's back: a fixed
+// chain's rules, every chain's rules, the whole table; with and without
+// netlink (without, it cannot see flushed rules).
+func TestKernelCheckState(t *testing.T) {
+	netns.Require(t, "nft")
+	for _, netlink := range []bool{true, false} {
+		t.Run(fmt.Sprint("netlink=", netlink), func(t *testing.T) {
+			lab := netns.NewLab(t)
+			ns := lab.NewNS("check")
+			nft := ns.ToolOnPath(t, "nft")
+			ctx := context.Background()
+			ex := executorIn(t, ns, nftables.ExecutorConfig{Family: config4().Family, Netlink: netlink})
+			if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
+				t.Fatalf("before any sync: %q, %v", missing, err)
+			}
+			w := newWorld(t, config4())
+			w.add(svc("ns1", "web", "198.19.0.10", affinity(60)), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}))
+			sync := func() {
+				t.Helper()
+				ex.ForceFullSync()
+				if _, err := ex.Sync(ctx, w.build()); err != nil {
+					t.Fatal(err)
+				}
+				if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
+					t.Fatalf("after a full sync: %q, %v", missing, err)
+				}
+			}
+			sync()
+			for _, tt := range []struct {
+				change  []string
+				missing string
+			}{
+				{[]string{"flush", "chain", "ip", nftables.DefaultTable, "services"}, "the rules of chain services"},
+				{[]string{"flush", "table", "ip", nftables.DefaultTable}, "the rules of chain "},
+				{[]string{"delete", "table", "ip", nftables.DefaultTable}, "table "},
+			} {
+				if _, err := ns.Run(ctx, nft, tt.change...); err != nil {
+					t.Fatalf("nft %v: %v", tt.change, err)
+				}
+				missing, err := ex.CheckState(ctx)
+				want := tt.missing
+				if !netlink && strings.HasPrefix(want, "the rules of") {
+					want = "" // nft's listing names objects, not rules
+				}
+				if err != nil || (want == "") != (missing == "") || !strings.HasPrefix(missing, want) {
+					t.Errorf("after nft %v: %q, %v; want %q…", tt.change, missing, err, want)
+				}
+				sync()
+			}
+		})
+	}
+}

@@ -57,9 +57,30 @@ func (c *Conn) ListNames(family Family, table string) (Names, error) {
 	return names, nil
 }
 
+// RuleCount counts the rules of one chain by a netlink dump that the kernel
+// filters to that chain: its cost does not grow with the rest of the table.
+func (c *Conn) RuleCount(family Family, table, chain string) (int, error) {
+	n := 0
+	err := c.dump(msgGetRule, family, func(a *attrs) {
+		a.str(attrRuleTable, table)
+		a.str(attrRuleChain, chain)
+	}, func(as map[uint16][]byte) {
+		t, _ := cString(as[attrRuleTable])
+		ch, _ := cString(as[attrRuleChain])
+		if t == table && ch == chain {
+			n++
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("nftnl: listing the rules of %s %s: %w", table, chain, err)
+	}
+	return n, nil
+}
+
 // Message types of the dumps.
 const (
 	msgGetChain = 4
+	msgGetRule  = 7
 	msgGetSet   = 10
 )
 

@@ -1,0 +1,97 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// CheckState compares the table in the kernel with what the last Ruleset
+// applied left there, cheaply: every chain, set and map of it is present
+// (by name), and every fixed chain still has rules (a flushed one has
+// none). It returns what it found missing first, or "" when nothing is.
+// It does not read the rules of the Service ports' chains or the elements
+// of the maps, whose number grows with the table; a full sync, forced with
+// ForceFullSync, rewrites those.
+//
+// Before the first Sync, or after a failed one, there is nothing to compare
+// and it returns "".
+func (e *Executor) CheckState(ctx context.Context) (string, error) {
+	if e.last == nil {
+		return "", nil
+	}
+	r, err := newRenderer(e.last.Config(), e.cfg.Options)
+	if err != nil {
+		return "", err
+	}
+	names, err := e.listAll(ctx)
+	switch {
+	case knftables.IsNotFound(err), err == nil && len(names["chain"]) == 0:
+		return "table " + e.table, nil
+	case err != nil:
+		return "", fmt.Errorf("nftables: checking the table: %w", err)
+	}
+	for _, kind := range []string{"chain", "set", "map"} {
+		slices.Sort(names[kind])
+	}
+	has := func(kind, name string) bool { _, ok := slices.BinarySearch(names[kind], name); return ok }
+	fixed := append(fixedChains[:len(fixedChains):len(fixedChains)], baseChainNames()...)
+	for _, c := range fixed {
+		if !has("chain", c) {
+			return "chain " + c, nil
+		}
+	}
+	for _, name := range r.fixedSetsAndMaps() {
+		if !has("set", name) && !has("map", name) {
+			return "set or map " + name, nil
+		}
+	}
+	for _, s := range e.last.Services() {
+		if missing := r.missingObjects(s, has); missing != "" {
+			return missing, nil
+		}
+	}
+	if e.nl == nil {
+		return "", nil
+	}
+	family := newEncoder(Family(e.cfg.Family)).family
+	for _, c := range fixed {
+		n, err := e.nl.RuleCount(family, e.table, c)
+		if err != nil {
+			return "", fmt.Errorf("nftables: checking the table: %w", err)
+		}
+		if n == 0 {
+			return "the rules of chain " + c, nil
+		}
+	}
+	return "", nil
+}
+
+// missingObjects names the first chain or affinity set of s that has does
+// not find, or returns "".
+func (r *renderer) missingObjects(s *ruleset.Service, has func(kind, name string) bool) string {
+	for _, c := range r.chainNames(s) {
+		if !has("chain", c) {
+			return "chain " + c
+		}
+	}
+	for _, set := range r.affinitySets(s) {
+		if !has("set", set.name) {
+			return "set " + set.name
+		}
+	}
+	return ""
+}
+
+// baseChainNames are the names of the base chains.
+func baseChainNames() []string {
+	names := make([]string, len(baseChains))
+	for i, b := range baseChains {
+		names[i] = b.name
+	}
+	return names
+}

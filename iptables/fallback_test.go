@@ -24,9 +24,10 @@ func TestExecutorPartialChecksState(t *testing.T) {
 	tests := []struct {
 		name   string
 		tamper func(k *fakeKernel, n Names, before *ruleset.Ruleset)
-		// want is the fallback, wantDetail a part of its detail.
-		want       FallbackReason
-		wantDetail string
+		// want is the fallback, wantDetail a part of its detail;
+		// wantCheck a part of what CheckState finds missing.
+		want                  FallbackReason
+		wantDetail, wantCheck string
 	}{
 		{
 			name:   "untouched",
@@ -38,12 +39,14 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			tamper:     func(k *fakeKernel, _ Names, _ *ruleset.Ruleset) { k.flush("nat") },
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the rule of nat %s-PROXY-CANARY",
+			wantCheck:  "the rule of nat %s-PROXY-CANARY",
 		},
 		{
 			name:       "filter flushed",
 			tamper:     func(k *fakeKernel, _ Names, _ *ruleset.Ruleset) { k.flush("filter") },
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the rule of filter %s-PROXY-CANARY",
+			wantCheck:  "the rule of filter %s-PROXY-CANARY",
 		},
 		{
 			name: "jump from nat PREROUTING deleted",
@@ -52,6 +55,7 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			},
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the jump from nat PREROUTING to %s-SERVICES",
+			wantCheck:  "the jump from nat PREROUTING to %s-SERVICES",
 		},
 		{
 			name: "jump from filter FORWARD to the forward chain deleted",
@@ -60,6 +64,7 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			},
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the jump from filter FORWARD to %s-FORWARD",
+			wantCheck:  "the jump from filter FORWARD to %s-FORWARD",
 		},
 		{
 			name: "postrouting chain and its jump deleted",
@@ -69,6 +74,7 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			},
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the jump from nat POSTROUTING to %s-POSTROUTING",
+			wantCheck:  "the jump from nat POSTROUTING to %s-POSTROUTING",
 		},
 		{
 			name: "an unchanged Service's chains deleted",
@@ -82,18 +88,20 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			},
 			want:       FallbackPartialFailed,
 			wantDetail: "jump to missing chain %s-SVC-",
+			wantCheck:  "a rule of nat %s-SERVICES",
 		},
 	}
 	for _, names := range []Names{DefaultNames(), cni} {
 		for _, tt := range tests {
 			t.Run(names.Prefix()+"/"+tt.name, func(t *testing.T) {
-				testPartialChecksState(t, names, tt.tamper, tt.want, strings.ReplaceAll(tt.wantDetail, "%s", names.Prefix()))
+				prefixed := func(s string) string { return strings.ReplaceAll(s, "%s", names.Prefix()) }
+				testPartialChecksState(t, names, tt.tamper, tt.want, prefixed(tt.wantDetail), prefixed(tt.wantCheck))
 			})
 		}
 	}
 }
 
-func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, Names, *ruleset.Ruleset), want FallbackReason, wantDetail string) {
+func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, Names, *ruleset.Ruleset), want FallbackReason, wantDetail, wantCheck string) {
 	ctx := context.Background()
 	k := newFakeKernel(t, v1.IPv4Protocol)
 	e := newNamedTestExecutor(t, k, names)
@@ -114,15 +122,8 @@ func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, 
 	}
 	tamper(k, names, before)
 	k.takeCommands()
-	// CheckState sees what the check before a partial sync sees, and no
-	// more (not the Service ports' chains).
-	missing, err := e.CheckState(ctx)
-	wantMissing := ""
-	if want == FallbackStateMissing {
-		wantMissing = strings.TrimPrefix(wantDetail, "missing: ")
-	}
-	if err != nil || (missing == "") != (wantMissing == "") || !strings.Contains(missing, wantMissing) {
-		t.Errorf("CheckState: %q, %v; want it to name %q", missing, err, wantMissing)
+	if missing, err := e.CheckState(ctx); err != nil || (missing == "") != (wantCheck == "") || !strings.Contains(missing, wantCheck) {
+		t.Errorf("CheckState: %q, %v; want it to name %q", missing, err, wantCheck)
 	}
 	k.takeCommands()
 

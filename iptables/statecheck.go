@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/svcproxy/svcproxy/ruleset"
 )
 
 // FallbackReason says why a Sync that was due to be partial was a full one.
@@ -38,21 +41,23 @@ type stateCheck struct {
 // the kernel besides the chains a partial restore rewrites.
 func newStateCheck(names Names) stateCheck {
 	var c stateCheck
-	add := func(line, what string) {
-		c.input = append(c.input, line+"\n"...)
-		c.what = append(c.what, what)
-	}
 	for _, table := range []string{"filter", "nat"} {
-		add("*"+table, "")
-		add("-C "+names.Canary()+" "+restoreArgs(canaryRuleArgs), "the rule of "+table+" "+names.Canary()+" (the table was flushed?)")
+		c.add("*"+table, "")
+		c.add("-C "+names.Canary()+" "+restoreArgs(canaryRuleArgs), "the rule of "+table+" "+names.Canary()+" (the table was flushed?)")
 		for _, j := range jumps {
 			if j.table == table {
-				add("-C "+j.from+" "+restoreArgs(j.spec(names)), "the jump from "+table+" "+j.from+" to "+j.to(names))
+				c.add("-C "+j.from+" "+restoreArgs(j.spec(names)), "the jump from "+table+" "+j.from+" to "+j.to(names))
 			}
 		}
-		add("COMMIT", "")
+		c.add("COMMIT", "")
 	}
 	return c
+}
+
+// add appends one line to the check, with what it checks ("" for none).
+func (c *stateCheck) add(line, what string) {
+	c.input = append(c.input, line+"\n"...)
+	c.what = append(c.what, what)
 }
 
 // restoreArgs joins args into one line of restore input, double-quoting
@@ -97,23 +102,52 @@ func (e *Executor) checkState(ctx context.Context) string {
 
 // CheckState checks cheaply that the kernel still holds what a full sync
 // wrote around the Service ports' chains: the Canary rules of filter and
-// nat and every jump from the built-in chains (one restore that changes
-// nothing). It returns what it found missing first; "" when nothing is
-// missing, and before the first successful Sync, when there is nothing to
-// compare; an error when the check could not run. It does not read the
-// Service ports' chains: a full sync (RequestFullSync) rewrites those.
+// nat, every jump from the built-in chains, and every rule of the top-level
+// chains that does not depend on the Services (the node-port jump that ends
+// KUBE-SERVICES, KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD, …), with
+// one restore of `-C` lines that changes nothing. It returns what it found
+// missing first; "" when nothing is missing, and before the first
+// successful Sync, when there is nothing to compare; an error when the
+// check could not run. It does not read the Service ports' chains: a full
+// sync (RequestFullSync) rewrites those.
 func (e *Executor) CheckState(ctx context.Context) (string, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.last == nil {
 		return "", nil
 	}
-	err := e.runner.Run(ctx, e.restoreCmd(e.check.input, nil))
+	check := e.check.with(fixedRulesCheck(e.names, e.last.Config()))
+	err := e.runner.Run(ctx, e.restoreCmd(check.input, nil))
 	if err == nil {
 		return "", nil
 	}
-	if missing, ok := strings.CutPrefix(e.check.missing(err), "missing: "); ok {
+	if missing, ok := strings.CutPrefix(check.missing(err), "missing: "); ok {
 		return missing, nil
 	}
 	return "", fmt.Errorf("iptables: state check: %w", err)
+}
+
+// fixedRulesCheck checks the rules a full sync with cfg writes whatever the
+// Services: those Render writes for a Ruleset without any.
+func fixedRulesCheck(names Names, cfg ruleset.Config) stateCheck {
+	var c stateCheck
+	table := ""
+	for _, line := range strings.Split(string(newRenderer(names, cfg).render(nil, renderOptions{})), "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+			c.add(line, "")
+		case line == "COMMIT":
+			c.add(line, "")
+		case strings.HasPrefix(line, "-A "):
+			chain, _, _ := strings.Cut(line[3:], " ")
+			c.add("-C"+line[2:], "a rule of "+table+" "+chain+" (the chain was flushed?)")
+		}
+	}
+	return c
+}
+
+// with returns the check of c followed by that of d.
+func (c stateCheck) with(d stateCheck) stateCheck {
+	return stateCheck{input: slices.Concat(c.input, d.input), what: slices.Concat(c.what, d.what)}
 }

@@ -15,9 +15,10 @@ type metrics struct {
 	endpointChangesPending prometheus.Gauge
 	programmingDuration    prometheus.Histogram
 	syncFailures           prometheus.Counter
-	// periodicFullSyncs counts the syncs that the sync period forced to be
-	// full.
-	periodicFullSyncs prometheus.Counter
+	// periodicFullSyncs counts the syncs that the full sync period forced
+	// to be full; driftRepairs the full syncs of a family whose rules the
+	// periodic check found changed.
+	periodicFullSyncs, driftRepairs prometheus.Counter
 	// manifestErrors counts the reads of --manifests that failed;
 	// manifestReloads the ones applied.
 	manifestErrors, manifestReloads prometheus.Counter
@@ -57,7 +58,11 @@ func newMetrics() *metrics {
 		}),
 		periodicFullSyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: "svcproxy", Name: "sync_periodic_full_total",
-			Help: "Syncs that the sync period made full, to repair rules changed behind the proxy's back",
+			Help: "Syncs made full once an hour, to rewrite everything",
+		}),
+		driftRepairs: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "svcproxy", Name: "sync_drift_repairs_total",
+			Help: "Full syncs of a family whose rules the periodic check found changed behind the proxy's back",
 		}),
 		manifestErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: "svcproxy", Name: "manifest_errors_total",
@@ -69,6 +74,6 @@ func newMetrics() *metrics {
 		}),
 	}
 	m.registry.MustRegister(m.manifestErrors, m.manifestReloads, m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.serviceChangesPending,
-		m.endpointChangesPending, m.programmingDuration, m.syncFailures, m.periodicFullSyncs)
+		m.endpointChangesPending, m.programmingDuration, m.syncFailures, m.periodicFullSyncs, m.driftRepairs)
 	return m
 }

@@ -36,6 +36,9 @@ type Executor interface {
 	// everything the executor owns, repairing what others changed or
 	// removed.
 	RequestFullSync()
+	// CheckState compares the kernel with the last sync cheaply and says
+	// what it found missing, "" when nothing.
+	CheckState(ctx context.Context) (string, error)
 	// Cleanup removes everything the executor owns.
 	Cleanup(ctx context.Context) error
 }
@@ -205,6 +208,8 @@ type proxy struct {
 	// failing records that the last sync failed (the kernel's rules may be
 	// missing or stale until a sync succeeds); both are read by /healthz.
 	lastSuccess atomic.Int64
+	// lastPeriodicFull is when a periodic sync last forced a full one.
+	lastPeriodicFull time.Time
 	failing     atomic.Bool
 	// pendingTriggers are the trigger times of the changes not yet synced,
 	// kept across failed syncs, for the programming latency.
@@ -305,17 +310,21 @@ func (p *proxy) dryRun(w io.Writer) error {
 	return nil
 }
 
+// fullSyncPeriod is how often a periodic sync is a full one whatever the
+// check finds, as kube-proxy's FullSyncPeriod: it rewrites what no check
+// looks at (the Service ports' own rules and the maps' elements).
+const fullSyncPeriod = time.Hour
+
 // sync builds the Rulesets from the current state and applies them. A
-// periodic sync is a full one: it rewrites all the rules, repairing what
+// periodic sync first checks the kernel's rules (Executor.CheckState) and
+// makes a full sync of each family where something is missing, and of every
+// family once per fullSyncPeriod: it rewrites all the rules, repairing what
 // others flushed or deleted. Until a sync succeeds after a failed one,
 // /healthz reports unhealthy.
 func (p *proxy) sync(ctx context.Context, periodic bool) error {
 	start := time.Now()
 	if periodic {
-		p.metrics.periodicFullSyncs.Inc()
-		for _, f := range p.families {
-			p.executors[f].RequestFullSync()
-		}
+		p.repairIfNeeded(ctx, start)
 	}
 	rulesets, snap, anyFull, err := p.apply(ctx)
 	if err != nil {
@@ -331,6 +340,30 @@ func (p *proxy) sync(ctx context.Context, periodic bool) error {
 	}
 	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", anyFull, "periodic", periodic, "duration", end.Sub(start))
 	return nil
+}
+
+// repairIfNeeded asks the executors for a full sync where the kernel's
+// rules differ from the last sync, or when the last full one is older than
+// fullSyncPeriod.
+func (p *proxy) repairIfNeeded(ctx context.Context, now time.Time) {
+	if now.Sub(p.lastPeriodicFull) >= fullSyncPeriod {
+		p.lastPeriodicFull = now
+		p.metrics.periodicFullSyncs.Inc()
+		for _, f := range p.families {
+			p.executors[f].RequestFullSync()
+		}
+		return
+	}
+	for _, f := range p.families {
+		missing, err := p.executors[f].CheckState(ctx)
+		if missing == "" && err == nil {
+			continue
+		}
+		p.failing.Store(true) // the rules are known to be missing until the repair succeeds
+		p.metrics.driftRepairs.Inc()
+		p.log.Warn("rules changed behind the proxy's back: full sync", "family", f, "missing", missing, "err", err)
+		p.executors[f].RequestFullSync()
+	}
 }
 
 // apply builds the Rulesets of the current state and has every family's

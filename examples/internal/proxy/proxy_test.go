@@ -33,6 +33,8 @@ type fakeBackend struct {
 	clean  int
 	// fullRequests counts the calls of RequestFullSync.
 	fullRequests int
+	// missing is what CheckState reports, until a full sync repairs it.
+	missing string
 }
 
 // fakeRender writes one line per Service.
@@ -55,7 +57,17 @@ func (b *fakeBackend) Sync(_ context.Context, rs *ruleset.Ruleset) (bool, error)
 	full := len(b.synced) == 0 || b.failed
 	b.failed = false
 	b.synced = append(b.synced, rs)
+	if full {
+		b.missing = ""
+	}
 	return full, nil
+}
+
+// CheckState reports b.missing.
+func (b *fakeBackend) CheckState(context.Context) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.missing, nil
 }
 
 // RequestFullSync makes the next successful Sync report a full sync.
@@ -262,10 +274,11 @@ func TestHealthzFollowsLastSync(t *testing.T) {
 	}
 }
 
-// TestPeriodicSyncIsFullAndFailureIsUnhealthy: a periodic sync asks every
-// executor for a full sync and is counted; /healthz is 503 from a failed
-// sync until the next successful one.
-func TestPeriodicSyncIsFullAndFailureIsUnhealthy(t *testing.T) {
+// TestPeriodicSyncRepairsAndFailureIsUnhealthy: a periodic sync asks an
+// executor for a full sync when its check finds rules missing, and every
+// executor once per fullSyncPeriod, and counts both; /healthz is 503 from a
+// failed sync until the next successful one.
+func TestPeriodicSyncRepairsAndFailureIsUnhealthy(t *testing.T) {
 	backend := &fakeBackend{family: v1.IPv4Protocol}
 	p := testProxy(backend)
 	p.state.UpdateService(service("a", "198.19.0.1"))
@@ -276,16 +289,20 @@ func TestPeriodicSyncIsFullAndFailureIsUnhealthy(t *testing.T) {
 	}
 	type step struct {
 		periodic, fail   bool
+		missing          string
 		wantFullRequests int
 		wantHealth       int
 	}
 	for i, st := range []step{
 		{periodic: false, wantFullRequests: 0, wantHealth: 200},
-		{periodic: true, wantFullRequests: 1, wantHealth: 200},
-		{periodic: true, fail: true, wantFullRequests: 2, wantHealth: 503},
-		{periodic: false, fail: true, wantFullRequests: 2, wantHealth: 503},
-		{periodic: false, wantFullRequests: 2, wantHealth: 200},
+		{periodic: true, wantFullRequests: 1, wantHealth: 200}, // the first full sync period
+		{periodic: true, wantFullRequests: 1, wantHealth: 200}, // nothing missing
+		{periodic: true, missing: "chain services", wantFullRequests: 2, wantHealth: 200},
+		{periodic: true, missing: "table kube-proxy", fail: true, wantFullRequests: 3, wantHealth: 503},
+		{periodic: false, fail: true, wantFullRequests: 3, wantHealth: 503},
+		{periodic: false, wantFullRequests: 3, wantHealth: 200},
 	} {
+		backend.missing = st.missing
 		if st.fail {
 			backend.fails = 1
 		}
@@ -297,8 +314,15 @@ func TestPeriodicSyncIsFullAndFailureIsUnhealthy(t *testing.T) {
 				i, backend.fullRequests, health(), st.wantFullRequests, st.wantHealth)
 		}
 	}
-	if got := counterValue(t, p.metrics, "svcproxy_sync_periodic_full_total"); got != 2 {
-		t.Errorf("svcproxy_sync_periodic_full_total = %v, want 2", got)
+	if got := counterValue(t, p.metrics, "svcproxy_sync_periodic_full_total"); got != 1 {
+		t.Errorf("svcproxy_sync_periodic_full_total = %v, want 1", got)
+	}
+	if got := counterValue(t, p.metrics, "svcproxy_sync_drift_repairs_total"); got != 2 {
+		t.Errorf("svcproxy_sync_drift_repairs_total = %v, want 2", got)
+	}
+	p.lastPeriodicFull = time.Now().Add(-fullSyncPeriod)
+	if err := p.sync(context.Background(), true); err != nil || backend.fullRequests != 4 {
+		t.Errorf("periodic sync a full sync period later: %v, %d full sync requests, want 4", err, backend.fullRequests)
 	}
 }
 

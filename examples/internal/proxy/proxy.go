@@ -210,7 +210,7 @@ type proxy struct {
 	lastSuccess atomic.Int64
 	// lastPeriodicFull is when a periodic sync last forced a full one.
 	lastPeriodicFull time.Time
-	failing     atomic.Bool
+	failing          atomic.Bool
 	// pendingTriggers are the trigger times of the changes not yet synced,
 	// kept across failed syncs, for the programming latency.
 	pendingTriggers []string

@@ -465,6 +465,8 @@ func (p *proxy) logBuildWarnings(warnings []svcproxy.Warning) {
 // is done.
 func (p *proxy) serve(ctx context.Context) int {
 	p.lastSuccess.Store(time.Now().UnixNano())
+	// The first sync is a full one: the first forced one is due an hour on.
+	p.lastPeriodicFull = time.Now()
 	p.health = newHealthServers(p.log, p.opts.Manifests != "")
 	defer p.health.close()
 	servers, err := p.startServers()

@@ -23,8 +23,8 @@ import (
 // SVCPROXY_SCALE_WINDOW (default 60s), after its first sync:
 //
 //   - idle, with --sync-period 1h: the manifest watcher's polling alone;
-//   - with the default --sync-period 30s, until two periodic full syncs
-//     have ended;
+//   - with the default --sync-period 30s, until two periodic syncs (each a
+//     check of the kernel's rules, nothing missing) have ended;
 //   - iptables only: with an iptables-restore that always fails (put first
 //     on the proxy's PATH), --min-sync-period 1s and --sync-period 30s: the
 //     retries, which back off (the window starts after the first attempt).

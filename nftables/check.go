@@ -2,8 +2,10 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 
 	"sigs.k8s.io/knftables"
 
@@ -11,17 +13,36 @@ import (
 )
 
 // CheckState compares the table in the kernel with what the last Ruleset
-// applied left there, cheaply: every chain, set and map of it is present
-// (by name), and every fixed chain still has rules (a flushed one has
-// none). It returns what it found missing first, or "" when nothing is.
-// It does not read the rules of the Service ports' chains or the elements
-// of the maps, whose number grows with the table; a full sync, forced with
-// ForceFullSync, rewrites those.
+// applied left there, cheaply. Over netlink (ExecutorConfig.Netlink) it
+// checks that every fixed and base chain is there and holds rules (a
+// flushed one has none), with one dump per chain that the kernel filters to
+// that chain. Without netlink it checks by name, through nft's listing,
+// that every chain, set and map of the last Ruleset is there. It returns
+// what it found missing first, or "" when nothing is. It reads neither the
+// rules of the Service ports' chains nor the elements of the maps, whose
+// number grows with the table; a full sync, forced with ForceFullSync,
+// rewrites those.
 //
 // Before the first Sync, or after a failed one, there is nothing to compare
 // and it returns "".
 func (e *Executor) CheckState(ctx context.Context) (string, error) {
 	if e.last == nil {
+		return "", nil
+	}
+	fixed := append(fixedChains[:len(fixedChains):len(fixedChains)], baseChainNames()...)
+	if e.nl != nil {
+		family := newEncoder(Family(e.cfg.Family)).family
+		for _, c := range fixed {
+			n, err := e.nl.RuleCount(family, e.table, c)
+			switch {
+			case errors.Is(err, syscall.ENOENT):
+				return "chain " + c + " (or table " + e.table + ")", nil
+			case err != nil:
+				return "", fmt.Errorf("nftables: checking the table: %w", err)
+			case n == 0:
+				return "the rules of chain " + c, nil
+			}
+		}
 		return "", nil
 	}
 	r, err := newRenderer(e.last.Config(), e.cfg.Options)
@@ -39,7 +60,6 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 		slices.Sort(names[kind])
 	}
 	has := func(kind, name string) bool { _, ok := slices.BinarySearch(names[kind], name); return ok }
-	fixed := append(fixedChains[:len(fixedChains):len(fixedChains)], baseChainNames()...)
 	for _, c := range fixed {
 		if !has("chain", c) {
 			return "chain " + c, nil
@@ -53,19 +73,6 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 	for _, s := range e.last.Services() {
 		if missing := r.missingObjects(s, has); missing != "" {
 			return missing, nil
-		}
-	}
-	if e.nl == nil {
-		return "", nil
-	}
-	family := newEncoder(Family(e.cfg.Family)).family
-	for _, c := range fixed {
-		n, err := e.nl.RuleCount(family, e.table, c)
-		if err != nil {
-			return "", fmt.Errorf("nftables: checking the table: %w", err)
-		}
-		if n == 0 {
-			return "the rules of chain " + c, nil
 		}
 	}
 	return "", nil

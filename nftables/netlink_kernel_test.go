@@ -236,7 +236,7 @@ func TestListNamesMatchesNFT(t *testing.T) {
 // TestKernelCheckState: CheckState finds nothing missing after a sync, and
 // names what was flushed or deleted behind the Executor's back: a fixed
 // chain's rules, every chain's rules, the whole table; with and without
-// netlink (without, it cannot see flushed rules).
+// netlink (without, it sees objects by name, not flushed rules).
 func TestKernelCheckState(t *testing.T) {
 	netns.Require(t, "nft")
 	for _, netlink := range []bool{true, false} {
@@ -268,17 +268,19 @@ func TestKernelCheckState(t *testing.T) {
 			}{
 				{[]string{"flush", "chain", "ip", nftables.DefaultTable, "services"}, "the rules of chain services"},
 				{[]string{"flush", "table", "ip", nftables.DefaultTable}, "the rules of chain "},
-				{[]string{"delete", "table", "ip", nftables.DefaultTable}, "table "},
+				{[]string{"delete", "table", "ip", nftables.DefaultTable}, ""},
 			} {
 				if _, err := ns.Run(ctx, nft, tt.change...); err != nil {
 					t.Fatalf("nft %v: %v", tt.change, err)
 				}
 				missing, err := ex.CheckState(ctx)
-				want := tt.missing
-				if !netlink && strings.HasPrefix(want, "the rules of") {
-					want = "" // nft's listing names objects, not rules
-				}
-				if err != nil || (want == "") != (missing == "") || !strings.HasPrefix(missing, want) {
+				switch want := tt.missing; {
+				case !netlink && strings.HasPrefix(want, "the rules of"):
+					// nft's listing names objects, not rules.
+					if missing != "" || err != nil {
+						t.Errorf("after nft %v without netlink: %q, %v; want nothing seen", tt.change, missing, err)
+					}
+				case err != nil || missing == "" || !strings.HasPrefix(missing, want):
 					t.Errorf("after nft %v: %q, %v; want %q…", tt.change, missing, err, want)
 				}
 				sync()

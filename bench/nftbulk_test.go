@@ -95,7 +95,7 @@ func bulkLab(t *testing.T, n int, counts []int, mode string, changeChunk int, re
 		}
 	}
 	if resync {
-		e.ForceFullSync()
+		e.RequestFullSync()
 		d, res := sync("full resync of the loaded table", true)
 		rep.add(n, fmt.Sprintf("nftables: full resync of the loaded table after those changes (%d transactions, %d operations)", res.Transactions, res.Operations), ms(d), "ms", "nft-full-1tx", floors)
 	}

@@ -334,7 +334,7 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	lat := latencies(t, c, w, n, conns)
 	var resyncD time.Duration
 	if resync {
-		e.ForceFullSync()
+		e.RequestFullSync()
 		resyncD = sync("full resync of the loaded table (chunks of 250 over netlink)", true)
 		if _, err := c.Clients[0].TCP(netip.AddrPortFrom(scalegen.ClusterIP(n-1), 80), 2*time.Second); err != nil {
 			t.Errorf("last Service after the resync: %v", err)

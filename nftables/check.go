@@ -20,7 +20,7 @@ import (
 // that every chain, set and map of the last Ruleset is there. It returns
 // what it found missing first, or "" when nothing is. It reads neither the
 // rules of the Service ports' chains nor the elements of the maps, whose
-// number grows with the table; a full sync, forced with ForceFullSync,
+// number grows with the table; a full sync, forced with RequestFullSync,
 // rewrites those.
 //
 // Before the first Sync, or after a failed one, there is nothing to compare

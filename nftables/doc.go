@@ -115,7 +115,7 @@
 //   - Notice changes others make to its table. Incremental syncs write
 //     from the last Ruleset applied, without reading the table back; a
 //     table changed behind the Executor's back is repaired by the next
-//     full sync (after a failed transaction, or ForceFullSync).
+//     full sync (after a failed transaction, or RequestFullSync).
 //   - Use one "inet" table for both families: one table per IP family,
 //     one Executor per family.
 //   - Serve NodePorts on ::1, nor on 127.0.0.0/8 unless

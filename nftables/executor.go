@@ -57,7 +57,7 @@ type ExecutorConfig struct {
 	// (SyncResult.NotNetlink). A first sync makes the table, its base
 	// chains and maps with nft and adds the Service ports over netlink in
 	// chunks of FirstSyncChunk; a full sync of an existing table (after a
-	// restart, a failure or ForceFullSync) rewrites its fixed objects with
+	// restart, a failure or RequestFullSync) rewrites its fixed objects with
 	// nft and then its Service ports over netlink in chunks too, each of
 	// which leaves every Service port as it was or as it is to be, instead
 	// of one nft transaction of the whole table. An incremental sync that
@@ -279,9 +279,9 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, e
 	return res, err
 }
 
-// ForceFullSync makes the next Sync a full one, e.g. to repair a table that
+// RequestFullSync makes the next Sync a full one, e.g. to repair a table that
 // something else changed.
-func (e *Executor) ForceFullSync() { e.last = nil }
+func (e *Executor) RequestFullSync() { e.last = nil }
 
 func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (SyncResult, error) {
 	var deletable []string

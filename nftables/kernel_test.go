@@ -379,7 +379,7 @@ func TestKernelService(t *testing.T) {
 		// A full resync of the loaded table (in chunks, over netlink)
 		// with a change in it: back to pod0 and pod2.
 		w.add(slice("ns1", "web", 8080, ep{ip: ip(pod0), node: node}, ep{ip: ip(pod2), node: "node-b"}))
-		ex.ForceFullSync()
+		ex.RequestFullSync()
 		if res := sync(true); !res.Netlink {
 			t.Errorf("full resync of the loaded table: nothing over netlink")
 		}

@@ -126,8 +126,8 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 			if step%5 == 4 {
 				// A full sync of the loaded table: one nft transaction,
 				// or a chunked resync over netlink.
-				p.netlink.ForceFullSync()
-				p.cli.ForceFullSync()
+				p.netlink.RequestFullSync()
+				p.cli.RequestFullSync()
 				sync(p, rs, fmt.Sprintf("seed %d step %d, full resync", seed, step), false)
 				continue
 			}
@@ -253,7 +253,7 @@ func TestKernelCheckState(t *testing.T) {
 			w.add(svc("ns1", "web", "198.19.0.10", affinity(60)), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}))
 			sync := func() {
 				t.Helper()
-				ex.ForceFullSync()
+				ex.RequestFullSync()
 				if _, err := ex.Sync(ctx, w.build()); err != nil {
 					t.Fatal(err)
 				}

@@ -43,6 +43,3 @@ func (e executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (bool, error) {
 	res, err := e.Executor.Sync(ctx, rs)
 	return res.Full, err
 }
-
-// RequestFullSync makes the next Sync a full one.
-func (e executor) RequestFullSync() { e.Executor.ForceFullSync() }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
+	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -21,6 +22,18 @@ type Frontend struct {
 	Addr     netip.Addr
 	Protocol v1.Protocol
 	Port     uint16
+}
+
+// String is "198.19.0.10:80/TCP" for an address with a port, "node port
+// 30080/TCP" for a node port, and "198.19.0.10" for a cluster IP as a whole.
+func (f Frontend) String() string {
+	switch {
+	case !f.Addr.IsValid():
+		return "node port " + strconv.Itoa(int(f.Port)) + "/" + string(f.Protocol)
+	case f.Protocol == "" && f.Port == 0:
+		return f.Addr.String()
+	}
+	return netip.AddrPortFrom(f.Addr, f.Port).String() + "/" + string(f.Protocol)
 }
 
 // Compare orders Frontends by address (node ports first), protocol, then

@@ -21,6 +21,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/manifests"
@@ -71,11 +72,9 @@ func run(stdout, stderr io.Writer, opts options) error {
 	for _, n := range objs.Nodes {
 		if n.Name == opts.nodeName {
 			cfg.Node = topology.NodeFromObject(n)
-			for _, a := range n.Status.Addresses {
-				if ip, err := netip.ParseAddr(a.Address); err == nil {
-					nodeAddrs = append(nodeAddrs, ip)
-				}
-			}
+			var w []svcproxy.Warning
+			nodeAddrs, w = ruleset.NodeAddresses(n, v1.IPv4Protocol)
+			warnings = append(warnings, w...)
 		}
 	}
 

@@ -8,8 +8,6 @@ import (
 	"syscall"
 
 	"sigs.k8s.io/knftables"
-
-	"github.com/svcproxy/svcproxy/ruleset"
 )
 
 // CheckState compares the table in the kernel with what the last Ruleset
@@ -17,7 +15,8 @@ import (
 // checks that every fixed and base chain is there and holds rules (a
 // flushed one has none), with one dump per chain that the kernel filters to
 // that chain. Without netlink it checks by name, through nft's listing,
-// that every chain, set and map of the last Ruleset is there. It returns
+// that the fixed and base chains and the fixed sets and maps are there. It
+// returns
 // what it found missing first, or "" when nothing is. It reads neither the
 // rules of the Service ports' chains nor the elements of the maps, whose
 // number grows with the table; a full sync, forced with RequestFullSync,
@@ -70,28 +69,7 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 			return "set or map " + name, nil
 		}
 	}
-	for _, s := range e.last.Services() {
-		if missing := r.missingObjects(s, has); missing != "" {
-			return missing, nil
-		}
-	}
 	return "", nil
-}
-
-// missingObjects names the first chain or affinity set of s that has does
-// not find, or returns "".
-func (r *renderer) missingObjects(s *ruleset.Service, has func(kind, name string) bool) string {
-	for _, c := range r.chainNames(s) {
-		if !has("chain", c) {
-			return "chain " + c
-		}
-	}
-	for _, set := range r.affinitySets(s) {
-		if !has("set", set.name) {
-			return "set " + set.name
-		}
-	}
-	return ""
 }
 
 // baseChainNames are the names of the base chains.

@@ -127,22 +127,3 @@ func ChunkedChanges(newTx func() *knftables.Transaction, old, new *ruleset.Rules
 	}
 	return txs, names, res, nil
 }
-
-// CheckChainNames reports a Service port of rs whose chainNames differ from
-// the names of its chains: CheckState would look for the wrong chains.
-func CheckChainNames(rs *ruleset.Ruleset) error {
-	r, err := newRenderer(rs.Config(), Options{})
-	if err != nil {
-		return err
-	}
-	for _, s := range rs.Services() {
-		var names []string
-		for _, c := range r.chains(s) {
-			names = append(names, c.name)
-		}
-		if got := r.chainNames(s); !slices.Equal(got, names) {
-			return fmt.Errorf("%v: chainNames %v, chains %v", s.Name, got, names)
-		}
-	}
-	return nil
-}

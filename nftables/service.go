@@ -104,29 +104,6 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 	return chains
 }
 
-// chainNames are the names of chains(s), in the same order, without
-// writing their rules.
-func (r *renderer) chainNames(s *ruleset.Service) []string {
-	base := ServiceChainBase(s.Name)
-	names := make([]string, 0, 4+len(s.Endpoints))
-	if len(s.ClusterTargets) > 0 {
-		names = append(names, prefixService+base)
-	}
-	if len(s.LocalTargets) > 0 {
-		names = append(names, prefixLocal+base)
-	}
-	if r.usesExternalChain(s) {
-		names = append(names, prefixExternal+base)
-	}
-	if s.UsesFirewall() {
-		names = append(names, prefixFirewall+base)
-	}
-	for i := range s.Endpoints {
-		names = append(names, prefixEndpoint+EndpointChainBase(s.Name, s.Endpoints[i].AddrPort()))
-	}
-	return names
-}
-
 // clusterIPMasquerade is the rule that masquerades traffic to the cluster
 // IP that comes from outside the pod network (or all of it, with
 // MasqueradeAll), in whichever policy chain internal traffic reaches;

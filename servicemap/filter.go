@@ -1,5 +1,12 @@
 package servicemap
 
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+)
+
 const (
 	// LabelServiceProxyName is the label that hands a Service (and its
 	// EndpointSlices) to a proxy other than the default one.
@@ -33,4 +40,32 @@ func (f Filter) Selects(labels map[string]string) (bool, string) {
 		return false, "not labelled " + LabelServiceProxyName + "=" + f.ProxyName
 	}
 	return true, ""
+}
+
+// LabelSelector is the label selector that matches exactly the label sets
+// Selects takes, for an API server to filter Services and EndpointSlices
+// (its String is what a list or watch request sends). Without a ProxyName
+// it is
+//
+//	!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name
+//
+// and with ProxyName NAME
+//
+//	!service.kubernetes.io/headless,service.kubernetes.io/service-proxy-name=NAME
+//
+// It fails when ProxyName is not a valid label value, which no object can
+// carry.
+func (f Filter) LabelSelector() (labels.Selector, error) {
+	noHeadless, err := labels.NewRequirement(LabelHeadless, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, fmt.Errorf("label selector: %w", err)
+	}
+	proxyName, err := labels.NewRequirement(LabelServiceProxyName, selection.DoesNotExist, nil)
+	if f.ProxyName != "" {
+		proxyName, err = labels.NewRequirement(LabelServiceProxyName, selection.Equals, []string{f.ProxyName})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("label selector for proxy name %q: %w", f.ProxyName, err)
+	}
+	return labels.NewSelector().Add(*noHeadless, *proxyName), nil
 }

@@ -32,6 +32,11 @@
 // specification the backends' rules meet, and what a data plane outside
 // netfilter implements.
 //
+// The inputs come from manifests (files) or source (an API server, through
+// client-go informers) into a state.State, which keeps the trackers of both
+// IP families, the node and the Service CIDRs, and hands a sync one
+// snapshot per family for ruleset.Builder.
+//
 // Objects that cannot be used are skipped and reported as Warnings; they
 // never stop the other Services from being served, and nothing in a Service
 // or EndpointSlice can inject text into rendered rules. The packages that

@@ -20,6 +20,7 @@ import (
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/source"
 )
 
 func slice(service, name, ip string) *discovery.EndpointSlice {
@@ -40,9 +41,9 @@ func TestInformersReachTheRules(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	client := fake.NewClientset(service("web", "198.19.0.1"), slice("web", "web-1", "198.18.1.1"))
-	state := NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{})
+	state := ipv4State()
 	changes := make(chan struct{}, 100)
-	if err := watchAPI(ctx, client, state, "n1", func() { changes <- struct{}{} }, func([]svcproxy.Warning) {}); err != nil {
+	if _, err := source.Watch(ctx, client, state, source.Options{OnChange: func() { changes <- struct{}{} }}); err != nil {
 		t.Fatal(err)
 	}
 	p := &proxy{mode: Mode{Render: fakeRender}, opts: &Options{}, log: discardLogger(), state: state, families: []v1.IPFamily{v1.IPv4Protocol}}
@@ -120,12 +121,13 @@ func TestInformersFollowServiceCIDRs(t *testing.T) {
 		return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
 	}
 	client := fake.NewClientset(serviceCIDR("kubernetes", "198.19.0.0/17", "2001:db8:19::/108"))
-	state := NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{})
+	client.Resources = []*metav1.APIResourceList{{GroupVersion: "networking.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "servicecidrs"}}}}
+	state := ipv4State()
 	changes := make(chan struct{}, 100)
 	var warnings []svcproxy.Warning
 	var mu sync.Mutex
 	warn := func(w []svcproxy.Warning) { mu.Lock(); warnings = append(warnings, w...); mu.Unlock() }
-	if err := watchAPI(ctx, client, state, "n1", func() { changes <- struct{}{} }, warn); err != nil {
+	if _, err := source.Watch(ctx, client, state, source.Options{OnChange: func() { changes <- struct{}{} }, OnWarnings: warn}); err != nil {
 		t.Fatal(err)
 	}
 	render := func(w io.Writer, rs *ruleset.Ruleset) error {

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/state"
 )
 
 // familyHints are the addresses that tell which IP families the node has:
@@ -44,11 +45,11 @@ func nodeAddresses(nodes []*v1.Node, name string) []netip.Addr {
 
 // nodePortAddresses are the addresses on which NodePorts and health check
 // node ports are served: --node-ip, else the Node's addresses.
-func (p *proxy) nodePortAddresses(snap snapshot) []netip.Addr {
+func (p *proxy) nodePortAddresses(snap state.Snapshot) []netip.Addr {
 	if len(p.opts.NodeIPs) > 0 {
 		return p.opts.NodeIPs
 	}
-	return snap.nodeAddrs
+	return snap.NodeAddresses
 }
 
 // ofFamily returns the addresses or prefixes of xs that are of family f.

@@ -8,9 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/svcproxy/svcproxy"
-	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // badAddressNode is node n1 with one good address per family, and a zoned,
@@ -110,34 +107,6 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 		got := backend.synced[len(backend.synced)-1].Config().NodePortAddresses
 		if diff := cmp.Diff(step.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 			t.Errorf("Node %v, --node-ip %v: NodePort addresses (-want +got):\n%s", step.node.Status.Addresses, step.nodeIPs, diff)
-		}
-	}
-}
-
-// TestNodeAddressWarningsOnChange: the State warns about a Node's bad
-// addresses when they change, not each time the same Node comes again.
-func TestNodeAddressWarningsOnChange(t *testing.T) {
-	s := NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{})
-	zoned := `Node n1: InternalIP address "fe80::1%eth0" has a zone: skipped`
-	for _, step := range []struct {
-		name     string
-		record   func() []svcproxy.Warning
-		warnings []string
-	}{
-		{"first", func() []svcproxy.Warning { return s.Replace(nil, nil, []*v1.Node{node("fe80::1%eth0", "198.18.0.1")}) }, []string{zoned}},
-		{"same again", func() []svcproxy.Warning { return s.Replace(nil, nil, []*v1.Node{node("fe80::1%eth0", "198.18.0.1")}) }, nil},
-		{"same by update", func() []svcproxy.Warning { return s.UpdateNode(node("fe80::1%eth0", "198.18.0.1")) }, nil},
-		{"another node", func() []svcproxy.Warning { return s.UpdateNode(&v1.Node{}) }, nil},
-		{"changed", func() []svcproxy.Warning { return s.UpdateNode(node("fe80::1%eth0")) }, []string{zoned}},
-		{"gone", func() []svcproxy.Warning { return s.Replace(nil, nil, nil) }, nil},
-		{"back", func() []svcproxy.Warning { return s.UpdateNode(node("fe80::1%eth0")) }, []string{zoned}},
-	} {
-		var got []string
-		for _, w := range step.record() {
-			got = append(got, w.String())
-		}
-		if diff := cmp.Diff(step.warnings, got); diff != "" {
-			t.Errorf("%s: warnings (-want +got):\n%s", step.name, diff)
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -24,6 +23,8 @@ import (
 	"github.com/svcproxy/svcproxy/conntrack"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/source"
+	"github.com/svcproxy/svcproxy/state"
 )
 
 // Executor applies the Rulesets of one IP family to the kernel.
@@ -88,7 +89,7 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	if code := p.start(ctx, stderr); code != exitOK {
 		return code
 	}
-	p.families = slices.Sorted(maps.Keys(p.state.services))
+	p.families = p.state.Families()
 	if opts.DryRun {
 		if err := p.dryRun(stdout); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
@@ -138,8 +139,11 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 		if len(hints) == 0 {
 			hints = nodeAddresses(objs.Nodes, opts.NodeName)
 		}
-		p.state = NewState(opts.families(familyHints(hints)), opts.NodeName, servicemap.Filter{})
-		p.logWarnings(append(warnings, p.state.Replace(objs.Services, objs.EndpointSlices, objs.Nodes)...))
+		if p.state, err = state.New(opts.families(familyHints(hints)), opts.NodeName, servicemap.Filter{}); err != nil {
+			fmt.Fprintln(stderr, "error:", err)
+			return exitBadArgs
+		}
+		p.logWarnings(append(warnings, p.state.Replace(stateObjects(objs))...))
 		return exitOK
 	}
 	client, err := clientFromKubeconfig(opts.Kubeconfig)
@@ -156,10 +160,17 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 			hints = nodeAddresses([]*v1.Node{node}, opts.NodeName)
 		}
 	}
-	p.state = NewState(opts.families(familyHints(hints)), opts.NodeName, servicemap.Filter{})
-	if err := watchAPI(ctx, client, p.state, opts.NodeName, p.loop.Request, p.logWarnings); err != nil {
+	if p.state, err = state.New(opts.families(familyHints(hints)), opts.NodeName, servicemap.Filter{}); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return exitBadArgs
+	}
+	serviceCIDRs, err := source.Watch(ctx, client, p.state, source.Options{OnChange: p.loop.Request, OnWarnings: p.logWarnings})
+	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
+	}
+	if !serviceCIDRs {
+		p.log.Info("the API server serves no networking.k8s.io/v1 ServiceCIDRs: the Service CIDRs are --service-cluster-ip-range's alone")
 	}
 	return exitOK
 }
@@ -187,7 +198,7 @@ type proxy struct {
 	opts      *Options
 	log       *slog.Logger
 	metrics   *metrics
-	state     *State
+	state     *state.State
 	loop      *Loop
 	families  []v1.IPFamily
 	executors map[v1.IPFamily]Executor
@@ -213,7 +224,7 @@ type proxy struct {
 	failing          atomic.Bool
 	// pendingTriggers are the trigger times of the changes not yet synced,
 	// kept across failed syncs, for the programming latency.
-	pendingTriggers []string
+	pendingTriggers []time.Time
 	lastWarnings    map[string]bool
 	health          *healthServers
 }
@@ -255,10 +266,10 @@ func (p *proxy) makeExecutors() error {
 	return nil
 }
 
-func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) {
+func (p *proxy) builder(f v1.IPFamily, snap state.Snapshot) (*ruleset.Builder, error) {
 	cfg := ruleset.Config{
 		Family:        f,
-		Node:          snap.node,
+		Node:          snap.Node,
 		MasqueradeAll: p.opts.MasqueradeAll,
 		// Manifests come without the EndpointSlice controller: compute the
 		// hints trafficDistribution asks for.
@@ -268,7 +279,7 @@ func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) 
 	cfg.ClusterCIDRs = ofFamily(p.opts.ClusterCIDRs, f)
 	cfg.RestrictExternalIPs = len(p.opts.AllowedExternalIPs) > 0
 	cfg.AllowedExternalIPs = ofFamily(p.opts.AllowedExternalIPs, f)
-	cfg.ServiceCIDRs = ofFamily(unionPrefixes(p.opts.ServiceCIDRs, snap.serviceCIDRs), f)
+	cfg.ServiceCIDRs = ofFamily(unionPrefixes(p.opts.ServiceCIDRs, snap.ServiceCIDRs), f)
 	cfg.NodePortAddresses = ofFamily(p.nodePortAddresses(snap), f)
 	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
 		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
@@ -279,7 +290,7 @@ func (p *proxy) builder(f v1.IPFamily, snap snapshot) (*ruleset.Builder, error) 
 // build computes the Ruleset of every family from one snapshot, rebuilding
 // only the Service ports that changed since the previous one (all of them
 // the first time, and when the ruleset Config changed).
-func (p *proxy) build(snap snapshot) (map[v1.IPFamily]*ruleset.Ruleset, error) {
+func (p *proxy) build(snap state.Snapshot) (map[v1.IPFamily]*ruleset.Ruleset, error) {
 	out := map[v1.IPFamily]*ruleset.Ruleset{}
 	var warnings []svcproxy.Warning
 	for _, f := range p.families {
@@ -287,8 +298,8 @@ func (p *proxy) build(snap snapshot) (map[v1.IPFamily]*ruleset.Ruleset, error) {
 		if err != nil {
 			return nil, err
 		}
-		fs := snap.families[f]
-		rs, _, w := b.Update(p.built[f], fs.services, fs.endpoints)
+		fam, _ := snap.Family(f)
+		rs, _, w := b.Update(p.built[f], fam.Services, fam.Endpoints)
 		warnings = append(warnings, w...)
 		out[f] = rs
 	}
@@ -298,7 +309,7 @@ func (p *proxy) build(snap snapshot) (map[v1.IPFamily]*ruleset.Ruleset, error) {
 }
 
 func (p *proxy) dryRun(w io.Writer) error {
-	rulesets, err := p.build(p.state.snapshot())
+	rulesets, err := p.build(p.state.Snapshot())
 	if err != nil {
 		return err
 	}
@@ -369,13 +380,13 @@ func (p *proxy) repairIfNeeded(ctx context.Context, now time.Time) {
 // apply builds the Rulesets of the current state and has every family's
 // executor apply its own. It returns the snapshot they were built from and
 // reports whether any executor did a full sync.
-func (p *proxy) apply(ctx context.Context) (map[v1.IPFamily]*ruleset.Ruleset, snapshot, bool, error) {
+func (p *proxy) apply(ctx context.Context) (map[v1.IPFamily]*ruleset.Ruleset, state.Snapshot, bool, error) {
 	services, eps := p.state.Pending()
 	p.metrics.serviceChangesPending.Set(float64(services))
 	p.metrics.endpointChangesPending.Set(float64(eps))
 
-	snap := p.state.snapshot()
-	p.pendingTriggers = append(p.pendingTriggers, snap.triggerTimes...)
+	snap := p.state.Snapshot()
+	p.pendingTriggers = append(p.pendingTriggers, snap.TriggerTimes...)
 	rulesets, err := p.build(snap)
 	if err != nil {
 		return nil, snap, false, err
@@ -405,8 +416,8 @@ func (p *proxy) recordSuccess(start, end time.Time, full bool) {
 	p.metrics.lastSync.Set(float64(end.Unix()))
 	p.lastSuccess.Store(end.UnixNano())
 	p.failing.Store(false)
-	for _, at := range p.pendingTriggers {
-		if t, err := time.Parse(time.RFC3339, at); err == nil && !t.After(end) {
+	for _, t := range p.pendingTriggers {
+		if !t.After(end) {
 			p.metrics.programmingDuration.Observe(end.Sub(t).Seconds())
 		}
 	}

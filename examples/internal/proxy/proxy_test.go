@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/ruleset"
-	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // fakeBackend records what it syncs.
@@ -194,7 +193,7 @@ func testProxy(backend *fakeBackend) *proxy {
 		opts:      &Options{NodeName: "n1", SyncPeriod: time.Minute},
 		log:       discardLogger(),
 		metrics:   newMetrics(),
-		state:     NewState([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{}),
+		state:     ipv4State(),
 		families:  []v1.IPFamily{v1.IPv4Protocol},
 		executors: map[v1.IPFamily]Executor{v1.IPv4Protocol: backend},
 	}

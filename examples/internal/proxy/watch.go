@@ -13,6 +13,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/manifests"
+	"github.com/svcproxy/svcproxy/state"
 )
 
 const (
@@ -197,6 +198,11 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifestInput) {
 		"nodes", fmt.Sprintf("%d → %d", before[2], after[2]))
 	w.applied = in
 	p.metrics.manifestReloads.Inc()
-	p.logWarnings(append(in.warnings, p.state.Replace(in.objs.Services, in.objs.EndpointSlices, in.objs.Nodes)...))
+	p.logWarnings(append(in.warnings, p.state.Replace(stateObjects(in.objs))...))
 	p.loop.Request()
+}
+
+// stateObjects are the objects of a manifests input, for State.Replace.
+func stateObjects(o *manifests.Objects) state.Objects {
+	return state.Objects{Services: o.Services, EndpointSlices: o.EndpointSlices, Nodes: o.Nodes}
 }

@@ -192,7 +192,7 @@ func TestWatchAppliesSettledFilesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.applied = in
-	p.state.Replace(in.objs.Services, in.objs.EndpointSlices, in.objs.Nodes)
+	p.state.Replace(stateObjects(in.objs))
 	p.loop = NewLoop(0, time.Hour, p.sync)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -133,20 +133,7 @@ func TestPropUpdate(t *testing.T) {
 			rs, ch, warnings := builder.Update(prev, ss, es)
 			built, builtWarnings := builder.Build(ss, es)
 
-			if diff := cmp.Diff(values(built.Services()), values(rs.Services()), cmpOpts); diff != "" {
-				t.Fatalf("step %d: Update differs from Build (-Build +Update):\n%s", step, diff)
-			}
-			if err := ruleset.CheckInvariants(rs); err != nil {
-				t.Fatalf("step %d: Update result: %v", step, err)
-			}
-			if err := ruleset.CheckInvariants(built); err != nil {
-				t.Fatalf("step %d: Build result: %v", step, err)
-			}
-			for _, f := range frontendsOf(rs, built) {
-				if diff := cmp.Diff(built.ServicesAt(f), rs.ServicesAt(f)); diff != "" {
-					t.Fatalf("step %d: ServicesAt(%v) (-Build +Update):\n%s", step, f, diff)
-				}
-			}
+			checkSameRuleset(t, fmt.Sprintf("step %d", step), built, rs, nil)
 			want := ruleset.Diff(prevBuilt, built)
 			if diff := cmp.Diff(want, ch, changesOpts); diff != "" {
 				t.Fatalf("step %d: Update's Changes (-Diff of built twins +Update):\n%s", step, diff)

@@ -1,0 +1,138 @@
+package ruleset_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"pgregory.net/rapid"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/state"
+)
+
+// stateEvent is one event of a proxy's input, applied to a state.State.
+type stateEvent struct {
+	desc  string
+	apply func(*state.State)
+}
+
+// stateEvents are the events of h, as a source would give them to a State.
+func stateEvents(events []event) []stateEvent {
+	var out []stateEvent
+	for _, ev := range events {
+		switch {
+		case ev.svc != nil:
+			out = append(out, stateEvent{"update Service " + ev.key.String(), func(s *state.State) { s.UpdateService(ev.svc) }})
+		case ev.es != nil:
+			out = append(out, stateEvent{"update EndpointSlice " + ev.key.String(), func(s *state.State) { s.UpdateSlice(ev.es) }})
+		case ev.isSlice:
+			out = append(out, stateEvent{"delete EndpointSlice " + ev.key.String(), func(s *state.State) { s.DeleteSlice(ev.key.Namespace, ev.key.Name) }})
+		default:
+			out = append(out, stateEvent{"delete Service " + ev.key.String(), func(s *state.State) { s.DeleteService(ev.key.Namespace, ev.key.Name) }})
+		}
+	}
+	return out
+}
+
+// genNodeEvent draws an update or a delete of a Node, most often the
+// proxy's own (node-a), with a zone and addresses of both families, some
+// unusable.
+func genNodeEvent(t *rapid.T) stateEvent {
+	name := draw(t, "nodeEventName", "node-a", "node-a", "node-b")
+	if rapid.IntRange(0, 3).Draw(t, "nodeDelete") == 0 {
+		return stateEvent{"delete Node " + name, func(s *state.State) { s.DeleteNode(name) }}
+	}
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+	if zone := draw(t, "nodeEventZone", genZones...); zone != "" {
+		n.Labels[v1.LabelTopologyZone] = zone
+	}
+	for _, a := range subset(t, "nodeAddresses", "198.18.0.1", "198.18.0.2", "2001:db8::1", "fe80::1%eth0", "bogus") {
+		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: a})
+	}
+	return stateEvent{fmt.Sprintf("update Node %s %v %v", name, n.Labels, n.Status.Addresses), func(s *state.State) { s.UpdateNode(n) }}
+}
+
+// Property: a dual-stack state.State fed random event streams (Services,
+// EndpointSlices and Nodes, in random order) and synced now and then gives,
+// per family and after every sync, an Update from the Ruleset the caller
+// kept that equals Build from the same Snapshot, with Changes equal to
+// Diff. Some syncs fail: before building (the Snapshot is taken and lost)
+// or after (the Ruleset is built and dropped); the caller keeps its
+// previous Ruleset and the next sync retries from a later Snapshot. The
+// node's zone and addresses come from the Snapshot, so a Node event
+// changes the Builder's Config.
+func TestPropStateUpdate(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		families := []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+		st, err := state.New(families, "node-a", servicemap.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := map[v1.IPFamily]ruleset.Config{}
+		for _, f := range families {
+			base[f] = genConfig(t, f)
+		}
+		kept := map[v1.IPFamily]*ruleset.Ruleset{}
+		var log []string
+		for step := range rapid.IntRange(1, 8).Draw(t, "syncs") {
+			events := stateEvents(genHistory(t, genFamily(t, "historyFamily")).order(t, "events"))
+			for range rapid.IntRange(0, 2).Draw(t, "nodeEvents") {
+				at := rapid.IntRange(0, len(events)).Draw(t, "nodeEventAt")
+				events = append(events[:at], append([]stateEvent{genNodeEvent(t)}, events[at:]...)...)
+			}
+			for _, ev := range events {
+				ev.apply(st)
+				log = append(log, ev.desc)
+			}
+			snap := st.Snapshot()
+			failure := draw(t, "syncFailure", "none", "none", "beforeBuild", "afterBuild")
+			log = append(log, fmt.Sprintf("sync %d: %s", step, failure))
+			if failure == "beforeBuild" {
+				continue
+			}
+			for _, fam := range snap.Families() {
+				cfg := base[fam.Family]
+				cfg.Node, cfg.NodePortAddresses = snap.Node, fam.NodeAddresses
+				b, err := ruleset.NewBuilder(cfg)
+				if err != nil {
+					t.Fatalf("sync %d, %s: the Snapshot's node makes a bad Config: %v", step, fam.Family, err)
+				}
+				rs, ch, _ := b.Update(kept[fam.Family], fam.Services, fam.Endpoints)
+				built, _ := b.Build(fam.Services, fam.Endpoints)
+				checkSameRuleset(t, fmt.Sprintf("sync %d, %s", step, fam.Family), built, rs, log)
+				if diff := cmp.Diff(ruleset.Diff(kept[fam.Family], built), ch, changesOpts); diff != "" {
+					t.Fatalf("sync %d, %s: Update's Changes (-Diff from the kept Ruleset +Update):\n%s", step, fam.Family, diff)
+				}
+				if failure == "none" {
+					kept[fam.Family] = rs
+				}
+			}
+		}
+	})
+}
+
+// checkSameRuleset fails t when rs differs from built, the Ruleset Build
+// gives, in any field of any Service or in who owns which Frontend, or when
+// either breaks an invariant; log is the history that led there.
+func checkSameRuleset(t *rapid.T, what string, built, rs *ruleset.Ruleset, log []string) {
+	if diff := cmp.Diff(values(built.Services()), values(rs.Services()), cmpOpts); diff != "" {
+		t.Fatalf("%s: Update differs from Build (-Build +Update):\n%s\nevents:\n%v", what, diff, log)
+	}
+	for _, r := range []struct {
+		name string
+		rs   *ruleset.Ruleset
+	}{{"Update", rs}, {"Build", built}} {
+		if err := ruleset.CheckInvariants(r.rs); err != nil {
+			t.Fatalf("%s: %s result: %v", what, r.name, err)
+		}
+	}
+	for _, f := range frontendsOf(rs, built) {
+		if diff := cmp.Diff(built.ServicesAt(f), rs.ServicesAt(f)); diff != "" {
+			t.Fatalf("%s: ServicesAt(%v) (-Build +Update):\n%s", what, f, diff)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -11,41 +13,66 @@ import (
 )
 
 // A dual-stack proxy: one State for both families, each family's Ruleset
-// built from its part of a Snapshot and then updated from the next one.
-// The dual-stack Service's bad externalIP is reported once.
+// built from its part of a Snapshot, then updated from the next one. The
+// dual-stack Service's bad externalIP is reported once.
 func Example() {
 	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, "node-a", servicemap.Filter{})
 	if err != nil {
 		panic(err)
 	}
-	for _, w := range st.UpdateService(service("web", []string{"198.19.0.10", "2001:db8:19::10"}, "not-an-ip")) {
+	web := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"},
+		Spec: v1.ServiceSpec{
+			ClusterIPs:  []string{"198.19.0.10", "2001:db8:19::10"},
+			Ports:       []v1.ServicePort{{Name: "http", Port: 80}},
+			ExternalIPs: []string{"not-an-ip"},
+		},
+	}
+	for _, w := range st.UpdateService(web) {
 		fmt.Println("warning:", w)
 	}
-	st.UpdateSlice(slice("web", "web-v4", "198.18.1.1"))
-	st.UpdateSlice(slice("web", "web-v6", "2001:db8:18::1", "2001:db8:18::2"))
+	port, portName := int32(8080), "http"
+	for _, es := range []struct {
+		name   string
+		family discovery.AddressType
+		addrs  []string
+	}{
+		{"web-v4", discovery.AddressTypeIPv4, []string{"198.18.1.1"}},
+		{"web-v6", discovery.AddressTypeIPv6, []string{"2001:db8:18::1", "2001:db8:18::2"}},
+	} {
+		slice := &discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "demo", Name: es.name, Labels: map[string]string{discovery.LabelServiceName: "web"}},
+			AddressType: es.family,
+			Ports:       []discovery.EndpointPort{{Name: &portName, Port: &port}},
+		}
+		for _, a := range es.addrs {
+			slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{Addresses: []string{a}})
+		}
+		st.UpdateSlice(slice)
+	}
 
-	built := map[v1.IPFamily]*ruleset.Ruleset{}
+	kept := map[v1.IPFamily]*ruleset.Ruleset{}
 	sync := func() {
 		snap := st.Snapshot()
 		for _, fam := range snap.Families() {
-			b, err := ruleset.NewBuilder(ruleset.Config{Family: fam.Family, Node: snap.Node})
+			b, err := ruleset.NewBuilder(ruleset.Config{Family: fam.Family, Node: snap.Node, NodePortAddresses: fam.NodeAddresses})
 			if err != nil {
 				panic(err)
 			}
-			rs, changes, _ := b.Update(built[fam.Family], fam.Services, fam.Endpoints)
-			built[fam.Family] = rs
+			rs, changes, _ := b.Update(kept[fam.Family], fam.Services, fam.Endpoints)
+			kept[fam.Family] = rs
 			for _, s := range rs.Services() {
 				fmt.Printf("%s %s: %d targets (%d added, %d changed)\n", fam.Family, s.Name, len(s.ClusterTargets), len(changes.Added), len(changes.Changed))
 			}
 		}
 	}
 	sync()
-	st.DeleteSlice("ns", "web-v6")
+	st.DeleteSlice("demo", "web-v6")
 	sync()
 	// Output:
-	// warning: Service ns/web: invalid externalIP "not-an-ip" dropped
-	// IPv4 ns/web:p: 1 targets (1 added, 0 changed)
-	// IPv6 ns/web:p: 2 targets (1 added, 0 changed)
-	// IPv4 ns/web:p: 1 targets (0 added, 0 changed)
-	// IPv6 ns/web:p: 0 targets (0 added, 1 changed)
+	// warning: Service demo/web: invalid externalIP "not-an-ip" dropped
+	// IPv4 demo/web:http: 1 targets (1 added, 0 changed)
+	// IPv6 demo/web:http: 2 targets (1 added, 0 changed)
+	// IPv4 demo/web:http: 1 targets (0 added, 0 changed)
+	// IPv6 demo/web:http: 0 targets (0 added, 1 changed)
 }

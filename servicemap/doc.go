@@ -27,5 +27,6 @@
 //   - ServiceCIDRs, and whether a cluster IP was allocated from them, are not
 //     its concern: a cluster IP is taken as given.
 //   - A Tracker is for one IP family; a dual-stack proxy keeps one per
-//     family, and sees the warnings of a Service once per family.
+//     family, and sees the warnings of a Service once per family
+//     (state.State keeps both and reports each warning once).
 package servicemap

@@ -1,0 +1,123 @@
+// Command userspace-proxy serves Kubernetes Services from user space: a
+// pure-Go L4 proxy for TCP and UDP built only on svcproxy's public packages.
+// It listens on every frontend the node serves (cluster IPs, external and
+// load-balancer IPs, node ports on the node's addresses) and forwards each
+// new TCP connection, or each UDP flow (a client address and port, ended
+// after 30 s idle), to a target picked with the Ruleset's decisions and
+// shares, honouring Local traffic policies, load-balancer source ranges and
+// ClientIP affinity.
+//
+// What it does to the node: it adds a route of type local (table local,
+// protocol 177) to each cluster, external and load-balancer IP it serves, so
+// that the kernel delivers their packets to its sockets, and removes them on
+// exit (and, on start, those that a proxy which died left behind). It needs
+// root for that alone.
+//
+// Where it differs from the kernel backends: every flow is masqueraded (a
+// proxy's targets see the proxy's address), so externalTrafficPolicy Local
+// picks local targets but does not preserve the client's address. A Service
+// without endpoints gets no socket, so the kernel refuses its TCP
+// connections with a reset and its UDP datagrams with ICMP port unreachable.
+// A dropped TCP connection has completed its handshake with the kernel
+// before the proxy sees it: it is held unanswered for 30 s, then reset. SCTP
+// is not served.
+//
+//	go run ./examples/userspace-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+func main() {
+	hostname, _ := os.Hostname()
+	var o options
+	flag.StringVar(&o.manifests, "manifests", "", "file or directory of Services, EndpointSlices and Nodes")
+	flag.StringVar(&o.nodeName, "node-name", hostname, "this node")
+	nodeIPs := flag.String("node-ip", "", "addresses on which NodePorts are served (comma-separated); default the Node's addresses")
+	clusterCIDRs := flag.String("cluster-cidr", "", "pod CIDRs, comma-separated, one per family")
+	dryRun := flag.Bool("dry-run", false, "print the frontends and targets it would serve, and exit")
+	syncPeriod := flag.Duration("sync-period", 30*time.Second, "resync at least this often")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var err, err2 error
+	o.nodeIPs, err = parseList("node-ip", *nodeIPs, netip.ParseAddr)
+	o.clusterCIDRs, err2 = parseList("cluster-cidr", *clusterCIDRs, netip.ParsePrefix)
+	if err = cmp.Or(err, err2); err != nil {
+		log.Error("bad flag", "err", err)
+		os.Exit(2)
+	}
+	if *dryRun {
+		rulesets, err := o.build(log)
+		if err != nil {
+			log.Error("bad manifests", "err", err)
+			os.Exit(2)
+		}
+		for _, rs := range rulesets {
+			printPlan(os.Stdout, rs)
+		}
+		return
+	}
+	dp, err := NewDataPlane()
+	if err != nil {
+		log.Error("starting", "err", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	run(ctx, o, dp, *syncPeriod, log)
+	if err := dp.Close(); err != nil {
+		log.Error("stopping", "err", err)
+		os.Exit(1)
+	}
+}
+
+// printPlan writes each frontend of rs with what happens to new flows from
+// outside the cluster, from a pod (when cluster CIDRs are known) and from
+// the node, before any load-balancer source-range check.
+func printPlan(w io.Writer, rs *ruleset.Ruleset) {
+	routes, _ := frontends(rs)
+	keys := slices.SortedFunc(maps.Keys(routes), func(a, b frontend) int {
+		return cmp.Or(a.addr.Compare(b.addr), strings.Compare(string(a.proto), string(b.proto)))
+	})
+	origins := []struct {
+		name string
+		src  ruleset.Source
+	}{{"outside", ruleset.Source{}}, {"node", ruleset.Source{FromNode: true}}}
+	if cidrs := rs.Config().ClusterCIDRs; len(cidrs) > 0 {
+		origins = append(origins, struct {
+			name string
+			src  ruleset.Source
+		}{"pod", ruleset.Source{Addr: cidrs[0].Addr().Next()}})
+	}
+	for _, f := range keys {
+		r := routes[f]
+		fmt.Fprintf(w, "%s %s (%s of %s)\n", f.addr, f.proto, r.kind, r.svc.Name)
+		for _, o := range origins {
+			fmt.Fprintf(w, "  from %s: %s\n", o.name, describe(rs.Decide(r.svc, r.kind, o.src)))
+		}
+	}
+}
+
+func describe(d ruleset.Decision) string {
+	parts := []string{d.Verdict.String()}
+	for _, c := range d.Targets {
+		parts = append(parts, fmt.Sprintf("%s share %s", c.Endpoint, c.Share.RatString()))
+	}
+	return strings.Join(parts, " ")
+}

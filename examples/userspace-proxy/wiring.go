@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/manifests"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/topology"
+)
+
+// options are the inputs of the Rulesets.
+type options struct {
+	manifests, nodeName string
+	// nodeIPs and clusterCIDRs are of both families.
+	nodeIPs      []netip.Addr
+	clusterCIDRs []netip.Prefix
+}
+
+// build reads the manifests and returns the Rulesets of IPv4 and IPv6, in
+// that order, logging each warning once.
+func (o options) build(log *slog.Logger) ([]*ruleset.Ruleset, error) {
+	objs, warnings, err := manifests.Load(o.manifests)
+	if err != nil {
+		return nil, fmt.Errorf("bad manifests: %w", err)
+	}
+	var node *v1.Node
+	for _, n := range objs.Nodes {
+		if n.Name == o.nodeName {
+			node = n
+		}
+	}
+	nodeIPs := o.nodeIPs
+	if len(nodeIPs) == 0 {
+		addrs, w := ruleset.NodeAddresses(node, v1.IPv4Protocol, v1.IPv6Protocol)
+		nodeIPs, warnings = addrs, append(warnings, w...)
+	}
+	var rulesets []*ruleset.Ruleset
+	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
+		cfg := ruleset.Config{Family: family, Node: topology.Node{Name: o.nodeName}, NodePortAddresses: ofFamily(nodeIPs, family, netip.Addr.Is4)}
+		cfg.ClusterCIDRs = ofFamily(o.clusterCIDRs, family, func(p netip.Prefix) bool { return p.Addr().Is4() })
+		if node != nil {
+			cfg.Node = topology.NodeFromObject(node)
+		}
+		services, eps := servicemap.NewTracker(family, servicemap.Filter{}), endpoints.NewTracker(family, servicemap.Filter{})
+		for _, svc := range objs.Services {
+			_, w := services.Update(svc)
+			warnings = append(warnings, w...)
+		}
+		for _, es := range objs.EndpointSlices {
+			_, w := eps.Update(es)
+			warnings = append(warnings, w...)
+		}
+		builder, err := ruleset.NewBuilder(cfg)
+		if err != nil {
+			return nil, err
+		}
+		svcSnap, _ := services.Snapshot()
+		epSnap, _ := eps.Snapshot()
+		rs, w := builder.Build(svcSnap, epSnap)
+		rulesets, warnings = append(rulesets, rs), append(warnings, w...)
+	}
+	logged := map[string]bool{}
+	for _, w := range warnings {
+		if !logged[w.String()] {
+			logged[w.String()] = true
+			log.Warn("skipped", "warning", w.String())
+		}
+	}
+	return rulesets, nil
+}
+
+func ofFamily[T any](all []T, family v1.IPFamily, is4 func(T) bool) []T {
+	var out []T
+	for _, x := range all {
+		if is4(x) == (family == v1.IPv4Protocol) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// parseList parses a comma-separated flag value.
+func parseList[T any](flagName, s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) {
+		x, err := parse(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", flagName, err)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// run syncs dp with the manifests when they change and every syncPeriod,
+// until ctx is done. Each Sync that serves both families logs "synced".
+func run(ctx context.Context, o options, dp *DataPlane, syncPeriod time.Duration, log *slog.Logger) {
+	seen, last := "", time.Time{}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if sig := signature(o.manifests); sig != seen || time.Since(last) >= syncPeriod {
+			seen, last = sig, time.Now()
+			rulesets, err := o.build(log)
+			services := 0
+			for _, rs := range rulesets {
+				if err == nil {
+					err, services = dp.Sync(ctx, rs), services+rs.Len()
+				}
+			}
+			if err != nil {
+				log.Error("sync failed", "err", err)
+			} else {
+				log.Info("synced", "services", services)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// signature is the manifests' file names, sizes and modification times:
+// when it changes, they are read again.
+func signature(path string) string {
+	files, err := manifests.Files(path)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, f := range files {
+		if info, err := os.Stat(f); err == nil {
+			fmt.Fprintf(&b, "%s %d %d\n", f, info.Size(), info.ModTime().UnixNano())
+		}
+	}
+	return b.String()
+}

@@ -254,13 +254,36 @@ func TestUserspaceBadObject(t *testing.T) {
 	}
 }
 
-// TestUserspaceExit: on SIGTERM the proxy removes its interface and with it
-// the Service addresses; nothing answers on them any more.
+// ownedRoutes lists the routes the userspace proxy owns on the node.
+func ownedRoutes(t *testing.T, c *netns.Cluster) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out strings.Builder
+	for _, family := range []string{"-4", "-6"} {
+		text, err := c.Node.Run(ctx, "ip", family, "route", "show", "table", "local", "proto", "177")
+		if err != nil {
+			t.Fatalf("ip %s route show: %v\n%s", family, err, text)
+		}
+		out.WriteString(text)
+	}
+	return out.String()
+}
+
+// TestUserspaceExit: the proxy's local routes make the Service addresses
+// the node's own; on SIGTERM it removes them, and the Service addresses are
+// routed as before (to the node's sink).
 func TestUserspaceExit(t *testing.T) {
 	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
 	c.StartEcho(echoPort)
-	p := startUserspace(t, c, service("web", ips(124)), slice("web", false, v1.ProtocolTCP, ready(c, c.Pods[0])))
-	reach(t, c.Clients[0], at(serviceIP(false, 124), 80))
+	p := startUserspace(t, c, service("web", ips(124)), slice("web", true, v1.ProtocolTCP, ready(c, c.Pods[0])))
+	reach(t, c.Clients[0], at(serviceIP(true, 124), 80))
+	routes := ownedRoutes(t, c)
+	for _, ip := range ips(124) {
+		if !strings.Contains(routes, "local "+ip.String()+" ") {
+			t.Errorf("no local route to %s among the proxy's routes:\n%s", ip, routes)
+		}
+	}
 	if err := syscall.Kill(p.proc.Cmd.Process.Pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -270,12 +293,30 @@ func TestUserspaceExit(t *testing.T) {
 		t.Fatal("the proxy did not exit within 10 s of SIGTERM")
 	}
 	if err := p.proc.Err(); err != nil {
-		t.Errorf("the proxy exited with %v, want 0:\n%s", err, p.log.String())
+		t.Errorf("the proxy exited with %v, want 0", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if out, err := c.Node.Run(ctx, "ip", "-o", "addr", "show"); err != nil || strings.Contains(out, "198.19.") || strings.Contains(out, "svcproxy0") {
-		t.Errorf("after exit (err %v) the node still holds the proxy's interface or addresses:\n%s", err, out)
+	if routes := ownedRoutes(t, c); routes != "" {
+		t.Errorf("after exit the node still has the proxy's routes:\n%s", routes)
 	}
-	expectDropped(t, c.Clients[0], at(serviceIP(false, 124), 80)) // routed to the node's sink again
+	expectDropped(t, c.Clients[0], at(serviceIP(false, 124), 80))
+}
+
+// TestUserspaceRestart: a proxy that starts where one was killed removes the
+// routes that one left behind, and serves the Services it is given.
+func TestUserspaceRestart(t *testing.T) {
+	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
+	c.StartEcho(echoPort)
+	first := startUserspace(t, c, service("old", ips(125)), slice("old", false, v1.ProtocolTCP, ready(c, c.Pods[0])))
+	if err := first.proc.Stop(); err != nil { // SIGKILL: no clean-up
+		t.Fatal(err)
+	}
+	if routes := ownedRoutes(t, c); !strings.Contains(routes, serviceIP(false, 125).String()) {
+		t.Fatalf("the killed proxy left no route behind, nothing to test:\n%s", routes)
+	}
+	startUserspace(t, c, service("new", ips(126)), slice("new", false, v1.ProtocolTCP, ready(c, c.Pods[0])))
+	if routes := ownedRoutes(t, c); strings.Contains(routes, serviceIP(false, 125).String()) {
+		t.Errorf("the killed proxy's route to %s is still there:\n%s", serviceIP(false, 125), routes)
+	}
+	expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 126), 80), 5), c.Pods[0])
+	expectDropped(t, c.Clients[0], at(serviceIP(false, 125), 80))
 }

@@ -18,38 +18,33 @@ import (
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
+// routeProtocol marks the routes the data plane owns (their rtm_protocol):
+// `ip route show table local proto 177` lists them.
+const routeProtocol = 177
+
 // frontend is an address, port and protocol the data plane listens on.
 type frontend struct {
 	addr  netip.AddrPort
 	proto v1.Protocol
 }
 
-// stickyKey names the affinity table of one Service port of one family.
-type stickyKey struct {
-	family v1.IPFamily
-	name   servicemap.PortName
-}
-
-// routeProtocol marks the routes the data plane owns (their rtm_protocol):
-// `ip route show table local proto 177` lists them.
-const routeProtocol = 177
-
 // DataPlane serves the Rulesets given to Sync from user space: a socket per
-// frontend, a new upstream connection per TCP connection or UDP flow. The
-// cluster, external and load-balancer IPs it serves get a route of type
-// local (table local, protocol routeProtocol) so that the kernel delivers
-// their packets to its sockets. It is safe for concurrent use.
+// frontend, a new upstream connection per TCP connection or UDP flow. Each
+// cluster, external and load-balancer IP it serves gets a route of type
+// local (table local, protocol routeProtocol), so that the kernel delivers
+// its packets to the sockets. It is safe for concurrent use.
 type DataPlane struct {
 	mu        sync.Mutex
 	listeners map[frontend]*listener
-	sticky    map[stickyKey]*stickyTable
+	// sticky holds the affinity tables of each family by Service port.
+	sticky map[v1.IPFamily]map[servicemap.PortName]*stickyTable
 }
 
 // NewDataPlane returns a DataPlane that serves nothing yet, once it has
-// removed the routes that a data plane which died left behind.
+// removed the routes that one which died left behind.
 func NewDataPlane() (*DataPlane, error) {
-	d := &DataPlane{listeners: map[frontend]*listener{}, sticky: map[stickyKey]*stickyTable{}}
-	if err := errors.Join(d.syncRoutes(v1.IPv4Protocol, nil), d.syncRoutes(v1.IPv6Protocol, nil)); err != nil {
+	d := &DataPlane{listeners: map[frontend]*listener{}, sticky: map[v1.IPFamily]map[servicemap.PortName]*stickyTable{}}
+	if err := errors.Join(syncRoutes(v1.IPv4Protocol, nil), syncRoutes(v1.IPv6Protocol, nil)); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -67,66 +62,61 @@ func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) error {
 	routes, addrs := frontends(rs)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	errs := []error{d.syncRoutes(family, addrs)}
+	errs := []error{syncRoutes(family, addrs)}
 	local, err := localAddrs(addrs)
 	errs = append(errs, err)
 	for f, l := range d.listeners {
 		if f.addr.Addr().Is4() == (family == v1.IPv4Protocol) && (routes[f] == nil || routes[f].refused) {
-			l.close()
+			l.sock.Close()
+			l.update(nil)
 			delete(d.listeners, f)
 		}
 	}
-	sticky := map[stickyKey]*stickyTable{}
+	old, sticky := d.sticky[family], map[servicemap.PortName]*stickyTable{}
 	for f, r := range routes {
-		r.local, r.sticky = local, d.stickyTable(stickyKey{family, r.svc.Name}, r.svc, sticky)
+		r.local, r.sticky = local, affinity(r.svc, old, sticky)
 		if l := d.listeners[f]; l != nil && !r.refused {
 			l.update(r)
 		} else if !r.refused {
 			errs = append(errs, d.listen(ctx, f, r))
 		}
 	}
-	for k := range d.sticky {
-		if k.family == family && sticky[k] == nil {
-			delete(d.sticky, k)
-		}
-	}
+	d.sticky[family] = sticky
 	return errors.Join(errs...)
 }
 
-// stickyTable returns the affinity table of s, or nil when s has no ClientIP
-// affinity, and records it in used.
-func (d *DataPlane) stickyTable(key stickyKey, s *ruleset.Service, used map[stickyKey]*stickyTable) *stickyTable {
-	if !s.Affinity.Enabled() {
-		return nil
+// affinity returns the affinity table of s, nil without ClientIP affinity:
+// the one in old if its timeout is unchanged, else a new one. It puts it in
+// next, reaping it when it first does.
+func affinity(s *ruleset.Service, old, next map[servicemap.PortName]*stickyTable) *stickyTable {
+	if t := next[s.Name]; t != nil || !s.Affinity.Enabled() {
+		return t
 	}
-	t := d.sticky[key]
+	t := old[s.Name]
 	if t == nil || t.seconds != s.Affinity.Seconds() {
 		t = &stickyTable{seconds: s.Affinity.Seconds(), last: map[netip.Addr]stickyEntry{}}
-		d.sticky[key] = t
 	}
-	if used[key] == nil {
-		t.reap(time.Now())
-	}
-	used[key] = t
+	t.reap(time.Now())
+	next[s.Name] = t
 	return t
 }
 
-// listen opens the socket of f and serves r on it.
+// listen opens the socket of f, free to bind an address that only a route
+// makes local (IP_FREEBIND), and serves r on it.
 func (d *DataPlane) listen(ctx context.Context, f frontend, r *route) error {
-	l, lc, family := &listener{flows: map[netip.AddrPort]*udpFlow{}}, net.ListenConfig{Control: freebind}, "4"
-	if f.addr.Addr().Is6() {
-		family = "6"
-	}
+	lc := net.ListenConfig{Control: freebind}
+	network := map[bool]string{true: "4", false: "6"}[f.addr.Addr().Is4()]
+	l := &listener{flows: map[netip.AddrPort]*udpFlow{}}
 	l.route.Store(r)
 	if f.proto == v1.ProtocolTCP {
-		ln, err := lc.Listen(ctx, "tcp"+family, f.addr.String())
+		ln, err := lc.Listen(ctx, "tcp"+network, f.addr.String())
 		if err != nil {
 			return fmt.Errorf("listening on %s/TCP: %w", f.addr, err)
 		}
 		l.sock = ln
 		go l.serveTCP(ln)
 	} else {
-		pc, err := lc.ListenPacket(ctx, "udp"+family, f.addr.String())
+		pc, err := lc.ListenPacket(ctx, "udp"+network, f.addr.String())
 		if err != nil {
 			return fmt.Errorf("listening on %s/UDP: %w", f.addr, err)
 		}
@@ -137,8 +127,6 @@ func (d *DataPlane) listen(ctx context.Context, f frontend, r *route) error {
 	return nil
 }
 
-// freebind lets a socket bind an address that is not on an interface: the
-// IPv6 Service addresses, which only a route makes local.
 func freebind(_, _ string, c syscall.RawConn) error {
 	var err error
 	if cerr := c.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1) }); cerr != nil {
@@ -148,22 +136,23 @@ func freebind(_, _ string, c syscall.RawConn) error {
 }
 
 // Close stops serving: every socket is closed and every route removed.
-// Forwarded TCP connections finish on their own.
+// Forwarded TCP connections finish on their own. Sync must not be called
+// after Close.
 func (d *DataPlane) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, l := range d.listeners {
-		l.close()
+		l.sock.Close()
+		l.update(nil)
 	}
-	d.listeners = nil
-	return errors.Join(d.syncRoutes(v1.IPv4Protocol, nil), d.syncRoutes(v1.IPv6Protocol, nil))
+	return errors.Join(syncRoutes(v1.IPv4Protocol, nil), syncRoutes(v1.IPv6Protocol, nil))
 }
 
 // frontends lists the TCP and UDP frontends of rs with their routes, and the
 // addresses that must be local for the kernel to deliver them. Where Service
 // ports share a frontend, the first by name takes it.
 func frontends(rs *ruleset.Ruleset) (map[frontend]*route, []netip.Addr) {
-	routes := map[frontend]*route{}
+	routes, nodeIPs := map[frontend]*route{}, rs.Config().NodePortAddresses
 	var addrs []netip.Addr
 	for _, s := range rs.Services() {
 		add := func(kind ruleset.FrontendKind, ip netip.Addr, port uint16) {
@@ -184,7 +173,7 @@ func frontends(rs *ruleset.Ruleset) (map[frontend]*route, []netip.Addr) {
 		for _, ip := range s.LoadBalancerIPs {
 			add(ruleset.KindLoadBalancerIP, ip, s.Port)
 		}
-		for _, ip := range rs.Config().NodePortAddresses {
+		for _, ip := range nodeIPs {
 			if s.NodePort != 0 {
 				add(ruleset.KindNodePort, ip, s.NodePort)
 			}
@@ -195,14 +184,14 @@ func frontends(rs *ruleset.Ruleset) (map[frontend]*route, []netip.Addr) {
 
 // syncRoutes makes the local routes of family that the data plane owns
 // exactly those to want.
-func (d *DataPlane) syncRoutes(family v1.IPFamily, want []netip.Addr) error {
-	nlFamily := map[v1.IPFamily]int{v1.IPv4Protocol: netlink.FAMILY_V4, v1.IPv6Protocol: netlink.FAMILY_V6}[family]
+func syncRoutes(family v1.IPFamily, want []netip.Addr) error {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return fmt.Errorf("finding lo: %w", err)
 	}
-	have, err := netlink.RouteListFiltered(nlFamily, &netlink.Route{Table: unix.RT_TABLE_LOCAL, Protocol: routeProtocol},
-		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	nlFamily := map[v1.IPFamily]int{v1.IPv4Protocol: netlink.FAMILY_V4, v1.IPv6Protocol: netlink.FAMILY_V6}[family]
+	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL, Protocol: routeProtocol}
+	have, err := netlink.RouteListFiltered(nlFamily, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
 		return fmt.Errorf("listing the local routes: %w", err)
 	}
@@ -212,9 +201,8 @@ func (d *DataPlane) syncRoutes(family v1.IPFamily, want []netip.Addr) error {
 	}
 	var errs []error
 	for _, r := range have {
-		ip, _ := netip.AddrFromSlice(r.Dst.IP)
-		if ip = ip.Unmap(); missing[ip] {
-			delete(missing, ip)
+		if ip, _ := netip.AddrFromSlice(r.Dst.IP); missing[ip.Unmap()] {
+			delete(missing, ip.Unmap())
 		} else if err := netlink.RouteDel(&r); err != nil {
 			errs = append(errs, fmt.Errorf("removing the route to %s: %w", ip, err))
 		}

@@ -40,19 +40,23 @@ func (r *route) targets(client netip.Addr) []ruleset.Choice {
 	return r.rs.Decide(r.svc, r.kind, ruleset.Source{Addr: client, FromNode: r.local[client]}).Targets
 }
 
-// pick returns the target of a new flow from client, or false when it is
-// dropped.
-func (r *route) pick(client netip.Addr) (netip.AddrPort, bool) {
-	choices := r.targets(client)
-	if len(choices) == 0 {
-		return netip.AddrPort{}, false
+// pick returns the target of a new flow from client; not valid when the
+// flow is dropped.
+func (r *route) pick(client netip.Addr) netip.AddrPort {
+	if choices := r.targets(client); len(choices) > 0 {
+		return r.sticky.choose(client, choices, time.Now())
 	}
-	return r.sticky.choose(client, choices, time.Now()), true
+	return netip.AddrPort{}
+}
+
+// offers reports whether r still sends client's new flows to target.
+func (r *route) offers(client netip.Addr, target netip.AddrPort) bool {
+	return slices.ContainsFunc(r.targets(client), func(c ruleset.Choice) bool { return c.Endpoint == target })
 }
 
 // stickyTable is the ClientIP affinity of one Service port: a client's new
-// flow goes to the target of its last one if that began less than seconds
-// ago and the target is still one of its choices.
+// flow goes where its last one went if that began less than seconds ago and
+// the target is still one of its choices.
 type stickyTable struct {
 	seconds int32
 	mu      sync.Mutex
@@ -64,8 +68,8 @@ type stickyEntry struct {
 	expires time.Time
 }
 
-// choose picks a target among choices, each with its share, unless
-// affinity keeps the client's last one. A nil table has no affinity.
+// choose picks one of choices, each with its share, unless affinity keeps
+// the client's last one. A nil table has no affinity.
 func (t *stickyTable) choose(client netip.Addr, choices []ruleset.Choice, now time.Time) netip.AddrPort {
 	if t == nil {
 		return weighted(choices)
@@ -87,7 +91,6 @@ func (t *stickyTable) reap(now time.Time) {
 	maps.DeleteFunc(t.last, func(_ netip.Addr, e stickyEntry) bool { return !now.Before(e.expires) })
 }
 
-// weighted picks one of choices at random, each with its share.
 func weighted(choices []ruleset.Choice) netip.AddrPort {
 	x := rand.Float64()
 	for _, c := range choices[:len(choices)-1] {
@@ -107,36 +110,25 @@ type listener struct {
 	flows map[netip.AddrPort]*udpFlow // by client
 }
 
-// udpFlow relays the datagrams of one client through a socket of its own to
-// one target.
+// udpFlow relays one client's datagrams through a socket of its own to one
+// target.
 type udpFlow struct {
 	client, target netip.AddrPort
 	up             *net.UDPConn
 }
 
-// update serves r from now on, and ends the UDP flows whose target r no
-// longer offers their client: their next datagram starts a new flow.
+// update serves r from now on and ends the UDP flows whose target r no
+// longer offers their client: their next datagram starts a new flow. A nil
+// r, once the socket is closed, ends every flow.
 func (l *listener) update(r *route) {
 	l.route.Store(r)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for c, fl := range l.flows {
-		if !slices.ContainsFunc(r.targets(c.Addr()), func(ch ruleset.Choice) bool { return ch.Endpoint == fl.target }) {
+		if r == nil || !r.offers(c.Addr(), fl.target) {
 			delete(l.flows, c)
 			fl.up.Close()
 		}
-	}
-}
-
-// close closes the socket and ends the UDP flows; TCP connections finish on
-// their own.
-func (l *listener) close() {
-	l.sock.Close()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for c, fl := range l.flows {
-		delete(l.flows, c)
-		fl.up.Close()
 	}
 }
 
@@ -145,9 +137,11 @@ func (l *listener) serveTCP(ln net.Listener) {
 		c, err := ln.Accept()
 		if errors.Is(err, net.ErrClosed) {
 			return
-		} else if err == nil {
-			go forwardTCP(c.(*net.TCPConn), l.route.Load())
+		} else if err != nil {
+			time.Sleep(10 * time.Millisecond) // out of descriptors, say
+			continue
 		}
+		go forwardTCP(c.(*net.TCPConn), l.route.Load())
 	}
 }
 
@@ -155,20 +149,19 @@ func (l *listener) serveTCP(ln net.Listener) {
 // held unanswered, then reset; one whose target cannot be reached is reset.
 func forwardTCP(client *net.TCPConn, r *route) {
 	defer client.Close()
-	ap := client.RemoteAddr().(*net.TCPAddr).AddrPort()
-	target, ok := r.pick(ap.Addr().Unmap())
-	if !ok {
+	client.SetLinger(0) // until relayed: a close resets
+	target := r.pick(client.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
+	if !target.IsValid() {
 		client.SetReadDeadline(time.Now().Add(dropHold))
 		io.Copy(io.Discard, client)
-		client.SetLinger(0)
 		return
 	}
 	up, err := net.DialTimeout("tcp", target.String(), dialTimeout)
 	if err != nil {
-		client.SetLinger(0)
 		return
 	}
 	defer up.Close()
+	client.SetLinger(-1)
 	done := make(chan struct{})
 	go func() {
 		io.Copy(up, client)
@@ -202,11 +195,11 @@ func (l *listener) serveUDP(conn *net.UDPConn) {
 func (l *listener) flow(conn *net.UDPConn, client netip.AddrPort) *udpFlow {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if fl := l.flows[client]; fl != nil {
+	if fl := l.flows[client]; fl != nil || l.route.Load() == nil {
 		return fl
 	}
-	target, ok := l.route.Load().pick(client.Addr())
-	if !ok {
+	target := l.route.Load().pick(client.Addr())
+	if !target.IsValid() {
 		return nil
 	}
 	up, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(target))

@@ -28,6 +28,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,10 +56,10 @@ func main() {
 	syncPeriod := flag.Duration("sync-period", 30*time.Second, "resync at least this often")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var err, err2 error
-	o.nodeIPs, err = parseList("node-ip", *nodeIPs, netip.ParseAddr)
-	o.clusterCIDRs, err2 = parseList("cluster-cidr", *clusterCIDRs, netip.ParsePrefix)
-	if err = cmp.Or(err, err2); err != nil {
+	var errIPs, errCIDRs error
+	o.nodeIPs, errIPs = parseList("node-ip", *nodeIPs, netip.ParseAddr)
+	o.clusterCIDRs, errCIDRs = parseList("cluster-cidr", *clusterCIDRs, netip.ParsePrefix)
+	if err := errors.Join(errIPs, errCIDRs); err != nil {
 		log.Error("bad flag", "err", err)
 		os.Exit(2)
 	}
@@ -87,37 +88,23 @@ func main() {
 	}
 }
 
-// printPlan writes each frontend of rs with what happens to new flows from
-// outside the cluster, from a pod (when cluster CIDRs are known) and from
-// the node, before any load-balancer source-range check.
+// printPlan writes each frontend of rs and what happens to new flows to it
+// from outside the cluster and from the node (or, with cluster CIDRs, from a
+// pod), before any load-balancer source-range check.
 func printPlan(w io.Writer, rs *ruleset.Ruleset) {
 	routes, _ := frontends(rs)
-	keys := slices.SortedFunc(maps.Keys(routes), func(a, b frontend) int {
+	for _, f := range slices.SortedFunc(maps.Keys(routes), func(a, b frontend) int {
 		return cmp.Or(a.addr.Compare(b.addr), strings.Compare(string(a.proto), string(b.proto)))
-	})
-	origins := []struct {
-		name string
-		src  ruleset.Source
-	}{{"outside", ruleset.Source{}}, {"node", ruleset.Source{FromNode: true}}}
-	if cidrs := rs.Config().ClusterCIDRs; len(cidrs) > 0 {
-		origins = append(origins, struct {
-			name string
-			src  ruleset.Source
-		}{"pod", ruleset.Source{Addr: cidrs[0].Addr().Next()}})
-	}
-	for _, f := range keys {
+	}) {
 		r := routes[f]
-		fmt.Fprintf(w, "%s %s (%s of %s)\n", f.addr, f.proto, r.kind, r.svc.Name)
-		for _, o := range origins {
-			fmt.Fprintf(w, "  from %s: %s\n", o.name, describe(rs.Decide(r.svc, r.kind, o.src)))
+		fmt.Fprintf(w, "%s/%s (%s of %s)\n", f.addr, f.proto, r.kind, r.svc.Name)
+		for _, origin := range []string{"outside", "the node"} {
+			d := rs.Decide(r.svc, r.kind, ruleset.Source{FromNode: origin == "the node"})
+			fmt.Fprintf(w, "  from %s: %s", origin, d.Verdict)
+			for _, c := range d.Targets {
+				fmt.Fprintf(w, " %s share %s", c.Endpoint, c.Share.RatString())
+			}
+			fmt.Fprintln(w)
 		}
 	}
-}
-
-func describe(d ruleset.Decision) string {
-	parts := []string{d.Verdict.String()}
-	for _, c := range d.Targets {
-		parts = append(parts, fmt.Sprintf("%s share %s", c.Endpoint, c.Share.RatString()))
-	}
-	return strings.Join(parts, " ")
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,23 +34,22 @@ func (o options) build(log *slog.Logger) ([]*ruleset.Ruleset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bad manifests: %w", err)
 	}
-	var node *v1.Node
-	for _, n := range objs.Nodes {
-		if n.Name == o.nodeName {
-			node = n
+	node, nodeIPs := topology.Node{Name: o.nodeName}, o.nodeIPs
+	if i := slices.IndexFunc(objs.Nodes, func(n *v1.Node) bool { return n.Name == o.nodeName }); i >= 0 {
+		node = topology.NodeFromObject(objs.Nodes[i])
+		if len(nodeIPs) == 0 {
+			addrs, w := ruleset.NodeAddresses(objs.Nodes[i], v1.IPv4Protocol, v1.IPv6Protocol)
+			nodeIPs, warnings = addrs, append(warnings, w...)
 		}
-	}
-	nodeIPs := o.nodeIPs
-	if len(nodeIPs) == 0 {
-		addrs, w := ruleset.NodeAddresses(node, v1.IPv4Protocol, v1.IPv6Protocol)
-		nodeIPs, warnings = addrs, append(warnings, w...)
 	}
 	var rulesets []*ruleset.Ruleset
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		cfg := ruleset.Config{Family: family, Node: topology.Node{Name: o.nodeName}, NodePortAddresses: ofFamily(nodeIPs, family, netip.Addr.Is4)}
-		cfg.ClusterCIDRs = ofFamily(o.clusterCIDRs, family, func(p netip.Prefix) bool { return p.Addr().Is4() })
-		if node != nil {
-			cfg.Node = topology.NodeFromObject(node)
+		other := func(a netip.Addr) bool { return a.Is4() != (family == v1.IPv4Protocol) }
+		builder, err := ruleset.NewBuilder(ruleset.Config{Family: family, Node: node,
+			NodePortAddresses: slices.DeleteFunc(slices.Clone(nodeIPs), other),
+			ClusterCIDRs:      slices.DeleteFunc(slices.Clone(o.clusterCIDRs), func(p netip.Prefix) bool { return other(p.Addr()) })})
+		if err != nil {
+			return nil, err
 		}
 		services, eps := servicemap.NewTracker(family, servicemap.Filter{}), endpoints.NewTracker(family, servicemap.Filter{})
 		for _, svc := range objs.Services {
@@ -60,10 +60,6 @@ func (o options) build(log *slog.Logger) ([]*ruleset.Ruleset, error) {
 			_, w := eps.Update(es)
 			warnings = append(warnings, w...)
 		}
-		builder, err := ruleset.NewBuilder(cfg)
-		if err != nil {
-			return nil, err
-		}
 		svcSnap, _ := services.Snapshot()
 		epSnap, _ := eps.Snapshot()
 		rs, w := builder.Build(svcSnap, epSnap)
@@ -72,21 +68,11 @@ func (o options) build(log *slog.Logger) ([]*ruleset.Ruleset, error) {
 	logged := map[string]bool{}
 	for _, w := range warnings {
 		if !logged[w.String()] {
-			logged[w.String()] = true
 			log.Warn("skipped", "warning", w.String())
 		}
+		logged[w.String()] = true
 	}
 	return rulesets, nil
-}
-
-func ofFamily[T any](all []T, family v1.IPFamily, is4 func(T) bool) []T {
-	var out []T
-	for _, x := range all {
-		if is4(x) == (family == v1.IPv4Protocol) {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // parseList parses a comma-separated flag value.

@@ -147,6 +147,26 @@ func TestUserspaceLocalPolicyDropsTCP(t *testing.T) {
 	expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 117), 80), 5), c.Pods[1])
 }
 
+// TestUserspaceExternalAddresses: externalIPs are served, one of them an
+// address the node already has (no route needed); a load-balancer IP with
+// source ranges serves the clients inside them and drops the others.
+func TestUserspaceExternalAddresses(t *testing.T) {
+	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 2, Clients: 2})
+	c.StartEcho(echoPort)
+	eps := []endpoint{ready(c, c.Pods[0]), ready(c, c.Pods[1])}
+	ext := service("ext", ips(127), withExternalIPs(serviceIP(false, 227), c.Node.IPv4))
+	ext.Spec.Ports[0].Port = 8127
+	inside, outside := c.Clients[0], c.Clients[1]
+	startUserspace(t, c,
+		ext, slice("ext", false, v1.ProtocolTCP, eps...),
+		service("lb", ips(128), withLoadBalancer(serviceIP(false, 228), []string{netip.PrefixFrom(inside.IPv4, 32).String()}, 0)),
+		slice("lb", false, v1.ProtocolTCP, eps...))
+	expectUniform(t, spread(t, outside, at(serviceIP(false, 227), 8127), 60), c.Pods...)
+	expectUniform(t, spread(t, outside, at(c.Node.IPv4, 8127), 60), c.Pods...)
+	expectUniform(t, spread(t, inside, at(serviceIP(false, 228), 80), 60), c.Pods...)
+	expectDropped(t, outside, at(serviceIP(false, 228), 80))
+}
+
 // TestUserspaceAffinity: with ClientIP affinity, every connection and flow
 // of a client goes to one endpoint while it keeps coming within the
 // timeout; after the timeout it is picked anew.

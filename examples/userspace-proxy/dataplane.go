@@ -62,9 +62,17 @@ func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) error {
 	routes, addrs := frontends(rs)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	errs := []error{syncRoutes(family, addrs)}
-	local, err := localAddrs(addrs)
-	errs = append(errs, err)
+	local, err := localAddrs()
+	var routed []netip.Addr
+	for _, ip := range addrs {
+		if !local[ip] {
+			routed = append(routed, ip)
+		}
+	}
+	errs := []error{err, syncRoutes(family, routed)}
+	for _, ip := range routed {
+		local[ip] = true
+	}
 	for f, l := range d.listeners {
 		if f.addr.Addr().Is4() == (family == v1.IPv4Protocol) && (routes[f] == nil || routes[f].refused) {
 			l.sock.Close()
@@ -217,21 +225,19 @@ func syncRoutes(family v1.IPFamily, want []netip.Addr) error {
 	return errors.Join(errs...)
 }
 
-// localAddrs are the node's addresses and the Service addresses it serves:
-// traffic from them comes from the node.
-func localAddrs(served []netip.Addr) (map[netip.Addr]bool, error) {
+// localAddrs are the node's addresses. Traffic from them, or from the
+// Service addresses that the data plane's routes make local, comes from the
+// node; those that already are local need no route.
+func localAddrs() (map[netip.Addr]bool, error) {
+	local := map[netip.Addr]bool{}
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
-		return nil, fmt.Errorf("listing the node's addresses: %w", err)
+		return local, fmt.Errorf("listing the node's addresses: %w", err)
 	}
-	local := map[netip.Addr]bool{}
 	for _, a := range addrs {
 		if p, err := netip.ParsePrefix(a.String()); err == nil {
 			local[p.Addr().Unmap()] = true
 		}
-	}
-	for _, ip := range served {
-		local[ip] = true
 	}
 	return local, nil
 }

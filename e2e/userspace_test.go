@@ -38,6 +38,9 @@ func startUserspace(t *testing.T, c *netns.Cluster, objs ...any) *proxy {
 	}
 	p.proc = proc
 	t.Cleanup(func() {
+		if strings.Contains(p.log.String(), "DATA RACE") { // built with GOFLAGS=-race
+			t.Error("the race detector reported a data race in userspace-proxy")
+		}
 		if t.Failed() {
 			t.Logf("userspace-proxy output:\n%s", p.log.String())
 		}

@@ -150,6 +150,9 @@ func (l *listener) serveTCP(ln net.Listener) {
 func forwardTCP(client *net.TCPConn, r *route) {
 	defer client.Close()
 	client.SetLinger(0) // until relayed: a close resets
+	if r == nil {
+		return // accepted as the listener closed
+	}
 	target := r.pick(client.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
 	if !target.IsValid() {
 		client.SetReadDeadline(time.Now().Add(dropHold))

@@ -17,7 +17,8 @@
 // proxy's targets see the proxy's address), so externalTrafficPolicy Local
 // picks local targets but does not preserve the client's address. A Service
 // without endpoints gets no socket, so the kernel refuses its TCP
-// connections with a reset and its UDP datagrams with ICMP port unreachable.
+// connections with a reset and its UDP datagrams with ICMP port unreachable;
+// so it does on the ports of a served address that no Service serves.
 // A dropped TCP connection has completed its handshake with the kernel
 // before the proxy sees it: it is held unanswered for 30 s, then reset. SCTP
 // is not served.

@@ -21,7 +21,9 @@
 // so it does on the ports of a served address that no Service serves.
 // A dropped TCP connection has completed its handshake with the kernel
 // before the proxy sees it: it is held unanswered for 30 s, then reset. SCTP
-// is not served.
+// is not served, nor are healthz, metrics and health check node ports; of
+// the reference proxies' flags it takes --manifests, --node-name, --node-ip,
+// --cluster-cidr, --sync-period and --dry-run.
 //
 //	go run ./examples/userspace-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
 package main

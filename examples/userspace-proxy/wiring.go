@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -89,7 +90,8 @@ func parseList[T any](flagName, s string, parse func(string) (T, error)) ([]T, e
 }
 
 // run syncs dp with the manifests when they change and every syncPeriod,
-// until ctx is done. Each Sync that serves both families logs "synced".
+// until ctx is done. It logs "synced" when both families are served, and
+// else the errors; a failed sync is retried at the next change or period.
 func run(ctx context.Context, o options, dp *DataPlane, syncPeriod time.Duration, log *slog.Logger) {
 	seen, last := "", time.Time{}
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -99,10 +101,8 @@ func run(ctx context.Context, o options, dp *DataPlane, syncPeriod time.Duration
 			seen, last = sig, time.Now()
 			rulesets, err := o.build(log)
 			services := 0
-			for _, rs := range rulesets {
-				if err == nil {
-					err, services = dp.Sync(ctx, rs), services+rs.Len()
-				}
+			for _, rs := range rulesets { // one family failing does not stop the other
+				err, services = errors.Join(err, dp.Sync(ctx, rs)), services+rs.Len()
 			}
 			if err != nil {
 				log.Error("sync failed", "err", err)

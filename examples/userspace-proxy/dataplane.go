@@ -32,7 +32,9 @@ type frontend struct {
 // frontend, a new upstream connection per TCP connection or UDP flow. Each
 // cluster, external and load-balancer IP it serves gets a route of type
 // local (table local, protocol routeProtocol), so that the kernel delivers
-// its packets to the sockets. It is safe for concurrent use.
+// its packets to the sockets. Node ports are served on the Ruleset's
+// Config.NodePortAddresses only: with none, on no address (a socket binds
+// addresses, not "every local address"). It is safe for concurrent use.
 type DataPlane struct {
 	mu        sync.Mutex
 	listeners map[frontend]*listener

@@ -15,7 +15,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/ruleset"
-	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // routeProtocol marks the routes the data plane owns (their rtm_protocol):
@@ -38,14 +37,13 @@ type frontend struct {
 type DataPlane struct {
 	mu        sync.Mutex
 	listeners map[frontend]*listener
-	// sticky holds the affinity tables of each family by Service port.
-	sticky map[v1.IPFamily]map[servicemap.PortName]*stickyTable
+	sticky    *stickyTable
 }
 
 // NewDataPlane returns a DataPlane that serves nothing yet, once it has
 // removed the routes that one which died left behind.
 func NewDataPlane() (*DataPlane, error) {
-	d := &DataPlane{listeners: map[frontend]*listener{}, sticky: map[v1.IPFamily]map[servicemap.PortName]*stickyTable{}}
+	d := &DataPlane{listeners: map[frontend]*listener{}, sticky: &stickyTable{last: map[stickyKey]stickyEntry{}}}
 	if err := errors.Join(syncRoutes(v1.IPv4Protocol, nil), syncRoutes(v1.IPv6Protocol, nil)); err != nil {
 		return nil, err
 	}
@@ -82,33 +80,16 @@ func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) error {
 			delete(d.listeners, f)
 		}
 	}
-	old, sticky := d.sticky[family], map[servicemap.PortName]*stickyTable{}
+	d.sticky.reap(time.Now())
 	for f, r := range routes {
-		r.local, r.sticky = local, affinity(r.svc, old, sticky)
+		r.local, r.sticky = local, d.sticky
 		if l := d.listeners[f]; l != nil && !r.refused {
 			l.update(r)
 		} else if !r.refused {
 			errs = append(errs, d.listen(ctx, f, r))
 		}
 	}
-	d.sticky[family] = sticky
 	return errors.Join(errs...)
-}
-
-// affinity returns the affinity table of s, nil without ClientIP affinity:
-// the one in old if its timeout is unchanged, else a new one. It puts it in
-// next, reaping it when it first does.
-func affinity(s *ruleset.Service, old, next map[servicemap.PortName]*stickyTable) *stickyTable {
-	if t := next[s.Name]; t != nil || !s.Affinity.Enabled() {
-		return t
-	}
-	t := old[s.Name]
-	if t == nil || t.seconds != s.Affinity.Seconds() {
-		t = &stickyTable{seconds: s.Affinity.Seconds(), last: map[netip.Addr]stickyEntry{}}
-	}
-	t.reap(time.Now())
-	next[s.Name] = t
-	return t
 }
 
 // listen opens the socket of f, free to bind an address that only a route

@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/affinity"
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/trace"
 )
 
@@ -123,9 +126,10 @@ func TestFrontends(t *testing.T) {
 	}
 }
 
-// TestStickyTable: a client keeps its target while it comes back within
-// the timeout and the target is still offered; it is picked anew when the
-// timeout has passed since its last new flow, and forgotten by reap.
+// TestStickyTable: a client's new flow goes where its last one to the
+// Service port went while that is less than the timeout ago (as the
+// Service says it now) and the target is still offered; otherwise it is
+// picked anew; reap forgets what has expired.
 func TestStickyTable(t *testing.T) {
 	a, b := netip.MustParseAddrPort("198.18.64.2:80"), netip.MustParseAddrPort("198.18.65.2:80")
 	choices := func(eps ...netip.AddrPort) []ruleset.Choice {
@@ -135,49 +139,62 @@ func TestStickyTable(t *testing.T) {
 		}
 		return cs
 	}
+	service := func(seconds int32) *ruleset.Service {
+		s := &ruleset.Service{}
+		s.Name = servicemap.PortName{Namespace: "ns", Name: "web", Port: "http", Protocol: v1.ProtocolTCP}
+		if seconds > 0 {
+			var err error
+			if s.Affinity, err = affinity.ClientIP(seconds); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s
+	}
 	client, start := netip.MustParseAddr("198.18.32.2"), time.Unix(1000, 0)
+	newTable := func() *stickyTable { return &stickyTable{last: map[stickyKey]stickyEntry{}} }
 	tests := []struct {
-		name  string
-		later []ruleset.Choice // the choices of a flow after one to a
-		after time.Duration
-		want  netip.AddrPort
+		name           string
+		before, after  int32 // the timeout at the first flow (to a) and at the later one
+		later          time.Duration
+		laterChoices   []ruleset.Choice
+		kept, maybeNot bool // the later flow must go to a; it may go elsewhere
 	}{
-		{"within the timeout", choices(a, b), 9 * time.Second, a},
-		{"target no longer offered", choices(b), time.Second, b},
+		{"within the timeout", 10, 10, 9 * time.Second, choices(a, b), true, false},
+		{"timeout passed", 10, 10, 10 * time.Second, choices(a, b), false, true},
+		{"timeout since lowered", 10800, 10, 20 * time.Second, choices(a, b), false, true},
+		{"timeout since raised", 10, 10800, 9 * time.Second, choices(a, b), true, false},
+		{"target no longer offered", 10, 10, time.Second, choices(b), false, false},
+		{"no affinity", 0, 0, time.Second, choices(a, b), false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			table := &stickyTable{seconds: 10, last: map[netip.Addr]stickyEntry{}}
-			table.choose(client, choices(a), start)
-			if got := table.choose(client, tt.later, start.Add(tt.after)); got != tt.want {
-				t.Errorf("later flow went to %v, want %v", got, tt.want)
+			// 50 tries: a and b equally likely would all give a once in 2^50.
+			picks := map[netip.AddrPort]int{}
+			for range 50 {
+				table := newTable()
+				table.choose(service(tt.before), client, choices(a), start)
+				picks[table.choose(service(tt.after), client, tt.laterChoices, start.Add(tt.later))]++
+			}
+			switch {
+			case tt.kept && picks[a] != 50:
+				t.Errorf("later flows went to %v, want all to %v", picks, a)
+			case !tt.kept && !tt.maybeNot && picks[a] != 0:
+				t.Errorf("later flows went to %v, want none to %v", picks, a)
+			case tt.maybeNot && picks[b] == 0:
+				t.Errorf("later flows went to %v, want new picks", picks)
 			}
 		})
 	}
-	// After the timeout, a and b are equally likely: 50 tables all keeping
-	// a would happen once in 2^50.
-	picks := map[netip.AddrPort]int{}
-	for range 50 {
-		table := &stickyTable{seconds: 10, last: map[netip.Addr]stickyEntry{}}
-		table.choose(client, choices(a), start)
-		picks[table.choose(client, choices(a, b), start.Add(10*time.Second))]++
-	}
-	if picks[b] == 0 {
-		t.Errorf("after the timeout every flow kept its target: %v", picks)
-	}
-	table := &stickyTable{seconds: 10, last: map[netip.Addr]stickyEntry{}}
-	table.choose(client, choices(a), start)
-	table.choose(client, choices(a), start.Add(5*time.Second)) // refreshes the timeout
+	table, key := newTable(), stickyKey{service(10).Name, client}
+	table.choose(service(10), client, choices(a), start)
+	table.choose(service(10), client, choices(a), start.Add(5*time.Second)) // refreshes the timeout
 	table.reap(start.Add(14 * time.Second))
-	if _, ok := table.last[client]; !ok {
+	if _, ok := table.last[key]; !ok {
 		t.Error("reap forgot a client 9 s after its last flow (timeout 10 s)")
 	}
 	table.reap(start.Add(15 * time.Second))
-	if _, ok := table.last[client]; ok {
+	if _, ok := table.last[key]; ok {
 		t.Error("reap kept a client 10 s after its last flow (timeout 10 s)")
-	}
-	if got := (*stickyTable)(nil).choose(client, choices(b), start); got != b {
-		t.Errorf("without affinity: %v, want %v (the only choice)", got, b)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 const (
@@ -29,7 +30,7 @@ type route struct {
 	kind    ruleset.FrontendKind
 	refused bool                // the Service rejects every flow: nothing listens
 	local   map[netip.Addr]bool // the node's addresses
-	sticky  *stickyTable        // nil without ClientIP affinity
+	sticky  *stickyTable        // the data plane's
 }
 
 // targets are where a new flow from client may go; none when it is dropped.
@@ -44,7 +45,7 @@ func (r *route) targets(client netip.Addr) []ruleset.Choice {
 // flow is dropped.
 func (r *route) pick(client netip.Addr) netip.AddrPort {
 	if choices := r.targets(client); len(choices) > 0 {
-		return r.sticky.choose(client, choices, time.Now())
+		return r.sticky.choose(r.svc, client, choices, time.Now())
 	}
 	return netip.AddrPort{}
 }
@@ -54,13 +55,16 @@ func (r *route) offers(client netip.Addr, target netip.AddrPort) bool {
 	return slices.ContainsFunc(r.targets(client), func(c ruleset.Choice) bool { return c.Endpoint == target })
 }
 
-// stickyTable is the ClientIP affinity of one Service port: a client's new
-// flow goes where its last one went if that began less than seconds ago and
-// the target is still one of its choices.
+// stickyTable is ClientIP affinity: for each Service port and client, the
+// target of the client's last new flow, and until when it stands.
 type stickyTable struct {
-	seconds int32
-	mu      sync.Mutex
-	last    map[netip.Addr]stickyEntry
+	mu   sync.Mutex
+	last map[stickyKey]stickyEntry
+}
+
+type stickyKey struct {
+	port   servicemap.PortName
+	client netip.Addr
 }
 
 type stickyEntry struct {
@@ -68,27 +72,30 @@ type stickyEntry struct {
 	expires time.Time
 }
 
-// choose picks one of choices, each with its share, unless affinity keeps
-// the client's last one. A nil table has no affinity.
-func (t *stickyTable) choose(client netip.Addr, choices []ruleset.Choice, now time.Time) netip.AddrPort {
-	if t == nil {
+// choose picks a target of a new flow from client to s among choices, each
+// with its share; with ClientIP affinity, the target of the client's last
+// flow to s if that began less than the timeout ago and is still a choice.
+func (t *stickyTable) choose(s *ruleset.Service, client netip.Addr, choices []ruleset.Choice, now time.Time) netip.AddrPort {
+	if !s.Affinity.Enabled() {
 		return weighted(choices)
 	}
+	timeout, key := time.Duration(s.Affinity.Seconds())*time.Second, stickyKey{s.Name, client}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, ok := t.last[client]
-	if !ok || !now.Before(e.expires) || !slices.ContainsFunc(choices, func(c ruleset.Choice) bool { return c.Endpoint == e.target }) {
+	e, ok := t.last[key]
+	if !ok || !now.Before(e.expires) || e.expires.Sub(now) > timeout || // a timeout since lowered
+		!slices.ContainsFunc(choices, func(c ruleset.Choice) bool { return c.Endpoint == e.target }) {
 		e.target = weighted(choices)
 	}
-	t.last[client] = stickyEntry{e.target, now.Add(time.Duration(t.seconds) * time.Second)}
+	t.last[key] = stickyEntry{e.target, now.Add(timeout)}
 	return e.target
 }
 
-// reap forgets the clients whose affinity has expired.
+// reap forgets the affinities that have expired.
 func (t *stickyTable) reap(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	maps.DeleteFunc(t.last, func(_ netip.Addr, e stickyEntry) bool { return !now.Before(e.expires) })
+	maps.DeleteFunc(t.last, func(_ stickyKey, e stickyEntry) bool { return !now.Before(e.expires) })
 }
 
 func weighted(choices []ruleset.Choice) netip.AddrPort {

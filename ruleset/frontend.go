@@ -136,9 +136,13 @@ func (r *Ruleset) Owner(f Frontend) (owner *Service, kind FrontendKind, ok bool)
 	return owner, kind, owner != nil
 }
 
-// Owns reports whether s is the owner of f's destination through a
-// frontend of f's kind: whether a backend renders f for s.
+// Owns reports whether s, a Service of r, is the owner of f's destination
+// through a frontend of f's kind: whether a backend renders f for s.
 func (r *Ruleset) Owns(s *Service, f Frontend) bool {
+	if names := r.ServicesAt(f); len(names) == 1 && names[0] == s.Name {
+		kind, _ := s.kindAt(f.destination())
+		return kind == f.Kind
+	}
 	owner, kind, ok := r.Owner(f)
 	return ok && owner.Name == s.Name && kind == f.Kind
 }

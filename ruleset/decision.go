@@ -257,10 +257,11 @@ func decide(route Route, s *Service, src Source, masq, short bool) Decision {
 // Firewalled reports whether the load-balancer source-range firewall drops a
 // flow from src to one of s's load-balancer IPs: the port has
 // loadBalancerSourceRanges, src is in none of them, and src is not one of
-// the load-balancer IPs that FirewallAllowsNode lets through. Flows that a
-// Reject route turns away never reach the firewall.
+// the load-balancer IPs that FirewallAllowsNode lets through. Only steered
+// flows (ExternalTraffic.Steered) reach the firewall: a Reject route turns
+// the others away first.
 func (s *Service) Firewalled(kind FrontendKind, src netip.Addr) bool {
-	if kind != KindLoadBalancerIP || !s.UsesFirewall() || s.External == RouteReject || s.External == RouteNone {
+	if kind != KindLoadBalancerIP || !s.UsesFirewall() || !s.ExternalTraffic.Steered {
 		return false
 	}
 	if slices.ContainsFunc(s.LoadBalancerSourceRanges, func(p netip.Prefix) bool { return p.Contains(src) }) {

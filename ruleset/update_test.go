@@ -71,6 +71,14 @@ func (tr trackers) snapshot() (servicemap.Snapshot, endpoints.Snapshot) {
 
 var changesOpts = cmpopts.EquateEmpty()
 
+// ownerName names the owner s, if any.
+func ownerName(s *ruleset.Service) string {
+	if s == nil {
+		return "none"
+	}
+	return s.Name.String()
+}
+
 // frontendsOf lists every Frontend of the Services of some Rulesets.
 func frontendsOf(rss ...*ruleset.Ruleset) []ruleset.Frontend {
 	var fs []ruleset.Frontend
@@ -145,6 +153,11 @@ func TestPropUpdate(t *testing.T) {
 			for _, f := range frontendsOf(rs, built) {
 				if diff := cmp.Diff(built.ServicesAt(f), rs.ServicesAt(f)); diff != "" {
 					t.Fatalf("step %d: ServicesAt(%v) (-Build +Update):\n%s", step, f, diff)
+				}
+				bs, bk, bok := built.Owner(f)
+				us, uk, uok := rs.Owner(f)
+				if !bok || !uok || bs.Name != us.Name || bk != uk {
+					t.Fatalf("step %d: Owner(%v): Build %v, Update %v", step, f, ownerName(bs), ownerName(us))
 				}
 			}
 			want := ruleset.Diff(prevBuilt, built)

@@ -28,8 +28,9 @@
 //     KUBE-PROXY-FIREWALL (what the source ranges did not accept),
 //     KUBE-NODEPORTS (health-check node ports), KUBE-FORWARD.
 //
-// The ruleset decides; the renderer only translates its Routes into chains
-// and verdicts. Names gives every chain name from one prefix ("KUBE" by
+// The ruleset decides; the renderer only translates its decisions (Routes,
+// ClusterIPMasquerade, ExternalTraffic, the owner of each frontend) into
+// chains and verdicts. Names gives every chain name from one prefix ("KUBE" by
 // default) so that a proxy can run beside kube-proxy. Nothing in a Service or
 // EndpointSlice reaches the output except through address and number
 // formatters, hashed chain names, and comments restricted to

@@ -32,11 +32,12 @@ func hostileService(ns, name, port string) *ruleset.Service {
 			ExternalPolicyLocal:      true,
 			HealthCheckNodePort:      32000,
 		},
-		Internal:  ruleset.RouteCluster,
-		External:  ruleset.RouteLocal,
-		Endpoints: []endpoints.Endpoint{ep},
+		Internal:        ruleset.RouteCluster,
+		External:        ruleset.RouteLocal,
+		ExternalTraffic: ruleset.ExternalTraffic{Steered: true, ShortCircuit: true},
+		Endpoints:       []endpoints.Endpoint{ep},
 	}
-	s.ClusterTargets = []ruleset.Target{{Endpoint: ep.AddrPort(), Local: true, Remaining: 1}}
+	s.ClusterTargets = []ruleset.Target{{Endpoint: ep.AddrPort(), Local: true, Remaining: 1, Total: 1}}
 	s.LocalTargets = s.ClusterTargets
 	return s
 }
@@ -106,6 +107,7 @@ func renderServices(t *testing.T, services ...*ruleset.Service) []byte {
 	t.Helper()
 	cfg := testConfig()
 	r := newRenderer(Names{}, cfg)
+	r.owns = func(*ruleset.Service, ruleset.Frontend) bool { return true }
 	plans := r.plans(services)
 	rewriteAll(plans)
 	return r.render(plans, renderOptions{listTables: true})

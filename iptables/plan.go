@@ -88,11 +88,10 @@ func rewriteAll(plans []plan) {
 	}
 }
 
-// plan decides the chains of s from its routes and targets. It does not
-// re-decide policy; the only departures from the routes are for states a
-// ruleset.Builder never produces (a Cluster route without cluster targets is
-// rejected, a Local route without local targets dropped), so that a jump
-// never names a chain that does not exist.
+// plan names the chains of s and says where each kind of traffic goes,
+// from its routes and targets: a policy chain for each list of targets, the
+// external (and firewall) chain when ExternalTraffic is Steered, a filter
+// verdict for a route that rejects or drops.
 func (r *renderer) plan(s *ruleset.Service) plan {
 	p := plan{service: s, portName: s.Name.String(), names: r.names}
 	p.proto = protoName(s.Name.Protocol)
@@ -106,20 +105,16 @@ func (r *renderer) plan(s *ruleset.Service) plan {
 	if len(s.LocalTargets) > 0 {
 		p.localChain = r.names.chain(kindSVL, hash)
 	}
-	switch internal := normalize(s.Internal, p.clusterChain, p.localChain); internal {
+	switch s.Internal {
 	case ruleset.RouteCluster:
 		p.internalChain = p.clusterChain
 	case ruleset.RouteLocal:
 		p.internalChain = p.localChain
 	default:
-		p.internalVerdict = routeVerdict(internal)
+		p.internalVerdict = routeVerdict(s.Internal)
 	}
-	external := normalize(s.External, p.clusterChain, p.localChain)
-	p.externalVerdict = routeVerdict(external)
-	// The external chain exists whenever the Service has endpoints
-	// somewhere: even when this node drops external traffic, it
-	// short-circuits traffic from pods and from the node itself.
-	if external == ruleset.RouteCluster || external == ruleset.RouteLocal || external == ruleset.RouteDrop {
+	p.externalVerdict = routeVerdict(s.External)
+	if s.ExternalTraffic.Steered {
 		p.externalChain = r.names.chain(kindEXT, hash)
 		if s.UsesFirewall() {
 			p.firewallChain = r.names.chain(kindFW, hash)
@@ -170,17 +165,4 @@ func allEndpoints(s *ruleset.Service) []netip.AddrPort {
 	}
 	slices.SortFunc(eps, netip.AddrPort.Compare)
 	return slices.Compact(eps)
-}
-
-// normalize turns a route to a chain that does not exist into the verdict
-// a ruleset.Builder would have given: Reject for Cluster without cluster
-// targets, Drop for Local without local targets.
-func normalize(route ruleset.Route, clusterChain, localChain string) ruleset.Route {
-	switch {
-	case route == ruleset.RouteCluster && clusterChain == "":
-		return ruleset.RouteReject
-	case route == ruleset.RouteLocal && localChain == "":
-		return ruleset.RouteDrop
-	}
-	return route
 }

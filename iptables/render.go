@@ -38,6 +38,7 @@ func Render(names Names, rs *ruleset.Ruleset) []byte {
 // among rs's chains) are also flushed and deleted.
 func renderFull(names Names, rs *ruleset.Ruleset, opts renderOptions) []byte {
 	r := newRenderer(names, rs.Config())
+	r.owns = rs.Owns
 	plans := r.plans(rs.Services())
 	rewriteAll(plans)
 	return r.render(plans, opts)
@@ -58,6 +59,7 @@ func RenderPartial(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes) (
 		return nil, ErrFullSyncNeeded
 	}
 	r := newRenderer(names, new.Config())
+	r.owns = new.Owns
 	plans := r.plans(new.Services())
 	markRewritten(plans, slices.Concat(ch.Added, ch.Changed))
 	opts := renderOptions{stale: chainsGone(names, old, new, ch)}

@@ -9,11 +9,7 @@ import (
 // serviceChains writes the rules of a ServicePort's own chains.
 func (r *renderer) serviceChains(p *plan) {
 	if p.externalChain != "" {
-		if p.service.External == ruleset.RouteCluster {
-			r.externalClusterRules(p)
-		} else {
-			r.externalLocalRules(p)
-		}
+		r.externalRules(p)
 	}
 	if p.firewallChain != "" {
 		r.firewallChainRules(p)
@@ -27,47 +23,42 @@ func (r *renderer) serviceChains(p *plan) {
 	r.endpointChainRules(p)
 }
 
-// externalClusterRules writes the external chain for
-// externalTrafficPolicy Cluster: endpoints may be on other nodes, so the
-// traffic is masqueraded for the replies to come back through this node.
-func (r *renderer) externalClusterRules(p *plan) {
-	r.rule(p.externalChain)
-	r.comment("masquerade traffic for ", p.portName, " external destinations")
-	r.jump(r.names.MarkMasq())
-	r.rule(p.externalChain)
-	r.jump(p.clusterChain)
-}
-
-// externalLocalRules writes the external chain for externalTrafficPolicy
-// Local: the source is kept for traffic from outside, but traffic from
-// pods and from the node itself is short-circuited to the cluster
-// endpoints, as if it had gone out to the load balancer and back.
-func (r *renderer) externalLocalRules(p *plan) {
+// externalRules writes the external chain, from the Service's
+// ExternalTraffic: the short-circuit of pod traffic to the cluster chain,
+// the masquerade of all traffic, the masquerade and short-circuit of the
+// node's own traffic, then the External route's chain.
+func (r *renderer) externalRules(p *plan) {
 	s := p.service
-	shortCircuit := ""
-	if len(s.ClusterTargets) > 0 {
-		shortCircuit = p.clusterChain
-	}
-	if shortCircuit != "" {
+	ext := s.ExternalTraffic
+	if ext.ShortCircuit {
 		for _, cidr := range r.cfg.ClusterCIDRs {
 			r.rule(p.externalChain)
 			r.comment("pod traffic for ", p.portName, " external destinations")
 			r.str(" -s ")
 			r.prefix(cidr)
-			r.jump(shortCircuit)
+			r.jump(p.clusterChain)
 		}
 	}
-	r.rule(p.externalChain)
-	r.comment("masquerade LOCAL traffic for ", p.portName, " external destinations")
-	r.str(" -m addrtype --src-type LOCAL")
-	r.jump(r.names.MarkMasq())
-	if shortCircuit != "" {
+	if ext.Masquerade {
+		r.rule(p.externalChain)
+		r.comment("masquerade traffic for ", p.portName, " external destinations")
+		r.jump(r.names.MarkMasq())
+	}
+	if ext.ShortCircuit {
+		r.rule(p.externalChain)
+		r.comment("masquerade LOCAL traffic for ", p.portName, " external destinations")
+		r.str(" -m addrtype --src-type LOCAL")
+		r.jump(r.names.MarkMasq())
 		r.rule(p.externalChain)
 		r.comment("route LOCAL traffic for ", p.portName, " external destinations")
 		r.str(" -m addrtype --src-type LOCAL")
-		r.jump(shortCircuit)
+		r.jump(p.clusterChain)
 	}
-	if p.localChain != "" && s.External == ruleset.RouteLocal {
+	switch s.External {
+	case ruleset.RouteCluster:
+		r.rule(p.externalChain)
+		r.jump(p.clusterChain)
+	case ruleset.RouteLocal:
 		r.rule(p.externalChain)
 		r.jump(p.localChain)
 	}
@@ -145,26 +136,23 @@ func (r *renderer) targets(p *plan, chain string, ts []ruleset.Target, internal 
 }
 
 // clusterIPMasquerade writes the rule of chain that marks cluster-IP
-// traffic for masquerading: all of it with MasqueradeAll, otherwise what
-// does not come from the cluster CIDRs.
+// traffic for masquerading, as the Service's ClusterIPMasquerade says: all
+// of it, or what does not come from the cluster CIDRs.
 func (r *renderer) clusterIPMasquerade(p *plan, chain string) {
 	n := r.names
-	cidrs := r.cfg.ClusterCIDRs
-	switch {
-	case r.cfg.MasqueradeAll:
+	switch p.service.ClusterIPMasquerade {
+	case ruleset.MasqueradeAll:
 		r.clusterIPRule(p, chain)
 		r.jump(n.MarkMasq())
-	case len(cidrs) == 1:
-		// Off-cluster traffic to a cluster IP (a static route to the
-		// Service range through this node) may leave the node:
-		// masquerade it.
+	case ruleset.MasqueradeOffCluster:
 		r.clusterIPRule(p, chain)
-		r.str(" ! -s ")
-		r.prefix(cidrs[0])
-		r.jump(n.MarkMasq())
-	case len(cidrs) > 1:
-		r.clusterIPRule(p, chain)
-		r.jump(n.MasqNonPod())
+		if cidrs := r.cfg.ClusterCIDRs; len(cidrs) == 1 {
+			r.str(" ! -s ")
+			r.prefix(cidrs[0])
+			r.jump(n.MarkMasq())
+		} else {
+			r.jump(n.MasqNonPod())
+		}
 	}
 }
 

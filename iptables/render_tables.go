@@ -33,6 +33,21 @@ type renderer struct {
 	mark  string // the masquerade mark, "0x4000"
 	b     []byte
 	probs []string // probs[n] is the --probability text for 1/n
+	// owns reports whether a Service owns a frontend
+	// (ruleset.Ruleset.Owns): a frontend's rules are written for its owner
+	// alone. Only the rendering of the top-level chains asks.
+	owns func(*ruleset.Service, ruleset.Frontend) bool
+}
+
+// ownsAddr reports whether p's Service owns its frontend of kind at addr
+// (with its port).
+func (r *renderer) ownsAddr(p *plan, kind ruleset.FrontendKind, addr netip.Addr) bool {
+	return r.owns(p.service, ruleset.Frontend{Kind: kind, Addr: addr, Protocol: p.service.Name.Protocol, Port: p.service.Port})
+}
+
+// ownsNodePort reports whether p's Service owns its node port.
+func (r *renderer) ownsNodePort(p *plan) bool {
+	return r.owns(p.service, ruleset.Frontend{Kind: ruleset.KindNodePort, Protocol: p.service.Name.Protocol, Port: p.service.NodePort})
 }
 
 func newRenderer(names Names, cfg ruleset.Config) *renderer {
@@ -113,7 +128,7 @@ func (r *renderer) filterTable(plans []plan, opts renderOptions) {
 // internalVerdictRule rejects or drops cluster-IP traffic in filter
 // KUBE-SERVICES when p has no chain for it.
 func (r *renderer) internalVerdictRule(p *plan) {
-	if p.internalVerdict == "" || !p.service.ClusterIP.IsValid() {
+	if p.internalVerdict == "" || !p.service.ClusterIP.IsValid() || !r.ownsAddr(p, ruleset.KindClusterIP, p.service.ClusterIP) {
 		return
 	}
 	r.rule(r.names.Services())
@@ -131,8 +146,12 @@ func (r *renderer) externalVerdictRules(p *plan) {
 		return
 	}
 	n := r.names
-	for _, ips := range [][]netip.Addr{p.service.ExternalIPs, p.service.LoadBalancerIPs} {
+	kinds := [...]ruleset.FrontendKind{ruleset.KindExternalIP, ruleset.KindLoadBalancerIP}
+	for i, ips := range [][]netip.Addr{p.service.ExternalIPs, p.service.LoadBalancerIPs} {
 		for _, ip := range ips {
+			if !r.ownsAddr(p, kinds[i], ip) {
+				continue
+			}
 			r.rule(n.ExternalServices())
 			r.comment(p.portName, verdictComment(p.externalVerdict))
 			r.proto(p.proto)
@@ -140,7 +159,7 @@ func (r *renderer) externalVerdictRules(p *plan) {
 			r.jump(p.externalVerdict)
 		}
 	}
-	if p.service.NodePort != 0 {
+	if p.service.NodePort != 0 && r.ownsNodePort(p) {
 		r.rule(n.ExternalServices())
 		r.comment(p.portName, verdictComment(p.externalVerdict))
 		r.str(" -m addrtype --dst-type LOCAL")
@@ -157,6 +176,9 @@ func (r *renderer) firewallDropRules(p *plan) {
 		return
 	}
 	for _, ip := range p.service.LoadBalancerIPs {
+		if !r.ownsAddr(p, ruleset.KindLoadBalancerIP, ip) {
+			continue
+		}
 		r.rule(r.names.ProxyFirewall())
 		r.comment(p.portName, " traffic not accepted by ", p.firewallChain)
 		r.proto(p.proto)
@@ -289,7 +311,7 @@ func (r *renderer) masqueradeRules() {
 func (r *renderer) serviceRules(p *plan) {
 	n := r.names
 	s := p.service
-	if p.internalChain != "" && s.ClusterIP.IsValid() {
+	if p.internalChain != "" && s.ClusterIP.IsValid() && r.ownsAddr(p, ruleset.KindClusterIP, s.ClusterIP) {
 		r.rule(n.Services())
 		r.comment(p.portName, " cluster IP")
 		r.proto(p.proto)
@@ -300,6 +322,9 @@ func (r *renderer) serviceRules(p *plan) {
 		return
 	}
 	for _, ip := range s.ExternalIPs {
+		if !r.ownsAddr(p, ruleset.KindExternalIP, ip) {
+			continue
+		}
 		r.rule(n.Services())
 		r.comment(p.portName, " external IP")
 		r.proto(p.proto)
@@ -311,6 +336,9 @@ func (r *renderer) serviceRules(p *plan) {
 		loadBalancerChain = p.firewallChain
 	}
 	for _, ip := range s.LoadBalancerIPs {
+		if !r.ownsAddr(p, ruleset.KindLoadBalancerIP, ip) {
+			continue
+		}
 		r.rule(n.Services())
 		r.comment(p.portName, " loadbalancer IP")
 		r.proto(p.proto)
@@ -353,7 +381,7 @@ func (r *renderer) nodePortsJump() {
 // nodePortRule sends p's node port to its external chain in nat
 // KUBE-NODEPORTS.
 func (r *renderer) nodePortRule(p *plan) {
-	if p.externalChain == "" || p.service.NodePort == 0 {
+	if p.externalChain == "" || p.service.NodePort == 0 || !r.ownsNodePort(p) {
 		return
 	}
 	r.rule(r.names.NodePorts())

@@ -165,6 +165,22 @@ var scenarios = []scenario{
 			slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...),
 		}
 	}},
+	// Two external IPs, each claimed by two Services: their rules are
+	// written for the owner alone (ruleset.Ruleset.Owner). 198.18.0.100
+	// goes to b, which has endpoints, not to a, which rejects (no reject
+	// rule for it); 198.18.0.101 to c, first in name order of two that
+	// forward.
+	{name: "contested-external-ips", objs: func() []any {
+		return []any{
+			service("ns1", "a", "198.19.0.20", externalIPs("198.18.0.100")),
+			service("ns1", "b", "198.19.0.21", externalIPs("198.18.0.100")),
+			slice("ns1", "b", "b-1", 8080, v1.ProtocolTCP, ep{ip: "198.18.64.2", node: testNode, ready: true}),
+			service("ns1", "d", "198.19.0.23", externalIPs("198.18.0.101")),
+			slice("ns1", "d", "d-1", 8080, v1.ProtocolTCP, ep{ip: "198.18.64.4", node: testNode, ready: true}),
+			service("ns1", "c", "198.19.0.22", externalIPs("198.18.0.101")),
+			slice("ns1", "c", "c-1", 8080, v1.ProtocolTCP, ep{ip: "198.18.64.3", node: testNode, ready: true}),
+		}
+	}},
 }
 
 func mustNames(prefix string) Names {

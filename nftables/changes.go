@@ -17,8 +17,8 @@ import (
 // depends on the changed Service ports alone, not on how many others the
 // table holds. So does the time it takes (times log n, for lookups) when new
 // was made from old by ruleset.Builder.Update: ruleset.Diff then follows the
-// Update's changes, and the owner of each element comes from the Rulesets'
-// Frontend index (ruleset.Ruleset.ServicesAt). For unrelated Rulesets, Diff
+// Update's changes, and the owner of each element is the owner of its
+// frontend (ruleset.Ruleset.Owner). For unrelated Rulesets, Diff
 // compares every Service.
 //
 // Chains that only the old state used are flushed and listed in
@@ -151,7 +151,9 @@ type portChange struct {
 	// and added again, and every chain that refers to it must be flushed
 	// first and written again.
 	recreated bool
-	// keys are the elements the port has in either Ruleset.
+	// keys are the elements that any port may have at the destinations of
+	// the port's frontends in either Ruleset: those whose owner may change
+	// with it.
 	keys []elemKey
 }
 
@@ -165,8 +167,8 @@ type changePlan struct {
 	// keys are the elements the changed ports have in either Ruleset, in
 	// the order they were first met.
 	keys []elemKey
-	// oldClaims and newClaims are the owners of keys in each Ruleset: the
-	// first Service port, in name order, that claims the element.
+	// oldClaims and newClaims are the owners of keys in each Ruleset (see
+	// owners).
 	oldClaims, newClaims map[elemKey]claim
 }
 
@@ -209,11 +211,21 @@ func planChanges(old, new *ruleset.Ruleset, opts Options, res *Result) (*changeP
 func (p *changePlan) portChange(old *ruleset.Ruleset, name servicemap.PortName, res *Result) portChange {
 	r := p.r
 	c := portChange{name: name}
-	touch := func(k elemKey, _ verdict) { c.keys = append(c.keys, k) }
+	seen := map[elemKey]bool{}
+	touch := func(s *ruleset.Service) {
+		for _, f := range s.Frontends() {
+			for _, k := range destinationKeys(f) {
+				if !seen[k] {
+					seen[k] = true
+					c.keys = append(c.keys, k)
+				}
+			}
+		}
+	}
 	if s, ok := old.Service(name); ok && safeName(name) {
 		c.oldChains = r.chains(s)
 		c.oldSets = r.affinitySets(s)
-		r.elements(s, touch)
+		touch(s)
 	}
 	if s, ok := p.new.Service(name); ok {
 		if !safeName(name) {
@@ -222,7 +234,7 @@ func (p *changePlan) portChange(old *ruleset.Ruleset, name servicemap.PortName, 
 			c.newService = s
 			c.newChains = r.chains(s)
 			c.newSets = r.affinitySets(s)
-			r.elements(s, touch)
+			touch(s)
 		}
 	}
 	oldSets := setsByName(c.oldSets)
@@ -318,9 +330,12 @@ func (p *changePlan) addNewObjects(tx txWriter, c *portChange, res *Result) {
 		r.writeRules(tx, nc)
 	}
 	if c.newService != nil {
-		r.elements(c.newService, func(k elemKey, _ verdict) {
-			if owner := p.newClaims[k].owner; k.in != inClusterIPs && owner != nil && owner != c.newService {
-				res.Warnings = append(res.Warnings, conflictWarning(c.newService, k, owner))
+		r.elements(c.newService, func(k elemKey, _ verdict, kind ruleset.FrontendKind) {
+			if owns(p.new, c.newService, k, kind) {
+				return
+			}
+			if w, ok := notOwnedWarning(p.new, c.newService, k, kind); ok {
+				res.Warnings = append(res.Warnings, w)
 			}
 		})
 	}

@@ -55,9 +55,9 @@
 // busy for a moment after the last map element pointing at it is deleted.
 //
 // When two Service ports claim the same frontend (address, protocol and
-// port, or node port), the first in name order gets it and the other is
-// reported in Result.Warnings: the transaction never fails because of what
-// Services contain.
+// port, or node port), its owner (ruleset.Ruleset.Owner) gets it and the
+// others are reported in Result.Warnings: the transaction never fails
+// because of what Services contain.
 //
 // # Executor
 //

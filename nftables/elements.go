@@ -42,13 +42,33 @@ type elemKey struct {
 	port  uint16
 }
 
-// frontend is the Frontend of the Service ports that may put k in the
-// table: elements yields cluster-ips keys for the cluster IP as a whole
-// (no protocol nor port), node-port keys without an address, the others
-// for an address, protocol and port of the Service port, all of them among
-// the port's ruleset.Service.Frontends.
+// frontend is the destination of k: a Frontend without its kind, whose
+// owner (ruleset.Ruleset.Owner) is the Service port that may put k in the
+// table.
 func (k elemKey) frontend() ruleset.Frontend {
 	return ruleset.Frontend{Addr: k.addr, Protocol: k.proto, Port: k.port}
+}
+
+// destinationKeys are the keys that any Service port may put in the table
+// for a frontend at f's destination: all the elements whose owner can change
+// when the owner of f does.
+func destinationKeys(f ruleset.Frontend) []elemKey {
+	k := elemKey{addr: f.Addr, proto: f.Protocol, port: f.Port}
+	var ins []container
+	switch f.Kind {
+	case ruleset.KindClusterAddress:
+		ins = []container{inClusterIPs}
+	case ruleset.KindNodePort:
+		ins = []container{inServiceNodePorts, inNoEndpointNodePorts}
+	default:
+		ins = []container{inServiceIPs, inNoEndpointServices, inFirewallIPs}
+	}
+	keys := make([]elemKey, len(ins))
+	for i, in := range ins {
+		keys[i] = k
+		keys[i].in = in
+	}
+	return keys
 }
 
 // compare orders element keys: by container, address, protocol, port.
@@ -70,70 +90,71 @@ const (
 )
 
 // elements calls yield with each element that s puts in the maps and sets,
-// in a fixed order.
-func (r *renderer) elements(s *ruleset.Service, yield func(elemKey, verdict)) {
+// with the kind of the frontend it is for, in a fixed order: the routes and
+// the ExternalTraffic of s, translated. s puts an element in the table only
+// when it owns that frontend (see owns).
+func (r *renderer) elements(s *ruleset.Service, yield func(elemKey, verdict, ruleset.FrontendKind)) {
 	proto := s.Name.Protocol
-	yield(elemKey{in: inClusterIPs, addr: s.ClusterIP}, verdictNone)
-	internal := elemKey{addr: s.ClusterIP, proto: proto, port: s.Port}
-	switch {
-	case s.Internal == ruleset.RouteCluster && len(s.ClusterTargets) > 0:
-		internal.in = inServiceIPs
-		yield(internal, verdictCluster)
-	case s.Internal == ruleset.RouteLocal && len(s.LocalTargets) > 0:
-		internal.in = inServiceIPs
-		yield(internal, verdictLocal)
-	case s.Internal == ruleset.RouteReject:
-		internal.in = inNoEndpointServices
-		yield(internal, verdictReject)
+	yield(elemKey{in: inClusterIPs, addr: s.ClusterIP}, verdictNone, ruleset.KindClusterAddress)
+	internal := elemKey{in: inServiceIPs, addr: s.ClusterIP, proto: proto, port: s.Port}
+	switch s.Internal {
+	case ruleset.RouteCluster:
+		yield(internal, verdictCluster, ruleset.KindClusterIP)
+	case ruleset.RouteLocal:
+		yield(internal, verdictLocal, ruleset.KindClusterIP)
 	default:
-		// RouteDrop, or (never from ruleset.Builder) a route without
-		// targets: drop rather than point at a missing chain.
 		internal.in = inNoEndpointServices
-		yield(internal, verdictDrop)
+		yield(internal, routeVerdict(s.Internal), ruleset.KindClusterIP)
 	}
 	if s.External == ruleset.RouteNone {
 		return
 	}
-	ext := r.usesExternalChain(s)
-	noEndpoints := verdictNone
-	switch s.External {
-	case ruleset.RouteReject:
-		noEndpoints = verdictReject
-	case ruleset.RouteDrop:
-		noEndpoints = verdictDrop
-	}
-	frontend := func(ip netip.Addr, lb bool) {
+	steered := s.ExternalTraffic.Steered
+	noEndpoints := routeVerdict(s.External)
+	frontend := func(ip netip.Addr, kind ruleset.FrontendKind) {
 		k := elemKey{addr: ip, proto: proto, port: s.Port}
-		if ext {
+		if steered {
 			k.in = inServiceIPs
-			yield(k, verdictExternal)
+			yield(k, verdictExternal, kind)
 		}
-		if lb && s.UsesFirewall() {
+		if kind == ruleset.KindLoadBalancerIP && s.UsesFirewall() {
 			k.in = inFirewallIPs
-			yield(k, verdictFirewall)
+			yield(k, verdictFirewall, kind)
 		}
 		if noEndpoints != verdictNone {
 			k.in = inNoEndpointServices
-			yield(k, noEndpoints)
+			yield(k, noEndpoints, kind)
 		}
 	}
 	for _, ip := range s.ExternalIPs {
-		frontend(ip, false)
+		frontend(ip, ruleset.KindExternalIP)
 	}
 	for _, ip := range s.LoadBalancerIPs {
-		frontend(ip, true)
+		frontend(ip, ruleset.KindLoadBalancerIP)
 	}
 	if s.NodePort != 0 {
 		k := elemKey{proto: proto, port: s.NodePort}
-		if ext {
+		if steered {
 			k.in = inServiceNodePorts
-			yield(k, verdictExternal)
+			yield(k, verdictExternal, ruleset.KindNodePort)
 		}
 		if noEndpoints != verdictNone {
 			k.in = inNoEndpointNodePorts
-			yield(k, noEndpoints)
+			yield(k, noEndpoints, ruleset.KindNodePort)
 		}
 	}
+}
+
+// routeVerdict is the verdict of a route that goes to no chain:
+// verdictReject, verdictDrop, or verdictNone for the others.
+func routeVerdict(route ruleset.Route) verdict {
+	switch route {
+	case ruleset.RouteReject:
+		return verdictReject
+	case ruleset.RouteDrop:
+		return verdictDrop
+	}
+	return verdictNone
 }
 
 // element renders a claimed element for an add.

@@ -24,8 +24,10 @@ func CheckFrontends(rs *ruleset.Ruleset) error {
 	}
 	for _, s := range rs.Services() {
 		fs := s.Frontends()
-		r.elements(s, func(k elemKey, _ verdict) {
-			if err == nil && !slices.Contains(fs, k.frontend()) {
+		r.elements(s, func(k elemKey, _ verdict, kind ruleset.FrontendKind) {
+			f := k.frontend()
+			f.Kind = kind
+			if err == nil && !slices.Contains(fs, f) {
 				err = fmt.Errorf("%v: element %+v not on any of its Frontends %v", s.Name, k, fs)
 			}
 		})

@@ -42,7 +42,7 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 	}
 	mayExist := func(chain string) bool { return existing == nil || exists[chain] }
 	r.fixed(tx, mayExist, false)
-	st := newFullState(r, &res, mayExist)
+	st := newFullState(r, rs, &res, mayExist)
 	st.services(tx, rs.Services())
 
 	if existing != nil {
@@ -71,7 +71,7 @@ func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, ch
 	tx := newTx()
 	r.fixed(tx, func(string) bool { return false }, false)
 	txs := []T{tx}
-	st := newFullState(r, &res, func(string) bool { return false })
+	st := newFullState(r, rs, &res, func(string) bool { return false })
 	all := rs.Services()
 	if chunk < 1 {
 		chunk = max(len(all), 1)
@@ -86,10 +86,11 @@ func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, ch
 	return txs, res, nil
 }
 
-// fullState is what the services of a full render share: who claimed each
-// element, which objects were written.
+// fullState is what the services of a full render of rs share: who claimed
+// each element, which objects were written.
 type fullState struct {
 	r        *renderer
+	rs       *ruleset.Ruleset
 	res      *Result
 	flush    func(chain string) bool
 	claims   map[elemKey]*ruleset.Service
@@ -100,8 +101,8 @@ type fullState struct {
 	inTable map[elemKey]bool
 }
 
-func newFullState(r *renderer, res *Result, flush func(string) bool) *fullState {
-	return &fullState{r: r, res: res, flush: flush, claims: map[elemKey]*ruleset.Service{}, rendered: map[string]bool{}}
+func newFullState(r *renderer, rs *ruleset.Ruleset, res *Result, flush func(string) bool) *fullState {
+	return &fullState{r: r, rs: rs, res: res, flush: flush, claims: map[elemKey]*ruleset.Service{}, rendered: map[string]bool{}}
 }
 
 // removeUnrendered flushes the chains of existing (see Render) that st did
@@ -163,11 +164,14 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 		for _, c := range chains {
 			r.writeRules(tx, c)
 		}
-		r.elements(s, func(k elemKey, v verdict) {
-			if owner, dup := st.claims[k]; dup {
-				if k.in != inClusterIPs && owner != s {
-					st.res.Warnings = append(st.res.Warnings, conflictWarning(s, k, owner))
+		r.elements(s, func(k elemKey, v verdict, kind ruleset.FrontendKind) {
+			if !owns(st.rs, s, k, kind) {
+				if w, ok := notOwnedWarning(st.rs, s, k, kind); ok {
+					st.res.Warnings = append(st.res.Warnings, w)
 				}
+				return
+			}
+			if _, dup := st.claims[k]; dup {
 				return
 			}
 			st.claims[k] = s

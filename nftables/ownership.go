@@ -27,41 +27,59 @@ type claimedElem struct {
 	claim claim
 }
 
-// owners finds, for each of keys, its first claimant in rs: the first
-// Service port, in name order, that puts it in the table. Only the Service
-// ports on the key's Frontend can (see frontend), so it looks at those
-// alone: O(log n) time per key, not O(n).
+// owns reports whether s puts its element with key k, for its frontend of
+// kind, in the table: whether s owns that frontend in rs
+// (ruleset.Ruleset.Owns).
+func owns(rs *ruleset.Ruleset, s *ruleset.Service, k elemKey, kind ruleset.FrontendKind) bool {
+	f := k.frontend()
+	f.Kind = kind
+	return rs.Owns(s, f)
+}
+
+// owners finds the claim on each of keys in rs: the owner of the key's
+// frontend (ruleset.Ruleset.Owner), when its name is safe and it puts an
+// element with that key in the table. It takes O(log n) time per key.
 func owners(r *renderer, rs *ruleset.Ruleset, keys []elemKey) map[elemKey]claim {
 	claims := make(map[elemKey]claim, len(keys))
 	for _, k := range keys {
-		for _, name := range rs.ServicesAt(k.frontend()) {
-			if !safeName(name) {
-				continue
-			}
-			s, ok := rs.Service(name)
-			if !ok {
-				continue
-			}
-			if v, ok := r.elementVerdict(s, k); ok {
-				claims[k] = claim{s, v}
-				break
-			}
+		s, kind, ok := rs.Owner(k.frontend())
+		if !ok || !safeName(s.Name) {
+			continue
+		}
+		if v, ok := r.elementVerdict(s, k, kind); ok {
+			claims[k] = claim{s, v}
 		}
 	}
 	return claims
 }
 
-// elementVerdict returns the verdict of s's first element with key k, if s has
-// one.
-func (r *renderer) elementVerdict(s *ruleset.Service, k elemKey) (verdict, bool) {
+// elementVerdict returns the verdict of s's element with key k for its
+// frontend of kind, if s has one.
+func (r *renderer) elementVerdict(s *ruleset.Service, k elemKey, kind ruleset.FrontendKind) (verdict, bool) {
 	var v verdict
 	found := false
-	r.elements(s, func(e elemKey, ev verdict) {
-		if !found && e == k {
+	r.elements(s, func(e elemKey, ev verdict, ek ruleset.FrontendKind) {
+		if !found && e == k && ek == kind {
 			v, found = ev, true
 		}
 	})
 	return v, found
+}
+
+// notOwnedWarning is the warning for s's element with key k, for its
+// frontend of kind, when another Service port of rs owns that frontend
+// (nothing for the cluster-ips set, which many ports share).
+func notOwnedWarning(rs *ruleset.Ruleset, s *ruleset.Service, k elemKey, kind ruleset.FrontendKind) (svcproxy.Warning, bool) {
+	if k.in == inClusterIPs {
+		return svcproxy.Warning{}, false
+	}
+	f := k.frontend()
+	f.Kind = kind
+	owner, _, ok := rs.Owner(f)
+	if !ok || owner.Name == s.Name {
+		return svcproxy.Warning{}, false
+	}
+	return conflictWarning(s, k, owner), true
 }
 
 func conflictWarning(s *ruleset.Service, k elemKey, owner *ruleset.Service) svcproxy.Warning {

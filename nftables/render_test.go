@@ -123,6 +123,14 @@ var goldenCases = []goldenCase{
 		svc("ns4", "np", "2001:db8:19::44", nodePort(30044), externalLocal, internalLocal),
 		slice("ns4", "np", 8080, ep{ip: "2001:db8:18:40::2", node: node}, ep{ip: "2001:db8:18:41::2", node: "node-b"}),
 	}},
+	// An external IP claimed by a Service without endpoints, first in name
+	// order, and by one with endpoints: the second owns it
+	// (ruleset.Ruleset.Owner), and the first puts no reject element there.
+	{name: "contested-external-ip", cfg: config4, objs: []any{
+		svc("ns6", "a", "198.19.0.50", externalIPs("198.18.0.100")),
+		svc("ns6", "b", "198.19.0.51", externalIPs("198.18.0.100")),
+		slice("ns6", "b", 8080, ep{ip: "198.18.64.2", node: node}),
+	}},
 }
 
 func (c goldenCase) ruleset(tb testing.TB) *ruleset.Ruleset {

@@ -45,7 +45,7 @@ func renderResync[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options,
 	tx := newTx()
 	r.fixed(tx, mayExist, true)
 	txs := []T{tx}
-	st := newFullState(r, &res, mayExist)
+	st := newFullState(r, rs, &res, mayExist)
 	st.inTable = inTable
 	all := rs.Services()
 	if chunk < 1 {

@@ -92,7 +92,7 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 	if len(s.LocalTargets) > 0 {
 		chains = append(chains, r.policyChain(prefixLocal+base, s, endpointBases, s.LocalTargets, masquerade, s.Internal == ruleset.RouteLocal))
 	}
-	if r.usesExternalChain(s) {
+	if s.ExternalTraffic.Steered {
 		chains = append(chains, r.externalChain(s, base))
 	}
 	if s.UsesFirewall() {
@@ -105,47 +105,45 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 }
 
 // clusterIPMasquerade is the rule that masquerades traffic to the cluster
-// IP that comes from outside the pod network (or all of it, with
-// MasqueradeAll), in whichever policy chain internal traffic reaches;
-// external traffic reaches the same chains, hence the match on the cluster
-// IP. "" when nothing is masqueraded there.
+// IP as the Service's ClusterIPMasquerade says (all of it, or what comes
+// from outside the pod network), in whichever policy chain internal traffic
+// reaches; external traffic reaches the same chains, hence the match on the
+// cluster IP. "" when nothing is masqueraded there.
 func (r *renderer) clusterIPMasquerade(s *ruleset.Service) string {
 	proto := strings.ToLower(string(s.Name.Protocol))
-	switch {
-	case r.cfg.MasqueradeAll:
+	switch s.ClusterIPMasquerade {
+	case ruleset.MasqueradeAll:
 		return fmt.Sprintf("%s daddr %s %s dport %d jump %s", r.ipX, s.ClusterIP, proto, s.Port, chainMarkMasq)
-	case r.notPods != "":
+	case ruleset.MasqueradeOffCluster:
 		return fmt.Sprintf("%s daddr %s %s dport %d %s jump %s", r.ipX, s.ClusterIP, proto, s.Port, r.notPods, chainMarkMasq)
 	}
 	return ""
 }
 
 // externalChain is the chain of NodePort, externalIP and load-balancer
-// traffic. With the Cluster policy it masquerades, as the endpoint may be
-// on another node. The Local policy keeps the client address, except for
-// traffic from pods and from the node itself, which is sent to the
-// cluster endpoints as if it had gone out to the load balancer and come
-// back.
+// traffic, from the Service's ExternalTraffic: the short-circuit of pod
+// traffic to the cluster chain, the masquerade of all traffic, the
+// masquerade and short-circuit of the node's own traffic, then the External
+// route's chain.
 func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
 	clusterChain := prefixService + base
 	c := chainDef{name: prefixExternal + base}
-	hasCluster := len(s.ClusterTargets) > 0
-	if !s.ExternalPolicyLocal {
-		c.rules = append(c.rules, ruleDef{rule: "jump " + chainMarkMasq})
-		if s.External == ruleset.RouteCluster && hasCluster {
-			c.rules = append(c.rules, ruleDef{rule: "goto " + clusterChain})
-		}
-		return c
+	ext := s.ExternalTraffic
+	if ext.ShortCircuit && r.fromPods != "" {
+		c.rules = append(c.rules, ruleDef{r.fromPods + " goto " + clusterChain, "short-circuit pod traffic"})
 	}
-	if hasCluster {
-		if r.fromPods != "" {
-			c.rules = append(c.rules, ruleDef{r.fromPods + " goto " + clusterChain, "short-circuit pod traffic"})
-		}
+	if ext.Masquerade {
+		c.rules = append(c.rules, ruleDef{rule: "jump " + chainMarkMasq})
+	}
+	if ext.ShortCircuit {
 		c.rules = append(c.rules,
 			ruleDef{"fib saddr type local jump " + chainMarkMasq, "masquerade local traffic"},
 			ruleDef{"fib saddr type local goto " + clusterChain, "short-circuit local traffic"})
 	}
-	if s.External == ruleset.RouteLocal && len(s.LocalTargets) > 0 {
+	switch s.External {
+	case ruleset.RouteCluster:
+		c.rules = append(c.rules, ruleDef{rule: "goto " + clusterChain})
+	case ruleset.RouteLocal:
 		c.rules = append(c.rules, ruleDef{rule: "goto " + prefixLocal + base})
 	}
 	return c
@@ -240,13 +238,6 @@ func endpointBase(s *ruleset.Service, endpointBases []string, ep netip.AddrPort)
 		return EndpointChainBase(s.Name, ep)
 	}
 	return endpointBases[i]
-}
-
-// usesExternalChain: the external chain exists when the port is reachable
-// from outside and has endpoints somewhere, even when its Local policy
-// finds none on this node (the short-circuit rules still apply).
-func (r *renderer) usesExternalChain(s *ruleset.Service) bool {
-	return s.External != ruleset.RouteNone && s.External != ruleset.RouteReject
 }
 
 // unsafeWarning names a Service port that is not rendered because its name

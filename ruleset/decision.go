@@ -22,6 +22,10 @@ const (
 	// KindLoadBalancerIP is one of the port's load-balancer ingress IPs
 	// with the Service port.
 	KindLoadBalancerIP
+	// KindClusterAddress is the port's cluster IP as a whole, on any
+	// protocol and port: the key of the set of active cluster IPs. No flow
+	// is decided on it (Decide says VerdictNotServed).
+	KindClusterAddress
 )
 
 func (k FrontendKind) String() string {
@@ -34,6 +38,8 @@ func (k FrontendKind) String() string {
 		return "external IP"
 	case KindLoadBalancerIP:
 		return "load-balancer IP"
+	case KindClusterAddress:
+		return "cluster IP address"
 	}
 	return fmt.Sprintf("FrontendKind(%d)", uint8(k))
 }
@@ -86,7 +92,7 @@ type Source struct {
 type Choice struct {
 	Target
 	// Share is the fraction of new flows that go to this target: 1/N for
-	// each of N targets.
+	// each of N targets (Target.Share).
 	Share *big.Rat
 	// Masquerade reports that flows to this target have their source
 	// rewritten to the node's address: the Decision's Masquerade, or
@@ -111,20 +117,69 @@ type Decision struct {
 	ShortCircuit bool
 }
 
+// Masquerade says which flows to a cluster IP have their source rewritten to
+// the node's address.
+type Masquerade uint8
+
+const (
+	// MasqueradeNone: no flow (Config.ClusterCIDRs is empty and
+	// MasqueradeAll off).
+	MasqueradeNone Masquerade = iota
+	// MasqueradeOffCluster: the flows whose source is outside
+	// Config.ClusterCIDRs (off-cluster traffic, routed to the Service range
+	// through this node, may leave it again).
+	MasqueradeOffCluster
+	// MasqueradeAll: every flow (Config.MasqueradeAll).
+	MasqueradeAll
+)
+
+func (m Masquerade) String() string {
+	switch m {
+	case MasqueradeNone:
+		return "none"
+	case MasqueradeOffCluster:
+		return "off-cluster"
+	case MasqueradeAll:
+		return "all"
+	}
+	return fmt.Sprintf("Masquerade(%d)", uint8(m))
+}
+
+// ExternalTraffic is what happens to new flows to a port's external
+// frontends (its node port, external IPs and load-balancer IPs), once they
+// have passed the source-range firewall, besides the External route.
+type ExternalTraffic struct {
+	// Steered reports that flows go through the steps below before the
+	// External route applies (kube-proxy's external chain): the port is
+	// externally accessible and has endpoints somewhere, so External is
+	// Cluster, Local or Drop. When false, External (None or Reject) applies
+	// to every flow.
+	Steered bool
+	// Masquerade reports that every steered flow is masqueraded:
+	// externalTrafficPolicy Cluster, where the endpoint may be on another
+	// node and the reply must come back through this one.
+	Masquerade bool
+	// ShortCircuit reports that steered flows from pods (a source inside
+	// Config.ClusterCIDRs) and then those from the node itself go to
+	// ClusterTargets, whatever External says, and that those from the node
+	// (and not from a pod address) are masqueraded: externalTrafficPolicy
+	// Local, as if they had gone out to the load balancer and come back.
+	// Never true without ClusterTargets.
+	ShortCircuit bool
+}
+
 // Decide says what happens to a new flow from src to a frontend of kind of s,
 // a Service of r, once it has passed the load-balancer source-range firewall
-// (see Service.Firewalled). It is kube-proxy's behaviour, which every backend
-// renders:
+// (see Service.Firewalled). It reads the decisions the Builder stored in s
+// (kube-proxy's behaviour, which every backend renders):
 //
-//   - Cluster IP: the Internal route. Flows are masqueraded when
-//     Config.MasqueradeAll is set, or when ClusterCIDRs are set and the
-//     source is outside them.
-//   - Node port, external and load-balancer IPs: the External route. Under
-//     externalTrafficPolicy Cluster, flows are masqueraded (the endpoint may
-//     be on another node). Under Local, flows from outside keep their source
-//     and go to the node's local targets, or are dropped when it has none;
-//     flows from a pod (a source inside ClusterCIDRs) or from the node go to
-//     the cluster-wide targets, and those from the node are masqueraded.
+//   - Cluster IP: the Internal route; flows are masqueraded as
+//     ClusterIPMasquerade says.
+//   - Node port, external and load-balancer IPs: with
+//     ExternalTraffic.ShortCircuit, flows from a pod go to the cluster-wide
+//     targets, then flows from the node go there too, masqueraded. Every
+//     other flow takes the External route, masqueraded when
+//     ExternalTraffic.Masquerade is set.
 //   - A flow to a target that is its own source is masqueraded (hairpin).
 //
 // The kind must be one that s has (its cluster IP, node port, one of its
@@ -134,26 +189,27 @@ func (r *Ruleset) Decide(s *Service, kind FrontendKind, src Source) Decision {
 		if !s.ClusterIP.IsValid() {
 			return Decision{}
 		}
-		masq := r.config.MasqueradeAll || (len(r.config.ClusterCIDRs) > 0 && !r.fromPod(src.Addr))
+		masq := s.ClusterIPMasquerade == MasqueradeAll ||
+			s.ClusterIPMasquerade == MasqueradeOffCluster && !r.fromPod(src.Addr)
 		return decide(s.Internal, s, src, masq, false)
 	}
 	if !s.hasFrontend(kind) {
 		return Decision{}
 	}
-	if s.External == RouteCluster {
-		return decide(RouteCluster, s, src, true, false)
-	}
-	if s.External == RouteLocal || s.External == RouteDrop {
+	ext := s.ExternalTraffic
+	if ext.ShortCircuit {
+		if r.fromPod(src.Addr) {
+			return decide(RouteCluster, s, src, false, true)
+		}
 		if src.FromNode {
 			return decide(RouteCluster, s, src, true, true)
 		}
-		if len(r.config.ClusterCIDRs) > 0 && r.fromPod(src.Addr) {
-			return decide(RouteCluster, s, src, false, true)
-		}
 	}
-	return decide(s.External, s, src, false, false)
+	return decide(s.External, s, src, ext.Masquerade, false)
 }
 
+// fromPod reports whether addr is inside Config.ClusterCIDRs (never, when
+// there are none).
 func (r *Ruleset) fromPod(addr netip.Addr) bool {
 	return slices.ContainsFunc(r.config.ClusterCIDRs, func(p netip.Prefix) bool { return p.Contains(addr) })
 }
@@ -172,7 +228,8 @@ func (s *Service) hasFrontend(kind FrontendKind) bool {
 }
 
 // decide turns a route into a Decision. A route that spreads over targets
-// but has none rejects: the Builder never makes one.
+// always has targets: the Builder makes it a Drop otherwise, and so does
+// decide, for a Service that no Builder made.
 func decide(route Route, s *Service, src Source, masq, short bool) Decision {
 	var ts []Target
 	switch route {
@@ -188,12 +245,11 @@ func decide(route Route, s *Service, src Source, masq, short bool) Decision {
 		ts = s.LocalTargets
 	}
 	if len(ts) == 0 {
-		return Decision{Verdict: VerdictReject}
+		return Decision{Verdict: VerdictDrop}
 	}
 	d := Decision{Verdict: VerdictForward, Masquerade: masq, ShortCircuit: short, Targets: make([]Choice, len(ts))}
-	share := big.NewRat(1, int64(len(ts)))
 	for i, t := range ts {
-		d.Targets[i] = Choice{Target: t, Share: share, Masquerade: masq || t.Endpoint.Addr() == src.Addr}
+		d.Targets[i] = Choice{Target: t, Share: t.Share(), Masquerade: masq || t.Endpoint.Addr() == src.Addr}
 	}
 	return d
 }
@@ -201,10 +257,11 @@ func decide(route Route, s *Service, src Source, masq, short bool) Decision {
 // Firewalled reports whether the load-balancer source-range firewall drops a
 // flow from src to one of s's load-balancer IPs: the port has
 // loadBalancerSourceRanges, src is in none of them, and src is not one of
-// the load-balancer IPs that FirewallAllowsNode lets through. Flows that a
-// Reject route turns away never reach the firewall.
+// the load-balancer IPs that FirewallAllowsNode lets through. Only steered
+// flows (ExternalTraffic.Steered) reach the firewall: a Reject route turns
+// the others away first.
 func (s *Service) Firewalled(kind FrontendKind, src netip.Addr) bool {
-	if kind != KindLoadBalancerIP || !s.UsesFirewall() || s.External == RouteReject || s.External == RouteNone {
+	if kind != KindLoadBalancerIP || !s.UsesFirewall() || !s.ExternalTraffic.Steered {
 		return false
 	}
 	if slices.ContainsFunc(s.LoadBalancerSourceRanges, func(p netip.Prefix) bool { return p.Contains(src) }) {

@@ -8,9 +8,14 @@
 // rejected because the Service has no endpoints, or dropped because a Local
 // policy has none on this node), the targets in a stable order with the
 // probability that each is picked (1/(N−i) for the i-th of N, counting from
-// 0, so that each is reached with probability 1/N), the source ranges of its
-// load-balancer firewall and its ClientIP affinity. The iptables and nftables
-// packages render a Ruleset; the conntrack package reads it.
+// 0, so that each is reached with probability 1/N, its Share), the source
+// ranges of its load-balancer firewall and its ClientIP affinity, which
+// traffic is masqueraded (ClusterIPMasquerade, ExternalTraffic) and which
+// is short-circuited to the cluster targets; and, for a destination that
+// several ports claim, which one owns it (Ruleset.Owner). Every decision
+// is made there: Ruleset.Decide reads them for one flow, and the iptables
+// and nftables packages only translate them into rules. The conntrack
+// package reads the Ruleset too.
 //
 // Builder.Update makes the Ruleset of new snapshots from the previous one by
 // rebuilding only the ServicePorts that differ between the snapshots the

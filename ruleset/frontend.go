@@ -12,13 +12,17 @@ import (
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
-// Frontend is a destination on which a Service port receives traffic: an
-// address, protocol and port (cluster IP, external IP or load-balancer IP
-// with the Service port), a node port (Addr not valid), or a cluster IP as a
-// whole (Protocol "" and Port 0: the key of a set of active cluster IPs).
-// Two Service ports with a Frontend in common compete for the same kernel
-// map entries; a backend decides which one wins.
+// Frontend is a destination on which a Service port receives traffic, and
+// the kind of frontend it is: an address, protocol and port (a cluster IP,
+// external IP or load-balancer IP with the Service port), a node port (Addr
+// not valid), or a cluster IP as a whole (KindClusterAddress: Protocol ""
+// and Port 0, the key of a set of active cluster IPs).
+//
+// Several Service ports may have a frontend at the same destination (the
+// address, protocol and port, whatever the kind); Ruleset.Owner says which
+// one takes its flows.
 type Frontend struct {
+	Kind     FrontendKind
 	Addr     netip.Addr
 	Protocol v1.Protocol
 	Port     uint16
@@ -27,17 +31,17 @@ type Frontend struct {
 // String is "198.19.0.10:80/TCP" for an address with a port, "node port
 // 30080/TCP" for a node port, and "198.19.0.10" for a cluster IP as a whole.
 func (f Frontend) String() string {
-	switch {
-	case !f.Addr.IsValid():
+	switch f.Kind {
+	case KindNodePort:
 		return "node port " + strconv.Itoa(int(f.Port)) + "/" + string(f.Protocol)
-	case f.Protocol == "" && f.Port == 0:
+	case KindClusterAddress:
 		return f.Addr.String()
 	}
 	return netip.AddrPortFrom(f.Addr, f.Port).String() + "/" + string(f.Protocol)
 }
 
-// Compare orders Frontends by address (node ports first), protocol, then
-// port.
+// Compare orders Frontends by address (node ports first), protocol, port,
+// then kind.
 func (f Frontend) Compare(g Frontend) int {
 	if c := f.Addr.Compare(g.Addr); c != 0 {
 		return c
@@ -45,47 +49,147 @@ func (f Frontend) Compare(g Frontend) int {
 	if f.Protocol != g.Protocol {
 		return cmp.Compare(f.Protocol, g.Protocol)
 	}
-	return cmp.Compare(f.Port, g.Port)
+	return cmp.Or(cmp.Compare(f.Port, g.Port), cmp.Compare(f.Kind, g.Kind))
+}
+
+// destination is f without its kind: what the kernel matches on.
+func (f Frontend) destination() Frontend {
+	f.Kind = 0
+	return f
 }
 
 // Frontends returns the Frontends of s, sorted, each once: its cluster IP
-// alone, its cluster IP, external IPs and load-balancer IPs each with its
-// protocol and port, and its node port.
+// as a whole, its cluster IP, external IPs and load-balancer IPs each with
+// its protocol and port, and its node port.
 func (s *Service) Frontends() []Frontend {
 	fs := s.appendFrontends(make([]Frontend, 0, 3+len(s.ExternalIPs)+len(s.LoadBalancerIPs)))
 	slices.SortFunc(fs, Frontend.Compare)
 	return slices.Compact(fs)
 }
 
+// destinations returns the destinations of the Frontends of s, sorted, each
+// once.
+func (s *Service) destinations() []Frontend {
+	fs := s.appendFrontends(make([]Frontend, 0, 3+len(s.ExternalIPs)+len(s.LoadBalancerIPs)))
+	for i := range fs {
+		fs[i] = fs[i].destination()
+	}
+	slices.SortFunc(fs, Frontend.Compare)
+	return slices.Compact(fs)
+}
+
 // appendFrontends appends the Frontends of s to dst, unsorted and maybe
-// twice.
+// twice, in the order of their kinds.
 func (s *Service) appendFrontends(dst []Frontend) []Frontend {
 	proto := s.Name.Protocol
-	dst = append(dst, Frontend{Addr: s.ClusterIP}, Frontend{Addr: s.ClusterIP, Protocol: proto, Port: s.Port})
+	dst = append(dst,
+		Frontend{Kind: KindClusterAddress, Addr: s.ClusterIP},
+		Frontend{Kind: KindClusterIP, Addr: s.ClusterIP, Protocol: proto, Port: s.Port})
 	for _, ip := range s.ExternalIPs {
-		dst = append(dst, Frontend{Addr: ip, Protocol: proto, Port: s.Port})
+		dst = append(dst, Frontend{Kind: KindExternalIP, Addr: ip, Protocol: proto, Port: s.Port})
 	}
 	for _, ip := range s.LoadBalancerIPs {
-		dst = append(dst, Frontend{Addr: ip, Protocol: proto, Port: s.Port})
+		dst = append(dst, Frontend{Kind: KindLoadBalancerIP, Addr: ip, Protocol: proto, Port: s.Port})
 	}
 	if s.NodePort != 0 {
-		dst = append(dst, Frontend{Protocol: proto, Port: s.NodePort})
+		dst = append(dst, Frontend{Kind: KindNodePort, Protocol: proto, Port: s.NodePort})
 	}
 	return dst
 }
 
-// ServicesAt returns the names of the Service ports whose Frontends include
-// f, sorted. The slice must not be modified. It takes O(log n) time for n
+// Owner returns the Service port that takes the new flows to f's
+// destination (its address, protocol and port; f.Kind is ignored) and the
+// kind of its frontend they reach it through; ok is false when no Service
+// port has a frontend there. Both backends render the frontend for the
+// owner alone. When several Service ports have a frontend at the
+// destination (the API server prevents it for cluster IPs and node ports,
+// not for external and load-balancer IPs), the owner is:
+//
+//  1. one that takes the flows into its rules (a cluster IP whose Internal
+//     route spreads over targets; an external frontend whose
+//     ExternalTraffic is Steered) rather than one that only rejects or
+//     drops them. This is what kube-proxy does in both its modes: a port
+//     without (local) endpoints only has a reject or drop rule in the
+//     filter hooks, which see the flow after the other port's DNAT.
+//  2. among those, the first in name order, and within one port its
+//     cluster IP before its external IPs before its load-balancer IPs.
+//     kube-proxy has no rule for this case (its iptables mode writes the
+//     rules in map order, its nftables mode fails the transaction on the
+//     duplicate map key); this one is svcproxy's.
+//
+// It takes O(k log n) time for k Service ports at the destination.
+func (r *Ruleset) Owner(f Frontend) (owner *Service, kind FrontendKind, ok bool) {
+	takes := false
+	for _, name := range r.ServicesAt(f) {
+		s, found := r.Service(name)
+		if !found {
+			continue
+		}
+		k, t := s.kindAt(f.destination())
+		if owner == nil || t && !takes {
+			owner, kind, takes = s, k, t
+		}
+		if takes {
+			break
+		}
+	}
+	return owner, kind, owner != nil
+}
+
+// Owns reports whether s, a Service of r, is the owner of f's destination
+// through a frontend of f's kind: whether a backend renders f for s.
+func (r *Ruleset) Owns(s *Service, f Frontend) bool {
+	if names := r.ServicesAt(f); len(names) == 1 && names[0] == s.Name {
+		kind, _ := s.kindAt(f.destination())
+		return kind == f.Kind
+	}
+	owner, kind, ok := r.Owner(f)
+	return ok && owner.Name == s.Name && kind == f.Kind
+}
+
+// kindAt returns the kind of s's frontend at destination d that takes the
+// flows to it, or else its first, and whether it takes them (see Owner).
+func (s *Service) kindAt(d Frontend) (FrontendKind, bool) {
+	var first FrontendKind
+	var buf [8]Frontend
+	for _, f := range s.appendFrontends(buf[:0]) {
+		if f.destination() != d {
+			continue
+		}
+		if s.takes(f.Kind) {
+			return f.Kind, true
+		}
+		if first == 0 {
+			first = f.Kind
+		}
+	}
+	return first, false
+}
+
+// takes reports whether flows to s's frontends of kind enter its rules,
+// rather than being only rejected or dropped.
+func (s *Service) takes(kind FrontendKind) bool {
+	switch kind {
+	case KindClusterIP:
+		return s.Internal == RouteCluster || s.Internal == RouteLocal
+	case KindNodePort, KindExternalIP, KindLoadBalancerIP:
+		return s.ExternalTraffic.Steered
+	}
+	return false
+}
+
+// ServicesAt returns the names of the Service ports with a Frontend at f's
+// destination (its address, protocol and port; f.Kind is ignored), sorted. The slice must not be modified. It takes O(log n) time for n
 // Frontends in the Ruleset, after a first call on a Ruleset made by Build,
 // which takes O(n log n) to index them.
 func (r *Ruleset) ServicesAt(f Frontend) []servicemap.PortName {
 	idx := r.index()
-	e, _ := idx.get(f)
+	e, _ := idx.get(f.destination())
 	return e.names
 }
 
-// frontendIndex maps each Frontend to the sorted names of the Service ports
-// that have it.
+// frontendIndex maps each destination (a Frontend without its kind) to the
+// sorted names of the Service ports with a Frontend there.
 type frontendIndex = tree[Frontend, frontendNames]
 
 // frontendNames is an entry of a frontendIndex: never without names.
@@ -119,7 +223,7 @@ func buildIndex(svcs []*Service) frontendIndex {
 	for i, s := range svcs {
 		fs = s.appendFrontends(fs[:0])
 		for _, f := range fs {
-			entries = append(entries, entry{f, i})
+			entries = append(entries, entry{f.destination(), i})
 		}
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return cmp.Or(a.f.Compare(b.f), cmp.Compare(a.i, b.i)) })
@@ -142,18 +246,18 @@ func buildIndex(svcs []*Service) frontendIndex {
 	return treeFromSorted(groups)
 }
 
-// moveFrontends returns idx with name taken off the Frontends of before and
-// put on those of after (either may be nil).
+// moveFrontends returns idx with name taken off the destinations of before
+// and put on those of after (either may be nil).
 func moveFrontends(idx frontendIndex, name servicemap.PortName, before, after *Service) frontendIndex {
 	if before != nil && after != nil && sameFrontends(before, after) {
 		return idx // the common case: only the endpoints changed
 	}
 	var fb, fa []Frontend
 	if before != nil {
-		fb = before.Frontends()
+		fb = before.destinations()
 	}
 	if after != nil {
-		fa = after.Frontends()
+		fa = after.destinations()
 	}
 	sorted.Walk(fb, fa, Frontend.Compare,
 		func(gone Frontend) { idx = withoutName(idx, gone, name) },

@@ -204,8 +204,8 @@ func checkService(t *rapid.T, cfg ruleset.Config, s *ruleset.Service, ss service
 
 	for _, list := range [][]ruleset.Target{s.ClusterTargets, s.LocalTargets} {
 		for i, tg := range list {
-			if tg.Remaining != len(list)-i {
-				fail("target %d of %d has Remaining %d", i, len(list), tg.Remaining)
+			if tg.Remaining != len(list)-i || tg.Total != len(list) {
+				fail("target %d of %d has Remaining %d, Total %d", i, len(list), tg.Remaining, tg.Total)
 			}
 			j := slices.IndexFunc(s.Endpoints, func(e endpoints.Endpoint) bool { return e.AddrPort() == tg.Endpoint })
 			e := s.Endpoints[j]

@@ -54,17 +54,24 @@ func (r Route) String() string {
 // Target is one endpoint in a list of targets that traffic is spread over.
 // Walking the list in order, target i of N is picked with probability
 // 1/Remaining, where Remaining = N−i; the last target (Remaining 1) takes
-// whatever is left. Each target thus receives exactly 1/N of new flows.
+// whatever is left. Each target thus receives exactly 1/N of new flows: its
+// Share, for a data plane that picks a target directly (a hash or Maglev
+// table) rather than walking the list.
 type Target struct {
 	Endpoint netip.AddrPort
 	// Local reports whether the endpoint runs on this node.
 	Local     bool
 	Remaining int
+	// Total is N, the number of targets in the list.
+	Total int
 }
 
 // Probability is the exact probability with which the target is picked
-// when reached: 1/Remaining.
+// when reached in a walk of its list: 1/Remaining.
 func (t Target) Probability() *big.Rat { return big.NewRat(1, int64(t.Remaining)) }
+
+// Share is the exact fraction of new flows the target receives: 1/Total.
+func (t Target) Share() *big.Rat { return big.NewRat(1, int64(t.Total)) }
 
 // Service is the desired state of one ServicePort. Its ServicePort is the
 // one from the servicemap, with ExternalIPs restricted by Config.
@@ -72,10 +79,20 @@ type Service struct {
 	servicemap.ServicePort
 	// Internal is where traffic to the cluster IP goes: RouteCluster,
 	// RouteLocal (internalTrafficPolicy Local), RouteReject or RouteDrop.
+	// A route that spreads over targets always has some.
 	Internal Route
 	// External is where traffic to the node port, external IPs and
-	// load-balancer IPs goes, or RouteNone when there are none.
+	// load-balancer IPs goes, or RouteNone when there are none; for the
+	// traffic that ExternalTraffic steers elsewhere first, see there. A
+	// route that spreads over targets always has some.
 	External Route
+	// ClusterIPMasquerade says which flows to the cluster IP are
+	// masqueraded (from Config.MasqueradeAll and Config.ClusterCIDRs).
+	ClusterIPMasquerade Masquerade
+	// ExternalTraffic is what happens to flows to the external frontends
+	// besides External: masquerading, and the short-circuit of pod and
+	// node traffic.
+	ExternalTraffic ExternalTraffic
 	// ClusterTargets spread cluster-wide traffic; empty when the port does
 	// not use cluster endpoints or none is usable. They also take the
 	// traffic of pods and of the node itself to the external addresses of a
@@ -127,10 +144,12 @@ func (s *Service) UsesFirewall() bool {
 }
 
 // Equal reports whether two Services would render the same rules and spare
-// the same conntrack entries.
+// the same conntrack entries, under one Config: ClusterIPMasquerade, which
+// comes from the Config alone, is not compared.
 func (s *Service) Equal(o *Service) bool {
 	return s.ServicePort.Equal(&o.ServicePort) &&
 		s.Internal == o.Internal && s.External == o.External &&
+		s.ExternalTraffic == o.ExternalTraffic &&
 		slices.Equal(s.ClusterTargets, o.ClusterTargets) &&
 		slices.Equal(s.LocalTargets, o.LocalTargets) &&
 		slices.EqualFunc(s.Endpoints, o.Endpoints, func(a, b endpoints.Endpoint) bool { return a.AddrPort() == b.AddrPort() }) &&
@@ -299,21 +318,46 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 		return slices.ContainsFunc(b.config.NodePortAddresses, src.Contains)
 	})
 
-	s.Internal = route(cat.HasAnyEndpoints, s.InternalPolicyLocal, len(s.LocalTargets) > 0)
-	if s.ExternallyAccessible() {
-		s.External = route(cat.HasAnyEndpoints, s.ExternalPolicyLocal, len(s.LocalTargets) > 0)
-	}
+	b.decide(s, cat.HasAnyEndpoints)
 	return s, report.Warnings
 }
 
-// route decides where one kind of traffic goes.
-func route(hasAny, policyLocal, hasLocal bool) Route {
+// decide sets the routes and the masquerading decisions of s, whose targets
+// are set.
+func (b *Builder) decide(s *Service, hasAny bool) {
+	s.Internal = route(hasAny, s.InternalPolicyLocal, s)
+	switch {
+	case b.config.MasqueradeAll:
+		s.ClusterIPMasquerade = MasqueradeAll
+	case len(b.config.ClusterCIDRs) > 0:
+		s.ClusterIPMasquerade = MasqueradeOffCluster
+	}
+	if !s.ExternallyAccessible() {
+		return
+	}
+	s.External = route(hasAny, s.ExternalPolicyLocal, s)
+	if s.External == RouteReject {
+		return
+	}
+	s.ExternalTraffic = ExternalTraffic{
+		Steered:      true,
+		Masquerade:   !s.ExternalPolicyLocal,
+		ShortCircuit: s.ExternalPolicyLocal && len(s.ClusterTargets) > 0,
+	}
+}
+
+// route decides where one kind of traffic goes, under a Local policy or
+// not. As in kube-proxy (both modes), a Service with no usable endpoint
+// anywhere rejects, and one that has some, but none for this route's
+// targets, drops ("has no local endpoints"): a route that spreads over
+// targets always has some.
+func route(hasAny, policyLocal bool, s *Service) Route {
 	switch {
 	case !hasAny:
 		return RouteReject
-	case !policyLocal:
+	case !policyLocal && len(s.ClusterTargets) > 0:
 		return RouteCluster
-	case hasLocal:
+	case policyLocal && len(s.LocalTargets) > 0:
 		return RouteLocal
 	default:
 		return RouteDrop
@@ -330,6 +374,7 @@ func targets(eps []endpoints.Endpoint, node string) []Target {
 			Endpoint:  eps[i].AddrPort(),
 			Local:     node != "" && eps[i].NodeName == node,
 			Remaining: len(eps) - i,
+			Total:     len(eps),
 		}
 	}
 	return ts

@@ -386,15 +386,15 @@ func TestTargets(t *testing.T) {
 	s, _ := rs.Service(webPort("ns", "web"))
 	ap := netip.MustParseAddrPort
 	wantCluster := []ruleset.Target{
-		{Endpoint: ap("198.18.1.1:8080"), Local: true, Remaining: 5},
-		{Endpoint: ap("198.18.1.3:8080"), Local: true, Remaining: 4},
-		{Endpoint: ap("198.18.2.2:8080"), Local: false, Remaining: 3},
-		{Endpoint: ap("198.18.2.4:8080"), Local: false, Remaining: 2},
-		{Endpoint: ap("198.18.9.9:8080"), Local: false, Remaining: 1},
+		{Endpoint: ap("198.18.1.1:8080"), Local: true, Remaining: 5, Total: 5},
+		{Endpoint: ap("198.18.1.3:8080"), Local: true, Remaining: 4, Total: 5},
+		{Endpoint: ap("198.18.2.2:8080"), Local: false, Remaining: 3, Total: 5},
+		{Endpoint: ap("198.18.2.4:8080"), Local: false, Remaining: 2, Total: 5},
+		{Endpoint: ap("198.18.9.9:8080"), Local: false, Remaining: 1, Total: 5},
 	}
 	wantLocal := []ruleset.Target{
-		{Endpoint: ap("198.18.1.1:8080"), Local: true, Remaining: 2},
-		{Endpoint: ap("198.18.1.3:8080"), Local: true, Remaining: 1},
+		{Endpoint: ap("198.18.1.1:8080"), Local: true, Remaining: 2, Total: 2},
+		{Endpoint: ap("198.18.1.3:8080"), Local: true, Remaining: 1, Total: 2},
 	}
 	if diff := cmp.Diff(wantCluster, s.ClusterTargets, cmpOpts); diff != "" {
 		t.Errorf("ClusterTargets (-want +got):\n%s", diff)

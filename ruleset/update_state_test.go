@@ -134,5 +134,10 @@ func checkSameRuleset(t *rapid.T, what string, built, rs *ruleset.Ruleset, log [
 		if diff := cmp.Diff(built.ServicesAt(f), rs.ServicesAt(f)); diff != "" {
 			t.Fatalf("%s: ServicesAt(%v) (-Build +Update):\n%s", what, f, diff)
 		}
+		bs, bk, bok := built.Owner(f)
+		us, uk, uok := rs.Owner(f)
+		if !bok || !uok || bs.Name != us.Name || bk != uk {
+			t.Fatalf("%s: Owner(%v): Build %v, Update %v", what, f, ownerName(bs), ownerName(us))
+		}
 	}
 }

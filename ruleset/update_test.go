@@ -71,6 +71,14 @@ func (tr trackers) snapshot() (servicemap.Snapshot, endpoints.Snapshot) {
 
 var changesOpts = cmpopts.EquateEmpty()
 
+// ownerName names the owner s, if any.
+func ownerName(s *ruleset.Service) string {
+	if s == nil {
+		return "none"
+	}
+	return s.Name.String()
+}
+
 // frontendsOf lists every Frontend of the Services of some Rulesets.
 func frontendsOf(rss ...*ruleset.Ruleset) []ruleset.Frontend {
 	var fs []ruleset.Frontend

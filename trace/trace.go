@@ -155,29 +155,19 @@ func Trace(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	return out
 }
 
-// lookup finds the Service port and kind of frontend that take p: a cluster,
-// external or load-balancer IP with its port first, in the Service ports'
-// name order (a Service's cluster IP before its other addresses), then a
-// node port.
+// lookup finds the Service port and kind of frontend that take p: the owner
+// (ruleset.Ruleset.Owner) of its destination address, protocol and port,
+// else the owner of the node port.
 func lookup(rs *ruleset.Ruleset, p Packet) (*ruleset.Service, ruleset.FrontendKind) {
 	dst := p.Dst.Addr().WithZone("")
-	for _, name := range rs.ServicesAt(ruleset.Frontend{Addr: dst, Protocol: p.Protocol, Port: p.Dst.Port()}) {
-		s, _ := rs.Service(name)
-		switch {
-		case s.ClusterIP == dst:
-			return s, ruleset.KindClusterIP
-		case slices.Contains(s.ExternalIPs, dst):
-			return s, ruleset.KindExternalIP
-		case slices.Contains(s.LoadBalancerIPs, dst):
-			return s, ruleset.KindLoadBalancerIP
-		}
+	if s, kind, ok := rs.Owner(ruleset.Frontend{Addr: dst, Protocol: p.Protocol, Port: p.Dst.Port()}); ok {
+		return s, kind
 	}
 	if !servesNodePorts(rs.Config(), p) {
 		return nil, 0
 	}
-	for _, name := range rs.ServicesAt(ruleset.Frontend{Protocol: p.Protocol, Port: p.Dst.Port()}) {
-		s, _ := rs.Service(name)
-		return s, ruleset.KindNodePort
+	if s, kind, ok := rs.Owner(ruleset.Frontend{Kind: ruleset.KindNodePort, Protocol: p.Protocol, Port: p.Dst.Port()}); ok {
+		return s, kind
 	}
 	return nil, 0
 }
@@ -199,7 +189,7 @@ func servesNodePorts(cfg ruleset.Config, p Packet) bool {
 // unmatched is the Outcome of a packet no Service port takes.
 func unmatched(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	dst := p.Dst.Addr().WithZone("")
-	if len(rs.ServicesAt(ruleset.Frontend{Addr: dst})) > 0 {
+	if len(rs.ServicesAt(ruleset.Frontend{Kind: ruleset.KindClusterAddress, Addr: dst})) > 0 {
 		if opts.RejectUnknownPorts {
 			return Outcome{Result: Rejected}
 		}

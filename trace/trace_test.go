@@ -84,6 +84,13 @@ func fromNode(dst string) trace.Packet {
 	return p
 }
 
+// fromNodeAt is a packet the node sends from src, one of its addresses.
+func fromNodeAt(src, dst string) trace.Packet {
+	p := fromNode(dst)
+	p.Src = netip.AddrPortFrom(netip.MustParseAddr(src), 40000)
+	return p
+}
+
 func fromOutside(src, dst string) trace.Packet {
 	p := fromPod(dst)
 	p.Src = netip.MustParseAddrPort(src)
@@ -119,6 +126,7 @@ func TestTrace(t *testing.T) {
 		{"eTP Local, none here: node port from the node", fromNode("198.18.0.1:30012"), "lb-elsewhere node port -> 198.18.65.12:8080 1 masq (short-circuit)"},
 		{"eTP Local: from outside, local endpoint only, source kept", fromOutside(out, "198.19.128.13:80"), "lb-here load-balancer IP -> 198.18.64.13:8080 1 affinity 10800s"},
 		{"eTP Local: from a pod elsewhere, every endpoint", fromOutside("198.18.65.100:40000", "198.19.128.13:80"), "lb-here load-balancer IP -> 198.18.64.13:8080 1/2 198.18.65.13:8080 1/2 (short-circuit) affinity 10800s"},
+		{"eTP Local: from the node with a pod address, as a pod: not masqueraded", fromNodeAt("198.18.64.1", "198.19.128.13:80"), "lb-here load-balancer IP -> 198.18.64.13:8080 1/2 198.18.65.13:8080 1/2 (short-circuit) affinity 10800s"},
 		{"eTP Cluster: external IP masqueraded", fromOutside(out, "198.19.100.14:80"), "guarded external IP -> 198.18.65.14:8080 1 masq"},
 		{"source range: allowed", fromOutside("198.18.200.7:40000", "198.19.128.14:80"), "guarded load-balancer IP -> 198.18.65.14:8080 1 masq"},
 		{"source range: refused", fromOutside(out, "198.19.128.14:80"), "guarded load-balancer IP dropped by the source-range firewall"},

@@ -142,11 +142,15 @@ func genPacket(t *rapid.T, p pools, a evalAddrs) trace.Packet {
 // outcomeDiff compares outcomes as far as the rules can tell them (see
 // nfttrace.Comparable).
 func outcomeDiff(want, got trace.Outcome) string {
-	return cmp.Diff(nfttrace.Comparable(want), nfttrace.Comparable(got),
-		cmp.Comparer(func(a, b *big.Rat) bool { return a.Cmp(b) == 0 }),
-		cmp.Comparer(func(a, b svcaffinity.Policy) bool { return a == b }),
-		cmpopts.EquateComparable(netip.Addr{}, netip.AddrPort{}),
-		cmpopts.EquateEmpty())
+	return cmp.Diff(nfttrace.Comparable(want), nfttrace.Comparable(got), outcomeOptions...)
+}
+
+// outcomeOptions compare trace.Outcomes field by field.
+var outcomeOptions = []cmp.Option{
+	cmp.Comparer(func(a, b *big.Rat) bool { return a.Cmp(b) == 0 }),
+	cmp.Comparer(func(a, b svcaffinity.Policy) bool { return a == b }),
+	cmpopts.EquateComparable(netip.Addr{}, netip.AddrPort{}),
+	cmpopts.EquateEmpty(),
 }
 
 // nftExpectation is trace.Trace with the nftables options, and with one

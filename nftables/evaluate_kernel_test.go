@@ -78,4 +78,3 @@ func TestKernelReadBackEvaluatesAsRendered(t *testing.T) {
 	}
 	t.Logf("%d packets compared over %v tables", compared, families)
 }
-

@@ -71,8 +71,14 @@ func (p Path) String() string {
 //     else from the comment of the verdict-map element that decided
 //     ("ns/name:port"); zero when neither names it (a name truncated to fit
 //     nft's limits).
-//   - Kind: from the first named verdict map the packet is found in; see
-//     Comparable for what the rules cannot tell.
+//   - Kind: from the first named verdict map the packet is found in: a
+//     node port for a map keyed by protocol and port; for a map keyed by
+//     address, a load-balancer IP in firewall-ips, a cluster IP for an
+//     element that goes to a service- or local- chain, an external IP for
+//     one that goes to an external- chain, and for a drop or reject
+//     element, a cluster IP when the address is in the set cluster-ips
+//     (else an external IP). See Comparable for what the rules cannot
+//     tell.
 //   - Targets: the DNAT destinations with their exact shares (numgen
 //     draws), and for each whether postrouting masquerades it. Their Local
 //     and Remaining are not known from the rules and are left zero.

@@ -123,7 +123,7 @@ func (ev *evaluation) vmap(b *branch, e *expr, step *Step) (bool, *verdict, erro
 		}
 	} else {
 		step.Element = e.set.name + " " + el.text
-		ev.noteFrontend(b, e)
+		ev.noteFrontend(b, e, el)
 	}
 	if el.comment != "" && b.service.Name == "" {
 		if pn, ok := serviceOfComment(el.comment, b.pkt.proto); ok {
@@ -135,20 +135,28 @@ func (ev *evaluation) vmap(b *branch, e *expr, step *Step) (bool, *verdict, erro
 }
 
 // noteFrontend sets the kind of frontend from the first named verdict map
-// the packet is found in: by protocol and port alone, a node port; by
-// address, a cluster IP when the address is in the set cluster-ips, a
-// load-balancer IP when the map is firewall-ips, else an external IP.
-func (ev *evaluation) noteFrontend(b *branch, e *expr) {
+// the packet is found in, el its element: by protocol and port alone, a
+// node port; by address, a load-balancer IP when the map is firewall-ips, a
+// cluster IP when the element sends it to a service- or local- chain (the
+// Internal route) or, for an element of another verdict, when the address
+// is in the set cluster-ips; else an external IP.
+func (ev *evaluation) noteFrontend(b *branch, e *expr, el *element) {
 	if b.kind != 0 || b.pkt.dnatted {
 		return
 	}
+	internal := strings.HasPrefix(el.value.chain, "service-") || strings.HasPrefix(el.value.chain, "local-")
+	clusterIPs := ev.t.sets[setClusterIPs]
 	switch {
 	case e.sels[0].kind != selDaddr:
 		b.kind = ruleset.KindNodePort
-	case ev.t.sets[setClusterIPs] != nil && ev.t.sets[setClusterIPs].find([]datum{{addr: b.pkt.daddr}}) != nil:
-		b.kind = ruleset.KindClusterIP
 	case e.set.name == mapFirewallIPs:
 		b.kind = ruleset.KindLoadBalancerIP
+	case internal:
+		b.kind = ruleset.KindClusterIP
+	case strings.HasPrefix(el.value.chain, "external-"):
+		b.kind = ruleset.KindExternalIP
+	case clusterIPs != nil && clusterIPs.find([]datum{{addr: b.pkt.daddr}}) != nil:
+		b.kind = ruleset.KindClusterIP
 	default:
 		b.kind = ruleset.KindExternalIP
 	}

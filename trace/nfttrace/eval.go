@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -282,7 +283,7 @@ func (ev *evaluation) leave(b *branch) {
 // kube-proxy's firewall-check or a Service's firewall-… chain.
 func (b *branch) inFirewall() bool {
 	for _, f := range b.stack {
-		if f.c.name == "firewall-check" || len(f.c.name) > len(prefixFirewall) && f.c.name[:len(prefixFirewall)] == prefixFirewall {
+		if f.c.name == "firewall-check" || strings.HasPrefix(f.c.name, prefixFirewall) {
 			return true
 		}
 	}

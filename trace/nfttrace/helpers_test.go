@@ -55,12 +55,17 @@ var demoPackets = []string{
 // packet parses s; the node's own address is demoNode.
 func packet(t *testing.T, s string) trace.Packet {
 	t.Helper()
-	p, err := trace.ParsePacket(s)
+	p, err := tracePacket(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.ToNode = p.Dst.Addr() == demoNode
 	return p
+}
+
+func tracePacket(s string) (trace.Packet, error) {
+	p, err := trace.ParsePacket(s)
+	p.ToNode = p.Dst.Addr() == demoNode
+	return p, err
 }
 
 func diffOutcomes(want, got trace.Outcome) string {

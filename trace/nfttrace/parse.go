@@ -2,6 +2,7 @@ package nfttrace
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -244,6 +245,7 @@ func (t *Table) command(at token, verb, obj, name string, rest []token) error {
 		return err
 	case "delete chain", "destroy chain":
 		delete(t.chains, name)
+		t.order = slices.DeleteFunc(t.order, func(n string) bool { return n == name })
 		return nil
 	case "flush set", "flush map":
 		s, err := t.set(at, name)

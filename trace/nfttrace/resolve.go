@@ -50,6 +50,9 @@ func (t *Table) resolveRule(r *rule) error {
 			e.set = s
 		}
 		if e.set == nil {
+			if e.kind == exprMatch || e.kind == exprVmap || e.kind == exprUpdate {
+				return fmt.Errorf("a set lookup without a set")
+			}
 			continue
 		}
 		if err := checkSetUse(e); err != nil {

@@ -76,6 +76,9 @@ type rule struct {
 // parseRule reads one rule of a table of family.
 func parseRule(family string, toks []token) (*rule, error) {
 	toks = stripNewlines(toks)
+	if len(toks) == 0 {
+		return nil, fmt.Errorf("an empty rule")
+	}
 	r := &rule{line: toks[0].line}
 	if n := len(toks); n >= 2 && toks[n-2].is("comment") && toks[n-1].quoted {
 		r.comment, toks = toks[n-1].text, toks[:n-2]
@@ -261,7 +264,7 @@ func (p *ruleParser) setRef(e *expr, isMap bool) error {
 		keys[i] = s.typ
 	}
 	switch {
-	case strings.HasPrefix(w.text, "@") && !w.quoted:
+	case len(w.text) > 1 && w.text[0] == '@' && !w.quoted:
 		e.setName, p.i = w.text[1:], p.i+1
 	case w.is("{"):
 		inside, rest, err := braced(p.toks[p.i:])
@@ -387,7 +390,7 @@ func (p *ruleParser) dnat() error {
 // update reads "update|add @SET { SELECTOR }".
 func (p *ruleParser) update() error {
 	name := p.peek(1).text
-	if !strings.HasPrefix(name, "@") || !p.peek(2).is("{") {
+	if len(name) < 2 || name[0] != '@' || !p.peek(2).is("{") {
 		return fmt.Errorf("want \"update @SET { KEY }\"")
 	}
 	p.i += 3

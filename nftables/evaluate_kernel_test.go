@@ -18,11 +18,11 @@ import (
 )
 
 // TestKernelReadBackEvaluatesAsRendered: a table the Executor loads into a
-// namespace, read back with `nft list table`, sends every packet where the
-// rendered text sends it, and where the tracer says: the evaluator reads
-// what nft prints (priorities by name, merged element lists, prefixes
-// without braces, "meta mark set meta mark | …") as it reads what we
-// render. Clusters of both families, from the property tests' generator.
+// namespace, read back with `nft list table` (and `nft -j list table`),
+// sends every packet where the rendered text sends it, and where the tracer
+// says: the evaluator reads what nft prints (priorities by name, merged
+// element lists, prefixes without braces, "meta mark set meta mark | …",
+// JSON) as it reads what we render. Clusters of both families, from the property tests' generator.
 func TestKernelReadBackEvaluatesAsRendered(t *testing.T) {
 	netns.Require(t, "nft")
 	lab := netns.NewLab(t)
@@ -51,6 +51,14 @@ func TestKernelReadBackEvaluatesAsRendered(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: reading nft's listing: %v\n%s", seed, err, listed)
 		}
+		listedJSON, err := ns.Run(ctx, nft, "-j", "list", "table", string(nftables.Family(cfg.Family)), nftables.DefaultTable)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		fromJSON, err := nfttrace.Parse(listedJSON)
+		if err != nil {
+			t.Fatalf("seed %d: reading nft's JSON listing: %v\n%s", seed, err, listedJSON)
+		}
 		fromText, err := nfttrace.Parse(c.text)
 		if err != nil {
 			t.Fatalf("seed %d: reading the rendered text: %v", seed, err)
@@ -59,11 +67,15 @@ func TestKernelReadBackEvaluatesAsRendered(t *testing.T) {
 			compared++
 			want, _, errText := fromText.Evaluate(p)
 			got, path, errKernel := fromKernel.Evaluate(p)
-			if errText != nil || errKernel != nil {
-				t.Fatalf("seed %d: %v: rendered: %v, read back: %v", seed, p, errText, errKernel)
+			gotJSON, _, errJSON := fromJSON.Evaluate(p)
+			if errText != nil || errKernel != nil || errJSON != nil {
+				t.Fatalf("seed %d: %v: rendered: %v, read back: %v, as JSON: %v", seed, p, errText, errKernel, errJSON)
 			}
 			if diff := cmp.Diff(want, got, outcomeOptions...); diff != "" {
 				t.Fatalf("seed %d: %v: read back differs from rendered (-rendered +read back):\n%s\npath:\n%s\nlisting:\n%s", seed, p, diff, path, listed)
+			}
+			if diff := cmp.Diff(want, gotJSON, outcomeOptions...); diff != "" {
+				t.Fatalf("seed %d: %v: read back as JSON differs from rendered (-rendered +JSON):\n%s\nlisting:\n%s", seed, p, diff, listedJSON)
 			}
 		}
 		if msg, err := divergence(c.rs, listed, c.packets); err != nil || msg != "" {

@@ -2,8 +2,8 @@
 // packet of a new flow, and answers with a trace.Outcome: the question
 // trace.Trace answers from a Ruleset, answered from the rules instead. It
 // judges rules independently of the code that wrote them: what
-// `nft list table` reads back from the kernel, or a rendered transaction or
-// knftables Fake dump (see Parse).
+// `nft list table` or `nft -j list table` reads back from the kernel, or a
+// rendered transaction or knftables Fake dump (see Parse).
 //
 // # What is modelled
 //

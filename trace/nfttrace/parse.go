@@ -85,11 +85,16 @@ func (t *Table) Name() string { return t.name }
 //   - as commands, one a line, as nft -f reads them and as knftables'
 //     Transaction.String and Fake.Dump write them ("add table ...", "add
 //     chain ...", "add rule ...", "add element ...", and "flush" and
-//     "delete" of chains, sets, maps and elements, applied in order).
+//     "delete" of chains, sets, maps and elements, applied in order);
+//   - as `nft -j list table` prints it (JSON, schema version 1), whose
+//     errors name the object (kind, chain, handle) instead of a line.
 //
 // Anything it does not know (a statement, an expression, a data type, a
 // second table) is an error that names its line: it never guesses.
 func Parse(text string) (*Table, error) {
+	if strings.HasPrefix(strings.TrimSpace(text), "{") {
+		return parseJSON(text)
+	}
 	toks, err := tokenize(text)
 	if err != nil {
 		return nil, fmt.Errorf("nfttrace: %w", err)

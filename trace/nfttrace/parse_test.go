@@ -81,3 +81,34 @@ func TestParseBothSyntaxes(t *testing.T) {
 		}
 	}
 }
+
+// TestParseJSON: the demo table as `nft -j list table` prints it
+// (testdata/demo-listed.json, nft 1.0.6) evaluates as the text listing.
+func TestParseJSON(t *testing.T) {
+	listed, fromJSON := demoTable(t, "demo-listed.nft"), demoTable(t, "demo-listed.json")
+	for _, s := range demoPackets {
+		p := packet(t, s)
+		a, pathA, errA := listed.Evaluate(p)
+		b, pathB, errB := fromJSON.Evaluate(p)
+		if errA != nil || errB != nil {
+			t.Fatalf("%s: %v, %v", s, errA, errB)
+		}
+		if diff := diffOutcomes(a, b); diff != "" {
+			t.Errorf("%s: listed and JSON differ (-listed +JSON):\n%s", s, diff)
+		}
+		if len(pathA) != len(pathB) {
+			t.Errorf("%s: paths of %d and %d steps:\n%s\n--\n%s", s, len(pathA), len(pathB), pathA, pathB)
+		}
+	}
+	for _, tc := range []struct{ name, text, want string }{
+		{"unknown statement", `{"nftables": [{"table": {"family": "ip", "name": "t"}}, {"chain": {"family": "ip", "table": "t", "name": "c", "handle": 3}},
+			{"rule": {"family": "ip", "table": "t", "chain": "c", "handle": 4, "expr": [{"log": {"prefix": "x"}}]}}]}`, "object 2 (rule in chain c, handle 4): unknown statement"},
+		{"refused by the text parser", `{"nftables": [{"table": {"family": "ip", "name": "t"}}, {"chain": {"family": "ip", "table": "t", "name": "c", "handle": 3}},
+			{"rule": {"family": "ip", "table": "t", "chain": "c", "handle": 4, "expr": [{"jump": {"target": "nowhere"}}]}}]}`, "object 2 (rule in chain c, handle 4): chain c: rule \"jump nowhere\": no chain nowhere"},
+		{"not JSON", `{"nftables": [`, "JSON"},
+	} {
+		if _, err := nfttrace.Parse(tc.text); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one that says %q", tc.name, err, tc.want)
+		}
+	}
+}

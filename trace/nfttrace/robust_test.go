@@ -1,8 +1,10 @@
 package nfttrace_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,4 +64,85 @@ func TestBrokenTextNeverPanics(t *testing.T) {
 			tb.Evaluate(p)
 		}
 	})
+}
+
+// TestBrokenJSONNeverPanics: the demo table as nft -j lists it, with random
+// members deleted or replaced by values of other shapes, either fails to
+// parse or evaluates every demo packet: never a panic.
+func TestBrokenJSONNeverPanics(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "demo-listed.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replacements as JSON, decoded afresh for each edit so that no two
+	// edits share (and loop through) one value.
+	replacements := []string{`null`, `"x"`, `"@"`, `1`, `-1`, `[]`, `["a", 2]`, `{}`, `{"jump": null}`}
+	rapid.Check(t, func(t *rapid.T) {
+		var doc any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		for range rapid.IntRange(1, 3).Draw(t, "edits") {
+			var r any
+			if err := json.Unmarshal([]byte(rapid.SampledFrom(replacements).Draw(t, "replacement")), &r); err != nil {
+				t.Fatal(err)
+			}
+			breakValue(t, doc, r)
+		}
+		text, err := json.Marshal(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := nfttrace.Parse(string(text))
+		if err != nil {
+			return
+		}
+		for _, s := range demoPackets {
+			p, err := tracePacket(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tb.Evaluate(p)
+		}
+	})
+}
+
+// breakValue walks down v along random members and deletes or replaces the
+// last one it reaches.
+func breakValue(t *rapid.T, v any, replacement any) {
+	for depth := 0; ; depth++ {
+		switch c := v.(type) {
+		case map[string]any:
+			if len(c) == 0 {
+				return
+			}
+			keys := make([]string, 0, len(c))
+			for k := range c {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			k := rapid.SampledFrom(keys).Draw(t, "member")
+			if rapid.IntRange(0, 3).Draw(t, "stop") == 0 || depth > 8 {
+				if rapid.Bool().Draw(t, "delete") {
+					delete(c, k)
+				} else {
+					c[k] = replacement
+				}
+				return
+			}
+			v = c[k]
+		case []any:
+			if len(c) == 0 {
+				return
+			}
+			i := rapid.IntRange(0, len(c)-1).Draw(t, "index")
+			if rapid.IntRange(0, 3).Draw(t, "stop") == 0 || depth > 8 {
+				c[i] = replacement
+				return
+			}
+			v = c[i]
+		default:
+			return
+		}
+	}
 }

@@ -225,19 +225,29 @@ func (ev *evaluation) nextStage(b *branch) stage {
 	return stageDone
 }
 
-// baseChains are the base chains of hook in the order they run: by
-// priority, then in the order they were added. withNAT false leaves out
-// the nat chains.
+// baseChains are the base chains of hook in the order they run (see
+// hookChains); withNAT false leaves out the nat chains.
 func (t *Table) baseChains(hook string, withNAT bool) []*chain {
-	var cs []*chain
+	cs := t.hooks[hook]
+	if withNAT {
+		return cs
+	}
+	return slices.DeleteFunc(slices.Clone(cs), func(c *chain) bool { return c.base.typ == "nat" })
+}
+
+// hookChains orders the base chains of each hook: by priority, then in the
+// order they were added.
+func (t *Table) hookChains() map[string][]*chain {
+	hooks := map[string][]*chain{}
 	for _, name := range t.order {
-		c := t.chains[name]
-		if c != nil && c.base != nil && c.base.hook == hook && (withNAT || c.base.typ != "nat") && !slices.Contains(cs, c) {
-			cs = append(cs, c)
+		if c := t.chains[name]; c != nil && c.base != nil {
+			hooks[c.base.hook] = append(hooks[c.base.hook], c)
 		}
 	}
-	slices.SortStableFunc(cs, func(a, b *chain) int { return a.base.priority - b.base.priority })
-	return cs
+	for _, cs := range hooks {
+		slices.SortStableFunc(cs, func(a, b *chain) int { return a.base.priority - b.base.priority })
+	}
+	return hooks
 }
 
 // apply carries out a verdict of the rule just evaluated.

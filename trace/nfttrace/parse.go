@@ -18,6 +18,8 @@ type Table struct {
 	// of equal hook and priority run in this order.
 	order []string
 	sets  map[string]*set
+	// hooks are the base chains of each hook, in the order they run.
+	hooks map[string][]*chain
 }
 
 type chain struct {
@@ -39,7 +41,12 @@ type set struct {
 	keys    []dataType
 	isMap   bool
 	timeout time.Duration
-	elems   []*element
+	// elems are the elements in the order they were added; exact holds
+	// those of single values by their key (keyString), ranged the others
+	// (prefixes and ranges), which a lookup scans.
+	elems  []*element
+	exact  map[string]*element
+	ranged []*element
 }
 
 // element is one element of a set or map (or of an anonymous one).
@@ -52,12 +59,42 @@ type element struct {
 }
 
 func (s *set) find(key []datum) *element {
-	for _, e := range s.elems {
+	if e := s.exact[keyString(key)]; e != nil {
+		return e
+	}
+	for _, e := range s.ranged {
 		if e.matches(key) {
 			return e
 		}
 	}
 	return nil
+}
+
+// keyString encodes a key for the index of a set's elements.
+func keyString(key []datum) string {
+	b := make([]byte, 0, len(key)*17)
+	for _, d := range key {
+		if d.addr.IsValid() {
+			a := d.addr.As16()
+			b = append(b, 1)
+			b = append(b, a[:]...)
+		} else {
+			b = append(b, 0, byte(d.num>>56), byte(d.num>>48), byte(d.num>>40), byte(d.num>>32), byte(d.num>>24), byte(d.num>>16), byte(d.num>>8), byte(d.num))
+		}
+	}
+	return string(b)
+}
+
+// single is the key of e when each of its fields is one value.
+func (e *element) single() ([]datum, bool) {
+	key := make([]datum, len(e.key))
+	for i, iv := range e.key {
+		if iv.lo != iv.hi {
+			return nil, false
+		}
+		key[i] = iv.lo
+	}
+	return key, true
 }
 
 func (e *element) matches(key []datum) bool {
@@ -255,7 +292,7 @@ func (t *Table) command(at token, verb, obj, name string, rest []token) error {
 	case "flush set", "flush map":
 		s, err := t.set(at, name)
 		if err == nil {
-			s.elems = nil
+			s.elems, s.exact, s.ranged = nil, nil, nil
 		}
 		return err
 	case "delete set", "destroy set", "delete map", "destroy map":

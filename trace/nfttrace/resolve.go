@@ -8,6 +8,7 @@ import (
 // resolve links the rules to the named sets and maps they use and checks
 // that every chain a verdict names exists and that every set fits its use.
 func (t *Table) resolve() error {
+	t.hooks = t.hookChains()
 	for _, s := range t.sets {
 		for _, e := range s.elems {
 			if err := t.checkVerdict(e.value); err != nil {

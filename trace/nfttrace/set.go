@@ -2,6 +2,7 @@ package nfttrace
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -95,14 +96,15 @@ func (s *set) changeElements(at token, toks []token, add bool) error {
 		if err != nil {
 			return lineError(et[0], "%s: %v", s.name, err)
 		}
-		i := s.indexOf(e.key)
+		old := s.lookupExactly(e)
 		switch {
-		case add && i < 0:
-			s.elems = append(s.elems, e)
+		case add && old == nil:
+			s.insert(e)
 		case add:
-			s.elems[i] = e
-		case i >= 0:
-			s.elems = append(s.elems[:i], s.elems[i+1:]...)
+			s.remove(old)
+			s.insert(e)
+		case old != nil:
+			s.remove(old)
 		default:
 			return lineError(et[0], "%s: no element %s to delete", s.name, e.text)
 		}
@@ -110,18 +112,38 @@ func (s *set) changeElements(at token, toks []token, add bool) error {
 	return nil
 }
 
-// indexOf is the index of the element with exactly key, or -1.
-func (s *set) indexOf(key []interval) int {
-	for i, e := range s.elems {
-		same := len(e.key) == len(key)
-		for j := 0; same && j < len(key); j++ {
-			same = e.key[j] == key[j]
-		}
-		if same {
-			return i
+// lookupExactly finds the element with exactly e's key.
+func (s *set) lookupExactly(e *element) *element {
+	if key, ok := e.single(); ok {
+		return s.exact[keyString(key)]
+	}
+	for _, o := range s.ranged {
+		if slices.Equal(o.key, e.key) {
+			return o
 		}
 	}
-	return -1
+	return nil
+}
+
+func (s *set) insert(e *element) {
+	s.elems = append(s.elems, e)
+	if key, ok := e.single(); ok {
+		if s.exact == nil {
+			s.exact = map[string]*element{}
+		}
+		s.exact[keyString(key)] = e
+		return
+	}
+	s.ranged = append(s.ranged, e)
+}
+
+func (s *set) remove(e *element) {
+	is := func(o *element) bool { return o == e }
+	s.elems = slices.DeleteFunc(s.elems, is)
+	s.ranged = slices.DeleteFunc(s.ranged, is)
+	if key, ok := e.single(); ok {
+		delete(s.exact, keyString(key))
+	}
 }
 
 // splitCommas splits toks at the commas outside braces.

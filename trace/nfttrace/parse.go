@@ -129,8 +129,8 @@ func (t *Table) Name() string { return t.name }
 // Anything it does not know (a statement, an expression, a data type, a
 // second table) is an error that names its line: it never guesses.
 func Parse(text string) (*Table, error) {
-	if strings.HasPrefix(strings.TrimSpace(text), "{") {
-		return parseJSON(text)
+	if rest, ok := strings.CutPrefix(strings.TrimSpace(text), "{"); ok && strings.HasPrefix(strings.TrimSpace(rest), `"`) {
+		return parseJSON(text) // an object with members: nft's syntax has no `{"`
 	}
 	toks, err := tokenize(text)
 	if err != nil {

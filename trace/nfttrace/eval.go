@@ -14,11 +14,12 @@ import (
 	"github.com/svcproxy/svcproxy/trace"
 )
 
-// Limits of one evaluation: nft's own limit of nested jumps, and a bound on
-// the rules evaluated over all random draws.
+// Limits of one evaluation: nft's own limit of nested jumps, and bounds on
+// the rules evaluated and the random draws followed, over all draws.
 const (
-	maxDepth = 16
-	maxSteps = 1 << 20
+	maxDepth    = 16
+	maxSteps    = 1 << 20
+	maxBranches = 1 << 16
 )
 
 // stage is a netfilter hook on the packet's way.
@@ -101,9 +102,10 @@ func (b *branch) clone() *branch {
 
 // evaluation is one Evaluate call.
 type evaluation struct {
-	t     *Table
-	p     trace.Packet
-	steps int
+	t        *Table
+	p        trace.Packet
+	steps    int
+	branches uint64
 }
 
 var protoNumbers = map[v1.Protocol]uint64{v1.ProtocolTCP: 6, v1.ProtocolUDP: 17, v1.ProtocolSCTP: 132}
@@ -145,6 +147,9 @@ func (ev *evaluation) runBranch(b *branch) ([]*branch, error) {
 		}
 		r := f.c.rules[f.next]
 		if r.numgen != nil && b.fork != r {
+			if ev.branches += r.numgen.mod; ev.branches > maxBranches {
+				return nil, fmt.Errorf("nfttrace: chain %s, line %d: more than %d random draws to follow", f.c.name, r.line, maxBranches)
+			}
 			return ev.forkOn(b, r), nil
 		}
 		b.stack[top].next++

@@ -208,6 +208,7 @@ func TestEvaluateErrors(t *testing.T) {
 	for _, tc := range []struct{ name, body, want string }{
 		{"a loop", forward + "add chain ip t a\nadd rule ip t a jump a\nadd rule ip t fwd jump a\n", "nested jumps"},
 		{"draws that end differently", forward + "add rule ip t fwd numgen random mod 2 vmap { 0 : drop }\n", "random draws end differently"},
+		{"too many draws", forward + "add rule ip t fwd numgen random mod 4000000000 vmap { 0 : drop }\n", "random draws"},
 		{"dnat in a filter chain", forward + "add rule ip t fwd dnat to 198.18.64.1:80\n", "dnat outside a nat chain"},
 		{"masquerade in prerouting", preroutingNAT + "add rule ip t pre masquerade\n", "masquerade outside a nat chain"},
 	} {

@@ -1,0 +1,43 @@
+// Package nfttrace evaluates an nftables table, given as text, for the first
+// packet of a new flow, and answers with a trace.Outcome: the question
+// trace.Trace answers from a Ruleset, answered from the rules instead. It
+// judges rules independently of the code that wrote them: what
+// `nft list table` or `nft -j list table` reads back from the kernel, or a
+// rendered transaction or knftables Fake dump (see Parse).
+//
+// # What is modelled
+//
+// The packet goes through the netfilter hooks in order, and through the
+// table's base chains of each hook by priority:
+//
+//   - arriving on an interface: prerouting; then input when its destination
+//     is the node's own (Packet.ToNode or a loopback address, and no DNAT),
+//     else forward and postrouting;
+//   - from the node (Packet.FromNode): output, postrouting; then, to the
+//     node's own address, prerouting (the filter chains only: the flow's NAT
+//     is already chosen) and input.
+//
+// Rules are evaluated in order with nftables' semantics for jump, goto,
+// return, accept, drop, reject and base-chain policies. The expressions are
+// those kube-proxy's table uses: ip/ip6 saddr and daddr, meta l4proto,
+// th/tcp/udp/sctp dport and sport, concatenations of them, named and
+// anonymous sets (with prefixes and ranges) and verdict maps, meta mark
+// (match with a mask, set with or/xor/and), `ct state` (the packet is new),
+// `fib saddr type local` (Packet.FromNode), `fib daddr type local`
+// (Packet.ToNode or loopback, before DNAT), `numgen random mod N` (each value
+// an exact 1/N share), `update @set { ip saddr }` (affinity), counters,
+// `dnat to` and `masquerade`.
+//
+// # What is not
+//
+//   - State: conntrack beyond the first packet, replies, and the contents
+//     dynamic sets will have. Sets hold the elements the text lists: an
+//     affinity set listed with an entry for the source sends it to that
+//     endpoint, as the kernel would.
+//   - Other tables, families (inet, arp, bridge, netdev), chain types
+//     (route), hooks (ingress), and expressions or statements not named
+//     above: Parse refuses them, naming the line.
+//   - Routing: an address after DNAT is taken not to be the node's own.
+//
+// The package is pure: no I/O, no clock, no randomness, no logging.
+package nfttrace

@@ -1,0 +1,87 @@
+package nfttrace
+
+import (
+	"fmt"
+	"slices"
+)
+
+// resolve links the rules to the named sets and maps they use and checks
+// that every chain a verdict names exists and that every set fits its use.
+func (t *Table) resolve() error {
+	t.hooks = t.hookChains()
+	for _, s := range t.sets {
+		for _, e := range s.elems {
+			if err := t.checkVerdict(e.value); err != nil {
+				return fmt.Errorf("line %d: %s: element %q: %w", e.line, s.name, e.text, err)
+			}
+		}
+	}
+	for _, name := range t.order {
+		c := t.chains[name]
+		if c == nil {
+			continue
+		}
+		for _, r := range c.rules {
+			if err := t.resolveRule(r); err != nil {
+				return fmt.Errorf("line %d: chain %s: rule %q: %w", r.line, name, r.text, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (t *Table) checkVerdict(v verdict) error {
+	if (v.kind == verdictJump || v.kind == verdictGoto) && t.chains[v.chain] == nil {
+		return fmt.Errorf("no chain %s", v.chain)
+	}
+	return nil
+}
+
+func (t *Table) resolveRule(r *rule) error {
+	if err := t.checkVerdict(r.verdict); err != nil {
+		return err
+	}
+	for i := range r.exprs {
+		e := &r.exprs[i]
+		if e.setName != "" {
+			s := t.sets[e.setName]
+			if s == nil {
+				return fmt.Errorf("no set or map %s", e.setName)
+			}
+			e.set = s
+		}
+		if e.set == nil {
+			if e.kind == exprMatch || e.kind == exprVmap || e.kind == exprUpdate {
+				return fmt.Errorf("a set lookup without a set")
+			}
+			continue
+		}
+		if err := checkSetUse(e); err != nil {
+			return err
+		}
+		if e.setName == "" {
+			for _, el := range e.set.elems {
+				if err := t.checkVerdict(el.value); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkSetUse checks that e's set has the type of its selectors and is a
+// map for vmap, a set otherwise.
+func checkSetUse(e *expr) error {
+	keys := make([]dataType, len(e.sels))
+	for i, s := range e.sels {
+		keys[i] = s.typ
+	}
+	if !slices.Equal(keys, e.set.keys) {
+		return fmt.Errorf("%s has type %v, used with %v", e.set.name, e.set.keys, keys)
+	}
+	if e.set.isMap != (e.kind == exprVmap) {
+		return fmt.Errorf("%s: a map where a set is needed or the other way round", e.set.name)
+	}
+	return nil
+}

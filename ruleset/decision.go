@@ -255,13 +255,20 @@ func decide(route Route, s *Service, src Source, masq, short bool) Decision {
 }
 
 // Firewalled reports whether the load-balancer source-range firewall drops a
-// flow from src to one of s's load-balancer IPs: the port has
-// loadBalancerSourceRanges, src is in none of them, and src is not one of
-// the load-balancer IPs that FirewallAllowsNode lets through. Only steered
-// flows (ExternalTraffic.Steered) reach the firewall: a Reject route turns
-// the others away first.
+// flow from src to one of s's load-balancer IPs: SourceRangesDeny, for
+// steered flows (ExternalTraffic.Steered) only: a Reject route turns the
+// others away first.
 func (s *Service) Firewalled(kind FrontendKind, src netip.Addr) bool {
-	if kind != KindLoadBalancerIP || !s.UsesFirewall() || !s.ExternalTraffic.Steered {
+	return s.ExternalTraffic.Steered && s.SourceRangesDeny(kind, src)
+}
+
+// SourceRangesDeny reports whether s's loadBalancerSourceRanges deny a flow
+// from src through a frontend of that kind, whatever the Service's routes:
+// the kind is a load-balancer IP, the port has source ranges, src is in
+// none of them, and src is not one of the load-balancer IPs that
+// FirewallAllowsNode lets through.
+func (s *Service) SourceRangesDeny(kind FrontendKind, src netip.Addr) bool {
+	if kind != KindLoadBalancerIP || !s.UsesFirewall() {
 		return false
 	}
 	if slices.ContainsFunc(s.LoadBalancerSourceRanges, func(p netip.Prefix) bool { return p.Contains(src) }) {

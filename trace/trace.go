@@ -8,7 +8,7 @@
 // It is derived from the Ruleset's decisions alone (ruleset.Ruleset.Decide,
 // ruleset.Service.Firewalled), and so it is the specification that the
 // rules of every backend meet: a data plane that does what Trace says
-// serves Services as kube-proxy does. Options name the two behaviours that
+// serves Services as kube-proxy does. Options name the three behaviours that
 // kube-proxy's nftables mode has and its iptables mode has not.
 //
 // The package is pure: no I/O, no clock, no randomness, no logging.
@@ -69,6 +69,12 @@ type Options struct {
 	// ServiceCIDRs that is no cluster IP (kube-proxy's nftables mode: "Drop
 	// traffic to unallocated ClusterIPs").
 	DropUnallocated bool
+	// FirewallFirst applies the load-balancer source-range firewall to
+	// every Service port with source ranges, also one that rejects for
+	// want of endpoints (kube-proxy's nftables mode, whose firewall-check
+	// runs before the no-endpoint reject): ruleset.Service.SourceRangesDeny
+	// rather than ruleset.Service.Firewalled.
+	FirewallFirst bool
 }
 
 // Result is the kind of outcome.
@@ -136,7 +142,7 @@ func Trace(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	}
 	src := ruleset.Source{Addr: p.Src.Addr(), FromNode: p.FromNode}
 	out := Outcome{Service: s.Name, Kind: kind}
-	if s.Firewalled(kind, src.Addr) {
+	if s.Firewalled(kind, src.Addr) || opts.FirewallFirst && s.SourceRangesDeny(kind, src.Addr) {
 		out.Result = Firewalled
 		return out
 	}

@@ -45,12 +45,16 @@ var genEvalCase = rapid.Custom(func(t *rapid.T) evalCase {
 })
 
 // genServedWorld draws one to four Services, most with endpoints of their
-// first port's protocol, and then up to two of genWorld's random changes.
+// first port's protocol (the first one, half the time, a load balancer with
+// a source range), and then up to two of genWorld's random changes.
 func genServedWorld(t *rapid.T, v6 bool) world {
 	w := world{services: map[string]*v1.Service{}, slices: map[string]*discovery.EndpointSlice{}}
 	for i := range rapid.IntRange(1, 4).Draw(t, "services") {
 		ns, name := genNamespaces[i%len(genNamespaces)], genNames[i]
 		s := genService(t, ns, name, v6)
+		if i == 0 && rapid.Bool().Draw(t, "firewalled") {
+			withSourceRange(s, v6)
+		}
 		w.services[ns+"/"+name] = s
 		for j := range rapid.IntRange(0, 2).Draw(t, "slices") {
 			sl := genSlice(t, ns, name, fmt.Sprintf("%s-%d", name, j+1), v6)
@@ -66,6 +70,21 @@ func genServedWorld(t *rapid.T, v6 bool) world {
 		mutate(t, w, v6)
 	}
 	return w
+}
+
+// withSourceRange makes s a LoadBalancer Service with one load-balancer IP
+// and one source range, which neither the pods nor most clients are in.
+func withSourceRange(s *v1.Service, v6 bool) {
+	s.Spec.Type = v1.ServiceTypeLoadBalancer
+	for i := range s.Spec.Ports {
+		s.Spec.Ports[i].NodePort = int32(30000 + i)
+	}
+	ip, sourceRange := "198.19.200.1", "198.18.32.0/19"
+	if v6 {
+		ip, sourceRange = "2001:db8:19:200::1", "2001:db8:18:20::/59"
+	}
+	s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: ip}}
+	s.Spec.LoadBalancerSourceRanges = []string{sourceRange}
 }
 
 // packetAddrs are the addresses packets are drawn from, by family: the
@@ -154,8 +173,8 @@ func genDestination(t *rapid.T, rs *ruleset.Ruleset, a packetAddrs, label string
 			nodePorts = append(nodePorts, np)
 		}
 	}
-	switch which := rapid.IntRange(0, 2).Draw(t, label+"-frontend"); {
-	case which == 1 && len(external) > 0:
+	switch which := rapid.IntRange(0, 3).Draw(t, label+"-frontend"); {
+	case (which == 1 || which == 3) && len(external) > 0:
 		// An external or load-balancer IP may be the node's.
 		return rapid.SampledFrom(external).Draw(t, label+"-external"), port, proto, rapid.Float64Range(0, 1).Draw(t, label+"-local") < 0.2
 	case which == 2 && len(nodePorts) > 0:
@@ -192,7 +211,9 @@ var loopbackNet = netip.MustParsePrefix("127.0.0.0/8")
 //   - The localnet guard: with Config.LocalhostNodePorts (IPv4), a new flow
 //     to 127.0.0.0/8 from a source outside it that no DNAT translates is
 //     dropped, on input and on output ("block incoming localnet
-//     connections").
+//     connections"). One the node sends is dropped on the output hook
+//     (dropHook "filter OUTPUT"), where the sender's connect fails at once
+//     (EPERM), rather than after the loopback on input, where it times out.
 //   - KUBE-EXTERNAL-SERVICES, which rejects flows to the external and
 //     load-balancer IPs of a Service port without endpoints, is jumped to
 //     from INPUT and FORWARD only: a flow the node itself sends to such an
@@ -202,20 +223,25 @@ var loopbackNet = netip.MustParsePrefix("127.0.0.0/8")
 //     (`--dst-type LOCAL`), the loopback addresses included, even where
 //     node ports are not served (Config.NodePortAddresses, IPv6 loopback,
 //     127.0.0.1 without LocalhostNodePorts).
-func iptablesSpec(rs *ruleset.Ruleset, p trace.Packet) trace.Outcome {
-	want := trace.Trace(rs, p, trace.Options{})
+//
+// dropHook, when not "", is the hook on which the packet must be dropped.
+func iptablesSpec(rs *ruleset.Ruleset, p trace.Packet) (want trace.Outcome, dropHook string) {
+	want = trace.Trace(rs, p, trace.Options{})
 	cfg := rs.Config()
 	if want.Result == trace.NotService && (p.ToNode || p.Dst.Addr().IsLoopback()) {
 		want = nodePortVerdict(rs, p)
 	}
 	if p.FromNode && !p.ToNode && want.Result == trace.Rejected && (want.Kind == ruleset.KindExternalIP || want.Kind == ruleset.KindLoadBalancerIP) {
-		return trace.Outcome{}
+		return trace.Outcome{}, ""
 	}
 	if cfg.LocalhostNodePorts && cfg.Family == v1.IPv4Protocol && loopbackNet.Contains(p.Dst.Addr()) &&
 		!loopbackNet.Contains(p.Src.Addr()) && want.Result != trace.Forwarded {
-		return trace.Outcome{Result: trace.Dropped}
+		if p.FromNode {
+			dropHook = "filter OUTPUT"
+		}
+		return trace.Outcome{Result: trace.Dropped}, dropHook
 	}
-	return want
+	return want, ""
 }
 
 // nodePortVerdict is the reject or drop, if any, of KUBE-EXTERNAL-SERVICES
@@ -260,10 +286,13 @@ func disagreement(c evalCase, text []byte, seen map[trace.Result]int) string {
 		if contested(c.rs, p) {
 			continue
 		}
-		want := iptablesSpec(c.rs, p)
+		want, dropHook := iptablesSpec(c.rs, p)
 		got, path, err := rules.Evaluate(p)
 		if err == nil {
 			err = iptrace.Agree(want, got)
+		}
+		if err == nil && dropHook != "" && (len(path) == 0 || path[len(path)-1].Hook != dropHook) {
+			err = fmt.Errorf("not dropped on %s", dropHook)
 		}
 		if err != nil {
 			return fmt.Sprintf("node %s, %v (to the node: %v): %v\nwant %+v\ngot  %+v\npath:\n%s", c.rs.Config().Node.Name, p, p.ToNode, err, want, got, path)

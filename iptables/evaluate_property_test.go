@@ -212,8 +212,9 @@ var loopbackNet = netip.MustParsePrefix("127.0.0.0/8")
 //     to 127.0.0.0/8 from a source outside it that no DNAT translates is
 //     dropped, on input and on output ("block incoming localnet
 //     connections"). One the node sends is dropped on the output hook
-//     (dropHook "filter OUTPUT"), where the sender's connect fails at once
-//     (EPERM), rather than after the loopback on input, where it times out.
+//     (dropHook "filter OUTPUT"), where a UDP sender's send fails at once
+//     with EPERM, rather than silently after the loopback, on input
+//     (TestKernelLocalnetGuardHook shows the difference).
 //   - KUBE-EXTERNAL-SERVICES, which rejects flows to the external and
 //     load-balancer IPs of a Service port without endpoints, is jumped to
 //     from INPUT and FORWARD only: a flow the node itself sends to such an

@@ -46,16 +46,19 @@ var genEvalCase = rapid.Custom(func(t *rapid.T) evalCase {
 
 // genServedWorld draws one to four Services, most with endpoints of their
 // first port's protocol (the first one, half the time, a load balancer with
-// a source range), and then up to two of genWorld's random changes.
+// a source range and two ready endpoints), and then up to two of genWorld's
+// random changes.
 func genServedWorld(t *rapid.T, v6 bool) world {
 	w := world{services: map[string]*v1.Service{}, slices: map[string]*discovery.EndpointSlice{}}
 	for i := range rapid.IntRange(1, 4).Draw(t, "services") {
 		ns, name := genNamespaces[i%len(genNamespaces)], genNames[i]
 		s := genService(t, ns, name, v6)
+		w.services[ns+"/"+name] = s
 		if i == 0 && rapid.Bool().Draw(t, "firewalled") {
 			withSourceRange(s, v6)
+			fw := slice(ns, name, name+"-fw", 8080, s.Spec.Ports[0].Protocol, readyEPs(2, v6)...)
+			w.slices[ns+"/"+fw.Name] = fw
 		}
-		w.services[ns+"/"+name] = s
 		for j := range rapid.IntRange(0, 2).Draw(t, "slices") {
 			sl := genSlice(t, ns, name, fmt.Sprintf("%s-%d", name, j+1), v6)
 			if rapid.Float64Range(0, 1).Draw(t, "sameProtocol") < 0.8 {

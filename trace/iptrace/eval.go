@@ -106,7 +106,7 @@ func (r *Rules) Evaluate(p trace.Packet) (trace.Outcome, Path, error) {
 	}
 	ends, err := w.hooks(f)
 	if err != nil {
-		return trace.Outcome{}, nil, err
+		return trace.Outcome{}, nil, fmt.Errorf("%v: %w", p, err)
 	}
 	out, err := w.outcome(ends)
 	if err != nil {

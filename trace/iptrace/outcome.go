@@ -18,8 +18,10 @@ type Step struct {
 	// "filter INPUT", …
 	Hook  string
 	Chain string
-	// Rule is the rule as "-A CHAIN …" (arguments quoted as iptables-save
-	// quotes them), or ":CHAIN POLICY" for a policy.
+	// Rule is the rule's line as written, without counters ("-A CHAIN
+	// …"; a rule that "-I" inserted is written as "-A CHAIN" and its
+	// arguments, quoted as iptables-save quotes them), or ":CHAIN POLICY"
+	// for a policy.
 	Rule string
 	// Line is the rule's line in the text given to Parse (0 for a policy).
 	Line int

@@ -2,6 +2,7 @@ package iptrace
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -80,6 +81,10 @@ type parser struct {
 	rules *Rules
 	table string // the table being read, "" between tables
 	skip  bool   // the table is not one Evaluate follows
+	// added are the rules added since the table started: their jumps are
+	// checked at COMMIT. Earlier rules need no check, since a chain that
+	// a rule jumps to cannot be deleted.
+	added []*rule
 }
 
 func (p *parser) line(n int, line string) error {
@@ -102,7 +107,9 @@ func (p *parser) line(n int, line string) error {
 		if p.skip {
 			return nil
 		}
-		return p.rules.tables[t].checkJumps()
+		added := p.added
+		p.added = nil
+		return p.rules.tables[t].checkJumps(added)
 	case p.skip:
 		return nil
 	case strings.HasPrefix(trimmed, ":"):
@@ -170,7 +177,11 @@ func (p *parser) command(n int, line string) error {
 	case op == "-X" && len(rest) == 0 && exists:
 		return t.deleteChain(c)
 	case (op == "-A" || op == "-I") && exists:
-		return t.addRule(c, op, n, line, rest)
+		r, err := t.addRule(c, op, n, line, rest)
+		if err == nil {
+			p.added = append(p.added, r)
+		}
+		return err
 	case !exists && (op == "-F" || op == "-X" || op == "-A" || op == "-I"):
 		return fmt.Errorf("%s %s: no such chain in table %s", op, name, t.name)
 	}
@@ -178,15 +189,15 @@ func (p *parser) command(n int, line string) error {
 }
 
 // addRule parses a rule and appends it to c (-A) or inserts it (-I, at
-// the position given first in args, if any).
-func (t *table) addRule(c *chain, op string, n int, line string, args []string) error {
+// the position given first in args, if any), and returns it.
+func (t *table) addRule(c *chain, op string, n int, line string, args []string) (*rule, error) {
 	pos := len(c.rules)
 	if op == "-I" {
 		pos = 0
 		if len(args) > 0 {
 			if i, err := strconv.Atoi(args[0]); err == nil {
 				if i < 1 || i > len(c.rules)+1 {
-					return fmt.Errorf("-I %s %d: no such position", c.name, i)
+					return nil, fmt.Errorf("-I %s %d: no such position", c.name, i)
 				}
 				pos, args = i-1, args[1:]
 			}
@@ -194,11 +205,14 @@ func (t *table) addRule(c *chain, op string, n int, line string, args []string) 
 	}
 	r, err := parseRule(args)
 	if err != nil {
-		return fmt.Errorf("%q: %w", line, err)
+		return nil, fmt.Errorf("%q: %w", line, err)
 	}
-	r.chain, r.line, r.text = c.name, n, "-A "+c.name+" "+strings.Join(quoteArgs(args), " ")
-	c.rules = append(c.rules[:pos], append([]*rule{r}, c.rules[pos:]...)...)
-	return nil
+	r.chain, r.line, r.text = c.name, n, line
+	if op == "-I" {
+		r.text = "-A " + c.name + " " + strings.Join(quoteArgs(args), " ")
+	}
+	c.rules = slices.Insert(c.rules, pos, r)
+	return r, nil
 }
 
 // deleteChain deletes c, which must be a user chain that is empty and that
@@ -218,16 +232,14 @@ func (t *table) deleteChain(c *chain) error {
 	return nil
 }
 
-// checkJumps reports the first rule whose jump names no chain of t.
-func (t *table) checkJumps() error {
-	for _, c := range t.chains {
-		for _, r := range c.rules {
-			if r.target.chain == "" {
-				continue
-			}
-			if _, ok := t.chains[r.target.chain]; !ok {
-				return fmt.Errorf("table %s, line %d: %q jumps to %s, no chain of the table", t.name, r.line, r.text, r.target.chain)
-			}
+// checkJumps reports the first of rules whose jump names no chain of t.
+func (t *table) checkJumps(rules []*rule) error {
+	for _, r := range rules {
+		if r.target.chain == "" {
+			continue
+		}
+		if _, ok := t.chains[r.target.chain]; !ok {
+			return fmt.Errorf("table %s, line %d: %q jumps to %s, no chain of the table", t.name, r.line, r.text, r.target.chain)
 		}
 	}
 	return nil
@@ -236,6 +248,9 @@ func (t *table) checkJumps() error {
 // tokenize splits a line as iptables-restore does: on blanks, with double
 // quotes grouping and a backslash escaping the next byte inside them.
 func tokenize(line string) ([]string, error) {
+	if !strings.ContainsAny(line, "\"\\") {
+		return strings.Fields(line), nil
+	}
 	var (
 		args   []string
 		cur    strings.Builder

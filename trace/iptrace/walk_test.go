@@ -108,7 +108,7 @@ func TestPath(t *testing.T) {
 		"nat PREROUTING 1 -A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
 		"nat PREROUTING 1 -A KUBE-SERVICES -d 198.19.0.10/32 -p tcp -m comment --comment \"demo/web:http cluster IP\" -m tcp --dport 80 -j KUBE-SVC-XRY76EGRC3BSCIIJ",
 		"nat PREROUTING 1/2 -A KUBE-SVC-XRY76EGRC3BSCIIJ -m comment --comment \"demo/web:http -> 198.18.1.11:8080\" -m statistic --mode random --probability 0.50000000000 -j KUBE-SEP-Y3DDE2PFL35OXC4K",
-		"nat PREROUTING 1/2 -A KUBE-SEP-Y3DDE2PFL35OXC4K -p tcp -m comment --comment demo/web:http -m tcp -j DNAT --to-destination 198.18.1.11:8080",
+		"nat PREROUTING 1/2 -A KUBE-SEP-Y3DDE2PFL35OXC4K -p tcp -m comment --comment \"demo/web:http\" -m tcp -j DNAT --to-destination 198.18.1.11:8080",
 		"filter FORWARD 1 -A FORWARD -m conntrack --ctstate NEW -m comment --comment \"kubernetes load balancer firewall\" -j KUBE-PROXY-FIREWALL",
 		"filter FORWARD 1 -A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD",
 		"filter FORWARD 1 -A FORWARD -m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES",
@@ -118,7 +118,7 @@ func TestPath(t *testing.T) {
 		"nat POSTROUTING 1 -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
 		"nat POSTROUTING 1 :POSTROUTING ACCEPT",
 		"nat PREROUTING 1/2 -A KUBE-SVC-XRY76EGRC3BSCIIJ -m comment --comment \"demo/web:http -> 198.18.2.12:8080\" -j KUBE-SEP-3RCI2EW5533LCIO4",
-		"nat PREROUTING 1/2 -A KUBE-SEP-3RCI2EW5533LCIO4 -p tcp -m comment --comment demo/web:http -m tcp -j DNAT --to-destination 198.18.2.12:8080",
+		"nat PREROUTING 1/2 -A KUBE-SEP-3RCI2EW5533LCIO4 -p tcp -m comment --comment \"demo/web:http\" -m tcp -j DNAT --to-destination 198.18.2.12:8080",
 	}
 	var got []string
 	for _, s := range path {

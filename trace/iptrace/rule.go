@@ -70,10 +70,11 @@ var optionModule = map[string]string{
 	"--mark":    "mark",
 }
 
-// knownModules are the match modules Evaluate models.
-var knownModules = map[string]bool{
-	"comment": true, "tcp": true, "udp": true, "sctp": true, "addrtype": true,
-	"statistic": true, "recent": true, "conntrack": true, "mark": true,
+// knownModules are the match modules Evaluate models, each with its bit in
+// ruleParser.modules.
+var knownModules = map[string]uint16{
+	"comment": 1 << 0, "tcp": 1 << 1, "udp": 1 << 2, "sctp": 1 << 3, "addrtype": 1 << 4,
+	"statistic": 1 << 5, "recent": 1 << 6, "conntrack": 1 << 7, "mark": 1 << 8,
 }
 
 // ruleParser holds the state of parsing one rule.
@@ -81,7 +82,7 @@ type ruleParser struct {
 	r       *rule
 	args    []string
 	i       int
-	modules map[string]bool
+	modules uint16 // the bits of the modules loaded (knownModules)
 	recent  struct {
 		rcheck, set bool
 		seconds     int32
@@ -90,7 +91,7 @@ type ruleParser struct {
 
 // parseRule parses the arguments of a rule after its chain.
 func parseRule(args []string) (*rule, error) {
-	rp := &ruleParser{r: &rule{}, args: args, modules: map[string]bool{}}
+	rp := &ruleParser{r: &rule{}, args: args}
 	for rp.i < len(args) {
 		neg := false
 		if args[rp.i] == "!" {
@@ -142,10 +143,11 @@ func (rp *ruleParser) option(opt string, neg bool) error {
 		if err != nil {
 			return err
 		}
-		if neg || !knownModules[m] {
+		bit, ok := knownModules[m]
+		if neg || !ok {
 			return fmt.Errorf("match %q is not modelled", m)
 		}
-		rp.modules[m] = true
+		rp.modules |= bit
 		return nil
 	}
 	mod, ok := optionModule[opt]
@@ -156,7 +158,7 @@ func (rp *ruleParser) option(opt string, neg bool) error {
 		if rp.r.proto == "" {
 			return fmt.Errorf("%s without -p tcp, udp or sctp", opt)
 		}
-	} else if !rp.modules[mod] {
+	} else if rp.modules&knownModules[mod] == 0 {
 		return fmt.Errorf("%s without -m %s", opt, mod)
 	}
 	return rp.moduleOption(mod, opt, neg)
@@ -320,7 +322,7 @@ func (rp *ruleParser) recentOption(opt string) error {
 func (rp *ruleParser) finishRecent() error {
 	rc := rp.recent
 	switch {
-	case !rp.modules["recent"]:
+	case rp.modules&knownModules["recent"] == 0:
 		return nil
 	case rc.rcheck && !rc.set && rc.seconds > 0:
 		rp.r.rcheck = rc.seconds

@@ -33,11 +33,11 @@ var builtinChains = map[string][]string{
 	"nat":    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
 }
 
-// Parse reads iptables rules as text: the output of iptables-save or
-// ip6tables-save (with or without -c counters), or iptables-restore input
-// (such as iptables.Render's), or several of them one after the other. The
-// text is applied in order to empty tables, as `iptables-restore --noflush`
-// applies it:
+// Parse reads the iptables rules of one IP family as text: the output of
+// iptables-save or ip6tables-save (with or without -c counters), or
+// iptables-restore input (such as iptables.Render's), or several of them one
+// after the other. The text is applied in order to empty tables, as
+// `iptables-restore --noflush` applies it:
 //
 //   - "*TABLE" starts a table and "COMMIT" ends it; lines starting with "#"
 //     and empty lines are skipped.

@@ -24,7 +24,7 @@ func TestEvaluateGoldens(t *testing.T) {
 			}
 			rs := sc.ruleset(t)
 			c := evalCase{rs: rs, names: sc.names, packets: goldenPackets(rs)}
-			seen := map[trace.Result]int{}
+			seen := map[string]int{}
 			if d := disagreement(c, withJumps(sc.names, golden), seen); d != "" {
 				t.Fatal(d)
 			}

@@ -29,7 +29,7 @@ type evalCase struct {
 	packets []trace.Packet
 }
 
-// genEvalCase draws a cluster, a node of it, and up to 24 packets.
+// genEvalCase draws a cluster, a node of it, and 4 to 32 packets.
 var genEvalCase = rapid.Custom(func(t *rapid.T) evalCase {
 	cfg := genConfig(t)
 	cfg.Node.Name = rapid.SampledFrom(genNodes).Draw(t, "node")
@@ -38,14 +38,14 @@ var genEvalCase = rapid.Custom(func(t *rapid.T) evalCase {
 		rs:    buildFrom(t, cfg, w.objects()),
 		names: rapid.SampledFrom([]Names{{}, mustNames("CNI")}).Draw(t, "names"),
 	}
-	for i := range rapid.IntRange(1, 24).Draw(t, "packets") {
+	for i := range rapid.IntRange(4, 32).Draw(t, "packets") {
 		c.packets = append(c.packets, genPacket(t, c.rs, fmt.Sprint("packet", i)))
 	}
 	return c
 })
 
 // genServedWorld draws one to four Services, most with endpoints of their
-// first port's protocol (the first one, half the time, a load balancer with
+// first port's protocol (the first one, 3 times in 4, a load balancer with
 // a source range and two ready endpoints), and then up to two of genWorld's
 // random changes.
 func genServedWorld(t *rapid.T, v6 bool) world {
@@ -54,7 +54,7 @@ func genServedWorld(t *rapid.T, v6 bool) world {
 		ns, name := genNamespaces[i%len(genNamespaces)], genNames[i]
 		s := genService(t, ns, name, v6)
 		w.services[ns+"/"+name] = s
-		if i == 0 && rapid.Bool().Draw(t, "firewalled") {
+		if i == 0 && rapid.Float64Range(0, 1).Draw(t, "firewalled") < 0.75 {
 			withSourceRange(s, v6)
 			fw := slice(ns, name, name+"-fw", 8080, s.Spec.Ports[0].Protocol, readyEPs(2, v6)...)
 			w.slices[ns+"/"+fw.Name] = fw
@@ -117,8 +117,9 @@ var addrsV6 = packetAddrs{
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-// genPacket draws a packet for rs: from a pod on the node (an endpoint's
-// address among them, for hairpin), from the node, or from outside; to a
+// genPacket draws a packet for rs: from a pod (half the time, for a Service
+// frontend, one of the Service's endpoints: hairpin), from the node, or
+// from outside; to a
 // cluster, external or load-balancer IP of a Service with its port or
 // another, to a node port on one of the node's addresses or the loopback,
 // or to an address no Service has.
@@ -128,14 +129,18 @@ func genPacket(t *rapid.T, rs *ruleset.Ruleset, label string) trace.Packet {
 		a = addrsV6
 	}
 	p := trace.Packet{Protocol: rapid.SampledFrom([]v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP}).Draw(t, label+"-proto")}
-	dst, port, proto, toNode := genDestination(t, rs, a, label)
-	if proto != "" && rapid.Float64Range(0, 1).Draw(t, label+"-sameproto") < 0.9 {
-		p.Protocol = proto
+	dst, port, svc, toNode := genDestination(t, rs, a, label)
+	if svc != nil && rapid.Float64Range(0, 1).Draw(t, label+"-sameproto") < 0.9 {
+		p.Protocol = svc.Name.Protocol
 	}
 	var src netip.Addr
 	switch rapid.SampledFrom([]string{"pod", "node", "outside"}).Draw(t, label+"-from") {
 	case "pod":
 		src = rapid.SampledFrom(a.pods).Draw(t, label+"-pod")
+		if svc != nil && len(svc.Endpoints) > 0 && rapid.Bool().Draw(t, label+"-hairpin") {
+			i := rapid.IntRange(0, len(svc.Endpoints)-1).Draw(t, label+"-endpoint")
+			src = svc.Endpoints[i].AddrPort().Addr()
+		}
 	case "node":
 		p.FromNode = true
 		src = rapid.SampledFrom([]netip.Addr{a.node, a.node2, a.loopback}).Draw(t, label+"-nodeaddr")
@@ -151,21 +156,20 @@ func genPacket(t *rapid.T, rs *ruleset.Ruleset, label string) trace.Packet {
 // rs's Services (its cluster IP, an external or load-balancer IP with its
 // port, or its node port or health-check node port on one of the node's
 // addresses), else one of those addresses or the node's with another port,
-// or an address no Service has. proto is the protocol of the Service port
-// drawn, if any.
-func genDestination(t *rapid.T, rs *ruleset.Ruleset, a packetAddrs, label string) (dst netip.Addr, port uint16, proto v1.Protocol, toNode bool) {
+// or an address no Service has. svc is the Service port drawn, if any.
+func genDestination(t *rapid.T, rs *ruleset.Ruleset, a packetAddrs, label string) (dst netip.Addr, port uint16, svc *ruleset.Service, toNode bool) {
 	ports := []uint16{80, 81, 8080, 30000, 30005, 30010, 32000}
 	nodeAddrs := []netip.Addr{a.node, a.node2, a.loopback}
 	svcs := rs.Services()
 	kind := rapid.SampledFrom([]string{"frontend", "frontend", "frontend", "node", "spare"}).Draw(t, label+"-to")
 	if len(svcs) == 0 || kind == "node" {
-		return rapid.SampledFrom(nodeAddrs).Draw(t, label+"-nodeaddr"), rapid.SampledFrom(ports).Draw(t, label+"-port"), "", true
+		return rapid.SampledFrom(nodeAddrs).Draw(t, label+"-nodeaddr"), rapid.SampledFrom(ports).Draw(t, label+"-port"), nil, true
 	}
 	if kind == "spare" {
-		return rapid.SampledFrom(a.spare).Draw(t, label+"-spare"), rapid.SampledFrom(ports).Draw(t, label+"-port"), "", false
+		return rapid.SampledFrom(a.spare).Draw(t, label+"-spare"), rapid.SampledFrom(ports).Draw(t, label+"-port"), nil, false
 	}
 	s := rapid.SampledFrom(svcs).Draw(t, label+"-svc")
-	port, proto = s.Port, s.Name.Protocol
+	port = s.Port
 	if rapid.Float64Range(0, 1).Draw(t, label+"-otherport") < 0.1 {
 		port = rapid.SampledFrom(ports).Draw(t, label+"-port")
 	}
@@ -179,11 +183,11 @@ func genDestination(t *rapid.T, rs *ruleset.Ruleset, a packetAddrs, label string
 	switch which := rapid.IntRange(0, 3).Draw(t, label+"-frontend"); {
 	case (which == 1 || which == 3) && len(external) > 0:
 		// An external or load-balancer IP may be the node's.
-		return rapid.SampledFrom(external).Draw(t, label+"-external"), port, proto, rapid.Float64Range(0, 1).Draw(t, label+"-local") < 0.2
+		return rapid.SampledFrom(external).Draw(t, label+"-external"), port, s, rapid.Float64Range(0, 1).Draw(t, label+"-local") < 0.2
 	case which == 2 && len(nodePorts) > 0:
-		return rapid.SampledFrom(nodeAddrs).Draw(t, label+"-nodeaddr"), rapid.SampledFrom(nodePorts).Draw(t, label+"-nodeport"), proto, true
+		return rapid.SampledFrom(nodeAddrs).Draw(t, label+"-nodeaddr"), rapid.SampledFrom(nodePorts).Draw(t, label+"-nodeport"), s, true
 	}
-	return s.ClusterIP, port, proto, false
+	return s.ClusterIP, port, s, false
 }
 
 // withJumps is text followed by the jumps from the built-in chains that
@@ -280,8 +284,10 @@ func contested(rs *ruleset.Ruleset, p trace.Packet) bool {
 // disagreement evaluates c's packets under text and describes the first
 // whose outcome Agree finds different from the specification; "" when
 // every packet agrees.
-// seen counts, when not nil, the results of the packets that agree.
-func disagreement(c evalCase, text []byte, seen map[trace.Result]int) string {
+// seen counts, when not nil, the results of the packets that agree, and
+// the forwarded ones that have a hairpin target, are masqueraded,
+// short-circuited or pinned by affinity (see features).
+func disagreement(c evalCase, text []byte, seen map[string]int) string {
 	rules, err := iptrace.Parse(text)
 	if err != nil {
 		return fmt.Sprintf("the evaluator rejects the rules: %v", err)
@@ -302,7 +308,10 @@ func disagreement(c evalCase, text []byte, seen map[trace.Result]int) string {
 			return fmt.Sprintf("node %s, %v (to the node: %v): %v\nwant %+v\ngot  %+v\npath:\n%s", c.rs.Config().Node.Name, p, p.ToNode, err, want, got, path)
 		}
 		if seen != nil {
-			seen[got.Result]++
+			seen[got.Result.String()]++
+			for _, f := range features(p, got) {
+				seen[f]++
+			}
 		}
 	}
 	return ""
@@ -312,7 +321,7 @@ func disagreement(c evalCase, text []byte, seen map[trace.Result]int) string {
 // send every packet where the tracer says; and the packets drawn reach
 // every kind of result.
 func TestPropEvaluateRender(t *testing.T) {
-	seen := map[trace.Result]int{}
+	seen := map[string]int{}
 	rapid.Check(t, func(t *rapid.T) {
 		c := genEvalCase.Draw(t, "case")
 		text := withJumps(c.names, Render(c.names, c.rs))
@@ -323,13 +332,37 @@ func TestPropEvaluateRender(t *testing.T) {
 	wantEveryResult(t, seen)
 }
 
-// wantEveryResult fails t unless seen counts every Result.
-func wantEveryResult(t *testing.T, seen map[trace.Result]int) {
+// features names what a forwarded Outcome of p shows beyond its result.
+func features(p trace.Packet, o trace.Outcome) []string {
+	var fs []string
+	if slices.ContainsFunc(o.Targets, func(c ruleset.Choice) bool { return c.Endpoint.Addr() == p.Src.Addr() }) {
+		fs = append(fs, "hairpin")
+	}
+	if o.Masquerade {
+		fs = append(fs, "masquerade")
+	}
+	if o.ShortCircuit {
+		fs = append(fs, "short-circuit")
+	}
+	if o.Affinity.Enabled() {
+		fs = append(fs, "affinity")
+	}
+	return fs
+}
+
+// wantEveryResult fails t unless seen counts every Result and every
+// feature.
+func wantEveryResult(t *testing.T, seen map[string]int) {
 	t.Helper()
-	t.Logf("results: %v", seen)
+	t.Logf("seen: %v", seen)
 	for _, r := range []trace.Result{trace.NotService, trace.Rejected, trace.Dropped, trace.Firewalled, trace.Forwarded} {
-		if seen[r] == 0 {
+		if seen[r.String()] == 0 {
 			t.Errorf("no packet was %s: the generators miss a case", r)
+		}
+	}
+	for _, f := range []string{"hairpin", "masquerade", "short-circuit", "affinity"} {
+		if seen[f] == 0 {
+			t.Errorf("no forwarded packet showed %s: the generators miss a case", f)
 		}
 	}
 }

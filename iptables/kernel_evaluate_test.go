@@ -54,11 +54,11 @@ func TestKernelEvaluate(t *testing.T) {
 		if !strings.Contains(saved, "/128 ") && !strings.Contains(saved, "/32 ") {
 			t.Fatalf("case %d: %s does not print addresses in the kernel's form:\n%s", seed, save, saved)
 		}
-		seen := map[trace.Result]int{}
+		seen := map[string]int{}
 		if d := disagreement(c, []byte(saved), seen); d != "" {
 			t.Errorf("case %d: %s\n%s output:\n%s", seed, d, save, saved)
 		}
-		forwarded += seen[trace.Forwarded]
+		forwarded += seen[trace.Forwarded.String()]
 		if err := e.Cleanup(ctx); err != nil {
 			t.Fatalf("case %d: Cleanup: %v", seed, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/trace"
 	"github.com/svcproxy/svcproxy/trace/iptrace"
 )
@@ -207,78 +208,20 @@ func withJumps(names Names, text []byte) []byte {
 	return []byte(b.String())
 }
 
-// loopbackNet is 127.0.0.0/8.
-var loopbackNet = netip.MustParsePrefix("127.0.0.0/8")
-
 // iptablesSpec is what the iptables backend must do with p: what
-// trace.Trace says under the iptables mode's Options (none of kube-proxy's
-// nftables-only behaviours), with two behaviours of kube-proxy's iptables
-// mode that package trace does not model:
-//
-//   - The localnet guard: with Config.LocalhostNodePorts (IPv4), a new flow
-//     to 127.0.0.0/8 from a source outside it that no DNAT translates is
-//     dropped, on input and on output ("block incoming localnet
-//     connections"). One the node sends is dropped on the output hook
-//     (dropHook "filter OUTPUT"), where a UDP sender's send fails at once
-//     with EPERM, rather than silently after the loopback, on input
-//     (TestKernelLocalnetGuardHook shows the difference).
-//   - KUBE-EXTERNAL-SERVICES, which rejects flows to the external and
-//     load-balancer IPs of a Service port without endpoints, is jumped to
-//     from INPUT and FORWARD only: a flow the node itself sends to such an
-//     address, when it is not the node's, is left alone.
-//   - KUBE-EXTERNAL-SERVICES rejects or drops flows to the node port of a
-//     Service port without (local) endpoints on every address of the node
-//     (`--dst-type LOCAL`), the loopback addresses included, even where
-//     node ports are not served (Config.NodePortAddresses, IPv6 loopback,
-//     127.0.0.1 without LocalhostNodePorts).
-//
-// dropHook, when not "", is the hook on which the packet must be dropped.
+// trace.Trace says in kube-proxy's iptables mode; dropHook, when not "", is
+// the hook on which the packet must be dropped. The localnet guard drops a
+// flow the node sends on the output hook ("filter OUTPUT"), where a UDP
+// sender's send fails at once with EPERM, rather than silently after the
+// loopback, on input (TestKernelLocalnetGuardHook shows the difference).
 func iptablesSpec(rs *ruleset.Ruleset, p trace.Packet) (want trace.Outcome, dropHook string) {
-	want = trace.Trace(rs, p, trace.Options{})
-	cfg := rs.Config()
-	if want.Result == trace.NotService && (p.ToNode || p.Dst.Addr().IsLoopback()) {
-		want = nodePortVerdict(rs, p)
+	want = trace.Trace(rs, p, trace.IPTablesMode)
+	loopback := netip.MustParsePrefix("127.0.0.0/8")
+	if want.Result == trace.Dropped && want.Service == (servicemap.PortName{}) && p.FromNode &&
+		loopback.Contains(p.Dst.Addr()) && !loopback.Contains(p.Src.Addr()) {
+		dropHook = "filter OUTPUT"
 	}
-	if p.FromNode && !p.ToNode && want.Result == trace.Rejected && (want.Kind == ruleset.KindExternalIP || want.Kind == ruleset.KindLoadBalancerIP) {
-		return trace.Outcome{}, ""
-	}
-	if cfg.LocalhostNodePorts && cfg.Family == v1.IPv4Protocol && loopbackNet.Contains(p.Dst.Addr()) &&
-		!loopbackNet.Contains(p.Src.Addr()) && want.Result != trace.Forwarded {
-		if p.FromNode {
-			dropHook = "filter OUTPUT"
-		}
-		return trace.Outcome{Result: trace.Dropped}, dropHook
-	}
-	return want, ""
-}
-
-// nodePortVerdict is the reject or drop, if any, of KUBE-EXTERNAL-SERVICES
-// for a flow to a node port: the first Service port, by name, with that
-// node port and an external route that rejects or drops.
-func nodePortVerdict(rs *ruleset.Ruleset, p trace.Packet) trace.Outcome {
-	for _, name := range rs.ServicesAt(ruleset.Frontend{Protocol: p.Protocol, Port: p.Dst.Port()}) {
-		s, _ := rs.Service(name)
-		switch s.External {
-		case ruleset.RouteReject:
-			return trace.Outcome{Result: trace.Rejected, Service: name, Kind: ruleset.KindNodePort}
-		case ruleset.RouteDrop:
-			return trace.Outcome{Result: trace.Dropped, Service: name, Kind: ruleset.KindNodePort}
-		}
-	}
-	return trace.Outcome{}
-}
-
-// contested reports whether two Service ports share the address, protocol
-// and port of p's destination, or its node port. Which one takes the flow
-// is then the backend's choice (ruleset.Frontend): the tracer picks the
-// first by name, the iptables rules the first whose nat rule matches, so
-// that a Service port without endpoints (rejected in filter) loses to one
-// with endpoints whatever their names. The API server keeps cluster IPs and
-// node ports apart; external IPs it does not.
-func contested(rs *ruleset.Ruleset, p trace.Packet) bool {
-	at := rs.ServicesAt(ruleset.Frontend{Addr: p.Dst.Addr(), Protocol: p.Protocol, Port: p.Dst.Port()})
-	nodePort := rs.ServicesAt(ruleset.Frontend{Protocol: p.Protocol, Port: p.Dst.Port()})
-	return len(at) > 1 || len(at) == 0 && len(nodePort) > 1
+	return want, dropHook
 }
 
 // disagreement evaluates c's packets under text and describes the first
@@ -293,9 +236,6 @@ func disagreement(c evalCase, text []byte, seen map[string]int) string {
 		return fmt.Sprintf("the evaluator rejects the rules: %v", err)
 	}
 	for _, p := range c.packets {
-		if contested(c.rs, p) {
-			continue
-		}
 		want, dropHook := iptablesSpec(c.rs, p)
 		got, path, err := rules.Evaluate(p)
 		if err == nil {

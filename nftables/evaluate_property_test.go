@@ -22,13 +22,6 @@ import (
 	"github.com/svcproxy/svcproxy/trace/nfttrace"
 )
 
-// nftOptions are the behaviours of the nftables rules beyond the Ruleset's
-// decisions: the renderer always rejects unknown ports of cluster IPs
-// (cluster-ips-check), and drops unallocated addresses of the Config's
-// ServiceCIDRs when it has some, and its firewall-check holds every port
-// with source ranges, with or without endpoints.
-var nftOptions = trace.Options{RejectUnknownPorts: true, DropUnallocated: true, FirewallFirst: true}
-
 // evalAddrs are the addresses of the evaluation tests besides the pools: the
 // node's own (the NodePortAddresses when they are set), another address of
 // the node, a client outside the cluster inside one of the pools' source
@@ -182,7 +175,7 @@ func divergenceAfter(rs *ruleset.Ruleset, text string, packets []trace.Packet, n
 		if err != nil {
 			return "", err
 		}
-		want := trace.Trace(rs, p, nftOptions)
+		want := trace.Trace(rs, p, trace.NFTablesMode)
 		if diff := outcomeDiff(normalize(want), normalize(got)); diff != "" {
 			return fmt.Sprintf("%v (to the node: %v): rules differ from the tracer (-tracer +rules):\n%s\npath:\n%s", p, p.ToNode, diff, path), nil
 		}

@@ -8,8 +8,8 @@
 // It is derived from the Ruleset's decisions alone (ruleset.Ruleset.Decide,
 // ruleset.Service.Firewalled), and so it is the specification that the
 // rules of every backend meet: a data plane that does what Trace says
-// serves Services as kube-proxy does. Options name the three behaviours that
-// kube-proxy's nftables mode has and its iptables mode has not.
+// serves Services as kube-proxy does. Options name the behaviours in which
+// kube-proxy's two modes differ (IPTablesMode, NFTablesMode).
 //
 // The package is pure: no I/O, no clock, no randomness, no logging.
 //
@@ -60,6 +60,7 @@ func (p Packet) String() string {
 }
 
 // Options are the behaviours of a backend beyond the Ruleset's decisions.
+// IPTablesMode and NFTablesMode are kube-proxy's two modes.
 type Options struct {
 	// RejectUnknownPorts rejects flows to a cluster IP on a port or
 	// protocol that no Service port of it serves (kube-proxy's nftables
@@ -75,7 +76,32 @@ type Options struct {
 	// runs before the no-endpoint reject): ruleset.Service.SourceRangesDeny
 	// rather than ruleset.Service.Firewalled.
 	FirewallFirst bool
+	// ArrivingRejectsOnly rejects flows to the external and load-balancer
+	// IPs of a Service port without endpoints only when they
+	// arrive: one the node sends to such an address, not its own, is left
+	// alone (kube-proxy's iptables mode, whose KUBE-EXTERNAL-SERVICES is
+	// jumped to from INPUT and FORWARD only).
+	ArrivingRejectsOnly bool
+	// NodePortRejectsOnAllAddresses rejects or drops flows to the node port
+	// of a Service port without (local) endpoints on every address of the
+	// node and on the loopback addresses, also where node ports are not
+	// served (Config.NodePortAddresses, IPv6 loopback, 127.0.0.1 without
+	// Config.LocalhostNodePorts): kube-proxy's iptables mode matches them
+	// with `--dst-type LOCAL`.
+	NodePortRejectsOnAllAddresses bool
+	// LocalnetGuard drops, with Config.LocalhostNodePorts (IPv4), a new flow
+	// to 127.0.0.0/8 from a source outside it that no Service port
+	// forwards (kube-proxy's iptables mode: "block incoming localnet
+	// connections", in KUBE-FIREWALL on input and output).
+	LocalnetGuard bool
 }
+
+var (
+	// IPTablesMode is kube-proxy's iptables mode.
+	IPTablesMode = Options{ArrivingRejectsOnly: true, NodePortRejectsOnAllAddresses: true, LocalnetGuard: true}
+	// NFTablesMode is kube-proxy's nftables mode.
+	NFTablesMode = Options{RejectUnknownPorts: true, DropUnallocated: true, FirewallFirst: true}
+)
 
 // Result is the kind of outcome.
 type Result uint8
@@ -136,8 +162,22 @@ func Trace(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 		p.Dst.Addr().Is4() != (rs.Config().Family == v1.IPv4Protocol) {
 		return Outcome{}
 	}
+	out := decide(rs, p, opts)
+	if opts.LocalnetGuard && guarded(rs.Config(), p) && out.Result != Forwarded {
+		return Outcome{Result: Dropped}
+	}
+	return out
+}
+
+// decide is the Outcome of a valid p, before the localnet guard.
+func decide(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	s, kind := lookup(rs, p)
 	if s == nil {
+		if opts.NodePortRejectsOnAllAddresses && (p.ToNode || p.Dst.Addr().IsLoopback()) {
+			if out, ok := nodePortRefusal(rs, p); ok {
+				return out
+			}
+		}
 		return unmatched(rs, p, opts)
 	}
 	src := ruleset.Source{Addr: p.Src.Addr(), FromNode: p.FromNode}
@@ -155,10 +195,40 @@ func Trace(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	case ruleset.VerdictForward:
 		out.Result = Forwarded
 		out.Targets, out.Masquerade, out.ShortCircuit, out.Affinity = d.Targets, d.Masquerade, d.ShortCircuit, s.Affinity
+		return out
 	default:
 		return Outcome{}
 	}
+	if opts.ArrivingRejectsOnly && out.Result == Rejected && p.FromNode && !p.ToNode && (kind == ruleset.KindExternalIP || kind == ruleset.KindLoadBalancerIP) {
+		return Outcome{}
+	}
 	return out
+}
+
+// nodePortRefusal is the reject or drop of the owner of p's node port when
+// its external route rejects or drops.
+func nodePortRefusal(rs *ruleset.Ruleset, p Packet) (Outcome, bool) {
+	s, _, ok := rs.Owner(ruleset.Frontend{Kind: ruleset.KindNodePort, Protocol: p.Protocol, Port: p.Dst.Port()})
+	if !ok {
+		return Outcome{}, false
+	}
+	switch s.External {
+	case ruleset.RouteReject:
+		return Outcome{Result: Rejected, Service: s.Name, Kind: ruleset.KindNodePort}, true
+	case ruleset.RouteDrop:
+		return Outcome{Result: Dropped, Service: s.Name, Kind: ruleset.KindNodePort}, true
+	}
+	return Outcome{}, false
+}
+
+// loopbackNet is 127.0.0.0/8.
+var loopbackNet = netip.MustParsePrefix("127.0.0.0/8")
+
+// guarded reports whether the localnet guard watches p: localhost node
+// ports on (IPv4), to 127.0.0.0/8 from outside it.
+func guarded(cfg ruleset.Config, p Packet) bool {
+	return cfg.LocalhostNodePorts && cfg.Family == v1.IPv4Protocol &&
+		loopbackNet.Contains(p.Dst.Addr()) && !loopbackNet.Contains(p.Src.Addr())
 }
 
 // lookup finds the Service port and kind of frontend that take p: the owner

@@ -141,14 +141,18 @@ func (d *DataPlane) Close() error {
 
 // frontends lists the TCP and UDP frontends of rs with their routes, and the
 // addresses that must be local for the kernel to deliver them. Where Service
-// ports share a frontend, the first by name takes it.
+// ports share a frontend, its owner (ruleset.Ruleset.Owner) takes it.
 func frontends(rs *ruleset.Ruleset) (map[frontend]*route, []netip.Addr) {
 	routes, nodeIPs := map[frontend]*route{}, rs.Config().NodePortAddresses
 	var addrs []netip.Addr
 	for _, s := range rs.Services() {
 		add := func(kind ruleset.FrontendKind, ip netip.Addr, port uint16) {
 			f := frontend{netip.AddrPortFrom(ip, port), s.Name.Protocol}
-			if _, taken := routes[f]; taken || !ip.IsValid() || (f.proto != v1.ProtocolTCP && f.proto != v1.ProtocolUDP) {
+			owned := ruleset.Frontend{Kind: kind, Addr: ip, Protocol: f.proto, Port: port}
+			if kind == ruleset.KindNodePort {
+				owned.Addr = netip.Addr{}
+			}
+			if !ip.IsValid() || (f.proto != v1.ProtocolTCP && f.proto != v1.ProtocolUDP) || !rs.Owns(s, owned) {
 				return
 			}
 			refused := rs.Decide(s, kind, ruleset.Source{}).Verdict == ruleset.VerdictReject

@@ -82,8 +82,8 @@ func buildTest(t *testing.T) []*ruleset.Ruleset {
 }
 
 // TestFrontends: every TCP and UDP frontend of the node, the Service and
-// kind that serve it (the first Service by name where two claim one, even
-// one without endpoints), which ones are refused, and the addresses that
+// kind that serve it (the owner where two claim one: the one that forwards
+// before one without endpoints), which ones are refused, and the addresses that
 // must be local.
 func TestFrontends(t *testing.T) {
 	type served struct {
@@ -98,7 +98,7 @@ func TestFrontends(t *testing.T) {
 	}
 	want := map[string]served{
 		"198.19.0.1:80/TCP":    {"ns/web:http", ruleset.KindClusterIP, false},
-		"198.19.1.1:80/TCP":    {"ns/also:http", ruleset.KindExternalIP, true}, // as trace.Trace says
+		"198.19.1.1:80/TCP":    {"ns/web:http", ruleset.KindExternalIP, false}, // the Service that forwards owns it
 		"198.18.0.1:30080/TCP": {"ns/web:http", ruleset.KindNodePort, false},
 		"198.19.0.2:53/UDP":    {"ns/empty:dns", ruleset.KindClusterIP, true},
 		"198.19.0.4:80/TCP":    {"ns/also:http", ruleset.KindClusterIP, true},

@@ -74,7 +74,7 @@
 // checks, with one restore of `-C` lines that changes nothing, that the
 // canary rules and the jumps are still there; if one is missing, or if the
 // partial restore itself fails (and the context is not done), the Executor
-// runs a full sync in the same call and SyncResult.Fallback says why. The check is one process whose
+// runs a full sync in the same call and SyncDetails.Fallback says why. The check is one process whose
 // input does not grow with the number of Services; its time grows with the
 // tables (BENCHMARKS.md has what it costs).
 //

@@ -198,5 +198,5 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifestInput) {
 	w.applied = in
 	p.metrics.manifestReloads.Inc()
 	p.logWarnings(append(in.warnings, p.state.Replace(in.objs.Services, in.objs.EndpointSlices, in.objs.Nodes)...))
-	p.loop.Request()
+	p.request()
 }

@@ -117,8 +117,8 @@
 //     partial restore fails on a missing chain it jumps to, but neither looks
 //     inside the chains of unchanged ServicePorts: one emptied or altered
 //     from outside stays so until the next full sync. Periodic full syncs
-//     (RequestFullSync) are the caller's to schedule, as are retries and
-//     rate limits.
+//     (RequestFullSync), retries and rate limits are the caller's to
+//     schedule: package engine does, as an Executor is an engine.Backend.
 //   - A partial sync's input grows with the number of Services: the
 //     top-level chains are rewritten whole, as kube-proxy does.
 //   - One Executor serves one IP family.

@@ -189,7 +189,8 @@ func (r netnsRunner) Run(ctx context.Context, cmd Command) error {
 
 // Close releases the network namespace of ExecutorConfig.NetNS; the rules
 // stay in the kernel. After Close, Sync, CheckState and Cleanup fail when
-// the Executor has a NetNS, and work as before otherwise.
+// the Executor has a NetNS; otherwise they work, and the next Sync is a
+// full one.
 func (e *Executor) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -20,7 +20,6 @@ import (
 // Defaults of Config, kube-proxy's.
 const (
 	DefaultSyncPeriod     = 30 * time.Second
-	DefaultMinSyncPeriod  = time.Second
 	DefaultFullSyncPeriod = time.Hour
 )
 

@@ -78,16 +78,16 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	if err := p.allowLocalhostNodePorts(); err != nil {
-		fmt.Fprintln(stderr, "error:", err)
-		return exitFailed
-	}
 	eng, closeAll, err := p.newEngine()
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
 	}
 	defer closeAll()
+	if err := p.allowLocalhostNodePorts(); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return exitFailed
+	}
 	if opts.Once {
 		if err := eng.Sync(ctx); err != nil {
 			fmt.Fprintln(stderr, "error:", err)

@@ -145,6 +145,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
 	}
+	cfg.Backends = maps.Clone(cfg.Backends)
 	e := &Engine{
 		cfg: cfg, clock: cfg.Clock, metrics: newMetrics(),
 		families: slices.Sorted(maps.Keys(cfg.Backends)),
@@ -160,9 +161,6 @@ func New(cfg Config) (*Engine, error) {
 	e.loop = newLoop(cfg.MinSyncPeriod, cfg.SyncPeriod, cfg.RetryInterval, e.clock, e.run)
 	return e, nil
 }
-
-// Families are the IP families the engine syncs, sorted.
-func (e *Engine) Families() []v1.IPFamily { return slices.Clone(e.families) }
 
 // Request asks for a sync of the latest state: the Source changed. It never
 // blocks; requests made while a sync is pending or running are coalesced

@@ -55,11 +55,15 @@ func newMetrics() *metrics {
 	}
 }
 
-// register registers every metric with r.
+// register registers every metric with r, or none.
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync,
-		m.programmingDuration, m.syncFailures, m.periodicFullSyncs, m.driftRepairs} {
+	all := []prometheus.Collector{m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync,
+		m.programmingDuration, m.syncFailures, m.periodicFullSyncs, m.driftRepairs}
+	for i, c := range all {
 		if err := r.Register(c); err != nil {
+			for _, done := range all[:i] {
+				r.Unregister(done)
+			}
 			return fmt.Errorf("engine: registering metrics: %w", err)
 		}
 	}

@@ -62,14 +62,14 @@ func bulkLab(t *testing.T, n int, counts []int, mode string, changeChunk int, re
 			t.Logf("cleanup: %v", err)
 		}
 	})
-	sync := func(what string, wantFull bool) (time.Duration, nftables.SyncResult) {
-		var res nftables.SyncResult
+	sync := func(what string, wantFull bool) (time.Duration, nftables.SyncDetails) {
+		var res nftables.SyncDetails
 		rs := w.Ruleset
 		d := timed(t, what, func() error {
-			var err error
-			res, err = e.Sync(ctx, rs)
-			if err == nil && res.Full != wantFull {
-				err = fmt.Errorf("full sync %v (%v), want %v", res.Full, res.Fallback, wantFull)
+			out, err := e.Sync(ctx, rs)
+			res = nftables.DetailsOf(out)
+			if err == nil && out.Full != wantFull {
+				err = fmt.Errorf("full sync %v (%v), want %v", out.Full, res.Fallback, wantFull)
 			}
 			if err == nil && !res.Netlink {
 				err = fmt.Errorf("not over netlink: %v", res.NotNetlink)

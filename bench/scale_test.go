@@ -321,11 +321,12 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 		rs := w.Ruleset
 		return timed(t, what, func() error {
 			res, err := e.Sync(ctx, rs)
+			details := nftables.DetailsOf(res)
 			if err == nil && res.Full != wantFull {
-				err = fmt.Errorf("full sync %v (%v), want %v", res.Full, res.Fallback, wantFull)
+				err = fmt.Errorf("full sync %v (%v), want %v", res.Full, details.Fallback, wantFull)
 			}
-			if err == nil && !wantFull && !res.Netlink {
-				err = fmt.Errorf("incremental sync not over netlink: %v", res.NotNetlink)
+			if err == nil && !wantFull && !details.Netlink {
+				err = fmt.Errorf("incremental sync not over netlink: %v", details.NotNetlink)
 			}
 			return err
 		})

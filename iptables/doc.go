@@ -75,7 +75,7 @@
 // checks, with one restore of `-C` lines that changes nothing, that the
 // canary rules and the jumps are still there; if one is missing, or if the
 // partial restore itself fails (and the context is not done), the Executor
-// runs a full sync in the same call and SyncResult.Fallback says why. The check is one process whose
+// runs a full sync in the same call and SyncDetails.Fallback says why. The check is one process whose
 // input does not grow with the number of Services; its time grows with the
 // tables (BENCHMARKS.md has what it costs).
 //
@@ -118,8 +118,8 @@
 //     partial restore fails on a missing chain it jumps to, but neither looks
 //     inside the chains of unchanged ServicePorts: one emptied or altered
 //     from outside stays so until the next full sync. Periodic full syncs
-//     (RequestFullSync) are the caller's to schedule, as are retries and
-//     rate limits.
+//     (RequestFullSync), retries and rate limits are the caller's to
+//     schedule: package engine does, as an Executor is an engine.Backend.
 //   - A partial sync's input grows with the number of Services: the
 //     top-level chains are rewritten whole, as kube-proxy does.
 //   - One Executor serves one IP family.

@@ -141,7 +141,8 @@ func (printRunner) Run(_ context.Context, c iptables.Command) error {
 // An Executor's first sync is full and installs the jumps from the built-in
 // chains; later ones first check, with one restore of "-C" lines, that the
 // jumps and the Canary rules are still there, then are partial (or full,
-// with res.Fallback saying why, when something was missing).
+// with the Fallback of its SyncDetails saying why, when something was
+// missing).
 func ExampleExecutor() {
 	e, err := iptables.NewExecutor(iptables.ExecutorConfig{Family: v1.IPv4Protocol, Runner: printRunner{}})
 	if err != nil {
@@ -151,7 +152,8 @@ func ExampleExecutor() {
 	res, err := e.Sync(ctx, web("198.18.64.2", "198.18.65.2"))
 	fmt.Println("full:", res.Full, err)
 	res, err = e.Sync(ctx, web("198.18.64.2"))
-	fmt.Printf("full: %v changed: %v fallback: %q %v\n", res.Full, res.Changes.Changed, res.Fallback, err)
+	details := iptables.DetailsOf(res)
+	fmt.Printf("full: %v changed: %v fallback: %q %v\n", res.Full, details.Changes.Changed, details.Fallback, err)
 	// Output:
 	// iptables-restore --noflush --counters -w (2564 bytes in)
 	// iptables -w -t filter -C INPUT -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)

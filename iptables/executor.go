@@ -13,6 +13,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/netnsrun"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -121,19 +123,26 @@ type ExecutorConfig struct {
 	Names Names
 	// Runner runs the commands; nil means ExecRunner{}.
 	Runner Runner
+	// NetNS, when not "", is the path of the network namespace to apply
+	// the rules in, such as /run/netns/NAME or /proc/PID/ns/net; "" means
+	// the caller's. NewExecutor opens it and keeps it open until Close;
+	// every command then runs from a thread locked and moved into it, so
+	// that the process itself stays in its own namespace.
+	NetNS string
 }
 
 // Executor applies Rulesets of one IP family to the kernel with
 // iptables-restore: a full sync the first time, after any failure and when
 // asked for, and otherwise a partial sync of what changed since the last
-// successful sync. Its methods may be called from several goroutines; they
-// run one at a time.
+// successful sync. It implements engine.Backend. Its methods are safe for
+// concurrent use; they run one at a time.
 type Executor struct {
 	family       v1.IPFamily
 	names        Names
 	runner       Runner
-	restoreTool  string // iptables-restore or ip6tables-restore
-	iptablesTool string // iptables or ip6tables
+	netns        *netnsrun.Namespace // ExecutorConfig.NetNS, or nil
+	restoreTool  string              // iptables-restore or ip6tables-restore
+	iptablesTool string              // iptables or ip6tables
 
 	check stateCheck
 
@@ -156,15 +165,48 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if e.runner == nil {
 		e.runner = ExecRunner{}
 	}
+	if cfg.NetNS != "" {
+		ns, err := netnsrun.Open(cfg.NetNS)
+		if err != nil {
+			return nil, fmt.Errorf("iptables executor: %w", err)
+		}
+		e.netns = ns
+		e.runner = netnsRunner{ns: ns, runner: e.runner}
+	}
 	e.check = newStateCheck(e.names)
 	return e, nil
 }
 
-// SyncResult says what a Sync did.
-type SyncResult struct {
-	// Full is true for a full sync (everything rewritten), false for a
-	// partial one.
-	Full bool
+// netnsRunner runs commands from a thread in a network namespace.
+type netnsRunner struct {
+	ns     *netnsrun.Namespace
+	runner Runner
+}
+
+func (r netnsRunner) Run(ctx context.Context, cmd Command) error {
+	return r.ns.Do(func() error { return r.runner.Run(ctx, cmd) })
+}
+
+// Close releases the network namespace of ExecutorConfig.NetNS; the rules
+// stay in the kernel. After Close, Sync, CheckState and Cleanup fail when
+// the Executor has a NetNS; otherwise they work, and the next Sync is a
+// full one.
+func (e *Executor) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fail()
+	if e.netns == nil {
+		return nil
+	}
+	if err := e.netns.Close(); err != nil {
+		return fmt.Errorf("iptables executor: %w", err)
+	}
+	return nil
+}
+
+// SyncDetails says what a Sync did beyond svcproxy.SyncResult: it is the
+// SyncResult's Details (see DetailsOf).
+type SyncDetails struct {
 	// Changes are the ServicePorts a partial sync rewrote or removed.
 	Changes ruleset.Changes
 	// Skipped is true when nothing had changed since the last successful
@@ -179,9 +221,18 @@ type SyncResult struct {
 	// Fallback, when not FallbackNone, says why this sync was full
 	// although a partial one was due, and FallbackDetail what was found:
 	// the first thing the state check missed, or the partial restore's
-	// error. Full is then true.
+	// error. SyncResult.Full is then true.
 	Fallback       FallbackReason
 	FallbackDetail string
+}
+
+// DetailsOf returns the SyncDetails of a result of Executor.Sync, or the
+// zero SyncDetails when res has none.
+func DetailsOf(res svcproxy.SyncResult) SyncDetails {
+	if d, ok := res.Details.(*SyncDetails); ok && d != nil {
+		return *d
+	}
+	return SyncDetails{}
 }
 
 // RequestFullSync makes the next Sync a full one, as after a failure (for
@@ -209,45 +260,55 @@ func (e *Executor) RequestFullSync() {
 // the Canary rules and the jumps from the built-in chains are there, and
 // if one is missing, a full sync runs instead. If the partial restore
 // fails (a chain it jumps to is gone, for one) while ctx is not done, a
-// full sync runs right after it. Either way SyncResult.Fallback says so. The check does not
-// look into the chains of unchanged ServicePorts: one emptied behind the
+// full sync runs right after it. Either way SyncDetails.Fallback says so.
+// The check does not look into the chains of unchanged ServicePorts: one emptied behind the
 // Executor's back, with the Canary rule left, stays empty until the next
 // full sync.
 //
 // After any failure the next Sync is a full one.
-func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, error) {
+func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if f := rs.Config().Family; f != e.family {
-		return SyncResult{}, fmt.Errorf("iptables executor: %s Ruleset given to the %s executor", f, e.family)
+		return svcproxy.SyncResult{}, fmt.Errorf("iptables executor: %s Ruleset given to the %s executor", f, e.family)
 	}
+	full, details, err := e.sync(ctx, rs)
+	return svcproxy.SyncResult{Full: full, Details: &details}, err
+}
+
+// sync is Sync with e.mu held; it reports whether the sync was full.
+func (e *Executor) sync(ctx context.Context, rs *ruleset.Ruleset) (full bool, _ SyncDetails, _ error) {
 	if e.needFull || e.last == nil {
-		return e.syncFull(ctx, rs)
+		d, err := e.syncFull(ctx, rs)
+		return true, d, err
 	}
 	ch := ruleset.Diff(e.last, rs)
 	switch {
 	case ch.ConfigChanged:
-		return e.syncFull(ctx, rs)
+		d, err := e.syncFull(ctx, rs)
+		return true, d, err
 	case ch.Empty():
 		e.last = rs
-		return SyncResult{Changes: ch, Skipped: true}, nil
+		return false, SyncDetails{Changes: ch, Skipped: true}, nil
 	}
 	if missing := e.checkState(ctx); missing != "" {
-		return e.fallBack(ctx, rs, FallbackStateMissing, missing)
+		d, err := e.fallBack(ctx, rs, FallbackStateMissing, missing)
+		return true, d, err
 	}
-	res, err := e.syncPartial(ctx, rs, ch)
+	d, err := e.syncPartial(ctx, rs, ch)
 	switch {
 	case err == nil:
-		return res, nil
+		return false, d, nil
 	case ctx.Err() != nil:
 		e.fail()
-		return res, err
+		return false, d, err
 	}
-	return e.fallBack(ctx, rs, FallbackPartialFailed, err.Error())
+	d, err = e.fallBack(ctx, rs, FallbackPartialFailed, err.Error())
+	return true, d, err
 }
 
 // fallBack runs a full sync in place of a partial one and records why.
-func (e *Executor) fallBack(ctx context.Context, rs *ruleset.Ruleset, reason FallbackReason, detail string) (SyncResult, error) {
+func (e *Executor) fallBack(ctx context.Context, rs *ruleset.Ruleset, reason FallbackReason, detail string) (SyncDetails, error) {
 	res, err := e.syncFull(ctx, rs)
 	res.Fallback, res.FallbackDetail = reason, detail
 	if err != nil {
@@ -263,8 +324,8 @@ func (e *Executor) restoreCmd(input []byte, stdout io.Writer) Command {
 // syncPartial applies the changes ch, which are not empty, from e.last to
 // rs. On failure it leaves e.last as it was: the caller falls back to a
 // full sync.
-func (e *Executor) syncPartial(ctx context.Context, rs *ruleset.Ruleset, ch ruleset.Changes) (SyncResult, error) {
-	res := SyncResult{Changes: ch}
+func (e *Executor) syncPartial(ctx context.Context, rs *ruleset.Ruleset, ch ruleset.Changes) (SyncDetails, error) {
+	res := SyncDetails{Changes: ch}
 	input, err := RenderPartial(e.names, e.last, rs, ch)
 	if err != nil {
 		return res, err
@@ -283,8 +344,8 @@ func (e *Executor) fail() {
 	e.needFull = true
 }
 
-func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, error) {
-	res := SyncResult{Full: true}
+func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails, error) {
+	var res SyncDetails
 	stale := staleChains(e.names, e.last, rs)
 	input := renderFull(e.names, rs, renderOptions{stale: stale, listTables: true, canary: true})
 	res.InputBytes = len(input)

@@ -275,7 +275,7 @@ func TestExecutorFullThenPartial(t *testing.T) {
 
 	// Nothing changed: nothing runs.
 	res, err = e.Sync(ctx, one)
-	if err != nil || !res.Skipped || len(k.takeCommands()) != 0 {
+	if err != nil || !DetailsOf(res).Skipped || len(k.takeCommands()) != 0 {
 		t.Fatalf("unchanged Sync: %+v, %v; want it skipped", res, err)
 	}
 
@@ -286,7 +286,7 @@ func TestExecutorFullThenPartial(t *testing.T) {
 		service("ns2", "api", "198.19.0.11"),
 		slice("ns2", "api", "api-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...))
 	res, err = e.Sync(ctx, two)
-	if err != nil || res.Full || len(res.Changes.Added) != 1 || len(res.Changes.Changed) != 1 {
+	if err != nil || res.Full || len(DetailsOf(res).Changes.Added) != 1 || len(DetailsOf(res).Changes.Changed) != 1 {
 		t.Fatalf("second Sync: %+v, %v; want a partial sync", res, err)
 	}
 	if cmds := k.takeCommands(); len(cmds) != 2 {
@@ -325,12 +325,12 @@ func TestExecutorFailureFallsBackToFullSync(t *testing.T) {
 	k.failRestore = 2
 	res, err := e.Sync(ctx, b)
 	var ce *CommandError
-	if !errors.As(err, &ce) || ce.ExitCode != 1 || res.Fallback != FallbackPartialFailed {
+	if !errors.As(err, &ce) || ce.ExitCode != 1 || DetailsOf(res).Fallback != FallbackPartialFailed {
 		t.Fatalf("Sync with failing restores: %+v, %v; want a CommandError after a fallback", res, err)
 	}
 	wantState(t, k, a, nil) // a failed restore changes nothing
 	res, err = e.Sync(ctx, b)
-	if err != nil || !res.Full || res.Fallback != FallbackNone {
+	if err != nil || !res.Full || DetailsOf(res).Fallback != FallbackNone {
 		t.Fatalf("Sync after a failure: %+v, %v; want a full sync, not a fallback", res, err)
 	}
 	wantState(t, k, b, nil)
@@ -338,7 +338,7 @@ func TestExecutorFailureFallsBackToFullSync(t *testing.T) {
 	// Only the partial restore fails: the full sync runs in the same Sync.
 	k.failRestore = 1
 	res, err = e.Sync(ctx, a)
-	if err != nil || !res.Full || res.Fallback != FallbackPartialFailed || !strings.Contains(res.FallbackDetail, "injected failure") {
+	if err != nil || !res.Full || DetailsOf(res).Fallback != FallbackPartialFailed || !strings.Contains(DetailsOf(res).FallbackDetail, "injected failure") {
 		t.Fatalf("Sync with a failing partial restore: %+v, %v; want a full sync after it", res, err)
 	}
 	wantState(t, k, a, nil)
@@ -349,11 +349,11 @@ func TestExecutorFailureFallsBackToFullSync(t *testing.T) {
 	cancel()
 	k.failRestore = 1
 	res, err = e.Sync(cancelled, b)
-	if err == nil || res.Full || res.Fallback != FallbackNone {
+	if err == nil || res.Full || DetailsOf(res).Fallback != FallbackNone {
 		t.Fatalf("Sync with ctx done and a failing restore: %+v, %v; want the partial failure alone", res, err)
 	}
 	wantState(t, k, a, nil)
-	if res, err := e.Sync(ctx, b); err != nil || !res.Full || res.Fallback != FallbackNone {
+	if res, err := e.Sync(ctx, b); err != nil || !res.Full || DetailsOf(res).Fallback != FallbackNone {
 		t.Fatalf("Sync after it: %+v, %v; want a full sync", res, err)
 	}
 	wantState(t, k, b, nil)
@@ -403,8 +403,8 @@ func TestExecutorRemovesLeftoversOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"KUBE-MASQ-NONPOD", "KUBE-SEP-BBBBBBBBBBBBBBBB", "KUBE-SVC-AAAAAAAAAAAAAAAA"}; !slices.Equal(res.Leftovers, want) {
-		t.Errorf("Leftovers %v, want %v", res.Leftovers, want)
+	if want := []string{"KUBE-MASQ-NONPOD", "KUBE-SEP-BBBBBBBBBBBBBBBB", "KUBE-SVC-AAAAAAAAAAAAAAAA"}; !slices.Equal(DetailsOf(res).Leftovers, want) {
+		t.Errorf("Leftovers %v, want %v", DetailsOf(res).Leftovers, want)
 	}
 	wantState(t, k, rs, foreign())
 }

@@ -131,8 +131,8 @@ func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, 
 	if err != nil {
 		t.Fatalf("Sync after the change: %v", err)
 	}
-	if res.Fallback != want || !strings.Contains(res.FallbackDetail, wantDetail) {
-		t.Errorf("Fallback %q, detail %q; want %q with %q", res.Fallback, res.FallbackDetail, want, wantDetail)
+	if DetailsOf(res).Fallback != want || !strings.Contains(DetailsOf(res).FallbackDetail, wantDetail) {
+		t.Errorf("Fallback %q, detail %q; want %q with %q", DetailsOf(res).Fallback, DetailsOf(res).FallbackDetail, want, wantDetail)
 	}
 	if wantFull := want != FallbackNone; res.Full != wantFull {
 		t.Errorf("Full = %v, want %v", res.Full, wantFull)

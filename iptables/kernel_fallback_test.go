@@ -113,8 +113,8 @@ func testDamagedPartialSync(t *testing.T, c *netns.Cluster, e *Executor, names N
 		t.Fatalf("Sync after the change: %v", err)
 	}
 	t.Logf("sync after the change in %v: %+v", time.Since(start).Round(time.Millisecond), res)
-	if !res.Full || res.Fallback != d.want || !strings.Contains(res.FallbackDetail, d.wantDetail) {
-		t.Errorf("Sync after the change: full %v, fallback %q (%s); want a full sync, %q naming %q", res.Full, res.Fallback, res.FallbackDetail, d.want, d.wantDetail)
+	if !res.Full || DetailsOf(res).Fallback != d.want || !strings.Contains(DetailsOf(res).FallbackDetail, d.wantDetail) {
+		t.Errorf("Sync after the change: full %v, fallback %q (%s); want a full sync, %q naming %q", res.Full, DetailsOf(res).Fallback, DetailsOf(res).FallbackDetail, d.want, d.wantDetail)
 	}
 	reachStable(t, c, stable)
 	if st := readSaved(t, c.Node.NS, false, names); len(st.jumps) != len(jumps) {

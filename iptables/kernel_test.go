@@ -140,8 +140,8 @@ func TestKernelAcceptsRenderings(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: Sync: %v", sc.name, err)
 				}
-				if res.Fallback != FallbackNone {
-					t.Errorf("%s: fell back to a full sync on an untouched kernel: %s: %s", sc.name, res.Fallback, res.FallbackDetail)
+				if DetailsOf(res).Fallback != FallbackNone {
+					t.Errorf("%s: fell back to a full sync on an untouched kernel: %s: %s", sc.name, DetailsOf(res).Fallback, DetailsOf(res).FallbackDetail)
 				}
 				t.Logf("%s: %s sync in %v", sc.name, map[bool]string{true: "full", false: "partial"}[res.Full], time.Since(start).Round(time.Millisecond))
 				st := readSaved(t, ns, v6, names)

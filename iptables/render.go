@@ -2,17 +2,18 @@ package iptables
 
 import (
 	"bytes"
-	"errors"
 	"slices"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // ErrFullSyncNeeded is returned by RenderPartial when only a full render can
 // bring the kernel to the new state: there is no previous Ruleset, or the
-// two were built with different Configs.
-var ErrFullSyncNeeded = errors.New("iptables: a full sync is needed")
+// two were built with different Configs. It is svcproxy.ErrFullSyncNeeded,
+// the value every backend uses.
+var ErrFullSyncNeeded = svcproxy.ErrFullSyncNeeded
 
 // Render returns the iptables-restore input (for iptables-restore with an
 // IPv4 Ruleset, ip6tables-restore with an IPv6 one) that makes the filter

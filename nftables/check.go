@@ -25,6 +25,8 @@ import (
 // Before the first Sync, or after a failed one, there is nothing to compare
 // and it returns "".
 func (e *Executor) CheckState(ctx context.Context) (string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.last == nil {
 		return "", nil
 	}

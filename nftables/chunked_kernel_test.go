@@ -56,8 +56,8 @@ func TestKernelChunkedChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Full || !res.Netlink || res.Transactions < 4 {
-		t.Fatalf("sync of 12 changed ports: %+v; want an incremental sync over netlink in at least 4 transactions", res)
+	if details := nftables.DetailsOf(res); res.Full || !details.Netlink || details.Transactions < 4 {
+		t.Fatalf("sync of 12 changed ports: %+v %+v; want an incremental sync over netlink in at least 4 transactions", res, details)
 	}
 
 	for i := 1; i < services+2; i++ {

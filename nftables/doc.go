@@ -79,7 +79,13 @@
 // incremental sync of more Service ports than ExecutorConfig.ChangeChunk
 // goes in chunks too: the kernel's time to commit one transaction grows
 // faster than the transaction. Any change outside what the encoder knows
-// (SyncResult.NotNetlink) goes through nft.
+// (SyncDetails.NotNetlink) goes through nft.
+//
+// An Executor is an engine.Backend: package engine runs the sync loop
+// around it. Chains flushed by a sync are deleted by a later one, which
+// svcproxy.SyncResult.NextSync asks for. With ExecutorConfig.NetNS the
+// Executor writes the table of another network namespace, while the
+// process stays in its own.
 //
 // # Invariants
 //
@@ -120,10 +126,12 @@
 //     one Executor per family.
 //   - Serve NodePorts on ::1, nor on 127.0.0.0/8 unless
 //     Config.LocalhostNodePorts asks for it.
-//   - Clean up conntrack entries (package conntrack does), run a sync loop,
-//     serve health checks or metrics (the reference proxies do), or log:
-//     every outcome is in the returned Result, SyncResult or error.
-//   - Run concurrently: an Executor is for one goroutine, and two
-//     Executors must not write the same table at once.
+//   - Clean up conntrack entries (package conntrack does), run a sync loop
+//     or serve metrics (package engine does), serve health checks (package
+//     healthcheck does), or log: every outcome is in the returned Result,
+//     SyncResult or error.
+//   - Share a table: two Executors must not write the same table at once.
+//     (One Executor's methods may be called from several goroutines; they
+//     run one at a time.)
 //   - Work with nft older than 1.0.1 or a kernel older than MinKernel.
 package nftables

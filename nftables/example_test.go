@@ -130,7 +130,7 @@ func ExampleExecutor() {
 		if err != nil {
 			panic(err)
 		}
-		fmt.Printf("full=%v operations=%d\n", res.Full, res.Operations)
+		fmt.Printf("full=%v operations=%d\n", res.Full, nftables.DetailsOf(res).Operations)
 	}
 	// Output:
 	// full=true operations=67

@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/netnsrun"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -51,8 +50,9 @@ type ExecutorConfig struct {
 	// of the Executor's own instead of nft, which reads every chain and set
 	// of the table before each transaction: a change then costs what the
 	// kernel's commit of it costs, not nft's reading of the table.
-	// NewExecutor opens the socket in the network namespace of the calling
-	// thread, which must be the one nft works in; Close closes it. Changes
+	// NewExecutor opens the socket in the network namespace of NetNS, or
+	// else of the calling thread, which must be the one nft works in;
+	// Close closes it. Changes
 	// the netlink encoder does not know still go through nft
 	// (SyncResult.NotNetlink). A first sync makes the table, its base
 	// chains and maps with nft and adds the Service ports over netlink in
@@ -71,6 +71,14 @@ type ExecutorConfig struct {
 	// DefaultChangeChunk; a negative value one transaction. Without Netlink
 	// an incremental sync is one transaction.
 	ChangeChunk int
+	// NetNS, when not "", is the path of the network namespace to apply
+	// the rules in, such as /run/netns/NAME or /proc/PID/ns/net; "" means
+	// the caller's. NewExecutor opens it and keeps it open until Close;
+	// nft then runs from a thread locked and moved into it, and the
+	// netlink socket is opened in it, so that the process itself stays in
+	// its own namespace. The interfaces NewInterface returns are used from
+	// such a thread too.
+	NetNS string
 }
 
 // DefaultChangeChunk is the number of changed Service ports per
@@ -99,11 +107,18 @@ const DefaultNetlinkFirstSyncChunk = 250
 // Executor applies Rulesets of one IP family to one nftables table through
 // knftables: a full sync the first time, after a failure and when the
 // Ruleset's Config changes; otherwise only the changes since the last
-// Ruleset it applied. An Executor is not safe for concurrent use.
+// Ruleset it applied. It implements engine.Backend. Its methods are safe
+// for concurrent use; they run one at a time.
 type Executor struct {
 	cfg   ExecutorConfig
 	table string
 	nft   knftables.Interface
+	// netns is the namespace of ExecutorConfig.NetNS, or nil.
+	netns *netnsrun.Namespace
+
+	// mu is held by every exported method but NewExecutor and guards
+	// what follows.
+	mu sync.Mutex
 	// last is the last Ruleset applied; nil forces a full sync.
 	last *ruleset.Ruleset
 	// stale holds the flushed chains waiting to be deleted, with the time
@@ -117,11 +132,9 @@ type Executor struct {
 	anonSeq uint64
 }
 
-// SyncResult says what one Sync did.
-type SyncResult struct {
-	// Full reports a full sync (the whole table written) rather than an
-	// incremental one.
-	Full bool
+// SyncDetails says what one Sync did beyond svcproxy.SyncResult: it is the
+// SyncResult's Details (see DetailsOf).
+type SyncDetails struct {
 	// Fallback is why an incremental sync was not possible or failed, when
 	// a full sync replaced it; nil otherwise.
 	Fallback error
@@ -135,14 +148,29 @@ type SyncResult struct {
 	// StaleChains are the chains now flushed and waiting to be deleted;
 	// DeletedChains the ones this sync deleted.
 	StaleChains, DeletedChains int
-	// Warnings are the Render warnings (see Result.Warnings).
-	Warnings []svcproxy.Warning
 	// Netlink reports a sync that went over netlink (see
 	// ExecutorConfig.Netlink): an incremental one, or the Service ports of
 	// a full one. NotNetlink is why an incremental one went through nft
 	// instead, when the netlink path was asked for.
 	Netlink    bool
 	NotNetlink error
+}
+
+// DetailsOf returns the SyncDetails of a result of Executor.Sync, or the
+// zero SyncDetails when res has none.
+func DetailsOf(res svcproxy.SyncResult) SyncDetails {
+	if d, ok := res.Details.(*SyncDetails); ok && d != nil {
+		return *d
+	}
+	return SyncDetails{}
+}
+
+// outcome is what the steps of a sync report, before Sync turns it into a
+// svcproxy.SyncResult.
+type outcome struct {
+	full     bool
+	warnings []svcproxy.Warning
+	SyncDetails
 }
 
 // NewExecutor returns an Executor for the table of cfg.Options in
@@ -178,13 +206,30 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if !validTableName(table) {
 		return nil, fmt.Errorf("nftables: invalid table name %q", table)
 	}
+	var ns *netnsrun.Namespace
+	if cfg.NetNS != "" {
+		var err error
+		if ns, err = netnsrun.Open(cfg.NetNS); err != nil {
+			return nil, fmt.Errorf("nftables: %w", err)
+		}
+		inNetNS(&cfg, ns)
+	}
+	e, err := newExecutor(cfg, table, ns)
+	if err != nil && ns != nil {
+		ns.Close()
+	}
+	return e, err
+}
+
+// newExecutor is NewExecutor once cfg is complete.
+func newExecutor(cfg ExecutorConfig, table string, ns *netnsrun.Namespace) (*Executor, error) {
 	nft, err := cfg.NewInterface(Family(cfg.Family), table)
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, table: table, nft: nft, stale: map[string]time.Time{}}
+	e := &Executor{cfg: cfg, table: table, nft: nft, netns: ns, stale: map[string]time.Time{}}
 	if cfg.Netlink {
-		if e.nl, err = nftnl.Dial(); err != nil {
+		if e.nl, err = dialIn(ns); err != nil {
 			return nil, fmt.Errorf("nftables: %w", err)
 		}
 		e.anonSeq = rand.Uint64()
@@ -192,64 +237,23 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	return e, nil
 }
 
-// Close releases the netlink socket of ExecutorConfig.Netlink. The tables
-// stay as they are.
+// Close releases the netlink socket of ExecutorConfig.Netlink and the
+// network namespace of ExecutorConfig.NetNS. The tables stay as they are.
+// The next Sync is a full one, through nft only; with a NetNS it fails.
 func (e *Executor) Close() error {
-	if e.nl == nil {
-		return nil
-	}
-	err := e.nl.Close()
-	e.nl = nil
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.last = nil
-	return err
-}
-
-// Open returns a knftables.Interface for one table after checking that the
-// host can run the nftables backend: nft 1.0.1 or newer (older versions
-// parse the whole ruleset, and can crash on other programs' tables), which
-// knftables.New checks along with nft's permissions, and a kernel of at
-// least MinKernel.
-func Open(family knftables.Family, table string) (knftables.Interface, error) {
-	nft, err := knftables.New(family, table)
-	if err != nil {
-		return nil, fmt.Errorf("nftables backend unavailable (it needs nft 1.0.1 or newer, run with CAP_NET_ADMIN): %w", err)
+	var errs []error
+	if e.nl != nil {
+		errs = append(errs, e.nl.Close())
+		e.nl = nil
 	}
-	var u syscall.Utsname
-	if err := syscall.Uname(&u); err != nil {
-		return nil, fmt.Errorf("nftables backend: reading the kernel version: %w", err)
+	if e.netns != nil {
+		errs = append(errs, e.netns.Close())
 	}
-	var release strings.Builder
-	for _, c := range u.Release {
-		if c == 0 {
-			break
-		}
-		release.WriteByte(byte(c))
-	}
-	if err := checkKernel(release.String()); err != nil {
-		return nil, err
-	}
-	return nft, nil
-}
-
-// checkKernel reports an error when release (uname -r) is older than
-// MinKernel.
-func checkKernel(release string) error {
-	parse := func(s string) (int, int, bool) {
-		fields := strings.FieldsFunc(s, func(r rune) bool { return r < '0' || r > '9' })
-		if len(fields) < 2 {
-			return 0, 0, false
-		}
-		major, err1 := strconv.Atoi(fields[0])
-		minor, err2 := strconv.Atoi(fields[1])
-		return major, minor, err1 == nil && err2 == nil
-	}
-	major, minor, ok := parse(release)
-	wantMajor, wantMinor, _ := parse(MinKernel)
-	if !ok {
-		return fmt.Errorf("nftables backend: cannot parse kernel version %q", release)
-	}
-	if major < wantMajor || (major == wantMajor && minor < wantMinor) {
-		return fmt.Errorf("nftables backend unavailable: kernel %s is older than %s", release, MinKernel)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("nftables: closing the executor: %w", err)
 	}
 	return nil
 }
@@ -259,11 +263,27 @@ func checkKernel(release string) error {
 // when it cannot (first sync, Config change) or when the incremental
 // transaction fails. When the full sync fails too, the error is returned and
 // the next Sync is a full one again.
-func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, error) {
+//
+// Chains that rs no longer uses are flushed at once and deleted by the
+// first Sync at least StaleChainDelay later: while some wait,
+// SyncResult.NextSync says when that Sync is due.
+func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
 	if f := rs.Config().Family; f != e.cfg.Family {
-		return SyncResult{}, fmt.Errorf("nftables: ruleset is %s, executor is %s", f, e.cfg.Family)
+		return svcproxy.SyncResult{}, fmt.Errorf("nftables: ruleset is %s, executor is %s", f, e.cfg.Family)
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	now := e.cfg.Now()
+	res, err := e.sync(ctx, rs, now)
+	out := svcproxy.SyncResult{Full: res.full, Warnings: res.warnings, Details: &res.SyncDetails}
+	if err == nil {
+		out.NextSync = e.nextSync(now)
+	}
+	return out, err
+}
+
+// sync is Sync with e.mu held.
+func (e *Executor) sync(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (outcome, error) {
 	var fallback error
 	if e.last != nil {
 		res, err := e.syncChanges(ctx, rs, now)
@@ -279,11 +299,28 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (SyncResult, e
 	return res, err
 }
 
+// nextSync is how long after now the first stale chain may be deleted, at
+// least a nanosecond; 0 when none waits.
+func (e *Executor) nextSync(now time.Time) time.Duration {
+	var next time.Duration
+	for _, flushed := range e.stale {
+		d := max(flushed.Add(e.cfg.StaleChainDelay).Sub(now), time.Nanosecond)
+		if next == 0 || d < next {
+			next = d
+		}
+	}
+	return next
+}
+
 // RequestFullSync makes the next Sync a full one, e.g. to repair a table that
 // something else changed.
-func (e *Executor) RequestFullSync() { e.last = nil }
+func (e *Executor) RequestFullSync() {
+	e.mu.Lock()
+	e.last = nil
+	e.mu.Unlock()
+}
 
-func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (SyncResult, error) {
+func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (outcome, error) {
 	var deletable []string
 	for name, flushed := range e.stale {
 		if now.Sub(flushed) >= e.cfg.StaleChainDelay {
@@ -297,14 +334,14 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 	}
 	chunks, rendered, err := renderChangesChunked(func() *opRecorder { return &opRecorder{} }, e.last, rs, e.cfg.Options, deletable, chunk)
 	if err != nil {
-		return SyncResult{}, err
+		return outcome{}, err
 	}
-	res := SyncResult{DeletedChains: len(rendered.Deleted), Warnings: rendered.Warnings}
+	res := outcome{warnings: rendered.Warnings, SyncDetails: SyncDetails{DeletedChains: len(rendered.Deleted)}}
 	if err := e.applyChanges(ctx, chunks, &res); err != nil {
 		// The table holds some ports as before and others as rs has
 		// them: the next sync is a full one.
 		e.last = nil
-		return SyncResult{}, err
+		return outcome{}, err
 	}
 	// Deleted, in use again, or flushed again just now (and so in rendered.Stale).
 	for _, name := range deletable {
@@ -320,7 +357,7 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 
 // applyChanges applies the transactions of an incremental sync in order,
 // skipping empty ones, and counts them and their operations in res.
-func (e *Executor) applyChanges(ctx context.Context, chunks []*opRecorder, res *SyncResult) error {
+func (e *Executor) applyChanges(ctx context.Context, chunks []*opRecorder, res *outcome) error {
 	for i, c := range chunks {
 		if len(c.ops) == 0 {
 			continue
@@ -372,12 +409,12 @@ func (e *Executor) apply(ctx context.Context, ops *opRecorder, what string) (net
 	return false, notNetlink, nil
 }
 
-func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (SyncResult, error) {
+func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (outcome, error) {
 	e.last = nil
 	existing, err := e.listAll(ctx)
 	if err != nil {
 		if !knftables.IsNotFound(err) {
-			return SyncResult{Full: true}, fmt.Errorf("nftables: listing table %s %s: %w", Family(e.cfg.Family), e.table, err)
+			return outcome{full: true}, fmt.Errorf("nftables: listing table %s %s: %w", Family(e.cfg.Family), e.table, err)
 		}
 		existing = map[string][]string{} // no table yet
 	}
@@ -393,13 +430,13 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 		tx := e.nft.NewTransaction()
 		rendered, err := Render(tx, rs, e.cfg.Options, existing)
 		if err != nil {
-			return SyncResult{Full: true}, err
+			return outcome{full: true}, err
 		}
 		if err := e.nft.Run(ctx, tx); err != nil {
-			return SyncResult{Full: true}, fmt.Errorf("nftables: full sync: %w", err)
+			return outcome{full: true}, fmt.Errorf("nftables: full sync: %w", err)
 		}
 		e.finishFull(rs, rendered, now)
-		return SyncResult{Full: true, Operations: tx.NumOperations(), Transactions: 1, StaleChains: len(e.stale), Warnings: rendered.Warnings}, nil
+		return outcome{full: true, warnings: rendered.Warnings, SyncDetails: SyncDetails{Operations: tx.NumOperations(), Transactions: 1, StaleChains: len(e.stale)}}, nil
 	}
 	// A new table: nothing to keep serving while it fills, so in chunks,
 	// as the kernel's time per transaction grows faster than its size. The
@@ -409,21 +446,21 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 	// before each one.
 	chunks, rendered, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
 	if err != nil {
-		return SyncResult{Full: true}, err
+		return outcome{full: true}, err
 	}
 	return e.applyFull(ctx, chunks, "full sync", rs, rendered, now)
 }
 
 // applyFull applies the transactions of a full sync in order and records
 // it.
-func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what string, rs *ruleset.Ruleset, rendered Result, now time.Time) (SyncResult, error) {
-	res := SyncResult{Full: true, Warnings: rendered.Warnings}
+func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what string, rs *ruleset.Ruleset, rendered Result, now time.Time) (outcome, error) {
+	res := outcome{full: true, warnings: rendered.Warnings}
 	for i, c := range chunks {
 		res.Operations += len(c.ops)
 		res.Transactions++
 		netlink, _, err := e.apply(ctx, c, fmt.Sprintf("%s (transaction %d of %d)", what, i+1, len(chunks)))
 		if err != nil {
-			return SyncResult{Full: true}, err
+			return outcome{full: true}, err
 		}
 		res.Netlink = res.Netlink || netlink
 	}
@@ -452,10 +489,10 @@ var errNoResync = errors.New("no chunked resync")
 // (see renderResync): the kernel applies one transaction of the whole table
 // in a time that grows faster than the table, and in the meantime the
 // table serves as it was.
-func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map[string][]string, now time.Time) (SyncResult, error) {
+func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map[string][]string, now time.Time) (outcome, error) {
 	r, err := newRenderer(rs.Config(), e.cfg.Options)
 	if err != nil {
-		return SyncResult{Full: true}, err
+		return outcome{full: true}, err
 	}
 	var elements []*knftables.Element
 	for _, name := range r.fixedSetsAndMaps() {
@@ -468,13 +505,13 @@ func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map
 		}
 		elems, err := e.nft.ListElements(ctx, kind, name)
 		if err != nil {
-			return SyncResult{}, fmt.Errorf("%w: listing %s %s: %w", errNoResync, kind, name, err)
+			return outcome{}, fmt.Errorf("%w: listing %s %s: %w", errNoResync, kind, name, err)
 		}
 		elements = append(elements, elems...)
 	}
 	chunks, rendered, err := renderResync(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, existing, elements, e.cfg.FirstSyncChunk)
 	if err != nil {
-		return SyncResult{}, fmt.Errorf("%w: %w", errNoResync, err)
+		return outcome{}, fmt.Errorf("%w: %w", errNoResync, err)
 	}
 	return e.applyFull(ctx, chunks, "full sync of the existing table", rs, rendered, now)
 }
@@ -492,6 +529,8 @@ func (e *Executor) finishFull(rs *ruleset.Ruleset, rendered Result, now time.Tim
 // proxy runs one Executor per family, and either one cleans up both). The
 // next Sync is a full one.
 func (e *Executor) Cleanup(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.last = nil
 	clear(e.stale)
 	return cleanup(ctx, e.table, func(f knftables.Family, table string) (knftables.Interface, error) {

@@ -285,20 +285,21 @@ func TestKernelService(t *testing.T) {
 			svc("ns1", "local", localIP, nodePort(30081), externalLocal),
 			slice("ns1", "local", 8080, ep{ip: ip(pod1), node: node}, ep{ip: ip(pod2), node: "node-b"}),
 		)
-		sync := func(wantFull bool) nftables.SyncResult {
+		sync := func(wantFull bool) nftables.SyncDetails {
 			t.Helper()
 			now = now.Add(2 * time.Second)
 			res, err := ex.Sync(context.Background(), w.build())
 			if err != nil {
 				t.Fatal(err)
 			}
+			details := nftables.DetailsOf(res)
 			if res.Full != wantFull {
-				t.Fatalf("sync: full=%v, want %v (fallback: %v)", res.Full, wantFull, res.Fallback)
+				t.Fatalf("sync: full=%v, want %v (fallback: %v)", res.Full, wantFull, details.Fallback)
 			}
-			if !res.Full && res.Operations > 0 && !res.Netlink {
-				t.Fatalf("incremental sync not over netlink: %v", res.NotNetlink)
+			if !res.Full && details.Operations > 0 && !details.Netlink {
+				t.Fatalf("incremental sync not over netlink: %v", details.NotNetlink)
 			}
-			return res
+			return details
 		}
 		sync(true)
 
@@ -380,7 +381,7 @@ func TestKernelService(t *testing.T) {
 		// with a change in it: back to pod0 and pod2.
 		w.add(slice("ns1", "web", 8080, ep{ip: ip(pod0), node: node}, ep{ip: ip(pod2), node: "node-b"}))
 		ex.RequestFullSync()
-		if res := sync(true); !res.Netlink {
+		if details := sync(true); !details.Netlink {
 			t.Errorf("full resync of the loaded table: nothing over netlink")
 		}
 		if got := seen(client, web, 40); len(got) != 2 || got[pod0.Label].Identity == "" || got[pod2.Label].Identity == "" {

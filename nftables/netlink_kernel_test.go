@@ -68,18 +68,19 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 	sync := func(p pair, rs *ruleset.Ruleset, what string, sameText bool) {
 		t.Helper()
 		now = now.Add(700 * time.Millisecond)
-		nl, err := p.netlink.Sync(ctx, rs)
+		nlRes, err := p.netlink.Sync(ctx, rs)
 		if err != nil {
 			t.Fatalf("%s: netlink executor: %v", what, err)
 		}
-		cli, err := p.cli.Sync(ctx, rs)
+		cliRes, err := p.cli.Sync(ctx, rs)
 		if err != nil {
 			t.Fatalf("%s: nft executor: %v", what, err)
 		}
-		if nl.Full != cli.Full || !nl.Full && nl.Operations != cli.Operations {
-			t.Fatalf("%s: netlink sync %+v, nft sync %+v", what, nl, cli)
+		nl, cli := nftables.DetailsOf(nlRes), nftables.DetailsOf(cliRes)
+		if nlRes.Full != cliRes.Full || !nlRes.Full && nl.Operations != cli.Operations {
+			t.Fatalf("%s: netlink sync %+v %+v, nft sync %+v %+v", what, nlRes, nl, cliRes, cli)
 		}
-		if !nl.Full && nl.Operations > 0 {
+		if !nlRes.Full && nl.Operations > 0 {
 			if !nl.Netlink || nl.NotNetlink != nil {
 				t.Fatalf("%s: incremental sync not over netlink: %v", what, nl.NotNetlink)
 			}
@@ -88,7 +89,7 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 		if cli.Netlink {
 			t.Fatalf("%s: the nft executor used netlink", what)
 		}
-		if nl.Full && !cli.Full || nl.Full && !nl.Netlink && rs.Len() > 3 {
+		if nlRes.Full && !cliRes.Full || nlRes.Full && !nl.Netlink && rs.Len() > 3 {
 			t.Fatalf("%s: full sync of %d Service ports with nothing over netlink", what, rs.Len())
 		}
 		want, got := listing(p.family, "vianft"), listing(p.family, "vianetlink")
@@ -164,7 +165,7 @@ func TestNetlinkRefusedFallsBackToFullSync(t *testing.T) {
 	w.add(slice("ns1", "web", 8080, ep{ip: "198.18.64.3", node: node}))
 	rs = w.update(rs)
 	res, err := ex.Sync(ctx, rs)
-	if err != nil || !res.Full || res.Fallback == nil || !strings.Contains(res.Fallback.Error(), "refused") {
+	if err != nil || !res.Full || nftables.DetailsOf(res).Fallback == nil || !strings.Contains(nftables.DetailsOf(res).Fallback.Error(), "refused") {
 		t.Fatalf("sync after the table was deleted: %+v, %v; want a full sync after the kernel refused the incremental one", res, err)
 	}
 	if got, want := kernelState(t, ns, nft, knftables.IPv4Family, nftables.DefaultTable), fullState(t, ns, nft, rs, nftables.Options{}, nil); got != want {

@@ -468,8 +468,14 @@ func TestExecutor(t *testing.T) {
 			if fake.failNext { // nothing to do, so nothing ran
 				fake.failNext, wantFull = false, false
 			}
+			details := nftables.DetailsOf(res)
 			if wantFull != res.Full {
-				t.Fatalf("step %d: full=%v, want %v (fallback %v)", step, res.Full, wantFull, res.Fallback)
+				t.Fatalf("step %d: full=%v, want %v (fallback %v)", step, res.Full, wantFull, details.Fallback)
+			}
+			// Chains waiting to be deleted ask for the Sync that deletes
+			// them, no later than the delay.
+			if waiting := details.StaleChains > 0; waiting != (res.NextSync > 0) || res.NextSync > nftables.DefaultStaleChainDelay {
+				t.Fatalf("step %d: %d stale chains, NextSync %v; want a NextSync in (0, %v] exactly when chains wait", step, details.StaleChains, res.NextSync, nftables.DefaultStaleChainDelay)
 			}
 			if err := danglingRefs(fake.Fake); err != nil {
 				t.Fatal(err)
@@ -481,8 +487,8 @@ func TestExecutor(t *testing.T) {
 					extra = append(extra, name)
 				}
 			}
-			if len(extra) > res.StaleChains {
-				t.Fatalf("step %d: %d empty chains, %d stale", step, len(extra), res.StaleChains)
+			if len(extra) > details.StaleChains {
+				t.Fatalf("step %d: %d empty chains, %d stale", step, len(extra), details.StaleChains)
 			}
 			// A full sync adds affinity sets without flushing them, to keep
 			// sessions; an existing set then keeps its timeout in the Fake

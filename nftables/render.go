@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -24,8 +23,9 @@ type Options struct {
 
 // ErrFullSyncNeeded is returned by RenderChanges when it cannot compute the
 // changes: there is no previous Ruleset, or the two Rulesets were built with
-// different Configs. Render the whole table instead.
-var ErrFullSyncNeeded = errors.New("nftables: a full sync is needed")
+// different Configs. Render the whole table instead. It is
+// svcproxy.ErrFullSyncNeeded, the value every backend uses.
+var ErrFullSyncNeeded = svcproxy.ErrFullSyncNeeded
 
 // Result reports what a rendered transaction does besides reaching the
 // desired state.

@@ -8,11 +8,11 @@
 package main
 
 import (
-	"context"
 	"io"
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/examples/internal/proxy"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -25,17 +25,8 @@ func main() {
 			_, err := w.Write(iptables.Render(iptables.DefaultNames(), rs))
 			return err
 		},
-		NewExecutor: func(family v1.IPFamily) (proxy.Executor, error) {
-			exec, err := iptables.NewExecutor(iptables.ExecutorConfig{Family: family})
-			return executor{exec}, err
+		NewBackend: func(family v1.IPFamily) (engine.Backend, error) {
+			return iptables.NewExecutor(iptables.ExecutorConfig{Family: family})
 		},
 	})
-}
-
-// executor adapts an iptables.Executor to proxy.Executor.
-type executor struct{ *iptables.Executor }
-
-func (e executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (bool, error) {
-	res, err := e.Executor.Sync(ctx, rs)
-	return res.Full, err
 }

@@ -8,11 +8,11 @@
 package main
 
 import (
-	"context"
 	"io"
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/examples/internal/proxy"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -29,17 +29,8 @@ func main() {
 			_, err = io.WriteString(w, script)
 			return err
 		},
-		NewExecutor: func(family v1.IPFamily) (proxy.Executor, error) {
-			exec, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: family, Netlink: true})
-			return executor{exec}, err
+		NewBackend: func(family v1.IPFamily) (engine.Backend, error) {
+			return nftables.NewExecutor(nftables.ExecutorConfig{Family: family, Netlink: true})
 		},
 	})
-}
-
-// executor adapts an nftables.Executor to proxy.Executor.
-type executor struct{ *nftables.Executor }
-
-func (e executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (bool, error) {
-	res, err := e.Executor.Sync(ctx, rs)
-	return res.Full, err
 }

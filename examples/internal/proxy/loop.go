@@ -2,163 +2,105 @@ package proxy
 
 import (
 	"context"
-	"time"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/conntrack"
+	"github.com/svcproxy/svcproxy/engine"
 )
 
-// minRetryInterval is the shortest wait before retrying a failed sync, so
-// that a MinInterval of 0 does not retry in a tight loop.
-const minRetryInterval = 50 * time.Millisecond
-
-// Loop runs a sync function when asked and on a period, with these
-// guarantees:
-//
-//   - never two runs that start closer than MinInterval;
-//   - a run is periodic (Sync is told so) at least every MaxInterval,
-//     counted from the end of the previous periodic run, whatever other
-//     runs happened since: the sync function repairs the kernel's state in
-//     those runs, and when one takes longer than MaxInterval the next still
-//     waits MaxInterval;
-//   - requests that arrive while a run is pending or in progress are
-//     coalesced into one later run, and never lost: the sync function
-//     always works from the latest state; a request runs as soon as
-//     MinInterval allows, also while retries are backing off;
-//   - a run that fails is retried, counted from its end, after a back-off
-//     that doubles with each consecutive failure, from RetryInterval
-//     (MinInterval when 0, and at least minRetryInterval) up to
-//     MaxInterval; a success resets it.
-type Loop struct {
-	MinInterval   time.Duration
-	MaxInterval   time.Duration
-	RetryInterval time.Duration
-	// Sync does the work; periodic is true for the periodic runs (never
-	// for the first). Its error schedules a retry.
-	Sync func(ctx context.Context, periodic bool) error
-
-	requests chan struct{}
-}
-
-// NewLoop returns a Loop; Request may be called before Run.
-func NewLoop(minInterval, maxInterval time.Duration, sync func(ctx context.Context, periodic bool) error) *Loop {
-	return &Loop{MinInterval: minInterval, MaxInterval: maxInterval, Sync: sync, requests: make(chan struct{}, 1)}
-}
-
-// Request asks for a sync. It never blocks.
-func (l *Loop) Request() {
-	select {
-	case l.requests <- struct{}{}:
-	default: // a request is already pending: coalesced
-	}
-}
-
-// Run syncs once at once, then as requested, periodically and on retries,
-// until ctx is done.
-func (l *Loop) Run(ctx context.Context) {
-	retry := l.RetryInterval
-	if retry <= 0 {
-		retry = l.MinInterval
-	}
-	s := &schedule{min: l.MinInterval, max: l.MaxInterval, retry: max(retry, minRetryInterval)}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-l.requests:
-			s.requested = true
-			resetTimer(timer, time.Until(s.due()))
-			continue
-		case <-timer.C:
+// newEngine makes the backend of every family and the engine that syncs
+// them, with a conntrack cleaner when netlink allows one. closeAll closes
+// the backends and the cleaner.
+func (p *proxy) newEngine() (eng *engine.Engine, closeAll func(), err error) {
+	backends := map[v1.IPFamily]engine.Backend{}
+	var cleaner *conntrack.NetlinkCleaner
+	closeAll = func() {
+		for _, b := range backends {
+			b.Close()
 		}
-		now := time.Now()
-		if due := s.due(); now.Before(due) {
-			resetTimer(timer, due.Sub(now))
-			continue
+		if cleaner != nil {
+			cleaner.Close()
 		}
-		err := l.Sync(ctx, s.start(now))
-		s.finish(time.Now(), err)
-		resetTimer(timer, time.Until(s.due()))
 	}
-}
-
-// schedule decides when a Loop runs next from what happened so far. It
-// reads no clock: callers pass the time.
-type schedule struct {
-	min, max, retry time.Duration
-
-	ran          bool
-	lastStart    time.Time // start of the last run
-	lastEnd      time.Time // end of the last finished run
-	lastPeriodic time.Time // end of the last periodic run, or of the first run
-	periodic     bool      // the last run started is periodic or the first
-	failures     int       // consecutive failed runs
-	requested    bool      // a request came after the last run started
-}
-
-// due is when the next run should start: at once before the first run;
-// else the earliest of the next periodic run, the retry of a failure and a
-// pending request, but never before MinInterval after the last start.
-func (s *schedule) due() time.Time {
-	if !s.ran {
-		return time.Time{}
+	for _, f := range p.families {
+		b, err := p.mode.NewBackend(f)
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("%s backend for %s: %w", p.mode.Name, f, err)
+		}
+		backends[f] = b
 	}
-	next := s.lastPeriodic.Add(s.max)
-	if s.failures > 0 {
-		next = earliest(next, s.lastEnd.Add(s.backoff()))
-	}
-	if s.requested {
-		next = earliest(next, s.lastStart)
-	}
-	if floor := s.lastStart.Add(s.min); next.Before(floor) {
-		return floor
-	}
-	return next
-}
-
-// backoff is the wait after the last of s.failures consecutive failures:
-// retry × 2^(failures-1), at most max.
-func (s *schedule) backoff() time.Duration {
-	d := s.retry
-	for i := 1; i < s.failures && d < s.max; i++ {
-		d *= 2
-	}
-	return min(d, s.max)
-}
-
-// start records a run starting at now and reports whether it is periodic
-// (the first run is not).
-func (s *schedule) start(now time.Time) (periodic bool) {
-	periodic = s.ran && !now.Before(s.lastPeriodic.Add(s.max))
-	s.periodic = periodic || !s.ran
-	s.ran, s.lastStart, s.requested = true, now, false
-	return periodic
-}
-
-// finish records the outcome of the run that started last, ending at now.
-func (s *schedule) finish(now time.Time, err error) {
-	s.lastEnd = now
-	if s.periodic {
-		s.lastPeriodic = now
-	}
-	if err != nil {
-		s.failures++
+	cfg := p.engineConfig(backends)
+	if cleaner, err = conntrack.NewNetlinkCleaner(nil); err != nil {
+		p.log.Warn("stale UDP conntrack entries will not be cleaned up", "err", err)
 	} else {
-		s.failures = 0
+		cfg.Conntrack = cleaner
+	}
+	if eng, err = engine.New(cfg); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	p.eng.Store(eng)
+	return eng, closeAll, nil
+}
+
+// engineConfig is the configuration of an engine that syncs the proxy's
+// state to backends, without conntrack cleanup.
+func (p *proxy) engineConfig(backends map[v1.IPFamily]engine.Backend) engine.Config {
+	return engine.Config{
+		Backends:      backends,
+		Source:        engine.SourceFunc(p.desired),
+		MinSyncPeriod: p.opts.MinSyncPeriod,
+		SyncPeriod:    p.opts.SyncPeriod,
+		Registerer:    p.metrics.registry,
+		OnSync:        p.onSync,
 	}
 }
 
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
+// desired is the engine's Source: the Rulesets of the current state.
+func (p *proxy) desired(context.Context) (engine.Desired, error) {
+	services, eps := p.state.Pending()
+	p.metrics.serviceChangesPending.Set(float64(services))
+	p.metrics.endpointChangesPending.Set(float64(eps))
+	snap := p.state.Snapshot()
+	rulesets, err := p.build(snap)
+	if err != nil {
+		return engine.Desired{}, err
 	}
-	return a
+	p.nodePortAddrs = p.nodePortAddresses(snap)
+	return engine.Desired{Rulesets: rulesets, Triggers: snap.TriggerTimes}, nil
 }
 
-func resetTimer(t *time.Timer, d time.Duration) {
-	t.Stop()
-	select {
-	case <-t.C:
-	default:
+// onSync logs what a sync did and has the health check node ports follow
+// the Rulesets synced.
+func (p *proxy) onSync(ev engine.SyncEvent) {
+	for _, f := range p.families {
+		if missing, ok := ev.Drift[f]; ok {
+			p.log.Warn("rules changed behind the proxy's back: full sync", "family", f, "missing", missing)
+		}
+		if c, ok := ev.Conntrack[f]; ok {
+			switch {
+			case c.Err != nil:
+				p.log.Error("conntrack cleanup failed; retrying on the next sync", "family", f, "err", c.Err)
+			case c.Deleted > 0:
+				p.log.Info("deleted stale conntrack entries", "family", f, "deleted", c.Deleted)
+			}
+		}
 	}
-	t.Reset(max(d, 0))
+	if ev.Err != nil {
+		p.log.Error("sync failed", "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start), "err", ev.Err)
+		return
+	}
+	if p.health != nil {
+		report := p.health.Update(ev.Rulesets, p.nodePortAddrs)
+		for _, w := range report.Warnings {
+			p.log.Warn(w.String())
+		}
+		for _, err := range report.Errors {
+			p.log.Error("health check node port not served (--node-ip, or the Node's addresses)", "err", err)
+		}
+	}
+	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", ev.Full, "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start))
 }

@@ -87,7 +87,7 @@ func TestBadNodeAddressIsAWarning(t *testing.T) {
 func TestNodeAddressesFollowTheNode(t *testing.T) {
 	a1, a2 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
 	backend := &fakeBackend{family: v1.IPv4Protocol}
-	p := testProxy(backend)
+	p, eng := testProxy(t, backend)
 	p.state.UpdateService(service("a", "198.19.0.1"))
 	for _, step := range []struct {
 		node    *v1.Node
@@ -101,7 +101,7 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 	} {
 		p.state.UpdateNode(step.node)
 		p.opts.NodeIPs = step.nodeIPs
-		if err := p.sync(t.Context(), false); err != nil {
+		if err := eng.Sync(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		got := backend.synced[len(backend.synced)-1].Config().NodePortAddresses

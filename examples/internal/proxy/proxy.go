@@ -14,35 +14,18 @@ import (
 	"slices"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy"
-	"github.com/svcproxy/svcproxy/conntrack"
+	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/healthcheck"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/source"
 	"github.com/svcproxy/svcproxy/state"
 )
-
-// Executor applies the Rulesets of one IP family to the kernel.
-type Executor interface {
-	// Sync applies rs, fully or incrementally as the executor sees fit, and
-	// does a full sync after any failure. It reports whether the sync was a
-	// full one.
-	Sync(ctx context.Context, rs *ruleset.Ruleset) (full bool, err error)
-	// RequestFullSync makes the next Sync a full one, which rewrites
-	// everything the executor owns, repairing what others changed or
-	// removed.
-	RequestFullSync()
-	// CheckState compares the kernel with the last sync cheaply and says
-	// what it found missing, "" when nothing.
-	CheckState(ctx context.Context) (string, error)
-	// Cleanup removes everything the executor owns.
-	Cleanup(ctx context.Context) error
-}
 
 // Mode is one kind of reference proxy: a kernel backend.
 type Mode struct {
@@ -51,8 +34,8 @@ type Mode struct {
 	// Render writes exactly what a full sync of rs would apply, for
 	// --dry-run. It must need neither root nor the kernel.
 	Render func(w io.Writer, rs *ruleset.Ruleset) error
-	// NewExecutor makes the executor of one family.
-	NewExecutor func(family v1.IPFamily) (Executor, error)
+	// NewBackend makes the backend of one family.
+	NewBackend func(family v1.IPFamily) (engine.Backend, error)
 }
 
 // Exit codes.
@@ -85,7 +68,6 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		return cleanup(ctx, mode, opts, log)
 	}
 	p := &proxy{mode: mode, opts: opts, log: log, metrics: newMetrics()}
-	p.loop = NewLoop(opts.MinSyncPeriod, opts.SyncPeriod, p.sync)
 	if code := p.start(ctx, stderr); code != exitOK {
 		return code
 	}
@@ -97,29 +79,24 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	if err := p.makeExecutors(); err != nil {
+	eng, closeAll, err := p.newEngine()
+	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
 	}
+	defer closeAll()
 	if err := p.allowLocalhostNodePorts(); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
 	}
-	if cleaner, err := conntrack.NewNetlinkCleaner(nil); err != nil {
-		p.log.Warn("stale UDP conntrack entries will not be cleaned up", "err", err)
-	} else {
-		defer cleaner.Close()
-		p.cleaner = cleaner
-	}
-
 	if opts.Once {
-		if err := p.sync(ctx, false); err != nil {
+		if err := eng.Sync(ctx); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitFailed
 		}
 		return exitOK
 	}
-	return p.serve(ctx)
+	return p.serve(ctx, eng)
 }
 
 // start reads the input (manifests, or the API server's caches) into a new
@@ -164,7 +141,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitBadArgs
 	}
-	serviceCIDRs, err := source.Watch(ctx, client, p.state, source.Options{OnChange: p.loop.Request, OnWarnings: p.logWarnings})
+	serviceCIDRs, err := source.Watch(ctx, client, p.state, source.Options{OnChange: p.request, OnWarnings: p.logWarnings})
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
@@ -181,9 +158,9 @@ func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) in
 		if opts.IPFamily == "ipv4" && f == v1.IPv6Protocol || opts.IPFamily == "ipv6" && f == v1.IPv4Protocol {
 			continue
 		}
-		e, err := mode.NewExecutor(f)
+		b, err := mode.NewBackend(f)
 		if err == nil {
-			err = e.Cleanup(ctx)
+			err = errors.Join(b.Cleanup(ctx), b.Close())
 		}
 		if err != nil {
 			log.Error("cleanup failed", "family", f, "err", err)
@@ -194,39 +171,37 @@ func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) in
 }
 
 type proxy struct {
-	mode      Mode
-	opts      *Options
-	log       *slog.Logger
-	metrics   *metrics
-	state     *state.State
-	loop      *Loop
-	families  []v1.IPFamily
-	executors map[v1.IPFamily]Executor
+	mode     Mode
+	opts     *Options
+	log      *slog.Logger
+	metrics  *metrics
+	state    *state.State
+	families []v1.IPFamily
 	// watcher reads the --manifests; nil with --kubeconfig.
 	watcher *manifestWatcher
-	// cleaner deletes stale conntrack entries; nil in dry runs and when
-	// netlink is unavailable.
-	cleaner conntrack.Cleaner
-	// applied is the last Ruleset applied per family, and cleanupPending
-	// records a conntrack cleanup that failed and must be retried.
-	applied        map[v1.IPFamily]*ruleset.Ruleset
-	cleanupPending map[v1.IPFamily]bool
+	// engine syncs the backends once made; requests made before go
+	// nowhere, as the engine's first sync reads the latest state.
+	eng atomic.Pointer[engine.Engine]
+
+	// What follows is used by the engine's goroutine only (its Source and
+	// OnSync).
+	//
 	// built is the Ruleset of the last snapshot per family, applied or
 	// not: the next build updates it with the changes since.
-	built map[v1.IPFamily]*ruleset.Ruleset
+	built        map[v1.IPFamily]*ruleset.Ruleset
+	lastWarnings map[string]bool
+	// nodePortAddrs are the node port addresses of the last snapshot
+	// built, where the health check node ports listen.
+	nodePortAddrs []netip.Addr
+	// health serves the health check node ports; nil but in watch mode.
+	health *healthcheck.NodePortServers
+}
 
-	// lastSuccess is the UnixNano time of the last successful sync, and
-	// failing records that the last sync failed (the kernel's rules may be
-	// missing or stale until a sync succeeds); both are read by /healthz.
-	lastSuccess atomic.Int64
-	// lastPeriodicFull is when a periodic sync last forced a full one.
-	lastPeriodicFull time.Time
-	failing          atomic.Bool
-	// pendingTriggers are the trigger times of the changes not yet synced,
-	// kept across failed syncs, for the programming latency.
-	pendingTriggers []time.Time
-	lastWarnings    map[string]bool
-	health          *healthServers
+// request asks the engine for a sync: the state changed.
+func (p *proxy) request() {
+	if e := p.eng.Load(); e != nil {
+		e.Request()
+	}
 }
 
 // unionPrefixes returns the prefixes of a and b, sorted, each once.
@@ -250,18 +225,6 @@ func (p *proxy) allowLocalhostNodePorts() error {
 	}
 	if err := os.WriteFile(routeLocalnet, []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("localhost NodePorts: %w", err)
-	}
-	return nil
-}
-
-func (p *proxy) makeExecutors() error {
-	p.executors = map[v1.IPFamily]Executor{}
-	for _, f := range p.families {
-		e, err := p.mode.NewExecutor(f)
-		if err != nil {
-			return fmt.Errorf("%s executor for %s: %w", p.mode.Name, f, err)
-		}
-		p.executors[f] = e
 	}
 	return nil
 }
@@ -321,136 +284,6 @@ func (p *proxy) dryRun(w io.Writer) error {
 	return nil
 }
 
-// fullSyncPeriod is how often a periodic sync is a full one whatever the
-// check finds, as kube-proxy's FullSyncPeriod: it rewrites what no check
-// looks at (the Service ports' own rules and the maps' elements).
-const fullSyncPeriod = time.Hour
-
-// sync builds the Rulesets from the current state and applies them. A
-// periodic sync first checks the kernel's rules (Executor.CheckState) and
-// makes a full sync of each family where something is missing, and of every
-// family once per fullSyncPeriod: it rewrites all the rules, repairing what
-// others flushed or deleted. Until a sync succeeds after a failed one,
-// /healthz reports unhealthy.
-func (p *proxy) sync(ctx context.Context, periodic bool) error {
-	start := time.Now()
-	if periodic {
-		p.repairIfNeeded(ctx, start)
-	}
-	rulesets, snap, anyFull, err := p.apply(ctx)
-	if err != nil {
-		p.failing.Store(true)
-		p.metrics.syncFailures.Inc()
-		p.log.Error("sync failed", "periodic", periodic, "duration", time.Since(start), "err", err)
-		return err
-	}
-	end := time.Now()
-	p.recordSuccess(start, end, anyFull)
-	if p.health != nil {
-		p.health.update(rulesets, p.nodePortAddresses(snap))
-	}
-	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", anyFull, "periodic", periodic, "duration", end.Sub(start))
-	return nil
-}
-
-// repairIfNeeded asks the executors for a full sync where the kernel's
-// rules differ from the last sync, or when the last full one is older than
-// fullSyncPeriod.
-func (p *proxy) repairIfNeeded(ctx context.Context, now time.Time) {
-	if now.Sub(p.lastPeriodicFull) >= fullSyncPeriod {
-		p.lastPeriodicFull = now
-		p.metrics.periodicFullSyncs.Inc()
-		for _, f := range p.families {
-			p.executors[f].RequestFullSync()
-		}
-		return
-	}
-	for _, f := range p.families {
-		missing, err := p.executors[f].CheckState(ctx)
-		if missing == "" && err == nil {
-			continue
-		}
-		p.failing.Store(true) // the rules are known to be missing until the repair succeeds
-		p.metrics.driftRepairs.Inc()
-		p.log.Warn("rules changed behind the proxy's back: full sync", "family", f, "missing", missing, "err", err)
-		p.executors[f].RequestFullSync()
-	}
-}
-
-// apply builds the Rulesets of the current state and has every family's
-// executor apply its own. It returns the snapshot they were built from and
-// reports whether any executor did a full sync.
-func (p *proxy) apply(ctx context.Context) (map[v1.IPFamily]*ruleset.Ruleset, state.Snapshot, bool, error) {
-	services, eps := p.state.Pending()
-	p.metrics.serviceChangesPending.Set(float64(services))
-	p.metrics.endpointChangesPending.Set(float64(eps))
-
-	snap := p.state.Snapshot()
-	p.pendingTriggers = append(p.pendingTriggers, snap.TriggerTimes...)
-	rulesets, err := p.build(snap)
-	if err != nil {
-		return nil, snap, false, err
-	}
-	var errs []error
-	anyFull := false
-	for _, f := range p.families {
-		full, err := p.executors[f].Sync(ctx, rulesets[f])
-		if err != nil {
-			errs = append(errs, fmt.Errorf("sync %s: %w", f, err))
-			continue
-		}
-		anyFull = anyFull || full
-		p.cleanConntrack(f, rulesets[f])
-	}
-	return rulesets, snap, anyFull, errors.Join(errs...)
-}
-
-// recordSuccess updates the metrics and health of a sync that succeeded.
-func (p *proxy) recordSuccess(start, end time.Time, full bool) {
-	p.metrics.syncDuration.Observe(end.Sub(start).Seconds())
-	if full {
-		p.metrics.syncFullDuration.Observe(end.Sub(start).Seconds())
-	} else {
-		p.metrics.syncPartialDuration.Observe(end.Sub(start).Seconds())
-	}
-	p.metrics.lastSync.Set(float64(end.Unix()))
-	p.lastSuccess.Store(end.UnixNano())
-	p.failing.Store(false)
-	for _, t := range p.pendingTriggers {
-		if !t.After(end) {
-			p.metrics.programmingDuration.Observe(end.Sub(t).Seconds())
-		}
-	}
-	p.pendingTriggers = p.pendingTriggers[:0]
-}
-
-// cleanConntrack deletes the UDP conntrack entries that the rules just
-// applied no longer match: entries that still send a client to an endpoint
-// that is gone, or to a Service that is gone.
-func (p *proxy) cleanConntrack(f v1.IPFamily, rs *ruleset.Ruleset) {
-	if p.applied == nil {
-		p.applied, p.cleanupPending = map[v1.IPFamily]*ruleset.Ruleset{}, map[v1.IPFamily]bool{}
-	}
-	prev := p.applied[f]
-	p.applied[f] = rs
-	if p.cleaner == nil {
-		return
-	}
-	opts := conntrack.Options{Previous: prev}
-	if !p.cleanupPending[f] && !conntrack.NeedsCleanup(ruleset.Diff(prev, rs), opts) {
-		return
-	}
-	res, err := p.cleaner.Clean(f, conntrack.StaleFilters(rs, opts))
-	p.cleanupPending[f] = err != nil
-	if err != nil {
-		p.log.Error("conntrack cleanup failed; retrying on the next sync", "family", f, "err", err)
-		return
-	}
-	if res.Deleted > 0 {
-		p.log.Info("deleted stale conntrack entries", "family", f, "deleted", res.Deleted)
-	}
-}
-
 func (p *proxy) logWarnings(warnings []svcproxy.Warning) {
 	for _, w := range warnings {
 		p.log.Warn(w.String())
@@ -472,15 +305,12 @@ func (p *proxy) logBuildWarnings(warnings []svcproxy.Warning) {
 	p.lastWarnings = now
 }
 
-// serve runs the sync loop, the file watcher and the HTTP servers until ctx
+// serve runs the engine, the file watcher and the HTTP servers until ctx
 // is done.
-func (p *proxy) serve(ctx context.Context) int {
-	p.lastSuccess.Store(time.Now().UnixNano())
-	// The first sync is a full one: the first forced one is due an hour on.
-	p.lastPeriodicFull = time.Now()
-	p.health = newHealthServers(p.log, p.opts.Manifests != "")
-	defer p.health.close()
-	servers, err := p.startServers()
+func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
+	p.health = healthcheck.NewNodePortServers(p.opts.Manifests != "")
+	defer p.health.Close()
+	servers, err := p.startServers(eng)
 	if err != nil {
 		p.log.Error("cannot serve", "err", err)
 		return exitFailed
@@ -493,7 +323,7 @@ func (p *proxy) serve(ctx context.Context) int {
 	if p.watcher != nil {
 		go p.watch(ctx, p.watcher, manifestPoll)
 	}
-	p.loop.Run(ctx)
+	eng.Run(ctx)
 	p.log.Info("stopping: the rules stay in the kernel")
 	return exitOK
 }

@@ -3,12 +3,9 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +16,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -30,10 +29,6 @@ type fakeBackend struct {
 	fails  int
 	failed bool
 	clean  int
-	// fullRequests counts the calls of RequestFullSync.
-	fullRequests int
-	// missing is what CheckState reports, until a full sync repairs it.
-	missing string
 }
 
 // fakeRender writes one line per Service.
@@ -45,35 +40,26 @@ func fakeRender(w io.Writer, rs *ruleset.Ruleset) error {
 }
 
 // Sync reports the first sync, and the one after a failure, as full.
-func (b *fakeBackend) Sync(_ context.Context, rs *ruleset.Ruleset) (bool, error) {
+func (b *fakeBackend) Sync(_ context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.fails > 0 {
 		b.fails--
 		b.failed = true
-		return false, errors.New("injected failure")
+		return svcproxy.SyncResult{}, errors.New("injected failure")
 	}
 	full := len(b.synced) == 0 || b.failed
 	b.failed = false
 	b.synced = append(b.synced, rs)
-	if full {
-		b.missing = ""
-	}
-	return full, nil
+	return svcproxy.SyncResult{Full: full}, nil
 }
 
-// CheckState reports b.missing.
-func (b *fakeBackend) CheckState(context.Context) (string, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.missing, nil
-}
+func (b *fakeBackend) CheckState(context.Context) (string, error) { return "", nil }
 
 // RequestFullSync makes the next successful Sync report a full sync.
 func (b *fakeBackend) RequestFullSync() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.fullRequests++
 	b.failed = true
 }
 
@@ -82,8 +68,10 @@ func (b *fakeBackend) Cleanup(context.Context) error {
 	return nil
 }
 
+func (b *fakeBackend) Close() error { return nil }
+
 func fakeMode(backends map[v1.IPFamily]*fakeBackend) Mode {
-	return Mode{Name: "fake", Render: fakeRender, NewExecutor: func(f v1.IPFamily) (Executor, error) {
+	return Mode{Name: "fake", Render: fakeRender, NewBackend: func(f v1.IPFamily) (engine.Backend, error) {
 		b := &fakeBackend{family: f}
 		backends[f] = b
 		return b, nil
@@ -186,28 +174,36 @@ func TestBadFlagsExit2(t *testing.T) {
 	}
 }
 
-// testProxy is an IPv4 proxy for node n1 that syncs to backend.
-func testProxy(backend *fakeBackend) *proxy {
-	return &proxy{
-		mode:      Mode{Name: "fake", Render: fakeRender},
-		opts:      &Options{NodeName: "n1", SyncPeriod: time.Minute},
-		log:       discardLogger(),
-		metrics:   newMetrics(),
-		state:     ipv4State(),
-		families:  []v1.IPFamily{v1.IPv4Protocol},
-		executors: map[v1.IPFamily]Executor{v1.IPv4Protocol: backend},
+// testProxy is an IPv4 proxy for node n1 whose engine syncs to backend.
+func testProxy(t *testing.T, backend *fakeBackend) (*proxy, *engine.Engine) {
+	t.Helper()
+	p := &proxy{
+		mode:     Mode{Name: "fake", Render: fakeRender},
+		opts:     &Options{NodeName: "n1", SyncPeriod: time.Minute},
+		log:      discardLogger(),
+		metrics:  newMetrics(),
+		state:    ipv4State(),
+		families: []v1.IPFamily{v1.IPv4Protocol},
 	}
+	eng, err := engine.New(p.engineConfig(map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: backend}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.eng.Store(eng)
+	return p, eng
 }
 
+// TestFailedSyncLosesNoChange: the engine's retry of a failed sync applies
+// the proxy's state as it is then.
 func TestFailedSyncLosesNoChange(t *testing.T) {
 	backend := &fakeBackend{family: v1.IPv4Protocol, fails: 1}
-	p := testProxy(backend)
+	p, eng := testProxy(t, backend)
 	p.state.UpdateService(service("a", "198.19.0.1"))
-	if err := p.sync(context.Background(), false); err == nil {
+	if err := eng.Sync(context.Background()); err == nil {
 		t.Fatal("the injected failure was not reported")
 	}
 	p.state.UpdateService(service("b", "198.19.0.2"))
-	if err := p.sync(context.Background(), false); err != nil {
+	if err := eng.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -220,11 +216,11 @@ func TestFailedSyncLosesNoChange(t *testing.T) {
 }
 
 // TestSyncDurationFullOrPartial: kube-proxy's full and partial sync
-// histograms count the syncs that the executors report as full and as
-// incremental.
+// histograms, served from the proxy's registry, count the syncs that the
+// backends report as full and as incremental.
 func TestSyncDurationFullOrPartial(t *testing.T) {
 	backend := &fakeBackend{family: v1.IPv4Protocol}
-	p := testProxy(backend)
+	p, eng := testProxy(t, backend)
 	count := func(name string) uint64 {
 		t.Helper()
 		families, err := p.metrics.registry.Gather()
@@ -241,119 +237,12 @@ func TestSyncDurationFullOrPartial(t *testing.T) {
 	}
 	for i, want := range []struct{ full, partial uint64 }{{1, 0}, {1, 1}, {1, 2}} {
 		p.state.UpdateService(service(fmt.Sprint("s", i), fmt.Sprint("198.19.0.", i+1)))
-		if err := p.sync(context.Background(), false); err != nil {
+		if err := eng.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		full, partial := count("kubeproxy_sync_full_proxy_rules_duration_seconds"), count("kubeproxy_sync_partial_proxy_rules_duration_seconds")
 		if full != want.full || partial != want.partial || count("kubeproxy_sync_proxy_rules_duration_seconds") != full+partial {
 			t.Errorf("after sync %d: %d full, %d partial, want %d and %d", i+1, full, partial, want.full, want.partial)
-		}
-	}
-}
-
-func TestHealthzFollowsLastSync(t *testing.T) {
-	p := &proxy{opts: &Options{SyncPeriod: time.Second}}
-	for _, tt := range []struct {
-		age     time.Duration
-		failing bool
-		want    int
-	}{
-		{0, false, 200},
-		{1900 * time.Millisecond, false, 200},
-		{2100 * time.Millisecond, false, 503},
-		{0, true, 503},
-	} {
-		p.lastSuccess.Store(time.Now().Add(-tt.age).UnixNano())
-		p.failing.Store(tt.failing)
-		rec := httptest.NewRecorder()
-		p.healthz(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-		if rec.Code != tt.want {
-			t.Errorf("last success %v ago, last sync failed %v: %d, want %d", tt.age, tt.failing, rec.Code, tt.want)
-		}
-	}
-}
-
-// TestPeriodicSyncRepairsAndFailureIsUnhealthy: a periodic sync asks an
-// executor for a full sync when its check finds rules missing, and every
-// executor once per fullSyncPeriod, and counts both; /healthz is 503 from a
-// failed sync until the next successful one.
-func TestPeriodicSyncRepairsAndFailureIsUnhealthy(t *testing.T) {
-	backend := &fakeBackend{family: v1.IPv4Protocol}
-	p := testProxy(backend)
-	p.lastPeriodicFull = time.Now()
-	p.state.UpdateService(service("a", "198.19.0.1"))
-	health := func() int {
-		rec := httptest.NewRecorder()
-		p.healthz(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-		return rec.Code
-	}
-	type step struct {
-		periodic, fail   bool
-		missing          string
-		wantFullRequests int
-		wantHealth       int
-	}
-	for i, st := range []step{
-		{periodic: false, wantFullRequests: 0, wantHealth: 200},
-		{periodic: true, wantFullRequests: 0, wantHealth: 200}, // nothing missing
-		{periodic: true, missing: "chain services", wantFullRequests: 1, wantHealth: 200},
-		{periodic: true, missing: "table kube-proxy", fail: true, wantFullRequests: 2, wantHealth: 503},
-		{periodic: false, fail: true, wantFullRequests: 2, wantHealth: 503},
-		{periodic: false, wantFullRequests: 2, wantHealth: 200},
-	} {
-		backend.missing = st.missing
-		if st.fail {
-			backend.fails = 1
-		}
-		if err := p.sync(context.Background(), st.periodic); (err != nil) != st.fail {
-			t.Fatalf("step %d: sync error %v, want failure %v", i, err, st.fail)
-		}
-		if backend.fullRequests != st.wantFullRequests || health() != st.wantHealth {
-			t.Errorf("step %d: %d full sync requests, /healthz %d; want %d and %d",
-				i, backend.fullRequests, health(), st.wantFullRequests, st.wantHealth)
-		}
-	}
-	if got := counterValue(t, p.metrics, "svcproxy_sync_drift_repairs_total"); got != 2 {
-		t.Errorf("svcproxy_sync_drift_repairs_total = %v, want 2", got)
-	}
-	p.lastPeriodicFull = time.Now().Add(-fullSyncPeriod)
-	if err := p.sync(context.Background(), true); err != nil || backend.fullRequests != 3 {
-		t.Errorf("periodic sync a full sync period later: %v, %d full sync requests, want 3", err, backend.fullRequests)
-	}
-	if got := counterValue(t, p.metrics, "svcproxy_sync_periodic_full_total"); got != 1 {
-		t.Errorf("svcproxy_sync_periodic_full_total = %v, want 1", got)
-	}
-}
-
-// counterValue is the value of the counter called name in m.
-func counterValue(t *testing.T, m *metrics, name string) float64 {
-	t.Helper()
-	families, err := m.registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == name {
-			return f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
-}
-
-func TestHealthCheckNodePortAnswers(t *testing.T) {
-	h := newHealthServers(discardLogger(), false)
-	h.servers[30256] = &healthServer{local: 2}
-	h.servers[30257] = &healthServer{local: 0}
-	for port, want := range map[uint16]int{30256: 200, 30257: 503} {
-		rec := httptest.NewRecorder()
-		h.handler(port).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-		var body struct{ LocalEndpoints int }
-		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
-			t.Fatal(err)
-		}
-		if rec.Code != want || body.LocalEndpoints != h.servers[port].local {
-			t.Errorf("port %d: %d %+v, want %d with %d local endpoints", port, rec.Code, body, want, h.servers[port].local)
 		}
 	}
 }

@@ -1,17 +1,18 @@
 package proxy
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/svcproxy/svcproxy/engine"
 )
 
 // startServers starts the metrics and healthz servers that are not turned
-// off.
-func (p *proxy) startServers() ([]*http.Server, error) {
+// off; /healthz and /livez answer eng's health.
+func (p *proxy) startServers(eng *engine.Engine) ([]*http.Server, error) {
 	var servers []*http.Server
 	start := func(addr string, h http.Handler) error {
 		if addr == "" {
@@ -32,8 +33,8 @@ func (p *proxy) startServers() ([]*http.Server, error) {
 	})
 	metrics.Handle("/metrics", promhttp.HandlerFor(p.metrics.registry, promhttp.HandlerOpts{}))
 	healthz := http.NewServeMux()
-	healthz.HandleFunc("/healthz", p.healthz)
-	healthz.HandleFunc("/livez", p.healthz)
+	healthz.Handle("/healthz", eng.HealthzHandler())
+	healthz.Handle("/livez", eng.HealthzHandler())
 	if err := start(p.opts.MetricsAddress, metrics); err != nil {
 		return nil, err
 	}
@@ -44,25 +45,4 @@ func (p *proxy) startServers() ([]*http.Server, error) {
 		return nil, err
 	}
 	return servers, nil
-}
-
-// healthz answers 200 while the last successful sync is younger than twice
-// the sync period and the last sync did not fail, 503 otherwise: after a
-// failed sync (a change or a repair that could not be applied) the kernel's
-// rules may be missing until a sync succeeds.
-func (p *proxy) healthz(w http.ResponseWriter, _ *http.Request) {
-	last := time.Unix(0, p.lastSuccess.Load())
-	now := time.Now()
-	failing := p.failing.Load()
-	healthy := now.Sub(last) < 2*p.opts.SyncPeriod && !failing
-	w.Header().Set("Content-Type", "application/json")
-	if !healthy {
-		w.WriteHeader(http.StatusServiceUnavailable)
-	}
-	json.NewEncoder(w).Encode(map[string]any{
-		"lastUpdated": last.UTC().Format(time.RFC3339Nano),
-		"currentTime": now.UTC().Format(time.RFC3339Nano),
-		"healthy":     healthy,
-		"syncFailing": failing,
-	})
 }

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 func freeAddr(t *testing.T) string {
@@ -39,15 +42,13 @@ func get(t *testing.T, url string) (int, string) {
 // /healthz on the addresses the flags give, and that "" turns a server off.
 func TestServers(t *testing.T) {
 	metricsAddr, healthzAddr := freeAddr(t), freeAddr(t)
-	p := &proxy{
-		mode:    Mode{Name: "nftables"},
-		opts:    &Options{MetricsAddress: metricsAddr, HealthzAddress: healthzAddr, SyncPeriod: time.Minute},
-		metrics: newMetrics(),
+	p, eng := testProxy(t, &fakeBackend{family: v1.IPv4Protocol})
+	p.mode.Name = "nftables"
+	p.opts.MetricsAddress, p.opts.HealthzAddress = metricsAddr, healthzAddr
+	if err := eng.Sync(context.Background()); err != nil {
+		t.Fatal(err)
 	}
-	p.lastSuccess.Store(time.Now().UnixNano())
-	p.metrics.syncDuration.Observe(0.25)
-	p.metrics.lastSync.Set(1.7e9)
-	servers, err := p.startServers()
+	servers, err := p.startServers(eng)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,12 @@ func TestServers(t *testing.T) {
 		"kubeproxy_sync_proxy_rules_duration_seconds_bucket",
 		"kubeproxy_sync_full_proxy_rules_duration_seconds_bucket",
 		"kubeproxy_sync_partial_proxy_rules_duration_seconds_bucket",
-		"kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7e+09",
+		"kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.",
+		"kubeproxy_sync_proxy_rules_failures_total 0",
+		"svcproxy_sync_drift_repairs_total 0",
+		"svcproxy_sync_periodic_full_total 0",
+		"svcproxy_manifest_reloads_total 0",
+		"svcproxy_manifest_errors_total 0",
 		"kubeproxy_sync_proxy_rules_endpoint_changes_pending",
 		"kubeproxy_sync_proxy_rules_service_changes_pending",
 		"kubeproxy_network_programming_duration_seconds_bucket",
@@ -82,7 +88,7 @@ func TestServers(t *testing.T) {
 	}
 
 	off := &proxy{mode: Mode{Name: "x"}, opts: &Options{}, metrics: newMetrics()}
-	servers, err = off.startServers()
+	servers, err = off.startServers(eng)
 	if err != nil || len(servers) != 0 {
 		t.Errorf("with both addresses empty: %d servers, error %v; want none", len(servers), err)
 	}

@@ -199,7 +199,7 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifestInput) {
 	w.applied = in
 	p.metrics.manifestReloads.Inc()
 	p.logWarnings(append(in.warnings, p.state.Replace(stateObjects(in.objs))...))
-	p.loop.Request()
+	p.request()
 }
 
 // stateObjects are the objects of a manifests input, for State.Replace.

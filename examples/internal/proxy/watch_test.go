@@ -178,7 +178,7 @@ func (b *fakeBackend) syncedCounts() []int {
 // applied with a warning naming it, and a broken file is counted.
 func TestWatchAppliesSettledFilesOnly(t *testing.T) {
 	backend := &fakeBackend{family: v1.IPv4Protocol}
-	p := testProxy(backend)
+	p, eng := testProxy(t, backend)
 	var logs logBuffer
 	p.log = slog.New(slog.NewTextHandler(&logs, nil))
 	path := filepath.Join(t.TempDir(), "services.yaml")
@@ -193,11 +193,10 @@ func TestWatchAppliesSettledFilesOnly(t *testing.T) {
 	}
 	w.applied = in
 	p.state.Replace(stateObjects(in.objs))
-	p.loop = NewLoop(0, time.Hour, p.sync)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.loop.Run(ctx) }()
+	go func() { defer wg.Done(); eng.Run(ctx) }()
 	go func() { defer wg.Done(); p.watch(ctx, w, poll) }()
 	defer func() { cancel(); wg.Wait() }()
 	waitFor(t, 2*time.Second, "the first sync", func() bool { return len(backend.syncedCounts()) == 1 })

@@ -1,20 +1,21 @@
-package proxy
+package healthcheck
 
 import (
-	"bytes"
+	"encoding/json"
 	"errors"
-	"log/slog"
 	"maps"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -22,6 +23,14 @@ import (
 )
 
 var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+
+// service is a ClusterIP Service ns/name with one port.
+func service(name, ip string) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec:       v1.ServiceSpec{ClusterIP: ip, Ports: []v1.ServicePort{{Name: "p", Port: 80}}},
+	}
+}
 
 // freeLoopbackPort returns a TCP port free on 127.0.0.1.
 func freeLoopbackPort(t *testing.T) int32 {
@@ -82,23 +91,23 @@ func (r *rulesetSource) build() map[v1.IPFamily]*ruleset.Ruleset {
 func TestHealthServersFollowRulesets(t *testing.T) {
 	port := freeLoopbackPort(t)
 	src := newRulesetSource(t)
-	h := newHealthServers(discardLogger(), false)
-	defer h.close()
+	h := NewNodePortServers(false)
+	defer h.Close()
 
 	src.services.Update(service("plain", "198.19.0.2"))
-	h.update(src.build(), loopback)
+	update(t, h, src.build(), loopback)
 	if len(h.servers) != 0 {
 		t.Fatalf("servers %v without a health check node port", h.servers)
 	}
 
 	src.services.Update(localLB("lb", "198.19.0.1", port))
-	h.update(src.build(), loopback)
+	update(t, h, src.build(), loopback)
 	if hs, ok := h.servers[uint16(port)]; !ok || hs.service.Name != "lb" {
 		t.Fatalf("no server on health check node port %d: %v", port, h.servers)
 	}
 
 	src.services.Delete("ns", "lb")
-	h.update(src.build(), loopback)
+	update(t, h, src.build(), loopback)
 	if len(h.servers) != 0 {
 		t.Fatalf("servers %v after the Service went", h.servers)
 	}
@@ -111,8 +120,8 @@ func TestHealthServersFollowRulesets(t *testing.T) {
 func TestHealthServersListenOnNodeAddressesOnly(t *testing.T) {
 	port := freeLoopbackPort(t)
 	src := newRulesetSource(t)
-	h := newHealthServers(discardLogger(), false)
-	defer h.close()
+	h := NewNodePortServers(false)
+	defer h.Close()
 	src.services.Update(localLB("lb", "198.19.0.1", port))
 	rulesets := src.build()
 
@@ -126,7 +135,7 @@ func TestHealthServersListenOnNodeAddressesOnly(t *testing.T) {
 		{[]netip.Addr{one, two}, map[netip.Addr]bool{one: true, two: true}},
 		{nil, map[netip.Addr]bool{one: false, two: false}},
 	} {
-		h.update(rulesets, tt.addrs)
+		h.Update(rulesets, tt.addrs)
 		for a, want := range tt.listening {
 			if got := answers(t, netip.AddrPortFrom(a, uint16(port))); got != want {
 				t.Errorf("node addresses %v: %s:%d answers %v, want %v", tt.addrs, a, port, got, want)
@@ -174,29 +183,61 @@ func TestHealthCheckNodePortRange(t *testing.T) {
 			i++
 			src.services.Update(localLB(name, netip.AddrFrom4([4]byte{198, 19, 0, byte(i)}).String(), port))
 		}
-		var log bytes.Buffer
-		h := newHealthServers(slog.New(slog.NewTextHandler(&log, nil)), tt.checkRange)
+		h := NewNodePortServers(tt.checkRange)
 		rulesets := src.build()
+		var warnings []string
 		for range 2 { // warned once, not every sync
-			got := slices.Sorted(maps.Keys(h.wanted(rulesets)))
+			var report Report
+			got := slices.Sorted(maps.Keys(h.wanted(rulesets, &report)))
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("checkRange %v: ports served (-want +got):\n%s", tt.checkRange, diff)
 			}
+			for _, w := range report.Warnings {
+				warnings = append(warnings, w.String())
+			}
 		}
-		if diff := cmp.Diff(tt.warnings, logged(log.String())); diff != "" {
+		if diff := cmp.Diff(tt.warnings, warnings); diff != "" {
 			t.Errorf("checkRange %v: warnings (-want +got):\n%s", tt.checkRange, diff)
 		}
 	}
 }
 
-// logged returns the msg of every log line in text.
-func logged(text string) []string {
-	var msgs []string
-	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
-		if _, msg, ok := strings.Cut(line, " msg="); ok {
-			msg, _, _ = strings.Cut(msg, " level=")
-			msgs = append(msgs, strings.Trim(msg, `"`))
+// update is Update, failing t on anything reported.
+func update(t *testing.T, h *NodePortServers, rulesets map[v1.IPFamily]*ruleset.Ruleset, addrs []netip.Addr) {
+	t.Helper()
+	if r := h.Update(rulesets, addrs); len(r.Warnings) > 0 || len(r.Errors) > 0 {
+		t.Fatalf("Update: %+v", r)
+	}
+}
+
+// TestNoAddressReported: a server with no address to listen on is
+// reported, with the Service and port.
+func TestNoAddressReported(t *testing.T) {
+	src := newRulesetSource(t)
+	h := NewNodePortServers(false)
+	defer h.Close()
+	src.services.Update(localLB("lb", "198.19.0.1", 30001))
+	r := h.Update(src.build(), nil)
+	if len(r.Errors) != 1 || !errors.Is(r.Errors[0], ErrNoAddress) {
+		t.Fatalf("Update without addresses: %+v; want ErrNoAddress", r)
+	}
+}
+
+// TestHandlerAnswers: 200 with the local endpoint count when the node has
+// local endpoints, 503 otherwise, in kube-proxy's JSON.
+func TestHandlerAnswers(t *testing.T) {
+	h := NewNodePortServers(false)
+	h.servers[30256] = &healthServer{local: 2}
+	h.servers[30257] = &healthServer{local: 0}
+	for port, want := range map[uint16]int{30256: 200, 30257: 503} {
+		rec := httptest.NewRecorder()
+		h.handler(port).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		var body struct{ LocalEndpoints int }
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != want || body.LocalEndpoints != h.servers[port].local {
+			t.Errorf("port %d: %d %+v, want %d with %d local endpoints", port, rec.Code, body, want, h.servers[port].local)
 		}
 	}
-	return msgs
 }

@@ -1,13 +1,20 @@
-package proxy
+// Package healthcheck serves kube-proxy's service health checks: for each
+// Service with externalTrafficPolicy Local and a healthCheckNodePort, an
+// HTTP server on that port that tells load balancers whether this node has
+// local endpoints for it. It follows the Rulesets it is given and logs
+// nothing: what it could not do is returned.
+package healthcheck
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,32 +27,33 @@ import (
 
 // The NodePort range of a default API server (its
 // --service-node-port-range). kube-proxy has no flag for it: the API server
-// allocates healthCheckNodePorts from it and refuses others. Manifests have
-// no API server, so the proxy refuses a healthCheckNodePort outside it: a
+// allocates healthCheckNodePorts from it and refuses others. Without an API
+// server (Services read from files) a caller should refuse a
+// healthCheckNodePort outside it (NewNodePortServers' checkRange): a
 // Service must not make the node listen on port 22.
 const (
-	nodePortMin = 30000
-	nodePortMax = 32767
+	NodePortMin = 30000
+	NodePortMax = 32767
 )
 
-// healthServers runs one HTTP server per healthCheckNodePort, answering 200
+// NodePortServers runs one HTTP server per healthCheckNodePort of the
+// Rulesets it is given (kube-proxy's service health servers), answering 200
 // with the local endpoint count when the node has local endpoints for the
-// Service, 503 otherwise (kube-proxy's service health server). Each server
-// listens on the node's addresses only, never on every address. update is
-// called from one goroutine (the sync loop); the handlers run concurrently
-// with it.
-type healthServers struct {
-	log *slog.Logger
-	// checkRange refuses, with a warning, a port outside nodePortMin and
-	// nodePortMax.
+// Service, 503 otherwise, with kube-proxy's JSON body. Each server listens
+// on the given node addresses only, never on every address. Update is
+// called from one goroutine (after each sync); the handlers run
+// concurrently with it.
+type NodePortServers struct {
+	// checkRange refuses, with a warning, a port outside NodePortMin and
+	// NodePortMax.
 	checkRange bool
 	// mu guards servers, which the handlers read.
 	mu      sync.Mutex
 	servers map[uint16]*healthServer
-	// addrs are the addresses the servers listen on; refused the warnings
-	// about the ports refused by the previous update, each logged once.
+	// addrs are the addresses the servers listen on; refused the ports
+	// refused by the previous update, each reported once.
 	addrs   []netip.Addr
-	refused map[string]bool
+	refused map[svcproxy.Warning]bool
 	// last is the Ruleset of each family seen by the previous update, and
 	// withPort the Services in it that have a health check node port: an
 	// update looks only at what changed since.
@@ -59,14 +67,28 @@ type healthServer struct {
 	local   int
 }
 
-func newHealthServers(log *slog.Logger, checkRange bool) *healthServers {
-	return &healthServers{log: log, checkRange: checkRange, servers: map[uint16]*healthServer{}}
+// NewNodePortServers returns NodePortServers with none running. With
+// checkRange, a healthCheckNodePort outside NodePortMin-NodePortMax is not
+// served.
+func NewNodePortServers(checkRange bool) *NodePortServers {
+	return &NodePortServers{checkRange: checkRange, servers: map[uint16]*healthServer{}}
 }
 
-// update starts, updates and stops servers to match the rulesets, each
+// Report is what one Update could not do.
+type Report struct {
+	// Warnings name the Services whose port was refused (see
+	// NewNodePortServers), each once: in the first Update that refused it.
+	Warnings []svcproxy.Warning
+	// Errors are the servers that could not listen, on one address or on
+	// any; each is retried when the addresses change.
+	Errors []error
+}
+
+// Update starts, updates and stops servers to match the rulesets, each
 // listening on addrs. When addrs change, every server is restarted.
-func (h *healthServers) update(rulesets map[v1.IPFamily]*ruleset.Ruleset, addrs []netip.Addr) {
-	want := h.wanted(rulesets)
+func (h *NodePortServers) Update(rulesets map[v1.IPFamily]*ruleset.Ruleset, addrs []netip.Addr) Report {
+	var report Report
+	want := h.wanted(rulesets, &report)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !slices.Equal(addrs, h.addrs) {
@@ -79,28 +101,30 @@ func (h *healthServers) update(rulesets map[v1.IPFamily]*ruleset.Ruleset, addrs 
 			delete(h.servers, port)
 		}
 	}
-	for port, w := range want {
+	for _, port := range slices.Sorted(maps.Keys(want)) {
+		w := want[port]
 		if hs, ok := h.servers[port]; ok {
 			hs.service, hs.local = w.service, w.local
 			continue
 		}
-		h.start(port, w)
+		report.Errors = append(report.Errors, h.start(port, w)...)
 	}
+	return report
 }
 
 // wanted returns, per health check node port of the rulesets, the Service
 // and its local endpoint count. Ports outside the NodePort range are left
-// out when checkRange is set, with a warning the first time.
-func (h *healthServers) wanted(rulesets map[v1.IPFamily]*ruleset.Ruleset) map[uint16]*healthServer {
+// out when checkRange is set, with a warning in report the first time.
+func (h *NodePortServers) wanted(rulesets map[v1.IPFamily]*ruleset.Ruleset, report *Report) map[uint16]*healthServer {
 	want := map[uint16]*healthServer{}
-	refused := map[string]bool{}
+	refused := map[svcproxy.Warning]bool{}
 	for f, rs := range rulesets {
 		for _, s := range h.track(f, rs) {
 			port := s.HealthCheckNodePort
-			if h.checkRange && (port < nodePortMin || port > nodePortMax) {
+			if h.checkRange && (port < NodePortMin || port > NodePortMax) {
 				refused[svcproxy.Warning{Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name,
-					Reason: fmt.Sprintf("healthCheckNodePort %d is outside the NodePort range %d-%d: not served", port, nodePortMin, nodePortMax),
-				}.String()] = true
+					Reason: fmt.Sprintf("healthCheckNodePort %d is outside the NodePort range %d-%d: not served", port, NodePortMin, NodePortMax),
+				}] = true
 				continue
 			}
 			// A dual-stack pod has an endpoint in each family: count the
@@ -110,40 +134,44 @@ func (h *healthServers) wanted(rulesets map[v1.IPFamily]*ruleset.Ruleset) map[ui
 			}
 		}
 	}
-	for _, w := range slices.Sorted(maps.Keys(refused)) {
+	for w := range refused {
 		if !h.refused[w] {
-			h.log.Warn(w)
+			report.Warnings = append(report.Warnings, w)
 		}
 	}
+	slices.SortFunc(report.Warnings, func(a, b svcproxy.Warning) int { return strings.Compare(a.String(), b.String()) })
 	h.refused = refused
 	return want
 }
 
+// ErrNoAddress is reported for a server that has no address to listen on.
+var ErrNoAddress = errors.New("no node address to listen on")
+
 // start starts the server of one port on every address of h.addrs and
 // records it, also when it could listen on none: it is retried when the
-// addresses change.
-func (h *healthServers) start(port uint16, w *healthServer) {
+// addresses change. It returns why it could not listen.
+func (h *NodePortServers) start(port uint16, w *healthServer) []error {
 	w.server = &http.Server{Handler: h.handler(port), ReadHeaderTimeout: 5 * time.Second}
 	h.servers[port] = w
 	if len(h.addrs) == 0 {
-		h.log.Error("health check node port not served: no node address to listen on (--node-ip, or the Node's addresses)",
-			"service", w.service.String(), "port", port)
-		return
+		return []error{fmt.Errorf("health check node port %d of %s not served: %w", port, w.service, ErrNoAddress)}
 	}
+	var errs []error
 	for _, a := range h.addrs {
-		ln, err := listen(netip.AddrPortFrom(a, port).String())
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(a, port).String())
 		if err != nil {
-			h.log.Error("health check node port", "service", w.service.String(), "err", err)
+			errs = append(errs, fmt.Errorf("health check node port %d of %s: %w", port, w.service, err))
 			continue
 		}
 		go w.server.Serve(ln)
 	}
+	return errs
 }
 
 // track returns the Services of rs that have a health check node port,
 // looking only at the Services that changed since the previous Ruleset of
 // family f (ruleset.Diff is cheap between Rulesets made by Builder.Update).
-func (h *healthServers) track(f v1.IPFamily, rs *ruleset.Ruleset) map[servicemap.PortName]*ruleset.Service {
+func (h *NodePortServers) track(f v1.IPFamily, rs *ruleset.Ruleset) map[servicemap.PortName]*ruleset.Service {
 	if h.withPort == nil {
 		h.last, h.withPort = map[v1.IPFamily]*ruleset.Ruleset{}, map[v1.IPFamily]map[servicemap.PortName]*ruleset.Service{}
 	}
@@ -168,7 +196,7 @@ func (h *healthServers) track(f v1.IPFamily, rs *ruleset.Ruleset) map[servicemap
 	return set
 }
 
-func (h *healthServers) handler(port uint16) http.Handler {
+func (h *NodePortServers) handler(port uint16) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		h.mu.Lock()
 		hs, ok := h.servers[port]
@@ -191,14 +219,15 @@ func (h *healthServers) handler(port uint16) http.Handler {
 	})
 }
 
-func (h *healthServers) close() {
+// Close stops every server.
+func (h *NodePortServers) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closeLocked()
 }
 
 // closeLocked stops every server; h.mu is held.
-func (h *healthServers) closeLocked() {
+func (h *NodePortServers) closeLocked() {
 	for port, hs := range h.servers {
 		hs.server.Close()
 		delete(h.servers, port)

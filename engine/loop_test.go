@@ -1,4 +1,4 @@
-package proxy
+package engine
 
 import (
 	"context"
@@ -16,19 +16,20 @@ type recorder struct {
 	mu       sync.Mutex
 	runs     []time.Time
 	periodic []bool
-	fails    int // the number of next runs that fail
+	fails    int           // the number of next runs that fail
+	again    time.Duration // what a successful run asks for
 }
 
-func (r *recorder) sync(_ context.Context, periodic bool) error {
+func (r *recorder) sync(_ context.Context, periodic bool) (time.Duration, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.runs = append(r.runs, time.Now())
 	r.periodic = append(r.periodic, periodic)
 	if r.fails > 0 {
 		r.fails--
-		return errors.New("injected failure")
+		return 0, errors.New("injected failure")
 	}
-	return nil
+	return r.again, nil
 }
 
 func (r *recorder) count() int {
@@ -43,11 +44,11 @@ func (r *recorder) times() []time.Time {
 	return append([]time.Time(nil), r.runs...)
 }
 
-func runLoop(t *testing.T, l *Loop) {
+func runLoop(t *testing.T, l *loop) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { l.Run(ctx); close(done) }()
+	go func() { l.run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 
@@ -65,7 +66,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 func TestLoopSyncsAtOnceThenEveryMaxInterval(t *testing.T) {
 	r := &recorder{}
-	l := NewLoop(10*time.Millisecond, 60*time.Millisecond, r.sync)
+	l := newLoop(10*time.Millisecond, 60*time.Millisecond, 0, realClock{}, r.sync)
 	runLoop(t, l)
 	waitFor(t, 2*time.Second, "3 periodic syncs", func() bool { return r.count() >= 3 })
 	runs := r.times()
@@ -83,11 +84,11 @@ func TestLoopSyncsAtOnceThenEveryMaxInterval(t *testing.T) {
 
 func TestLoopCoalescesRequestsAndKeepsMinInterval(t *testing.T) {
 	r := &recorder{}
-	l := NewLoop(100*time.Millisecond, time.Hour, r.sync)
+	l := newLoop(100*time.Millisecond, time.Hour, 0, realClock{}, r.sync)
 	runLoop(t, l)
 	waitFor(t, time.Second, "the first sync", func() bool { return r.count() == 1 })
 	for range 50 {
-		l.Request()
+		l.request()
 	}
 	waitFor(t, time.Second, "the requested sync", func() bool { return r.count() == 2 })
 	time.Sleep(250 * time.Millisecond) // room for wrongly repeated syncs
@@ -101,12 +102,12 @@ func TestLoopCoalescesRequestsAndKeepsMinInterval(t *testing.T) {
 }
 
 func TestLoopRequestDuringSyncRunsAgain(t *testing.T) {
-	var l *Loop
+	var l *loop
 	started := make(chan struct{}, 10)
 	release := make(chan struct{})
 	var mu sync.Mutex
 	runs := 0
-	l = NewLoop(time.Millisecond, time.Hour, func(context.Context, bool) error {
+	l = newLoop(time.Millisecond, time.Hour, 0, realClock{}, func(context.Context, bool) (time.Duration, error) {
 		mu.Lock()
 		runs++
 		n := runs
@@ -115,13 +116,13 @@ func TestLoopRequestDuringSyncRunsAgain(t *testing.T) {
 		if n == 2 {
 			<-release // a change arrives while this sync runs
 		}
-		return nil
+		return 0, nil
 	})
 	runLoop(t, l)
 	<-started
-	l.Request()
+	l.request()
 	<-started
-	l.Request()
+	l.request()
 	close(release)
 	select {
 	case <-started:
@@ -134,8 +135,7 @@ func TestLoopRequestDuringSyncRunsAgain(t *testing.T) {
 // and 80 ms; after the success the loop is quiet.
 func TestLoopRetriesBackOff(t *testing.T) {
 	r := &recorder{fails: 3}
-	l := NewLoop(5*time.Millisecond, time.Hour, r.sync)
-	l.RetryInterval = 20 * time.Millisecond
+	l := newLoop(5*time.Millisecond, time.Hour, 20*time.Millisecond, realClock{}, r.sync)
 	runLoop(t, l)
 	waitFor(t, 2*time.Second, "three retries after three failures", func() bool { return r.count() >= 4 })
 	time.Sleep(100 * time.Millisecond)
@@ -152,14 +152,13 @@ func TestLoopRetriesBackOff(t *testing.T) {
 }
 
 // TestLoopRequestCutsBackOff: a request made while a retry is backing off
-// runs after MinInterval, not at the end of the back-off.
+// runs after the min interval, not at the end of the back-off.
 func TestLoopRequestCutsBackOff(t *testing.T) {
 	r := &recorder{fails: 1}
-	l := NewLoop(10*time.Millisecond, time.Hour, r.sync)
-	l.RetryInterval = time.Hour
+	l := newLoop(10*time.Millisecond, time.Hour, time.Hour, realClock{}, r.sync)
 	runLoop(t, l)
 	waitFor(t, time.Second, "the failed first sync", func() bool { return r.count() == 1 })
-	l.Request()
+	l.request()
 	waitFor(t, time.Second, "the requested sync, during the back-off", func() bool { return r.count() == 2 })
 }
 
@@ -169,6 +168,7 @@ func TestLoopRequestCutsBackOff(t *testing.T) {
 func TestSchedule(t *testing.T) {
 	type run struct {
 		at, took     time.Duration
+		again        time.Duration
 		fail         bool
 		wantPeriodic bool
 	}
@@ -176,6 +176,7 @@ func TestSchedule(t *testing.T) {
 	failed := func(at time.Duration) run { return run{at: at, fail: true} }
 	periodic := func(r run) run { r.wantPeriodic = true; return r }
 	taking := func(took time.Duration, r run) run { r.took = took; return r }
+	asking := func(again time.Duration, r run) run { r.again = again; return r }
 	s := time.Second
 	for _, tt := range []struct {
 		name      string
@@ -204,6 +205,14 @@ func TestSchedule(t *testing.T) {
 			runs: []run{ok(0), taking(20*s, failed(5*s))}, want: 26 * s},
 		{name: "a request waits MinInterval from the start of a long run",
 			runs: []run{ok(0), taking(20*s, ok(5*s))}, requested: true, want: 6 * s},
+		{name: "a run that asks to run again runs then", runs: []run{asking(5*s, ok(0))}, want: 5 * s},
+		{name: "a run asked for waits MinInterval from the start",
+			runs: []run{asking(100*time.Millisecond, ok(0))}, want: s},
+		{name: "a run asked for after the period: the periodic run comes first",
+			runs: []run{asking(40*s, ok(0))}, want: 30 * s},
+		{name: "a failed run's request to run again is ignored: the back-off decides",
+			runs: []run{asking(100*s, failed(0)), failed(s)}, want: 3 * s},
+		{name: "only the last run's request counts", runs: []run{asking(5*s, ok(0)), ok(2 * s)}, want: 30 * s},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -216,7 +225,7 @@ func TestSchedule(t *testing.T) {
 				if r.fail {
 					err = errors.New("injected")
 				}
-				sc.finish(t0.Add(r.at+r.took), err)
+				sc.finish(t0.Add(r.at+r.took), r.again, err)
 			}
 			sc.requested = tt.requested
 			if got := sc.due().Sub(t0); len(tt.runs) > 0 && got != tt.want {
@@ -239,7 +248,7 @@ func TestScheduleAttemptsWhileFailing(t *testing.T) {
 	perMinute := map[int]int{}
 	for now := t0; now.Before(t0.Add(5 * time.Minute)); now = sc.due() {
 		sc.start(now)
-		sc.finish(now, errors.New("injected"))
+		sc.finish(now, 0, errors.New("injected"))
 		perMinute[int(now.Sub(t0)/time.Minute)]++
 	}
 	if diff := cmp.Diff(map[int]int{0: 6, 1: 2, 2: 2, 3: 2, 4: 2}, perMinute); diff != "" {

@@ -1,0 +1,61 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// Backend applies the Rulesets of one IP family to a data plane.
+// iptables.Executor and nftables.Executor implement it; so can a data plane
+// of one's own. The engine calls its methods from one goroutine at a time.
+type Backend interface {
+	// Sync makes the data plane hold rs, fully or incrementally as the
+	// backend sees fit; after any failure the next Sync must be a full
+	// one. SyncResult.NextSync asks the engine to call Sync again that
+	// long after this one, even with nothing changed.
+	Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error)
+	// RequestFullSync makes the next Sync a full one, which rewrites
+	// everything the backend owns, repairing what others changed.
+	RequestFullSync()
+	// CheckState compares the data plane with the last Sync cheaply and
+	// says what it found missing, "" when nothing (and before the first
+	// Sync).
+	CheckState(ctx context.Context) (missing string, err error)
+	// Cleanup removes everything the backend owns from the data plane.
+	Cleanup(ctx context.Context) error
+	// Close releases what the backend holds (sockets, namespaces); what it
+	// applied stays.
+	Close() error
+}
+
+// Source gives the state to sync: the engine calls it at the start of
+// every sync, from the goroutine that syncs, and applies what it returns.
+// It must return the whole desired state each time (a Ruleset per family
+// of Config.Backends), so that a sync that fails loses nothing: the next
+// one applies the latest state.
+type Source interface {
+	Desired(ctx context.Context) (Desired, error)
+}
+
+// SourceFunc adapts a function to a Source.
+type SourceFunc func(ctx context.Context) (Desired, error)
+
+// Desired calls f.
+func (f SourceFunc) Desired(ctx context.Context) (Desired, error) { return f(ctx) }
+
+// Desired is the state one sync applies.
+type Desired struct {
+	// Rulesets has the Ruleset of every family the engine has a Backend
+	// for.
+	Rulesets map[v1.IPFamily]*ruleset.Ruleset
+	// Triggers are when the changes this state holds were made (as the
+	// EndpointSlices' endpoints.kubernetes.io/last-change-trigger-time
+	// annotations say), for the network programming latency metric; each
+	// is observed once, by the first sync that succeeds after it is given.
+	Triggers []time.Time
+}

@@ -1,0 +1,39 @@
+// Package engine keeps data planes in sync with the desired state of a
+// Service proxy: the loop around the pure packages that every proxy needs.
+//
+// A caller gives an Engine a Source, which returns the Ruleset of each IP
+// family (built with ruleset.Builder from its own trackers), and a Backend
+// per family, which applies a Ruleset: iptables.Executor, nftables.Executor,
+// or a data plane of its own. The engine then guarantees:
+//
+//   - coalescing: Request never blocks; requests made while a sync is
+//     pending or running become one later sync, which applies the latest
+//     state; two syncs never start closer than Config.MinSyncPeriod;
+//   - repair: every Config.SyncPeriod a periodic sync first asks each
+//     Backend to check its state cheaply (Backend.CheckState) and makes the
+//     sync of each family where something is missing a full one; every
+//     Config.FullSyncPeriod the periodic sync is full in every family,
+//     rewriting what no check reads;
+//   - retries: a sync that fails is retried after a back-off that doubles
+//     from Config.RetryInterval up to SyncPeriod, while a change still
+//     syncs as soon as MinSyncPeriod allows; since every sync applies the
+//     whole latest state, no change is lost;
+//   - follow-up syncs: a Backend that has work left (nftables deletes the
+//     chains it flushed only on a later sync) says when in
+//     svcproxy.SyncResult.NextSync, and the engine syncs again then;
+//   - conntrack: with Config.Conntrack, after each family's sync the UDP
+//     entries it made stale are deleted. The engine compares the new
+//     Ruleset with the one conntrack was last cleaned against, not with
+//     endpoint changes: the entries to a UDP Service deleted before its
+//     EndpointSlices go at the Service's delete, and a failed cleanup is
+//     retried with nothing forgotten;
+//   - health: Health and HealthzHandler report healthy while the last
+//     successful sync is younger than twice SyncPeriod and no sync or
+//     check has failed since;
+//   - metrics: kube-proxy's sync metrics under their names, registered
+//     only with the Config.Registerer given.
+//
+// The engine logs nothing: Config.OnSync receives what each sync did
+// (results, drift found, conntrack cleanups, errors), and the caller logs
+// or counts what it wants. Time comes from Config.Clock.
+package engine

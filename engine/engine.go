@@ -1,0 +1,300 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/conntrack"
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// Defaults of Config, kube-proxy's.
+const (
+	DefaultSyncPeriod     = 30 * time.Second
+	DefaultFullSyncPeriod = time.Hour
+)
+
+// Config configures an Engine.
+type Config struct {
+	// Backends are the data planes, one per IP family synced.
+	Backends map[v1.IPFamily]Backend
+	// Source gives the state each sync applies.
+	Source Source
+	// MinSyncPeriod: two syncs never start closer than this. 0 means no
+	// floor (failed syncs are still retried no sooner than 50 ms).
+	MinSyncPeriod time.Duration
+	// SyncPeriod: this long after the end of the previous periodic sync, a
+	// periodic sync checks every Backend's state (Backend.CheckState),
+	// makes the next Sync of each family where something is missing a
+	// full one, and syncs. /healthz fails when the last success is older
+	// than twice this. 0 means DefaultSyncPeriod.
+	SyncPeriod time.Duration
+	// FullSyncPeriod: a periodic sync at least this long after the last
+	// forced one (or the engine's start) is full in every family, whatever
+	// the check finds: it rewrites what no check reads. 0 means
+	// DefaultFullSyncPeriod.
+	FullSyncPeriod time.Duration
+	// RetryInterval is the first wait before retrying a failed sync; it
+	// doubles with each consecutive failure, up to SyncPeriod. 0 means
+	// MinSyncPeriod.
+	RetryInterval time.Duration
+	// Conntrack, when not nil, deletes the UDP conntrack entries that a
+	// sync made stale (see conntrack.StaleFilters). The engine keeps, per
+	// family, the Ruleset conntrack was last cleaned against, so that the
+	// frontends of a Service deleted before its EndpointSlices are cleaned
+	// too, and a cleanup that fails is retried on the next sync.
+	Conntrack conntrack.Cleaner
+	// ConntrackSCTP cleans SCTP entries too (conntrack.Options.SCTP).
+	ConntrackSCTP bool
+	// Registerer, when not nil, gets the engine's metrics: kube-proxy's
+	// kubeproxy_sync_proxy_rules_* and kubeproxy_network_programming_*
+	// ones and svcproxy_sync_drift_repairs_total and
+	// svcproxy_sync_periodic_full_total.
+	Registerer prometheus.Registerer
+	// OnSync, when not nil, is called after every sync, from the goroutine
+	// that syncs, with what happened. The engine logs nothing.
+	OnSync func(SyncEvent)
+	// Clock is the time source; nil means the system's.
+	Clock Clock
+}
+
+// SyncEvent is what one sync did, for Config.OnSync.
+type SyncEvent struct {
+	// Start and End are when the sync started and ended.
+	Start, End time.Time
+	// Periodic is true for a periodic sync, and ForcedFull when
+	// FullSyncPeriod made it full in every family.
+	Periodic, ForcedFull bool
+	// Drift has, for each family whose state the periodic check found
+	// changed (and so synced fully), what was missing, or why the check
+	// failed.
+	Drift map[v1.IPFamily]string
+	// Rulesets is the state synced; nil when the Source failed.
+	Rulesets map[v1.IPFamily]*ruleset.Ruleset
+	// Results are the results of the families that synced.
+	Results map[v1.IPFamily]svcproxy.SyncResult
+	// Full is true when any family's sync was full.
+	Full bool
+	// Conntrack has the conntrack cleanups of the sync, per family.
+	Conntrack map[v1.IPFamily]ConntrackCleanup
+	// Err is nil when every family synced, and says what failed otherwise;
+	// a failed sync is retried.
+	Err error
+}
+
+// ConntrackCleanup is one family's conntrack cleanup after a sync.
+type ConntrackCleanup struct {
+	conntrack.CleanResult
+	// Err is why the cleanup failed; it is retried on the next sync.
+	Err error
+}
+
+// Engine keeps data planes in sync with a Source: it runs the Source and
+// the Backends on changes (Request) and periodically, coalescing requests
+// under Config.MinSyncPeriod, repairing state changed behind its back,
+// retrying failed syncs with a back-off, cleaning stale conntrack entries
+// and keeping the health and metrics of it all.
+type Engine struct {
+	cfg      Config
+	clock    Clock
+	families []v1.IPFamily
+	metrics  *metrics
+	loop     *loop
+
+	// runMu makes syncs run one at a time; it guards what follows.
+	runMu sync.Mutex
+	// lastForcedFull is when FullSyncPeriod last forced a full sync.
+	lastForcedFull time.Time
+	// triggers are the change times not yet observed by a successful sync.
+	triggers []time.Time
+	// cleaned is, per family, the Ruleset that conntrack was last cleaned
+	// against (or found clean for).
+	cleaned map[v1.IPFamily]*ruleset.Ruleset
+
+	healthMu    sync.Mutex
+	lastSuccess time.Time
+	failing     bool
+}
+
+// New returns an Engine for cfg. Its metrics are registered with
+// cfg.Registerer when it is set.
+func New(cfg Config) (*Engine, error) {
+	if len(cfg.Backends) == 0 || cfg.Source == nil {
+		return nil, errors.New("engine: Config needs Backends and a Source")
+	}
+	for f, b := range cfg.Backends {
+		if (f != v1.IPv4Protocol && f != v1.IPv6Protocol) || b == nil {
+			return nil, fmt.Errorf("engine: bad Backend for IP family %q", f)
+		}
+	}
+	if cfg.SyncPeriod <= 0 {
+		cfg.SyncPeriod = DefaultSyncPeriod
+	}
+	if cfg.FullSyncPeriod <= 0 {
+		cfg.FullSyncPeriod = DefaultFullSyncPeriod
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	cfg.Backends = maps.Clone(cfg.Backends)
+	e := &Engine{
+		cfg: cfg, clock: cfg.Clock, metrics: newMetrics(),
+		families: slices.Sorted(maps.Keys(cfg.Backends)),
+		cleaned:  map[v1.IPFamily]*ruleset.Ruleset{},
+	}
+	if cfg.Registerer != nil {
+		if err := e.metrics.register(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	now := e.clock.Now()
+	e.lastSuccess, e.lastForcedFull = now, now
+	e.loop = newLoop(cfg.MinSyncPeriod, cfg.SyncPeriod, cfg.RetryInterval, e.clock, e.run)
+	return e, nil
+}
+
+// Request asks for a sync of the latest state: the Source changed. It never
+// blocks; requests made while a sync is pending or running are coalesced
+// into one later sync.
+func (e *Engine) Request() { e.loop.request() }
+
+// Run syncs at once, then on requests, periodically and to retry failures,
+// until ctx is done.
+func (e *Engine) Run(ctx context.Context) { e.loop.run(ctx) }
+
+// Sync runs one sync now, as the first one of Run (not periodic), and
+// returns its error. It waits for a sync of Run in progress.
+func (e *Engine) Sync(ctx context.Context) error {
+	_, err := e.run(ctx, false)
+	return err
+}
+
+// Close closes every Backend; call it after Run has returned.
+func (e *Engine) Close() error {
+	var errs []error
+	for _, f := range e.families {
+		if err := e.cfg.Backends[f].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the %s backend: %w", f, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// run is one sync: a periodic one first checks the Backends' state. It
+// returns when the next sync is due without a change (the earliest
+// NextSync of the results, 0 when none).
+func (e *Engine) run(ctx context.Context, periodic bool) (time.Duration, error) {
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
+	ev := SyncEvent{Start: e.clock.Now(), Periodic: periodic}
+	if periodic {
+		e.checkState(ctx, &ev)
+	}
+	again := e.apply(ctx, &ev)
+	ev.End = e.clock.Now()
+	e.record(&ev)
+	if e.cfg.OnSync != nil {
+		e.cfg.OnSync(ev)
+	}
+	return again, ev.Err
+}
+
+// checkState makes every family's next Sync a full one when FullSyncPeriod
+// has passed, and otherwise each family's whose state the Backend finds
+// changed.
+func (e *Engine) checkState(ctx context.Context, ev *SyncEvent) {
+	if ev.Start.Sub(e.lastForcedFull) >= e.cfg.FullSyncPeriod {
+		e.lastForcedFull = ev.Start
+		ev.ForcedFull = true
+		e.metrics.periodicFullSyncs.Inc()
+		for _, f := range e.families {
+			e.cfg.Backends[f].RequestFullSync()
+		}
+		return
+	}
+	for _, f := range e.families {
+		missing, err := e.cfg.Backends[f].CheckState(ctx)
+		if missing == "" && err == nil {
+			continue
+		}
+		if err != nil {
+			missing = fmt.Sprintf("state check failed: %v", err)
+		}
+		if ev.Drift == nil {
+			ev.Drift = map[v1.IPFamily]string{}
+		}
+		ev.Drift[f] = missing
+		e.setHealth(true, time.Time{}) // missing until the repair succeeds
+		e.metrics.driftRepairs.Inc()
+		e.cfg.Backends[f].RequestFullSync()
+	}
+}
+
+// apply gets the desired state and has every family's Backend sync its
+// Ruleset, then cleans conntrack where it synced. It returns the earliest
+// NextSync of the results.
+func (e *Engine) apply(ctx context.Context, ev *SyncEvent) time.Duration {
+	desired, err := e.cfg.Source.Desired(ctx)
+	if err != nil {
+		ev.Err = fmt.Errorf("getting the desired state: %w", err)
+		return 0
+	}
+	e.triggers = append(e.triggers, desired.Triggers...)
+	ev.Rulesets = desired.Rulesets
+	ev.Results = map[v1.IPFamily]svcproxy.SyncResult{}
+	var errs []error
+	var again time.Duration
+	for _, f := range e.families {
+		rs := desired.Rulesets[f]
+		if rs == nil {
+			errs = append(errs, fmt.Errorf("sync %s: the Source gave no Ruleset", f))
+			continue
+		}
+		res, err := e.cfg.Backends[f].Sync(ctx, rs)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sync %s: %w", f, err))
+			continue
+		}
+		ev.Results[f] = res
+		ev.Full = ev.Full || res.Full
+		if res.NextSync > 0 && (again == 0 || res.NextSync < again) {
+			again = res.NextSync
+		}
+		e.cleanConntrack(f, rs, ev)
+	}
+	ev.Err = errors.Join(errs...)
+	return again
+}
+
+// record updates the health and metrics after a sync.
+func (e *Engine) record(ev *SyncEvent) {
+	if ev.Err != nil {
+		e.setHealth(true, time.Time{})
+		e.metrics.syncFailures.Inc()
+		return
+	}
+	took := ev.End.Sub(ev.Start).Seconds()
+	e.metrics.syncDuration.Observe(took)
+	if ev.Full {
+		e.metrics.syncFullDuration.Observe(took)
+	} else {
+		e.metrics.syncPartialDuration.Observe(took)
+	}
+	e.metrics.lastSync.Set(float64(ev.End.Unix()))
+	e.setHealth(false, ev.End)
+	for _, t := range e.triggers {
+		if !t.After(ev.End) {
+			e.metrics.programmingDuration.Observe(ev.End.Sub(t).Seconds())
+		}
+	}
+	e.triggers = e.triggers[:0]
+}

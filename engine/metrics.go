@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are kube-proxy's sync metrics, under kube-proxy's names, and
+// svcproxy's own about repairs. docs/reference-proxies.md lists them.
+type metrics struct {
+	syncDuration        prometheus.Histogram
+	syncFullDuration    prometheus.Histogram
+	syncPartialDuration prometheus.Histogram
+	lastSync            prometheus.Gauge
+	programmingDuration prometheus.Histogram
+	syncFailures        prometheus.Counter
+	// periodicFullSyncs counts the syncs that Config.FullSyncPeriod forced
+	// to be full; driftRepairs the full syncs of a family whose state the
+	// periodic check found changed.
+	periodicFullSyncs, driftRepairs prometheus.Counter
+}
+
+// syncHistogram is one of kube-proxy's sync latency histograms.
+func syncHistogram(name, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{
+		Subsystem: "kubeproxy", Name: name, Help: help,
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+	})
+}
+
+func counter(subsystem, name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Subsystem: subsystem, Name: name, Help: help})
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		syncDuration: syncHistogram("sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds"),
+		// A sync is full when any family's backend rewrote everything,
+		// partial otherwise (kube-proxy's split).
+		syncFullDuration:    syncHistogram("sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs"),
+		syncPartialDuration: syncHistogram("sync_partial_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for partial resyncs"),
+		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
+			Subsystem: "kubeproxy", Name: "sync_proxy_rules_last_timestamp_seconds",
+			Help: "The last time proxy rules were successfully synced",
+		}),
+		programmingDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Subsystem: "kubeproxy", Name: "network_programming_duration_seconds",
+			Help:    "In Cluster Network Programming Latency in seconds",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
+		}),
+		syncFailures:      counter("kubeproxy", "sync_proxy_rules_failures_total", "Syncs that failed to apply the rules"),
+		periodicFullSyncs: counter("svcproxy", "sync_periodic_full_total", "Syncs made full once a full sync period, to rewrite everything"),
+		driftRepairs:      counter("svcproxy", "sync_drift_repairs_total", "Full syncs of a family whose rules the periodic check found changed behind the proxy's back"),
+	}
+}
+
+// register registers every metric with r, or none.
+func (m *metrics) register(r prometheus.Registerer) error {
+	all := []prometheus.Collector{m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync,
+		m.programmingDuration, m.syncFailures, m.periodicFullSyncs, m.driftRepairs}
+	for i, c := range all {
+		if err := r.Register(c); err != nil {
+			for _, done := range all[:i] {
+				r.Unregister(done)
+			}
+			return fmt.Errorf("engine: registering metrics: %w", err)
+		}
+	}
+	return nil
+}

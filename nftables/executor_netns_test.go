@@ -1,0 +1,90 @@
+//go:build linux
+
+package nftables_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/nftables"
+)
+
+// nftCounters matches the counters of `nft list ruleset`, which traffic
+// changes.
+var nftCounters = regexp.MustCompile(`packets \d+ bytes \d+`)
+
+// hostRuleset reads, without changing anything, the host namespace's
+// nftables ruleset, without counters.
+func hostRuleset(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("nft", "list", "ruleset").Output()
+	if err != nil {
+		t.Fatalf("reading the host's ruleset: %v", err)
+	}
+	return nftCounters.ReplaceAllString(string(out), "counter")
+}
+
+// TestExecutorNetNS syncs over nft and netlink, checks and cleans up the
+// table of a namespace from the test process, which stays in its own
+// namespace: the table appears in the target namespace only, and the
+// host's ruleset is as it was.
+func TestExecutorNetNS(t *testing.T) {
+	netns.Require(t, "nft")
+	lab := netns.NewLab(t)
+	target := lab.NewNS("nftnetns")
+	hostBefore := hostRuleset(t)
+	selfBefore, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := config4()
+	ex, err := nftables.NewExecutor(nftables.ExecutorConfig{Family: cfg.Family, Netlink: true, NetNS: filepath.Join("/run/netns", target.Name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Close() })
+	ctx := context.Background()
+	w := newWorld(t, cfg)
+	w.add(svc("ns1", "web", "198.19.0.10"), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: "node-a"}))
+	if res, err := ex.Sync(ctx, w.build()); err != nil || !res.Full {
+		t.Fatalf("first Sync: full %v, %v; want a full sync", res.Full, err)
+	}
+	// An incremental sync goes over the netlink socket, which must be in
+	// the target namespace too.
+	w.add(svc("ns1", "db", "198.19.0.11"), slice("ns1", "db", 5432, ep{ip: "198.18.65.2", node: "node-a"}))
+	res, err := ex.Sync(ctx, w.build())
+	if details := nftables.DetailsOf(res); err != nil || res.Full || !details.Netlink {
+		t.Fatalf("second Sync: %+v %+v, %v; want an incremental sync over netlink", res, details, err)
+	}
+	listing, err := target.Run(ctx, "nft", "list", "table", "ip", nftables.DefaultTable)
+	if err != nil || !strings.Contains(listing, "198.19.0.10") || !strings.Contains(listing, "198.19.0.11") {
+		t.Fatalf("the target namespace's table lacks the Services: %v\n%s", err, listing)
+	}
+	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
+		t.Errorf("CheckState in the target namespace: %q, %v; want nothing missing", missing, err)
+	}
+	if diff := cmp.Diff(hostBefore, hostRuleset(t)); diff != "" {
+		t.Errorf("the host's ruleset changed after Sync (-before +after):\n%s", diff)
+	}
+	if err := ex.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := target.Run(ctx, "nft", "list", "tables"); err != nil || strings.Contains(out, nftables.DefaultTable) {
+		t.Errorf("after Cleanup the target namespace still lists %q (%v)", out, err)
+	}
+	if diff := cmp.Diff(hostBefore, hostRuleset(t)); diff != "" {
+		t.Errorf("the host's ruleset changed after Cleanup (-before +after):\n%s", diff)
+	}
+	if self, err := os.Readlink("/proc/self/ns/net"); err != nil || self != selfBefore {
+		t.Errorf("the test process moved from %s to %s (%v)", selfBefore, self, err)
+	}
+}

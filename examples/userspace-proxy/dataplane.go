@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -56,8 +57,12 @@ func NewDataPlane() (*DataPlane, error) {
 // UDP datagrams (ICMP port unreachable). Open TCP connections stay open; a
 // UDP flow whose target rs no longer offers its client moves to a new
 // target with its next datagram. A frontend that cannot be bound is
-// reported; every other one is served.
-func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) error {
+// reported; every other one is served. Every Sync is a full one.
+func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
+	return svcproxy.SyncResult{Full: true}, d.sync(ctx, rs)
+}
+
+func (d *DataPlane) sync(ctx context.Context, rs *ruleset.Ruleset) error {
 	family := rs.Config().Family
 	routes, addrs := frontends(rs)
 	d.mu.Lock()
@@ -126,15 +131,25 @@ func freebind(_, _ string, c syscall.RawConn) error {
 	return err
 }
 
+// RequestFullSync does nothing: every Sync is a full one.
+func (d *DataPlane) RequestFullSync() {}
+
+// CheckState finds nothing missing: the sockets are the process's own.
+func (d *DataPlane) CheckState(context.Context) (string, error) { return "", nil }
+
+// Cleanup stops serving, as Close.
+func (d *DataPlane) Cleanup(context.Context) error { return d.Close() }
+
 // Close stops serving: every socket is closed and every route removed.
-// Forwarded TCP connections finish on their own. Sync must not be called
-// after Close.
+// Forwarded TCP connections finish on their own. A Sync after Close serves
+// again.
 func (d *DataPlane) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, l := range d.listeners {
+	for f, l := range d.listeners {
 		l.sock.Close()
 		l.update(nil)
+		delete(d.listeners, f)
 	}
 	return errors.Join(syncRoutes(v1.IPv4Protocol, nil), syncRoutes(v1.IPv6Protocol, nil))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"math/big"
@@ -73,12 +74,18 @@ func buildTest(t *testing.T) []*ruleset.Ruleset {
 	if err := os.WriteFile(filepath.Join(dir, "objects.yaml"), []byte(testManifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := options{manifests: dir, nodeName: "n1", nodeIPs: []netip.Addr{netip.MustParseAddr("198.18.0.1")}}
-	rulesets, err := o.build(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	in, err := newInputs("n1", []netip.Addr{netip.MustParseAddr("198.18.0.1")}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rulesets
+	if err := in.load(dir); err != nil {
+		t.Fatal(err)
+	}
+	d, err := in.Desired(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []*ruleset.Ruleset{d.Rulesets[v1.IPv4Protocol], d.Rulesets[v1.IPv6Protocol]}
 }
 
 // TestFrontends: every TCP and UDP frontend of the node, the Service and

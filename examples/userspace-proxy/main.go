@@ -25,6 +25,10 @@
 // the reference proxies' flags it takes --manifests, --node-name, --node-ip,
 // --cluster-cidr, --sync-period and --dry-run.
 //
+// It is wired from public packages alone: manifests feed a state.State, the
+// engine builds the Rulesets from it (ruleset.Builder.Update) and syncs the
+// DataPlane, its Backend for both IP families.
+//
 //	go run ./examples/userspace-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
 package main
 
@@ -45,50 +49,74 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/ruleset"
+	v1 "k8s.io/api/core/v1"
 )
 
 func main() {
 	hostname, _ := os.Hostname()
-	var o options
-	flag.StringVar(&o.manifests, "manifests", "", "file or directory of Services, EndpointSlices and Nodes")
-	flag.StringVar(&o.nodeName, "node-name", hostname, "this node")
+	path := flag.String("manifests", "", "file or directory of Services, EndpointSlices and Nodes")
+	nodeName := flag.String("node-name", hostname, "this node")
 	nodeIPs := flag.String("node-ip", "", "addresses on which NodePorts are served (comma-separated); default the Node's addresses")
 	clusterCIDRs := flag.String("cluster-cidr", "", "pod CIDRs, comma-separated, one per family")
 	dryRun := flag.Bool("dry-run", false, "print the frontends and targets it would serve, and exit")
 	syncPeriod := flag.Duration("sync-period", 30*time.Second, "resync at least this often")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var errIPs, errCIDRs error
-	o.nodeIPs, errIPs = parseList("node-ip", *nodeIPs, netip.ParseAddr)
-	o.clusterCIDRs, errCIDRs = parseList("cluster-cidr", *clusterCIDRs, netip.ParsePrefix)
-	if err := errors.Join(errIPs, errCIDRs); err != nil {
+	ips, errIPs := parseList("node-ip", *nodeIPs, netip.ParseAddr)
+	cidrs, errCIDRs := parseList("cluster-cidr", *clusterCIDRs, netip.ParsePrefix)
+	in, err := newInputs(*nodeName, ips, cidrs, log)
+	if err = errors.Join(errIPs, errCIDRs, err); err != nil {
 		log.Error("bad flag", "err", err)
 		os.Exit(2)
 	}
+	if err := in.load(*path); err != nil {
+		log.Error("bad manifests", "err", err)
+		os.Exit(2)
+	}
 	if *dryRun {
-		rulesets, err := o.build(log)
-		if err != nil {
-			log.Error("bad manifests", "err", err)
-			os.Exit(2)
-		}
-		for _, rs := range rulesets {
-			printPlan(os.Stdout, rs)
+		d, _ := in.Desired(context.Background())
+		for _, f := range families {
+			printPlan(os.Stdout, d.Rulesets[f])
 		}
 		return
 	}
+	if err := serve(in, *path, *syncPeriod, log); err != nil {
+		log.Error("serving", "err", err)
+		os.Exit(1)
+	}
+}
+
+// serve runs the data plane with the engine until SIGINT or SIGTERM.
+func serve(in *inputs, path string, syncPeriod time.Duration, log *slog.Logger) error {
 	dp, err := NewDataPlane()
 	if err != nil {
-		log.Error("starting", "err", err)
-		os.Exit(1)
+		return err
+	}
+	eng, err := engine.New(engine.Config{Backends: map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: dp, v1.IPv6Protocol: dp},
+		Source: in, SyncPeriod: syncPeriod, OnSync: onSync(log)})
+	if err != nil {
+		return errors.Join(err, dp.Close())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	run(ctx, o, dp, *syncPeriod, log)
-	if err := dp.Close(); err != nil {
-		log.Error("stopping", "err", err)
-		os.Exit(1)
+	go watch(ctx, path, in, eng)
+	eng.Run(ctx)
+	return eng.Close()
+}
+
+// parseList parses a comma-separated flag value.
+func parseList[T any](flagName, s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) {
+		x, err := parse(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", flagName, err)
+		}
+		out = append(out, x)
 	}
+	return out, nil
 }
 
 // printPlan writes each frontend of rs and what happens to new flows to it

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -13,113 +12,94 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
-	"github.com/svcproxy/svcproxy/topology"
+	"github.com/svcproxy/svcproxy/state"
 )
 
-// options are the inputs of the Rulesets.
-type options struct {
-	manifests, nodeName string
-	// nodeIPs and clusterCIDRs are of both families.
+var families = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+
+// inputs are the State the manifests feed and what the Rulesets take
+// besides it.
+type inputs struct {
+	state *state.State
+	// nodeIPs and clusterCIDRs are of both families; nodeIPs default to
+	// the Node's addresses.
 	nodeIPs      []netip.Addr
 	clusterCIDRs []netip.Prefix
+	built        map[v1.IPFamily]*ruleset.Ruleset
+	log          *slog.Logger
 }
 
-// build reads the manifests and returns the Rulesets of IPv4 and IPv6, in
-// that order, logging each warning once.
-func (o options) build(log *slog.Logger) ([]*ruleset.Ruleset, error) {
-	objs, warnings, err := manifests.Load(o.manifests)
+// load reads the manifests into the State and logs what they warn about.
+func (in *inputs) load(path string) error {
+	objs, warnings, err := manifests.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("bad manifests: %w", err)
+		return err
 	}
-	node, nodeIPs := topology.Node{Name: o.nodeName}, o.nodeIPs
-	if i := slices.IndexFunc(objs.Nodes, func(n *v1.Node) bool { return n.Name == o.nodeName }); i >= 0 {
-		node = topology.NodeFromObject(objs.Nodes[i])
-		if len(nodeIPs) == 0 {
-			addrs, w := ruleset.NodeAddresses(objs.Nodes[i], v1.IPv4Protocol, v1.IPv6Protocol)
-			nodeIPs, warnings = addrs, append(warnings, w...)
-		}
-	}
-	var rulesets []*ruleset.Ruleset
-	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		other := func(a netip.Addr) bool { return a.Is4() != (family == v1.IPv4Protocol) }
-		builder, err := ruleset.NewBuilder(ruleset.Config{Family: family, Node: node,
-			NodePortAddresses: slices.DeleteFunc(slices.Clone(nodeIPs), other),
-			ClusterCIDRs:      slices.DeleteFunc(slices.Clone(o.clusterCIDRs), func(p netip.Prefix) bool { return other(p.Addr()) })})
-		if err != nil {
-			return nil, err
-		}
-		services, eps := servicemap.NewTracker(family, servicemap.Filter{}), endpoints.NewTracker(family, servicemap.Filter{})
-		for _, svc := range objs.Services {
-			_, w := services.Update(svc)
-			warnings = append(warnings, w...)
-		}
-		for _, es := range objs.EndpointSlices {
-			_, w := eps.Update(es)
-			warnings = append(warnings, w...)
-		}
-		svcSnap, _ := services.Snapshot()
-		epSnap, _ := eps.Snapshot()
-		rs, w := builder.Build(svcSnap, epSnap)
-		rulesets, warnings = append(rulesets, rs), append(warnings, w...)
-	}
-	logged := map[string]bool{}
+	in.warn(append(warnings, in.state.Replace(state.Objects{Services: objs.Services, EndpointSlices: objs.EndpointSlices, Nodes: objs.Nodes})...))
+	return nil
+}
+
+func (in *inputs) warn(warnings []svcproxy.Warning) {
 	for _, w := range warnings {
-		if !logged[w.String()] {
-			log.Warn("skipped", "warning", w.String())
-		}
-		logged[w.String()] = true
+		in.log.Warn("skipped", "warning", w.String())
 	}
-	return rulesets, nil
 }
 
-// parseList parses a comma-separated flag value.
-func parseList[T any](flagName, s string, parse func(string) (T, error)) ([]T, error) {
-	var out []T
-	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) {
-		x, err := parse(strings.TrimSpace(f))
+// Desired is the engine's Source: the Rulesets of the State now.
+func (in *inputs) Desired(context.Context) (engine.Desired, error) {
+	snap, out := in.state.Snapshot(), map[v1.IPFamily]*ruleset.Ruleset{}
+	for _, fam := range snap.Families() {
+		nodeIPs := fam.NodeAddresses
+		if len(in.nodeIPs) > 0 {
+			nodeIPs = slices.DeleteFunc(slices.Clone(in.nodeIPs), func(a netip.Addr) bool { return a.Is4() != (fam.Family == v1.IPv4Protocol) })
+		}
+		b, err := ruleset.NewBuilder(ruleset.Config{Family: fam.Family, Node: snap.Node, NodePortAddresses: nodeIPs,
+			ClusterCIDRs: slices.DeleteFunc(slices.Clone(in.clusterCIDRs), func(p netip.Prefix) bool { return p.Addr().Is4() != (fam.Family == v1.IPv4Protocol) })})
 		if err != nil {
-			return nil, fmt.Errorf("--%s: %w", flagName, err)
+			return engine.Desired{}, err
 		}
-		out = append(out, x)
+		rs, _, warnings := b.Update(in.built[fam.Family], fam.Services, fam.Endpoints)
+		in.warn(warnings)
+		out[fam.Family] = rs
 	}
-	return out, nil
+	in.built = out
+	return engine.Desired{Rulesets: out, Triggers: snap.TriggerTimes}, nil
 }
 
-// run syncs dp with the manifests when they change and every syncPeriod,
-// until ctx is done. It logs "synced" when both families are served, and
-// else the errors; a failed sync is retried at the next change or period.
-func run(ctx context.Context, o options, dp *DataPlane, syncPeriod time.Duration, log *slog.Logger) {
-	seen, last := "", time.Time{}
+func newInputs(nodeName string, nodeIPs []netip.Addr, clusterCIDRs []netip.Prefix, log *slog.Logger) (*inputs, error) {
+	s, err := state.New(families, nodeName, servicemap.Filter{})
+	return &inputs{state: s, nodeIPs: nodeIPs, clusterCIDRs: clusterCIDRs, log: log}, err
+}
+
+// watch reloads the manifests at path into in when their files change and
+// has eng sync, until ctx is done.
+func watch(ctx context.Context, path string, in *inputs, eng *engine.Engine) {
+	seen := signature(path)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if sig := signature(o.manifests); sig != seen || time.Since(last) >= syncPeriod {
-			seen, last = sig, time.Now()
-			rulesets, err := o.build(log)
-			services := 0
-			for _, rs := range rulesets { // one family failing does not stop the other
-				err, services = errors.Join(err, dp.Sync(ctx, rs)), services+rs.Len()
-			}
-			if err != nil {
-				log.Error("sync failed", "err", err)
-			} else {
-				log.Info("synced", "services", services)
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		if sig := signature(path); sig != seen {
+			seen = sig
+			if err := in.load(path); err != nil {
+				in.log.Error("bad manifests: kept the last good ones", "err", err)
+				continue
+			}
+			eng.Request()
+		}
 	}
 }
 
-// signature is the manifests' file names, sizes and modification times:
-// when it changes, they are read again.
+// signature is the manifests' file names, sizes and modification times.
 func signature(path string) string {
 	files, err := manifests.Files(path)
 	if err != nil {
@@ -132,4 +112,19 @@ func signature(path string) string {
 		}
 	}
 	return b.String()
+}
+
+// onSync logs each sync.
+func onSync(log *slog.Logger) func(engine.SyncEvent) {
+	return func(ev engine.SyncEvent) {
+		if ev.Err != nil {
+			log.Error("sync failed", "err", ev.Err)
+			return
+		}
+		services := 0
+		for _, rs := range ev.Rulesets {
+			services += rs.Len()
+		}
+		log.Info("synced", "services", services)
+	}
 }

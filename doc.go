@@ -35,7 +35,13 @@
 // The inputs come from manifests (files) or source (an API server, through
 // client-go informers) into a state.State, which keeps the trackers of both
 // IP families, the node and the Service CIDRs, and hands a sync one
-// snapshot per family for ruleset.Builder.
+// snapshot per family for ruleset.Builder. engine runs the sync loop over
+// any data plane that implements engine.Backend (both executors do; so does
+// examples/userspace-proxy, a data plane outside netfilter): coalescing,
+// periodic state checks and repair, retries, conntrack cleanup, health and
+// metrics. trace/iptrace and trace/nfttrace evaluate each backend's rules,
+// rendered or read back from the kernel, and give the same trace.Outcome as
+// the tracer.
 //
 // Objects that cannot be used are skipped and reported as Warnings; they
 // never stop the other Services from being served, and nothing in a Service

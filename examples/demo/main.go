@@ -56,7 +56,7 @@ import (
 func main() {
 	path := flag.String("manifests", "examples/demo/manifests", "file or directory of Services, EndpointSlices and Nodes")
 	nodeName := flag.String("node-name", "node-a", "the node to decide for")
-	clusterCIDR := flag.String("cluster-cidr", "", "the pod CIDR: traffic from outside it to cluster IPs is masqueraded")
+	clusterCIDR := flag.String("cluster-cidr", "", "the pod CIDR (of the family explained): traffic from outside it to cluster IPs is masqueraded")
 	explain := flag.String("explain", "", `a packet to trace instead, "PROTO SRC -> DST [from pod|node|outside]"`)
 	backend := flag.String("backend", "", "with --explain: iptables or nftables (default both)")
 	live := flag.Bool("live", false, "with --explain: answer from the rules in the kernel now, in this network namespace (needs root), and compare them with the desired ones")
@@ -117,7 +117,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, opts options) error {
 
 // build loads the manifests and decides for the node: the Ruleset of
 // family, the node's addresses of that family, and the warnings about
-// skipped objects.
+// skipped objects. A cluster CIDR of the other family is not used.
 func build(opts options, family v1.IPFamily) (*ruleset.Ruleset, []netip.Addr, []svcproxy.Warning, error) {
 	cfg := ruleset.Config{Family: family, Node: topology.Node{Name: opts.nodeName}}
 	if opts.clusterCIDR != "" {
@@ -125,7 +125,9 @@ func build(opts options, family v1.IPFamily) (*ruleset.Ruleset, []netip.Addr, []
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--cluster-cidr: %w", err)
 		}
-		cfg.ClusterCIDRs = []netip.Prefix{cidr}
+		if cidr.Addr().Is6() == (family == v1.IPv6Protocol) {
+			cfg.ClusterCIDRs = []netip.Prefix{cidr}
+		}
 	}
 	objs, warnings, err := manifests.Load(opts.path)
 	if err != nil {

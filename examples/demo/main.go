@@ -19,6 +19,9 @@
 // differs from the desired rules' answer: the outcome, and the first step
 // of the path that differs. Rules of other programs are not evaluated.
 //
+// A node runs one proxy, so with --live give --backend: the other backend's
+// rules are reported absent.
+//
 // The exit status is 0 when every answer agrees, 1 when one differs (the
 // tracer and the desired rules, or the live and the desired rules, or when
 // the live rules are absent: no KUBE-SERVICES chain in nat, no table
@@ -28,7 +31,7 @@
 //	go run ./examples/demo
 //	go run ./examples/demo --manifests DIR --node-name NAME
 //	go run ./examples/demo --cluster-cidr 198.18.0.0/16 --explain 'tcp 198.18.1.50:40000 -> 198.19.0.10:80 from pod'
-//	sudo demo --explain 'tcp 198.18.250.9:40000 -> 198.18.0.1:30080 from outside' --backend nftables --live
+//	go build -o demo ./examples/demo && sudo ./demo --manifests examples/demo/manifests --backend nftables --live --explain 'tcp 198.18.250.9:40000 -> 198.18.0.1:30080'
 package main
 
 import (
@@ -41,6 +44,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -62,7 +66,9 @@ func main() {
 	live := flag.Bool("live", false, "with --explain: answer from the rules in the kernel now, in this network namespace (needs root), and compare them with the desired ones")
 	flag.Parse()
 	opts := options{path: *path, nodeName: *nodeName, clusterCIDR: *clusterCIDR, explain: *explain, backend: *backend, live: *live, run: execRun}
-	err := run(context.Background(), os.Stdout, os.Stderr, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
+	err := run(ctx, os.Stdout, os.Stderr, opts)
+	cancel()
 	switch {
 	case errors.Is(err, errDiffer):
 		os.Exit(1)
@@ -71,6 +77,9 @@ func main() {
 		os.Exit(2)
 	}
 }
+
+// liveTimeout bounds the reading of the kernel's rules with --live.
+const liveTimeout = 30 * time.Second
 
 type options struct {
 	path, nodeName, clusterCIDR, explain string

@@ -45,7 +45,8 @@ type backend struct {
 	// desired evaluates the rules the proxy would install for rs.
 	desired func(rs *ruleset.Ruleset) (evaluator, error)
 	// live evaluates the rules the kernel holds for family, read with
-	// run; errAbsent (wrapped) when the proxy's rules are not there.
+	// run, and names the command that read them; errAbsent (wrapped) when
+	// the proxy's rules are not there.
 	live func(ctx context.Context, run runFunc, family v1.IPFamily) (evaluator, string, error)
 	// agree reports how an evaluated outcome differs from the tracer's.
 	agree func(spec, got trace.Outcome) error

@@ -6,6 +6,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/trace"
 )
 
 // TestExplainDesired: for a handful of packets on node-a of the demo
@@ -152,5 +157,36 @@ func TestExplainFlags(t *testing.T) {
 				t.Errorf("printed an answer:\n%s", out.String())
 			}
 		})
+	}
+}
+
+// TestExplainDisagreement: a backend whose rules do not do what the
+// tracer says is reported, and the answers differ.
+func TestExplainDisagreement(t *testing.T) {
+	rs, _, _, err := build(options{path: "manifests", nodeName: "node-a"}, v1.IPv4Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropsAll := func(*ruleset.Ruleset) (evaluator, error) {
+		return func(trace.Packet) (trace.Outcome, []step, error) {
+			return trace.Outcome{Result: trace.Dropped}, []step{{where: "input", text: "input: drop"}}, nil
+		}, nil
+	}
+	for _, b := range backends {
+		b.desired = dropsAll
+		p, err := trace.ParsePacket("tcp 198.18.1.50:40000 -> 198.19.0.10:80 from pod")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err = explainer{rs: rs, backends: []backend{b}}.explain(context.Background(), &out, p)
+		if !errors.Is(err, errDiffer) {
+			t.Errorf("%s: error %v, want errDiffer", b.name, err)
+		}
+		for _, want := range []string{"  dropped\n  decided by:\n    input: drop\n", "  DIFFERS from the tracer: "} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: output lacks %q; got:\n%s", b.name, want, out.String())
+			}
+		}
 	}
 }

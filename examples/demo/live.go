@@ -33,17 +33,18 @@ func iptablesLive(ctx context.Context, run runFunc, family v1.IPFamily) (evaluat
 	if family == v1.IPv6Protocol {
 		save = "ip6tables-save"
 	}
+	names := iptables.DefaultNames()
 	var text strings.Builder
 	for _, table := range []string{"filter", "nat"} {
 		out, err := run(ctx, save, "-t", table)
 		if err != nil {
 			return nil, save, fmt.Errorf("reading the %s table: %w", table, err)
 		}
-		text.WriteString(ownRules(iptables.DefaultNames(), out))
-	}
-	names := iptables.DefaultNames()
-	if !strings.Contains(text.String(), "\n:"+names.Services()+" ") {
-		return nil, save, fmt.Errorf("%w: the nat table has no chain %s", errAbsent, names.Services())
+		own := ownRules(names, out)
+		if table == "nat" && !strings.Contains(own, "\n:"+names.Services()+" ") {
+			return nil, save, fmt.Errorf("%w: the nat table has no chain %s", errAbsent, names.Services())
+		}
+		text.WriteString(own)
 	}
 	ev, err := iptablesEvaluator([]byte(text.String()))
 	return ev, save, err

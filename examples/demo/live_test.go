@@ -68,7 +68,7 @@ func explainSaved(t *testing.T, read runFunc, backend, packet string) (string, e
 // TestExplainLiveSaved: the kernel's rules as the tools print them agree
 // with the desired ones for every packet, other programs' rules left out;
 // without a Service's rule or element the difference is reported; without
-// the rules at all they are reported absent.
+// the rules at all (or without the nat chains) they are reported absent.
 func TestExplainLiveSaved(t *testing.T) {
 	withForeign := savedRules(t, func(file, text string) string {
 		if file == "iptables-save-filter.txt" {
@@ -107,6 +107,17 @@ func TestExplainLiveSaved(t *testing.T) {
 		if !errors.Is(err, errDiffer) {
 			t.Errorf("%s without demo/web: error %v, want errDiffer", tt.backend, err)
 		}
+	}
+
+	natDeleted := savedRules(t, func(file, text string) string {
+		if file == "iptables-save-nat.txt" {
+			return "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n"
+		}
+		return text
+	})
+	out, err := explainSaved(t, natDeleted, "iptables", webPacket)
+	if !errors.Is(err, errDiffer) || !strings.Contains(out, "  ABSENT: no rules of the proxy in the kernel: the nat table has no chain KUBE-SERVICES\n") {
+		t.Errorf("iptables with the nat chains deleted and the filter ones left: error %v, want the rules reported absent; got:\n%s", err, out)
 	}
 
 	for _, b := range []string{"iptables", "nftables"} {

@@ -234,22 +234,7 @@ func TestExecutorStateDoesWhatTheTracerSays(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg, opts, p, a := genEvalConfig(t)
 		now := time.Unix(1e9, 0)
-		fakes := map[knftables.Family]*flaky{}
-		ex, err := nftables.NewExecutor(nftables.ExecutorConfig{
-			Family:  cfg.Family,
-			Options: opts,
-			NewInterface: func(f knftables.Family, table string) (knftables.Interface, error) {
-				if fakes[f] == nil {
-					fakes[f] = &flaky{Fake: knftables.NewFake(f, table)}
-				}
-				return fakes[f], nil
-			},
-			Now:            func() time.Time { return now },
-			FirstSyncChunk: rapid.IntRange(-1, 3).Draw(t, "chunk"),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ex, fakes := flakyExecutor(t, cfg, opts, &now)
 		fake := fakes[nftables.Family(cfg.Family)]
 		w := newWorld(t, cfg)
 		var rs *ruleset.Ruleset

@@ -422,6 +422,29 @@ func (f *flaky) Run(ctx context.Context, tx *knftables.Transaction) error {
 	return f.Fake.Run(ctx, tx)
 }
 
+// flakyExecutor is an Executor of cfg's family over flaky Fakes, which it
+// returns too (by family, as the Executor opened them), with its clock at
+// *now and a drawn first-sync chunk size.
+func flakyExecutor(t *rapid.T, cfg ruleset.Config, opts nftables.Options, now *time.Time) (*nftables.Executor, map[knftables.Family]*flaky) {
+	fakes := map[knftables.Family]*flaky{}
+	ex, err := nftables.NewExecutor(nftables.ExecutorConfig{
+		Family:  cfg.Family,
+		Options: opts,
+		NewInterface: func(f knftables.Family, table string) (knftables.Interface, error) {
+			if fakes[f] == nil {
+				fakes[f] = &flaky{Fake: knftables.NewFake(f, table)}
+			}
+			return fakes[f], nil
+		},
+		Now:            func() time.Time { return *now },
+		FirstSyncChunk: rapid.IntRange(-1, 3).Draw(t, "chunk"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ex, fakes
+}
+
 // TestExecutor drives the Executor over a Fake through random changes,
 // failures and clock steps: after every Sync the table holds exactly the
 // Ruleset (plus flushed chains waiting to be deleted), a failed incremental
@@ -431,22 +454,7 @@ func TestExecutor(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg, opts, p := genConfig(t)
 		now := time.Unix(1e9, 0)
-		fakes := map[knftables.Family]*flaky{}
-		ex, err := nftables.NewExecutor(nftables.ExecutorConfig{
-			Family:  cfg.Family,
-			Options: opts,
-			NewInterface: func(f knftables.Family, table string) (knftables.Interface, error) {
-				if fakes[f] == nil {
-					fakes[f] = &flaky{Fake: knftables.NewFake(f, table)}
-				}
-				return fakes[f], nil
-			},
-			Now:            func() time.Time { return now },
-			FirstSyncChunk: rapid.IntRange(-1, 3).Draw(t, "chunk"),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ex, fakes := flakyExecutor(t, cfg, opts, &now)
 		fake := fakes[nftables.Family(cfg.Family)]
 		w := newWorld(t, cfg)
 		var rs *ruleset.Ruleset

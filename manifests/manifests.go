@@ -10,12 +10,20 @@
 // warning; objects whose contents are wrong (a bad IP, say) decode fine here
 // and are reported later by servicemap and endpoints.
 //
+// # Watching
+//
+// A Watcher follows a path: Poll stats it and says when a change has
+// settled (the files stayed the same for a settle interval, so that a file
+// being written is not read half-way), Read parses it again only when its
+// contents changed, and reports the same broken contents once, and Losses
+// names the files that lost most of their objects. Watch is the loop an
+// embedder runs on a goroutine: it calls back with each new Input or error.
+//
 // # Limitations
 //
-// It reads files, not an API server, and does not watch them: the reference
-// proxies poll the path and call Load again once a change has settled. It
-// does not apply the API server's defaulting or validation; servicemap and
-// endpoints decide what is usable.
+// It reads files, not an API server; a Watcher polls them, it is not told
+// of changes. It does not apply the API server's defaulting or validation;
+// servicemap and endpoints decide what is usable.
 package manifests
 
 import (

@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/affinity"
+	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/trace"
@@ -78,9 +79,11 @@ func buildTest(t *testing.T) []*ruleset.Ruleset {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := in.load(dir); err != nil {
+	m, err := manifests.NewWatcher(dir, 0).Read()
+	if err != nil {
 		t.Fatal(err)
 	}
+	in.apply(m)
 	d, err := in.Desired(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -25,8 +25,9 @@
 // the reference proxies' flags it takes --manifests, --node-name, --node-ip,
 // --cluster-cidr, --sync-period and --dry-run.
 //
-// It is wired from public packages alone: manifests feed a state.State, the
-// engine builds the Rulesets from it (ruleset.Builder.Update) and syncs the
+// It is wired from public packages alone: a manifests.Watcher feeds a
+// state.State with the manifests once a change has settled, the engine
+// builds the Rulesets from it (ruleset.Builder.Update) and syncs the
 // DataPlane, its Backend for both IP families.
 //
 //	go run ./examples/userspace-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
@@ -50,6 +51,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	v1 "k8s.io/api/core/v1"
 )
@@ -71,10 +73,13 @@ func main() {
 		log.Error("bad flag", "err", err)
 		os.Exit(2)
 	}
-	if err := in.load(*path); err != nil {
+	w := manifests.NewWatcher(*path, manifestSettle)
+	m, err := w.Read()
+	if err != nil {
 		log.Error("bad manifests", "err", err)
 		os.Exit(2)
 	}
+	in.apply(m)
 	if *dryRun {
 		d, _ := in.Desired(context.Background())
 		for _, f := range families {
@@ -82,14 +87,14 @@ func main() {
 		}
 		return
 	}
-	if err := serve(in, *path, *syncPeriod, log); err != nil {
+	if err := serve(in, w, *syncPeriod, log); err != nil {
 		log.Error("serving", "err", err)
 		os.Exit(1)
 	}
 }
 
 // serve runs the data plane with the engine until SIGINT or SIGTERM.
-func serve(in *inputs, path string, syncPeriod time.Duration, log *slog.Logger) error {
+func serve(in *inputs, w *manifests.Watcher, syncPeriod time.Duration, log *slog.Logger) error {
 	dp, err := NewDataPlane()
 	if err != nil {
 		return err
@@ -101,7 +106,7 @@ func serve(in *inputs, path string, syncPeriod time.Duration, log *slog.Logger) 
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	go watch(ctx, path, in, eng)
+	go watch(ctx, w, in, eng)
 	eng.Run(ctx)
 	return eng.Close()
 }

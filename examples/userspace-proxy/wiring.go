@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"slices"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -34,14 +31,10 @@ type inputs struct {
 	log          *slog.Logger
 }
 
-// load reads the manifests into the State and logs what they warn about.
-func (in *inputs) load(path string) error {
-	objs, warnings, err := manifests.Load(path)
-	if err != nil {
-		return err
-	}
-	in.warn(append(warnings, in.state.Replace(state.Objects{Services: objs.Services, EndpointSlices: objs.EndpointSlices, Nodes: objs.Nodes})...))
-	return nil
+// apply replaces the State with the manifests read and logs what they warn
+// about.
+func (in *inputs) apply(m *manifests.Input) {
+	in.warn(append(m.Warnings, in.state.Replace(state.Objects{Services: m.Objects.Services, EndpointSlices: m.Objects.EndpointSlices, Nodes: m.Objects.Nodes})...))
 }
 
 func (in *inputs) warn(warnings []svcproxy.Warning) {
@@ -76,42 +69,17 @@ func newInputs(nodeName string, nodeIPs []netip.Addr, clusterCIDRs []netip.Prefi
 	return &inputs{state: s, nodeIPs: nodeIPs, clusterCIDRs: clusterCIDRs, log: log}, err
 }
 
-// watch reloads the manifests at path into in when their files change and
-// has eng sync, until ctx is done.
-func watch(ctx context.Context, path string, in *inputs, eng *engine.Engine) {
-	seen := signature(path)
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		if sig := signature(path); sig != seen {
-			seen = sig
-			if err := in.load(path); err != nil {
-				in.log.Error("bad manifests: kept the last good ones", "err", err)
-				continue
-			}
-			eng.Request()
-		}
-	}
-}
+// manifestPoll and manifestSettle are how often the manifests are polled
+// and how long a change must stay unchanged before it is read (so that a
+// file being written is not applied half-way), as in the reference proxies.
+const manifestPoll, manifestSettle = 250 * time.Millisecond, 500 * time.Millisecond
 
-// signature is the manifests' file names, sizes and modification times.
-func signature(path string) string {
-	files, err := manifests.Files(path)
-	if err != nil {
-		return err.Error()
-	}
-	var b strings.Builder
-	for _, f := range files {
-		if info, err := os.Stat(f); err == nil {
-			fmt.Fprintf(&b, "%s %d %d\n", f, info.Size(), info.ModTime().UnixNano())
-		}
-	}
-	return b.String()
+// watch applies the manifests that w reads to in when they change and
+// settle, and has eng sync, until ctx is done. Broken manifests are logged
+// once and leave the State as it was.
+func watch(ctx context.Context, w *manifests.Watcher, in *inputs, eng *engine.Engine) {
+	w.Watch(ctx, manifestPoll, func(m *manifests.Input) { in.apply(m); eng.Request() },
+		func(err error) { in.log.Error("bad manifests: kept the last good ones", "err", err) })
 }
 
 // onSync logs each sync.

@@ -105,13 +105,13 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 	opts := p.opts
 	if opts.Manifests != "" {
 		p.watcher = newManifestWatcher(opts.Manifests, manifestSettle)
-		in, err := p.watcher.load()
+		in, err := p.watcher.Read()
 		if err != nil {
 			fmt.Fprintf(stderr, "bad manifests: %v\n", err)
 			return exitBadArgs
 		}
 		p.watcher.applied = in
-		objs, warnings := in.objs, in.warnings
+		objs, warnings := in.Objects, in.Warnings
 		hints := opts.NodeIPs
 		if len(hints) == 0 {
 			hints = nodeAddresses(objs.Nodes, opts.NodeName)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -192,20 +191,9 @@ func genDestination(t *rapid.T, rs *ruleset.Ruleset, a packetAddrs, label string
 }
 
 // withJumps is text followed by the jumps from the built-in chains that
-// the Executor ensures, in the order they end up (each is inserted first).
+// the Executor ensures.
 func withJumps(names Names, text []byte) []byte {
-	var b strings.Builder
-	b.Write(text)
-	for _, table := range []string{"filter", "nat"} {
-		b.WriteString("*" + table + "\n")
-		for _, j := range jumps {
-			if j.table == table {
-				b.WriteString("-I " + j.from + " 1 " + restoreArgs(j.spec(names)) + "\n")
-			}
-		}
-		b.WriteString("COMMIT\n")
-	}
-	return []byte(b.String())
+	return append(slices.Clip(text), RenderJumps(names)...)
 }
 
 // iptablesSpec is what the iptables backend must do with p: what

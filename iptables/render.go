@@ -3,6 +3,7 @@ package iptables
 import (
 	"bytes"
 	"slices"
+	"strings"
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -173,4 +174,24 @@ func staleChains(names Names, old, new *ruleset.Ruleset) []string {
 		}
 	}
 	return stale
+}
+
+// RenderJumps returns, as iptables-restore input, the rules that the
+// Executor inserts into the built-in chains to reach n's chains, in the
+// order they end up there (each is inserted first in its chain). Render's
+// output followed by RenderJumps' is the whole rule set that a full sync
+// leaves in tables that held no other rules: what an evaluator of the rules
+// (trace/iptrace) needs to follow a packet from the built-in chains.
+func RenderJumps(n Names) []byte {
+	var b strings.Builder
+	for _, table := range []string{"filter", "nat"} {
+		b.WriteString("*" + table + "\n")
+		for _, j := range jumps {
+			if j.table == table {
+				b.WriteString("-I " + j.from + " 1 " + restoreArgs(j.spec(n)) + "\n")
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return []byte(b.String())
 }

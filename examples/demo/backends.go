@@ -76,78 +76,8 @@ func selectBackends(flag string) ([]backend, error) {
 // without any of its rules: the restore input of a full sync and the jumps
 // it inserts into the built-in chains.
 func iptablesDesired(rs *ruleset.Ruleset) (evaluator, error) {
-	rec := &recordingRunner{}
-	exec, err := iptables.NewExecutor(iptables.ExecutorConfig{Family: rs.Config().Family, Runner: rec})
-	if err != nil {
-		return nil, fmt.Errorf("iptables executor: %w", err)
-	}
-	if _, err := exec.Sync(context.Background(), rs); err != nil {
-		return nil, fmt.Errorf("iptables executor, recording: %w", err)
-	}
-	return iptablesEvaluator(rec.text())
-}
-
-// recordingRunner is an iptables.Runner that runs nothing: it keeps the
-// restore input, answers every `iptables -C` with "no such rule" and
-// keeps the rules inserted with -I.
-type recordingRunner struct {
-	restore  []byte
-	inserted map[string][]string // by table, in the order inserted
-}
-
-func (r *recordingRunner) Run(_ context.Context, cmd iptables.Command) error {
-	if strings.HasSuffix(cmd.Name, "-restore") {
-		r.restore = append(r.restore, cmd.Stdin...)
-		return nil
-	}
-	// "-w -t TABLE OP CHAIN SPEC…"
-	i := slices.Index(cmd.Args, "-t")
-	if i < 0 || len(cmd.Args) < i+4 {
-		return fmt.Errorf("unexpected command %s", cmd)
-	}
-	table, op := cmd.Args[i+1], cmd.Args[i+2]
-	switch op {
-	case "-C":
-		return &iptables.CommandError{Command: cmd.String(), ExitCode: 1, Err: errors.New("no such rule")}
-	case "-I":
-		if r.inserted == nil {
-			r.inserted = map[string][]string{}
-		}
-		r.inserted[table] = append(r.inserted[table], "-I "+quoteArgs(cmd.Args[i+3:]))
-		return nil
-	}
-	return fmt.Errorf("unexpected command %s", cmd)
-}
-
-// text is the restore input followed by the inserted rules, as restore
-// input.
-func (r *recordingRunner) text() []byte {
-	var b strings.Builder
-	b.Write(r.restore)
-	for _, table := range []string{"filter", "nat"} {
-		if len(r.inserted[table]) == 0 {
-			continue
-		}
-		b.WriteString("*" + table + "\n")
-		for _, rule := range r.inserted[table] {
-			b.WriteString(rule + "\n")
-		}
-		b.WriteString("COMMIT\n")
-	}
-	return []byte(b.String())
-}
-
-// quoteArgs joins args as iptables-restore reads them: an argument with a
-// space in double quotes.
-func quoteArgs(args []string) string {
-	quoted := make([]string, len(args))
-	for i, a := range args {
-		if strings.ContainsRune(a, ' ') {
-			a = `"` + a + `"`
-		}
-		quoted[i] = a
-	}
-	return strings.Join(quoted, " ")
+	names := iptables.Names{}
+	return iptablesEvaluator(append(iptables.Render(names, rs), iptables.RenderJumps(names)...))
 }
 
 func iptablesEvaluator(text []byte) (evaluator, error) {

@@ -1,0 +1,231 @@
+// Package model is a typed representation of one nftables table: its
+// chains (base chains with their hook, type and priority), rules as lists of
+// typed statements over typed expressions, named sets and maps (typeof
+// keys and values, concatenations, interval flags) and their elements. The
+// renderers build a Table; Objects turns it into knftables objects (the nft
+// text of `nft -f`, --dry-run and knftables' Fake), and ElementOps into the
+// netlink messages of github.com/google/nftables (ops_netlink.go).
+//
+// No rule text is built by concatenating strings that something later
+// splits again: every field of an element and every expression of a rule
+// is a value with a type, printed once.
+//
+// # Netlink encoding
+//
+// Element changes, the whole cost of an incremental sync of the flat layout,
+// are encoded with github.com/google/nftables, which is already in the build
+// and handles concatenated keys, interval ends (KeyEnd) and element comments
+// as nft stores them. Rules, chains and sets still go through nft text: the
+// flat layout's rules change only when an endpoint count appears or goes,
+// and github.com/google/nftables does not write the typeof user data that
+// `nft list` needs to print a set declared by typeof.
+//
+// The package is internal because only the nftables renderers use it; it
+// holds no policy and does no I/O but in Conn (ops_netlink.go).
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Family is the address family of a table.
+type Family uint8
+
+const (
+	IPv4 Family = iota + 1
+	IPv6
+)
+
+// String is nft's name of the family: "ip" or "ip6".
+func (f Family) String() string {
+	if f == IPv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+// Table is one table with everything it holds, in the order it is written.
+type Table struct {
+	Family  Family
+	Name    string
+	Comment string
+	Sets    []*Set
+	Chains  []*Chain
+	// Elements are the elements of the named sets and maps.
+	Elements []Element
+}
+
+// Hook makes a chain a base chain.
+type Hook struct {
+	Type     string // "filter" or "nat"
+	Hook     string // "prerouting", "input", "forward", "output", "postrouting"
+	Priority string // "dstnat", "dstnat-10", "filter", "srcnat", …
+}
+
+// Chain is a chain and its rules, in order.
+type Chain struct {
+	Name    string
+	Base    *Hook
+	Comment string
+	Rules   []Rule
+}
+
+// Rule is a list of statements, run in order, with an optional comment.
+type Rule struct {
+	Stmts   []Stmt
+	Comment string
+}
+
+// Set is a named set (Value nil) or data map (Value set), declared by the
+// expressions its keys and values are taken from (nft's typeof).
+type Set struct {
+	Name     string
+	Key      []Expr
+	Value    []Expr
+	Interval bool
+	Comment  string
+}
+
+// IsMap reports whether s is a map.
+func (s *Set) IsMap() bool { return len(s.Value) > 0 }
+
+// Element is one element of a named set or map: one Datum per field of the
+// set's Key (and of its Value for a map). In an interval set, the last key
+// field may be a prefix.
+type Element struct {
+	Set     string
+	Key     []Datum
+	Value   []Datum
+	Comment string
+}
+
+// Datum is one field of an element key or value.
+type Datum struct {
+	kind  datumKind
+	addr  netip.Addr
+	pfx   netip.Prefix
+	proto uint8
+	num   uint32
+}
+
+type datumKind uint8
+
+const (
+	datumAddr datumKind = iota + 1
+	datumPrefix
+	datumProto
+	datumPort
+	datumInt
+)
+
+// Addr is an IPv4 or IPv6 address.
+func Addr(a netip.Addr) Datum { return Datum{kind: datumAddr, addr: a} }
+
+// Prefix is a network: an interval of addresses.
+func Prefix(p netip.Prefix) Datum { return Datum{kind: datumPrefix, pfx: p.Masked()} }
+
+// Proto is a transport protocol number (6 TCP, 17 UDP, 132 SCTP).
+func Proto(p uint8) Datum { return Datum{kind: datumProto, proto: p} }
+
+// Port is a transport port.
+func Port(p uint16) Datum { return Datum{kind: datumPort, num: uint32(p)} }
+
+// Int is a 32-bit integer in host byte order (a numgen value).
+func Int(n uint32) Datum { return Datum{kind: datumInt, num: n} }
+
+var protoNames = map[uint8]string{6: "tcp", 17: "udp", 132: "sctp"}
+
+// String is the datum as nft prints it.
+func (d Datum) String() string {
+	switch d.kind {
+	case datumAddr:
+		return d.addr.String()
+	case datumPrefix:
+		if d.pfx.Bits() == d.pfx.Addr().BitLen() {
+			return d.pfx.Addr().String()
+		}
+		return d.pfx.String()
+	case datumProto:
+		if n, ok := protoNames[d.proto]; ok {
+			return n
+		}
+		return fmt.Sprint(d.proto)
+	case datumPort, datumInt:
+		return fmt.Sprint(d.num)
+	}
+	return ""
+}
+
+// bytes is the datum's netlink encoding, padded to 4 bytes as a field of a
+// concatenation; for a prefix, the first and the last address.
+func (d Datum) bytes() (first, last []byte) {
+	switch d.kind {
+	case datumAddr:
+		return d.addr.AsSlice(), d.addr.AsSlice()
+	case datumPrefix:
+		lo := d.pfx.Addr().AsSlice()
+		hi := append([]byte(nil), lo...)
+		for i := d.pfx.Bits(); i < len(hi)*8; i++ {
+			hi[i/8] |= 0x80 >> (i % 8)
+		}
+		return lo, hi
+	case datumProto:
+		b := []byte{d.proto, 0, 0, 0}
+		return b, b
+	case datumPort:
+		b := []byte{0, 0, 0, 0}
+		binary.BigEndian.PutUint16(b, uint16(d.num))
+		return b, b
+	case datumInt:
+		b := binary.NativeEndian.AppendUint32(nil, d.num)
+		return b, b
+	}
+	return nil, nil
+}
+
+// Expr is an expression that yields a value: a packet field, metadata, a
+// random number or a concatenation of those.
+type Expr interface {
+	String() string
+}
+
+// Field is a field of the packet or its metadata.
+type Field uint8
+
+const (
+	IPDaddr Field = iota + 1
+	IPSaddr
+	IP6Daddr
+	IP6Saddr
+	THDport
+	L4Proto
+	Mark
+)
+
+var fieldNames = [...]string{
+	IPDaddr: "ip daddr", IPSaddr: "ip saddr", IP6Daddr: "ip6 daddr", IP6Saddr: "ip6 saddr",
+	THDport: "th dport", L4Proto: "meta l4proto", Mark: "meta mark",
+}
+
+func (f Field) String() string { return fieldNames[f] }
+
+// Numgen is a random number below Mod (`numgen random mod N`).
+type Numgen struct{ Mod uint32 }
+
+func (n Numgen) String() string { return fmt.Sprintf("numgen random mod %d", n.Mod) }
+
+// Concat is the concatenation of expressions.
+type Concat []Expr
+
+func (c Concat) String() string { return join(c) }
+
+func join[E fmt.Stringer](es []E) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.String()
+	}
+	return strings.Join(parts, " . ")
+}

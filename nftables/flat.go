@@ -127,8 +127,8 @@ func (r *flatRenderer) groupSets(k groupN) []*model.Set {
 	key := r.groupKey(k.group)
 	mapKey := append(append([]model.Expr{}, key...), model.Numgen{Mod: uint32(k.n)})
 	return []*model.Set{
-		{Name: k.set(), Key: key, Comment: fmt.Sprintf("%s frontends with %d targets", k.group, k.n)},
-		{Name: k.targets(), Key: mapKey, Value: []model.Expr{r.daddr, model.THDport}},
+		{Name: k.set(), Key: key, Comment: fmt.Sprintf("%s frontends spread over %d targets", k.group, k.n)},
+		{Name: k.targets(), Key: mapKey, Value: []model.Expr{r.daddr, model.TCPDport}},
 	}
 }
 

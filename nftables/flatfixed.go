@@ -147,7 +147,11 @@ func (r *flatRenderer) flatConfigElements() []model.Element {
 
 // sortedGroups are the groups and counts in use, in group then count order.
 func sortedGroups(counts map[groupN]int) []groupN {
-	return slices.SortedFunc(maps.Keys(counts), func(a, b groupN) int {
-		return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.n, b.n))
-	})
+	return slices.SortedFunc(maps.Keys(counts), compareGroups)
+}
+
+func sortGroups(ks []groupN) { slices.SortFunc(ks, compareGroups) }
+
+func compareGroups(a, b groupN) int {
+	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.n, b.n))
 }

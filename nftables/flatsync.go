@@ -64,24 +64,30 @@ func (st *FlatState) table() *model.Table {
 }
 
 // count adds (sign 1) or removes (sign −1) a port's uses of groups and
-// hairpin addresses; it returns those whose use began or ended.
-func (st *FlatState) count(p flatPort, sign int) (groups []groupN, hairpin []netip.Addr) {
+// hairpin addresses.
+func (st *FlatState) count(p flatPort, sign int) {
 	for _, k := range p.groups {
-		st.counts[k] += sign
-		if c := st.counts[k]; c == 0 || (c == 1 && sign == 1) {
-			groups = append(groups, k)
-		}
-		if st.counts[k] == 0 {
+		if st.counts[k] += sign; st.counts[k] == 0 {
 			delete(st.counts, k)
 		}
 	}
 	for _, a := range p.hairpin {
-		st.hairpin[a] += sign
-		if c := st.hairpin[a]; c == 0 || (c == 1 && sign == 1) {
-			hairpin = append(hairpin, a)
-		}
-		if st.hairpin[a] == 0 {
+		if st.hairpin[a] += sign; st.hairpin[a] == 0 {
 			delete(st.hairpin, a)
+		}
+	}
+}
+
+// uses are the current use counts of the groups and hairpin addresses
+// that ports use.
+func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int) {
+	groups, hairpin := map[groupN]int{}, map[netip.Addr]int{}
+	for _, p := range ports {
+		for _, k := range p.groups {
+			groups[k] = st.counts[k]
+		}
+		for _, a := range p.hairpin {
+			hairpin[a] = st.hairpin[a]
 		}
 	}
 	return groups, hairpin
@@ -127,23 +133,42 @@ func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *rules
 		return FlatChanges{}, ErrFullSyncNeeded
 	}
 	var out FlatChanges
-	var oldGroups, newGroups []groupN
-	var hairpin []netip.Addr
+	var olds, news []flatPort
 	for _, name := range affectedPorts(old, new, ch) {
 		if s, ok := old.Service(name); ok {
 			p, _ := st.r.port(old, s)
-			out.del = append(out.del, p.elements...)
-			g, h := st.count(p, -1)
-			oldGroups, hairpin = append(oldGroups, g...), append(hairpin, h...)
+			olds, out.del = append(olds, p), append(out.del, p.elements...)
 		}
 		if s, ok := new.Service(name); ok {
 			p, warns := st.r.port(new, s)
 			out.Warnings = append(out.Warnings, warns...)
-			out.add = append(out.add, p.elements...)
-			g, h := st.count(p, 1)
-			newGroups, hairpin = append(newGroups, g...), append(hairpin, h...)
+			news, out.add = append(news, p), append(out.add, p.elements...)
 		}
 	}
+	groupsBefore, hairpinBefore := st.uses(slices.Concat(olds, news))
+	for _, p := range olds {
+		st.count(p, -1)
+	}
+	for _, p := range news {
+		st.count(p, 1)
+	}
+	var oldGroups, newGroups []groupN
+	for k, before := range groupsBefore {
+		switch after := st.counts[k]; {
+		case before > 0 && after == 0:
+			oldGroups = append(oldGroups, k)
+		case before == 0 && after > 0:
+			newGroups = append(newGroups, k)
+		}
+	}
+	var hairpin []netip.Addr
+	for a, before := range hairpinBefore {
+		if (before == 0) != (st.hairpin[a] == 0) {
+			hairpin = append(hairpin, a)
+		}
+	}
+	sortGroups(oldGroups)
+	sortGroups(newGroups)
 	out.del, out.add = elementDiff(out.del, out.add)
 	out.table = st.table()
 	st.hairpinChanges(&out, hairpin)
@@ -279,4 +304,3 @@ func (n *FlatNetlink) Apply(ch FlatChanges) error {
 	}
 	return n.conn.Send(model.ElementBatch{Table: ch.table, Add: ch.add, Del: ch.del})
 }
-

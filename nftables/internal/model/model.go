@@ -201,13 +201,17 @@ const (
 	IP6Daddr
 	IP6Saddr
 	THDport
+	// TCPDport is "tcp dport": as a map's typeof value, the type of a
+	// port (nft 1.0.6 refuses rules on a map whose typeof value "ip daddr
+	// . th dport" it read back from the kernel).
+	TCPDport
 	L4Proto
 	Mark
 )
 
 var fieldNames = [...]string{
 	IPDaddr: "ip daddr", IPSaddr: "ip saddr", IP6Daddr: "ip6 daddr", IP6Saddr: "ip6 saddr",
-	THDport: "th dport", L4Proto: "meta l4proto", Mark: "meta mark",
+	THDport: "th dport", TCPDport: "tcp dport", L4Proto: "meta l4proto", Mark: "meta mark",
 }
 
 func (f Field) String() string { return fieldNames[f] }

@@ -27,6 +27,19 @@ type FlatState struct {
 // and its chains and sets (added, then flushed), and every element. It is
 // pure.
 func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*FlatState, Result) {
+	st, t, res := flatTable(rs, opts)
+	for _, o := range t.Objects() {
+		tx.Add(o)
+		switch o.(type) {
+		case *knftables.Chain, *knftables.Set, *knftables.Map:
+			tx.Flush(o)
+		}
+	}
+	return st, res
+}
+
+// flatTable is the whole flat-layout table of rs, and its state.
+func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Result) {
 	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[netip.Addr]int{}}
 	var res Result
 	var elements []model.Element
@@ -37,15 +50,8 @@ func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*
 		st.count(p, 1)
 	}
 	t := st.table()
-	t.Elements = append(append(st.r.flatConfigElements(), elements...), st.hairpinElements(st.hairpinAddrs())...)
-	for _, o := range t.Objects() {
-		tx.Add(o)
-		switch o.(type) {
-		case *knftables.Chain, *knftables.Set, *knftables.Map:
-			tx.Flush(o)
-		}
-	}
-	return st, res
+	t.Elements = slices.Concat(st.r.flatConfigElements(), elements, st.hairpinElements(st.hairpinAddrs()))
+	return st, t, res
 }
 
 // table is the table with the sets and chains of the counts in use, and
@@ -303,4 +309,13 @@ func (n *FlatNetlink) Apply(ch FlatChanges) error {
 		return fmt.Errorf("flat nftables changes touch chains or sets: apply the transaction with nft")
 	}
 	return n.conn.Send(model.ElementBatch{Table: ch.table, Add: ch.add, Del: ch.del})
+}
+
+// FlatScript is the whole flat-layout table of rs as one `nft -f` script
+// that replaces the table in one transaction, with each set's elements in
+// one statement (see RenderFlat for the same table as knftables
+// operations), and the state RenderFlatChanges continues from.
+func FlatScript(rs *ruleset.Ruleset, opts Options) (*FlatState, string, Result) {
+	st, t, res := flatTable(rs, opts)
+	return st, t.Script(), res
 }

@@ -233,3 +233,21 @@ func join[E fmt.Stringer](es []E) string {
 	}
 	return strings.Join(parts, " . ")
 }
+
+// Matches reports whether v, a value from a packet (an address, protocol,
+// port or integer), falls in d: equal to it, or inside it for a prefix.
+func (d Datum) Matches(v Datum) bool {
+	if d.kind == datumPrefix && v.kind == datumAddr {
+		return d.pfx.Contains(v.addr)
+	}
+	return d == v
+}
+
+// AddrPort is the address and port of a map value of two fields (address
+// . port), as DNATMap rewrites a destination to; false for other values.
+func AddrPort(ds []Datum) (netip.AddrPort, bool) {
+	if len(ds) != 2 || ds[0].kind != datumAddr || ds[1].kind != datumPort {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ds[0].addr, uint16(ds[1].num)), true
+}

@@ -1,7 +1,10 @@
 package model
 
 import (
+	"strconv"
 	"strings"
+
+	"sigs.k8s.io/knftables"
 )
 
 // Script is the table as one `nft -f` script that replaces it whole in one
@@ -28,7 +31,7 @@ func (t *Table) Script() string {
 	for _, c := range t.Chains {
 		b.WriteString("add chain " + fam + " " + c.Name + " {")
 		if c.Base != nil {
-			b.WriteString(" type " + c.Base.Type + " hook " + c.Base.Hook + " priority " + c.Base.Priority + " ;")
+			b.WriteString(" type " + c.Base.Type + " hook " + c.Base.Hook + " priority " + t.priority(c.Base.Priority) + " ;")
 		}
 		b.WriteString(commentClause(c.Comment) + " }\n")
 	}
@@ -73,6 +76,15 @@ func (t *Table) writeElements(b *strings.Builder, fam string) {
 		}
 		b.WriteString(" }\n")
 	}
+}
+
+// priority is a chain priority as a number, as knftables writes it: nft
+// 1.0.6 refuses "dstnat" in the output hook.
+func (t *Table) priority(p string) string {
+	if n, err := knftables.ParsePriority(t.knftFamily(), p); err == nil {
+		return strconv.Itoa(n)
+	}
+	return p
 }
 
 func commentClause(c string) string {

@@ -319,3 +319,27 @@ func FlatScript(rs *ruleset.Ruleset, opts Options) (*FlatState, string, Result) 
 	st, t, res := flatTable(rs, opts)
 	return st, t.Script(), res
 }
+
+// FlatLoad is a whole flat-layout table to load into a table that does not
+// exist yet, in two transactions: Definitions with nft (the table, its
+// sets, chains and rules, and the few configuration elements of one-field
+// interval sets), then every other element over netlink in one
+// transaction (FlatNetlink.Load). Between the two, the table serves no
+// Service.
+type FlatLoad struct {
+	Definitions string
+	table       *model.Table
+}
+
+// FlatFirstSync renders rs as a FlatLoad, with the state RenderFlatChanges
+// continues from.
+func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
+	st, t, res := flatTable(rs, opts)
+	return st, FlatLoad{Definitions: t.Definitions(), table: t}, res
+}
+
+// Load sends the elements of l that its Definitions leave out, in one
+// transaction.
+func (n *FlatNetlink) Load(l FlatLoad) error {
+	return n.conn.Send(model.ElementBatch{Table: l.table, Add: l.table.NetlinkElements()})
+}

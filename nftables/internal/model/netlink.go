@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	gnft "github.com/google/nftables"
 )
@@ -44,6 +45,11 @@ func (c *Conn) Send(b ElementBatch) error {
 	for _, s := range b.Table.Sets {
 		interval[s.Name] = s.Interval
 	}
+	for _, e := range slices.Concat(b.Add, b.Del) {
+		if !b.Table.netlinkEncodes(e.Set) {
+			return fmt.Errorf("elements of set %s are not encoded for netlink", e.Set)
+		}
+	}
 	for _, group := range groupBySet(b.Del) {
 		s := &gnft.Set{Table: gt, Name: group[0].Set}
 		if err := c.c.SetDeleteElements(s, netlinkElements(group, interval[s.Name])); err != nil {
@@ -62,12 +68,17 @@ func (c *Conn) Send(b ElementBatch) error {
 	return nil
 }
 
-// groupBySet splits elements into runs of the same set, keeping their order.
+// maxMessageElements bounds the elements of one netlink message: the
+// list is one attribute, whose length must fit in 16 bits.
+const maxMessageElements = 200
+
+// groupBySet splits elements into runs of the same set, keeping their
+// order, of at most maxMessageElements each.
 func groupBySet(es []Element) [][]Element {
 	var groups [][]Element
 	for i := 0; i < len(es); {
 		j := i + 1
-		for j < len(es) && es[j].Set == es[i].Set {
+		for j < len(es) && es[j].Set == es[i].Set && j-i < maxMessageElements {
 			j++
 		}
 		groups = append(groups, es[i:j])

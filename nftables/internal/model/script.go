@@ -14,6 +14,51 @@ import (
 // than one statement per element.
 func (t *Table) Script() string {
 	var b strings.Builder
+	t.writeDefinitions(&b)
+	t.writeElements(&b, t.Family.String()+" "+t.Name)
+	return b.String()
+}
+
+// Definitions is Script without the elements that ElementBatch sends: the
+// table replaced by one whose sets and maps are empty but for those of
+// one-field interval sets (which netlink would have to encode as nft's
+// interval-end pairs; they hold configuration, not Services).
+func (t *Table) Definitions() string {
+	var b strings.Builder
+	t.writeDefinitions(&b)
+	var local []Element
+	for _, e := range t.Elements {
+		if !t.netlinkEncodes(e.Set) {
+			local = append(local, e)
+		}
+	}
+	(&Table{Family: t.Family, Name: t.Name, Elements: local}).writeElements(&b, t.Family.String()+" "+t.Name)
+	return b.String()
+}
+
+// NetlinkElements are the elements that Definitions leaves out.
+func (t *Table) NetlinkElements() []Element {
+	var out []Element
+	for _, e := range t.Elements {
+		if t.netlinkEncodes(e.Set) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// netlinkEncodes reports whether ElementBatch encodes the elements of a
+// set: all but those of one-field interval sets.
+func (t *Table) netlinkEncodes(set string) bool {
+	for _, s := range t.Sets {
+		if s.Name == set {
+			return !s.Interval || len(s.Key) > 1
+		}
+	}
+	return false
+}
+
+func (t *Table) writeDefinitions(b *strings.Builder) {
 	fam := t.Family.String() + " " + t.Name
 	b.WriteString("add table " + fam + "\ndelete table " + fam + "\n")
 	b.WriteString("add table " + fam + " {" + commentClause(t.Comment) + " }\n")
@@ -44,8 +89,6 @@ func (t *Table) Script() string {
 			b.WriteByte('\n')
 		}
 	}
-	t.writeElements(&b, fam)
-	return b.String()
 }
 
 // writeElements writes one "add element" statement per set, its elements

@@ -116,11 +116,13 @@ func (r *flatRenderer) targets(p *flatPort, g flatGroup, key []model.Datum, targ
 	k := groupN{group: g, n: len(targets)}
 	p.groups = append(p.groups, k)
 	p.elements = append(p.elements, model.Element{Set: k.set(), Key: key, Comment: comment})
+	set := k.targets()
+	// One backing array for the keys and values of all targets.
+	data := make([]model.Datum, 0, len(targets)*(len(key)+3))
 	for i, t := range targets {
-		p.elements = append(p.elements, model.Element{
-			Set: k.targets(), Key: append(slices.Clone(key), model.Int(uint32(i))), Comment: comment,
-			Value: []model.Datum{model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port())},
-		})
+		data = append(append(data, key...), model.Int(uint32(i)), model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
+		row := data[len(data)-len(key)-3:]
+		p.elements = append(p.elements, model.Element{Set: set, Key: row[:len(key)+1:len(key)+1], Value: row[len(key)+1:], Comment: comment})
 		p.hairpin = append(p.hairpin, t.Endpoint.Addr())
 	}
 }

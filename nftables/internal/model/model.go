@@ -28,6 +28,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -104,11 +105,12 @@ type Element struct {
 
 // Datum is one field of an element key or value.
 type Datum struct {
-	kind  datumKind
-	addr  netip.Addr
-	pfx   netip.Prefix
-	proto uint8
-	num   uint32
+	kind datumKind
+	// bits is the length of a prefix.
+	bits uint8
+	// num is a protocol, port or integer.
+	num  uint32
+	addr netip.Addr
 }
 
 type datumKind uint8
@@ -125,10 +127,13 @@ const (
 func Addr(a netip.Addr) Datum { return Datum{kind: datumAddr, addr: a} }
 
 // Prefix is a network: an interval of addresses.
-func Prefix(p netip.Prefix) Datum { return Datum{kind: datumPrefix, pfx: p.Masked()} }
+func Prefix(p netip.Prefix) Datum {
+	p = p.Masked()
+	return Datum{kind: datumPrefix, addr: p.Addr(), bits: uint8(p.Bits())}
+}
 
 // Proto is a transport protocol number (6 TCP, 17 UDP, 132 SCTP).
-func Proto(p uint8) Datum { return Datum{kind: datumProto, proto: p} }
+func Proto(p uint8) Datum { return Datum{kind: datumProto, num: uint32(p)} }
 
 // Port is a transport port.
 func Port(p uint16) Datum { return Datum{kind: datumPort, num: uint32(p)} }
@@ -136,27 +141,31 @@ func Port(p uint16) Datum { return Datum{kind: datumPort, num: uint32(p)} }
 // Int is a 32-bit integer in host byte order (a numgen value).
 func Int(n uint32) Datum { return Datum{kind: datumInt, num: n} }
 
-var protoNames = map[uint8]string{6: "tcp", 17: "udp", 132: "sctp"}
+var protoNames = map[uint32]string{6: "tcp", 17: "udp", 132: "sctp"}
 
 // String is the datum as nft prints it.
-func (d Datum) String() string {
+func (d Datum) String() string { return string(d.appendTo(nil)) }
+
+// appendTo appends the datum as nft prints it.
+func (d Datum) appendTo(b []byte) []byte {
 	switch d.kind {
 	case datumAddr:
-		return d.addr.String()
+		return d.addr.AppendTo(b)
 	case datumPrefix:
-		if d.pfx.Bits() == d.pfx.Addr().BitLen() {
-			return d.pfx.Addr().String()
+		b = d.addr.AppendTo(b)
+		if int(d.bits) == d.addr.BitLen() {
+			return b
 		}
-		return d.pfx.String()
+		return strconv.AppendUint(append(b, '/'), uint64(d.bits), 10)
 	case datumProto:
-		if n, ok := protoNames[d.proto]; ok {
-			return n
+		if n, ok := protoNames[d.num]; ok {
+			return append(b, n...)
 		}
-		return fmt.Sprint(d.proto)
+		return strconv.AppendUint(b, uint64(d.num), 10)
 	case datumPort, datumInt:
-		return fmt.Sprint(d.num)
+		return strconv.AppendUint(b, uint64(d.num), 10)
 	}
-	return ""
+	return b
 }
 
 // bytes is the datum's netlink encoding, padded to 4 bytes as a field of a
@@ -166,14 +175,14 @@ func (d Datum) bytes() (first, last []byte) {
 	case datumAddr:
 		return d.addr.AsSlice(), d.addr.AsSlice()
 	case datumPrefix:
-		lo := d.pfx.Addr().AsSlice()
+		lo := d.addr.AsSlice()
 		hi := append([]byte(nil), lo...)
-		for i := d.pfx.Bits(); i < len(hi)*8; i++ {
+		for i := int(d.bits); i < len(hi)*8; i++ {
 			hi[i/8] |= 0x80 >> (i % 8)
 		}
 		return lo, hi
 	case datumProto:
-		b := []byte{d.proto, 0, 0, 0}
+		b := []byte{byte(d.num), 0, 0, 0}
 		return b, b
 	case datumPort:
 		b := []byte{0, 0, 0, 0}
@@ -184,6 +193,17 @@ func (d Datum) bytes() (first, last []byte) {
 		return b, b
 	}
 	return nil, nil
+}
+
+// appendData appends fields joined by " . ".
+func appendData(b []byte, ds []Datum) []byte {
+	for i, d := range ds {
+		if i > 0 {
+			b = append(b, " . "...)
+		}
+		b = d.appendTo(b)
+	}
+	return b
 }
 
 // Expr is an expression that yields a value: a packet field, metadata, a
@@ -238,7 +258,7 @@ func join[E fmt.Stringer](es []E) string {
 // port or integer), falls in d: equal to it, or inside it for a prefix.
 func (d Datum) Matches(v Datum) bool {
 	if d.kind == datumPrefix && v.kind == datumAddr {
-		return d.pfx.Contains(v.addr)
+		return netip.PrefixFrom(d.addr, int(d.bits)).Contains(v.addr)
 	}
 	return d == v
 }

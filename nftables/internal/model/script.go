@@ -94,30 +94,31 @@ func (t *Table) writeDefinitions(b *strings.Builder) {
 // writeElements writes one "add element" statement per set, its elements
 // in the table's order.
 func (t *Table) writeElements(b *strings.Builder, fam string) {
-	bySet := map[string][]Element{}
+	bySet := map[string][]int{}
 	var order []string
-	for _, e := range t.Elements {
+	for i, e := range t.Elements {
 		if _, ok := bySet[e.Set]; !ok {
 			order = append(order, e.Set)
 		}
-		bySet[e.Set] = append(bySet[e.Set], e)
+		bySet[e.Set] = append(bySet[e.Set], i)
 	}
+	var line []byte
 	for _, set := range order {
-		run := bySet[set]
-		b.WriteString("add element " + fam + " " + run[0].Set + " { ")
-		for i, e := range run {
-			if i > 0 {
-				b.WriteString(", ")
+		line = append(line[:0], "add element "+fam+" "+set+" { "...)
+		for n, i := range bySet[set] {
+			e := &t.Elements[i]
+			if n > 0 {
+				line = append(line, ", "...)
 			}
-			b.WriteString(join(e.Key))
+			line = appendData(line, e.Key)
 			if e.Comment != "" {
-				b.WriteString(" comment " + quote(e.Comment))
+				line = append(append(append(line, ` comment "`...), strings.ReplaceAll(e.Comment, `"`, "'")...), '"')
 			}
 			if len(e.Value) > 0 {
-				b.WriteString(" : " + join(e.Value))
+				line = appendData(append(line, " : "...), e.Value)
 			}
 		}
-		b.WriteString(" }\n")
+		b.Write(append(line, " }\n"...))
 	}
 }
 

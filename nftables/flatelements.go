@@ -122,7 +122,7 @@ func (r *flatRenderer) targets(p *flatPort, g flatGroup, key []model.Datum, targ
 	for i, t := range targets {
 		data = append(append(data, key...), model.Int(uint32(i)), model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
 		row := data[len(data)-len(key)-3:]
-		p.elements = append(p.elements, model.Element{Set: set, Key: row[:len(key)+1:len(key)+1], Value: row[len(key)+1:], Comment: comment})
+		p.elements = append(p.elements, model.Element{Set: set, Key: row[: len(key)+1 : len(key)+1], Value: row[len(key)+1:], Comment: comment})
 		p.hairpin = append(p.hairpin, t.Endpoint.Addr())
 	}
 }

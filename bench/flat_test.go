@@ -25,8 +25,10 @@ import (
 // (the Executor over netlink, as TestScale runs it) in one run, at each
 // SVCPROXY_SCALE_N (default 10000): generation, first sync, full resync of
 // the loaded table, one Service changed, added and removed, and connect()
-// latency. The flat layout's first sync and resync are one `nft -f` of the
-// whole table; its incremental syncs go over netlink when they touch only
+// latency. The flat layout's first sync writes its definitions with nft
+// and its elements over netlink (FlatFirstSync), its resync is one `nft -f`
+// of the whole table (FlatScript), which is also timed into no table; its
+// incremental syncs go over netlink when they touch only
 // elements, through nft otherwise (reported).
 //
 //	SVCPROXY_SCALE_N=10000 go test -tags scale ./bench/ -run ScaleFlat -v -timeout 60m
@@ -89,17 +91,22 @@ func runFlat(t *testing.T, n, reps, conns int, rep *report) {
 	}
 	t.Cleanup(func() { l.nl.Close() })
 
-	var script string
+	var load nftables.FlatLoad
 	var res nftables.Result
-	gen := timed(t, "generation (snapshots + Build + FlatScript)", func() error {
+	gen := timed(t, "generation (snapshots + Build + FlatFirstSync)", func() error {
 		rs := w.Build()
-		l.state, script, res = nftables.FlatScript(rs, nftables.Options{})
+		l.state, load, res = nftables.FlatFirstSync(rs, nftables.Options{})
 		return nil
 	})
-	first := l.script("flat: first sync (one nft -f)", script)
+	first := l.script("flat: first sync, definitions through nft", load.Definitions)
+	var loadTx int
+	first += timed(t, "flat: first sync, elements over netlink", func() (err error) { loadTx, err = l.nl.Load(load); return err })
 	lat := latencies(t, c, w, n, conns)
+	var script string
 	l.state, script, _ = nftables.FlatScript(w.Ruleset, nftables.Options{})
 	resync := l.script("flat: full resync of the loaded table (one nft -f)", script)
+	l.script("flat: table deleted", "delete table ip "+nftables.DefaultFlatTable+"\n")
+	whole := l.script("flat: whole table into no table (one nft -f)", script)
 
 	var change, add, remove []float64
 	for r := range reps {
@@ -123,10 +130,12 @@ func runFlat(t *testing.T, n, reps, conns int, rep *report) {
 		}
 	}
 
-	rep.add(n, "flat: lines of the first sync's script", float64(strings.Count(script, "\n")), "lines", "", nil)
+	rep.add(n, "flat: lines of the whole-table script", float64(strings.Count(script, "\n")), "lines", "", nil)
 	rep.add(n, "flat: Service ports warned about (ClientIP affinity not rendered)", float64(len(res.Warnings)), "ports", "", nil)
-	rep.add(n, "flat: generation (snapshots + Build + FlatScript)", ms(gen), "ms", "", nil)
-	rep.add(n, "flat: first sync (one nft -f)", ms(first), "ms", "", nil)
+	rep.add(n, "flat: generation (snapshots + Build + FlatFirstSync)", ms(gen), "ms", "", nil)
+	rep.add(n, "flat: first sync (definitions through nft, elements over netlink)", ms(first), "ms", "", nil)
+	rep.add(n, "flat: netlink transactions of the first sync's elements", float64(loadTx), "tx", "", nil)
+	rep.add(n, "flat: whole table into no table (one nft -f)", ms(whole), "ms", "", nil)
 	rep.add(n, "flat: generation / first sync", 100*float64(gen)/float64(first), "%", "", nil)
 	rep.add(n, "flat: full resync of the loaded table (one nft -f)", ms(resync), "ms", "", nil)
 	rep.add(n, fmt.Sprintf("flat: incremental sync, 1 Service changed (median of %d)", reps), median(change), "ms", "", nil)

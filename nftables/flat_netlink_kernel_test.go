@@ -76,7 +76,7 @@ func TestKernelFlatNetlinkMatchesNFT(t *testing.T) {
 
 		stNL, load, _ := nftables.FlatFirstSync(rs, opts("viant"))
 		run(load.Definitions)
-		if err := nl.Load(load); err != nil {
+		if _, err := nl.Load(load); err != nil {
 			t.Fatalf("netlink load: %v", err)
 		}
 		stScript, script, _ := nftables.FlatScript(rs, opts("script"))

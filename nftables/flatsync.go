@@ -321,11 +321,12 @@ func FlatScript(rs *ruleset.Ruleset, opts Options) (*FlatState, string, Result) 
 }
 
 // FlatLoad is a whole flat-layout table to load into a table that does not
-// exist yet, in two transactions: Definitions with nft (the table, its
-// sets, chains and rules, and the few configuration elements of one-field
-// interval sets), then every other element over netlink in one
-// transaction (FlatNetlink.Load). Between the two, the table serves no
-// Service.
+// exist yet: Definitions with nft (the table, its sets, chains and rules,
+// and the few configuration elements of one-field interval sets), then
+// every other element over netlink (FlatNetlink.Load), in transactions of
+// at most 1,000 elements, as many as a socket's default send buffer takes.
+// Until the last, the table serves only the Service ports whose elements
+// are in.
 type FlatLoad struct {
 	Definitions string
 	table       *model.Table
@@ -338,8 +339,8 @@ func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Res
 	return st, FlatLoad{Definitions: t.Definitions(), table: t}, res
 }
 
-// Load sends the elements of l that its Definitions leave out, in one
-// transaction.
-func (n *FlatNetlink) Load(l FlatLoad) error {
-	return n.conn.Send(model.ElementBatch{Table: l.table, Add: l.table.NetlinkElements()})
+// Load sends the elements of l that its Definitions leave out, and
+// returns the number of transactions it took.
+func (n *FlatNetlink) Load(l FlatLoad) (int, error) {
+	return n.conn.SendInChunks(model.ElementBatch{Table: l.table, Add: l.table.NetlinkElements()})
 }

@@ -72,6 +72,28 @@ func (c *Conn) Send(b ElementBatch) error {
 // list is one attribute, whose length must fit in 16 bits.
 const maxMessageElements = 200
 
+// maxTransactionElements bounds the elements of one transaction that
+// SendInChunks sends: a transaction must go to the kernel in one sendmsg,
+// which must fit in the socket's send buffer (net.core.wmem_default, 208
+// KiB on most systems); raising the buffer beyond net.core.wmem_max takes
+// SO_SNDBUFFORCE, which github.com/google/nftables does not set.
+const maxTransactionElements = 1000
+
+// SendInChunks adds b's elements (it deletes none) in transactions of at
+// most maxTransactionElements elements each, and returns how many it sent.
+// A failure leaves the transactions before it applied.
+func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
+	n := 0
+	for start := 0; start < len(b.Add); start += maxTransactionElements {
+		chunk := b.Add[start:min(start+maxTransactionElements, len(b.Add))]
+		if err := c.Send(ElementBatch{Table: b.Table, Add: chunk}); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
 // groupBySet splits elements into runs of the same set, keeping their
 // order, of at most maxMessageElements each.
 func groupBySet(es []Element) [][]Element {

@@ -10,7 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
-// The flat layout (LayoutFlat) holds, in one table per IP family:
+// The flat layout holds, in one table per IP family:
 //
 //   - per target group G and endpoint count N in use, a set G-N of the
 //     frontends whose traffic goes to N targets, a map G-N-targets from

@@ -286,31 +286,6 @@ func (st *FlatState) write(tx *knftables.Transaction, out *FlatChanges, oldGroup
 	}
 }
 
-// FlatNetlink sends the flat layout's element-only changes over a netlink
-// socket, as one transaction, without nft.
-type FlatNetlink struct{ conn *model.Conn }
-
-// DialFlatNetlink opens a netlink socket in the calling thread's network
-// namespace.
-func DialFlatNetlink() (*FlatNetlink, error) {
-	c, err := model.Dial()
-	if err != nil {
-		return nil, err
-	}
-	return &FlatNetlink{conn: c}, nil
-}
-
-// Close closes the socket.
-func (n *FlatNetlink) Close() error { return n.conn.Close() }
-
-// Apply sends ch, which must be ElementsOnly.
-func (n *FlatNetlink) Apply(ch FlatChanges) error {
-	if !ch.ElementsOnly {
-		return fmt.Errorf("flat nftables changes touch chains or sets: apply the transaction with nft")
-	}
-	return n.conn.Send(model.ElementBatch{Table: ch.table, Add: ch.add, Del: ch.del})
-}
-
 // FlatScript is the whole flat-layout table of rs as one `nft -f` script
 // that replaces the table in one transaction, with each set's elements in
 // one statement (see RenderFlat for the same table as knftables
@@ -337,10 +312,4 @@ type FlatLoad struct {
 func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
 	st, t, res := flatTable(rs, opts)
 	return st, FlatLoad{Definitions: t.Definitions(), table: t}, res
-}
-
-// Load sends the elements of l that its Definitions leave out, and
-// returns the number of transactions it took.
-func (n *FlatNetlink) Load(l FlatLoad) (int, error) {
-	return n.conn.SendInChunks(model.ElementBatch{Table: l.table, Add: l.table.NetlinkElements()})
 }

@@ -1,28 +1,14 @@
 package nftables
 
-// Layout is the way a Ruleset is laid out in the table.
-//
-//   - LayoutKubeProxy (the default) is kube-proxy's: chains per Service
-//     port and per endpoint, reached through verdict maps. Render,
-//     RenderChanges and the Executor write it.
-//   - LayoutFlat keeps per-Service state only in data sets and maps, under
-//     a number of rules that depends on the endpoint counts in use, not on
-//     the number of Services: a Service change is a few element changes.
-//     RenderFlat and RenderFlatChanges write it (see flat.go).
-type Layout uint8
-
-const (
-	LayoutKubeProxy Layout = iota
-	LayoutFlat
-)
-
-// String is the layout's name as a flag takes it: "kube-proxy" or "flat".
-func (l Layout) String() string {
-	if l == LayoutFlat {
-		return "flat"
-	}
-	return "kube-proxy"
-}
+// The flat layout is a second way to lay a Ruleset out in the table, beside
+// kube-proxy's (Render, RenderChanges and the Executor, the default): per
+// Service port state only in data sets and maps, under a number of rules
+// that depends on the endpoint counts in use, not on the number of
+// Services, so that a Service change is a few element changes (see
+// flat.go). It is opt-in by its own entry points: FlatFirstSync (a table
+// that does not exist yet), FlatScript and RenderFlat (the whole table),
+// RenderFlatChanges (an incremental sync) and FlatNetlink (their elements
+// over netlink).
 
 // DefaultFlatTable is the name of the flat layout's table when
 // Options.Table is empty: another name than kube-proxy's, whose scripts

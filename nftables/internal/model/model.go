@@ -1,27 +1,47 @@
 // Package model is a typed representation of one nftables table: its
 // chains (base chains with their hook, type and priority), rules as lists of
-// typed statements over typed expressions, named sets and maps (typeof
-// keys and values, concatenations, interval flags) and their elements. The
-// renderers build a Table; Objects turns it into knftables objects (the nft
-// text of `nft -f`, --dry-run and knftables' Fake), and ElementOps into the
-// netlink messages of github.com/google/nftables (ops_netlink.go).
+// typed statements over typed expressions, named sets and maps (typeof keys
+// and values, concatenations, interval flags) and their elements. A renderer
+// builds a Table; the package writes it three ways:
 //
-// No rule text is built by concatenating strings that something later
-// splits again: every field of an element and every expression of a rule
-// is a value with a type, printed once.
+//   - Objects: knftables objects (the nft text of knftables transactions,
+//     --dry-run and knftables' Fake);
+//   - Script and Definitions: one `nft -f` script that replaces the table,
+//     each set's elements in one statement;
+//   - Conn: element additions and deletions as netlink messages, through
+//     github.com/google/nftables.
+//
+// No rule text is built by concatenating strings that something later splits
+// again: every field of an element and every expression of a rule is a value
+// with a type, printed once. Comments cannot end their string: a double
+// quote in one is written as a single quote.
 //
 // # Netlink encoding
 //
-// Element changes, the whole cost of an incremental sync of the flat layout,
-// are encoded with github.com/google/nftables, which is already in the build
-// and handles concatenated keys, interval ends (KeyEnd) and element comments
-// as nft stores them. Rules, chains and sets still go through nft text: the
-// flat layout's rules change only when an endpoint count appears or goes,
-// and github.com/google/nftables does not write the typeof user data that
-// `nft list` needs to print a set declared by typeof.
+// Elements are what changes at scale (a Service change in the flat layout is
+// a few elements), and they go over netlink. The encoder is
+// github.com/google/nftables, already in the build, which writes
+// concatenated keys, the last key of concatenated ranges (KeyEnd) and element
+// comments as nft does; TestKernelFlatNetlinkMatchesNFT checks that a table
+// whose elements it wrote lists exactly as one written by nft -f. Measured
+// with BenchmarkKernelFlatElement (one element added then deleted, two
+// transactions, in a loaded flat table; BENCHMARKS.md, "nftables: the flat
+// layout") it costs about what our own nftables/internal/nftnl costs, well
+// under a millisecond, at 1,000 and 10,000 Services alike; nftnl would have
+// needed extending for the flat layout's statements, google/nftables has
+// them all.
 //
-// The package is internal because only the nftables renderers use it; it
-// holds no policy and does no I/O but in Conn (ops_netlink.go).
+// Sets, chains and rules are written with nft. github.com/google/nftables
+// computes a set's user data itself and has no typeof in it, so a set it
+// creates would list as "type …" where nft's lists as "typeof …", and the
+// flat layout's maps need typeof (a numgen field has no type name); its
+// rules change only when an endpoint count appears or goes. Elements of
+// one-field interval sets (configuration: pod networks, Service ranges)
+// also stay with nft, which writes them as pairs of interval ends; Conn
+// refuses them.
+//
+// The package is internal: only the nftables renderers use it. It holds no
+// policy, and does no I/O but in Conn.
 package model
 
 import (

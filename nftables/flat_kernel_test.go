@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
@@ -18,8 +19,9 @@ import (
 )
 
 // TestKernelFlat loads the flat layout with nft -f and sends real TCP
-// connections through it: a cluster IP spread over its endpoints and
-// masqueraded, a node port, a Service without endpoints (refused), a Local
+// connections and UDP datagrams through it: a cluster IP spread over its
+// endpoints and masqueraded, UDP to a cluster IP, a node port, a Service
+// without endpoints (refused), a Local
 // node port without local endpoints (dropped: no answer), then an
 // element-only change sent over netlink.
 func TestKernelFlat(t *testing.T) {
@@ -31,10 +33,10 @@ func TestKernelFlat(t *testing.T) {
 	const quick = 2 * time.Second
 
 	for _, v6 := range []bool{false, true} {
-		cfg, svcIP, emptyIP, dropIP := config4(), "198.19.0.10", "198.19.0.11", "198.19.0.12"
+		cfg, svcIP, emptyIP, dropIP, dnsIP := config4(), "198.19.0.10", "198.19.0.11", "198.19.0.12", "198.19.0.13"
 		cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR4}
 		if v6 {
-			cfg, svcIP, emptyIP, dropIP = config6(), "2001:db8:19::10", "2001:db8:19::11", "2001:db8:19::12"
+			cfg, svcIP, emptyIP, dropIP, dnsIP = config6(), "2001:db8:19::10", "2001:db8:19::11", "2001:db8:19::12", "2001:db8:19::13"
 			cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR6}
 		}
 		ip := func(h *netns.Host) string { return h.IP(v6).String() }
@@ -45,6 +47,8 @@ func TestKernelFlat(t *testing.T) {
 			svc("ns1", "empty", emptyIP),
 			svc("ns1", "remote", dropIP, nodePort(30082), externalLocal),
 			slice("ns1", "remote", 8080, ep{ip: ip(pod2), node: "node-b"}),
+			svc("ns1", "dns", dnsIP, udp),
+			sliceProto("ns1", "dns", v1.ProtocolUDP, 8080, ep{ip: ip(pod1), node: node}),
 		)
 		rs := w.build()
 		fake := knftables.NewFake(nftables.Family(cfg.Family), nftables.DefaultFlatTable)
@@ -83,6 +87,9 @@ func TestKernelFlat(t *testing.T) {
 		}
 		reach(web, pod0, pod2)
 		reach(netip.AddrPortFrom(c.Node.IP(v6), 30080), pod0, pod2)
+		if r, err := client.UDP(netip.AddrPortFrom(netip.MustParseAddr(dnsIP), 80), quick); err != nil || r.Identity != pod1.Label {
+			t.Errorf("UDP to a cluster IP: %+v, %v; want an answer from %s", r, err, pod1.Label)
+		}
 		if _, err := client.TCP(netip.AddrPortFrom(netip.MustParseAddr(emptyIP), 80), quick); !errors.Is(err, netns.ErrRefused) {
 			t.Errorf("Service without endpoints: %v, want refused", err)
 		}

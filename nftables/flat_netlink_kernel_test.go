@@ -32,11 +32,16 @@ func flatWorld(t *testing.T, v6 bool) (*world, func(i int) string) {
 	w.add(
 		svc("ns1", "web", p.clusterIPs[0], nodePort(30001), externalIPs(p.externalIPs[0])),
 		slice("ns1", "web", 8080, ep{ip: pod(0), node: node}, ep{ip: pod(1), node: "node-b"}, ep{ip: pod(2), node: "node-b"}),
-		svc("ns1", "lb", p.clusterIPs[1], nodePort(30002), loadBalancer(p.lbIPs[0]), sourceRanges(p.sourceRanges[0], p.sourceRanges[1]), externalLocal),
+		svc("ns1", "lb", p.clusterIPs[1], nodePort(30002), loadBalancer(p.lbIPs[0]), sourceRanges(p.sourceRanges[0], p.sourceRanges[1], p.sourceRanges[1]), externalLocal),
 		slice("ns1", "lb", 8080, ep{ip: pod(0), node: node}, ep{ip: pod(3), node: "node-b"}),
 		svc("ns1", "dns", p.clusterIPs[2], udp),
 		sliceProto("ns1", "dns", v1.ProtocolUDP, 5353, ep{ip: pod(1), node: "node-b"}),
 		svc("ns1", "empty", p.clusterIPs[3], loadBalancer(p.lbIPs[1]), sourceRanges(p.sourceRanges[2]), nodePort(30003)),
+		// Nested source ranges (one is 0.0.0.0/0), one of them twice.
+		svc("ns1", "wide", map[bool]string{false: "198.19.0.5", true: "2001:db8:19::5"}[v6],
+			loadBalancer(map[bool]string{false: "198.19.128.3", true: "2001:db8:19::8003"}[v6]),
+			sourceRanges(append(p.sourceRanges, p.sourceRanges[0])...), nodePort(30004)),
+		slice("ns1", "wide", 8080, ep{ip: pod(2), node: node}),
 	)
 	return w, pod
 }

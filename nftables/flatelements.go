@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -63,7 +64,10 @@ func (r *flatRenderer) frontend(p *flatPort, s *ruleset.Service, f ruleset.Front
 	default:
 		key := []model.Datum{model.Addr(f.Addr), proto, port}
 		r.route(p, s, key, false, false, comment)
-		if slices.Contains(s.LoadBalancerIPs, f.Addr) && s.UsesFirewall() && s.External != ruleset.RouteReject {
+		// An address that is both an external and a load-balancer IP is
+		// reached as an external IP, which no firewall guards.
+		lb := slices.Contains(s.LoadBalancerIPs, f.Addr) && !slices.Contains(s.ExternalIPs, f.Addr)
+		if lb && s.UsesFirewall() && s.External != ruleset.RouteReject {
 			r.firewall(p, s, key, comment)
 		}
 	}
@@ -138,7 +142,27 @@ func (r *flatRenderer) firewall(p *flatPort, s *ruleset.Service, key []model.Dat
 			allow = append(allow, maxPrefix(ip))
 		}
 	}
-	for _, src := range allow {
+	for _, src := range outermost(allow) {
 		p.elements = append(p.elements, model.Element{Set: flatSetFirewallAllow, Key: append(slices.Clone(key), model.Prefix(src)), Comment: comment})
 	}
+}
+
+// outermost are the prefixes of ps that no other prefix of ps contains,
+// each once, widest first: the kernel refuses overlapping ranges in one
+// element key of a concatenated interval set.
+func outermost(ps []netip.Prefix) []netip.Prefix {
+	sorted := make([]netip.Prefix, len(ps))
+	for i, p := range ps {
+		sorted[i] = p.Masked()
+	}
+	slices.SortFunc(sorted, func(a, b netip.Prefix) int {
+		return cmp.Or(cmp.Compare(a.Bits(), b.Bits()), a.Addr().Compare(b.Addr()))
+	})
+	var out []netip.Prefix
+	for _, p := range sorted {
+		if !slices.ContainsFunc(out, func(q netip.Prefix) bool { return q.Contains(p.Addr()) }) {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -31,8 +31,16 @@ import (
 //     cluster-cidrs (the pod networks); hairpin (endpoint . endpoint:
 //     a flow DNATed to its own source is masqueraded).
 //
-// Every element carries the name of the Service port it is for as its
-// comment (hairpin elements, shared by endpoints, carry none).
+// The base chains hook as kube-proxy's do (see baseChains); the chains
+// services and nodeports jump to the group chains in a fixed order, so that
+// a group's rules can be rewritten alone.
+//
+// Every element of a Service port carries the port's name as its comment
+// ("ns/name:port/TCP"); hairpin elements (shared by the ports of an
+// endpoint) and the configuration's (pod networks, Service ranges, node
+// addresses) carry none. When two ports claim one frontend, the first in
+// name order gets it and the other is named in a warning, as in kube-proxy's
+// layout.
 //
 // ClientIP session affinity is not rendered in this layout: a Service
 // port that asks for it is served without it, and named in a warning.

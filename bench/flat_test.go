@@ -32,10 +32,16 @@ import (
 // elements, through nft otherwise (reported).
 //
 //	SVCPROXY_SCALE_N=10000 go test -tags scale ./bench/ -run ScaleFlat -v -timeout 60m
+//
+// SVCPROXY_SCALE_LAYOUTS picks the layouts (default "kube-proxy flat").
 func TestScaleFlat(t *testing.T) {
 	netns.Require(t, "nft")
 	reps := envInt(t, "SVCPROXY_SCALE_REPS", 5)
 	conns := envInt(t, "SVCPROXY_SCALE_CONNS", 200)
+	layouts := map[string]bool{}
+	for _, l := range strings.Fields(env("SVCPROXY_SCALE_LAYOUTS", "kube-proxy flat")) {
+		layouts[l] = true
+	}
 	var rep report
 	rep.notes = append(rep.notes, machine())
 	start := time.Now()
@@ -44,9 +50,13 @@ func TestScaleFlat(t *testing.T) {
 		if err != nil || n < 2 || n > scalegen.MaxServices-100 {
 			t.Fatalf("SVCPROXY_SCALE_N: bad count %q", f)
 		}
-		floors := map[string]float64{}
-		t.Run(fmt.Sprintf("kube-proxy/services=%d", n), func(t *testing.T) { runNftables(t, n, reps, conns, true, &rep, floors) })
-		t.Run(fmt.Sprintf("flat/services=%d", n), func(t *testing.T) { runFlat(t, n, reps, conns, &rep) })
+		if layouts["kube-proxy"] {
+			floors := map[string]float64{}
+			t.Run(fmt.Sprintf("kube-proxy/services=%d", n), func(t *testing.T) { runNftables(t, n, reps, conns, true, &rep, floors) })
+		}
+		if layouts["flat"] {
+			t.Run(fmt.Sprintf("flat/services=%d", n), func(t *testing.T) { runFlat(t, n, reps, conns, &rep) })
+		}
 	}
 	rep.notes = append(rep.notes, fmt.Sprintf("Whole run: %v.", time.Since(start).Round(time.Second)))
 	fmt.Println(rep.markdown())

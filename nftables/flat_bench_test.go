@@ -2,6 +2,7 @@ package nftables_test
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -41,4 +42,23 @@ func BenchmarkRenderFlatChanges(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkFlatStateHeap reports the heap that the flat layout's state
+// keeps between syncs (FlatState: the endpoint counts in use and the
+// hairpin addresses), per endpoint of the Ruleset.
+func BenchmarkFlatStateHeap(b *testing.B) {
+	rs, _ := benchWorld(b, 10000)
+	var st *nftables.FlatState
+	for b.Loop() {
+		st = nil
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		st, _, _ = nftables.FlatScript(rs, nftables.Options{})
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric((float64(after.HeapAlloc)-float64(before.HeapAlloc))/float64(rs.Len()*10), "B/endpoint")
+	}
+	runtime.KeepAlive(st)
 }

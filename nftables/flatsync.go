@@ -15,17 +15,20 @@ import (
 // FlatState is what the flat layout's incremental render knows about the
 // table it writes: the endpoint counts in use per target group and the
 // hairpin addresses, each with the number of Service ports that use it.
-// RenderFlat makes it; RenderFlatChanges updates it in place, so after a
-// transaction that failed the caller renders the whole table again.
+// RenderFlat, FlatScript and FlatFirstSync make it; RenderFlatChanges
+// updates it in place, so after a transaction that failed the caller
+// renders the whole table again.
 type FlatState struct {
 	r       *flatRenderer
 	counts  map[groupN]int
 	hairpin map[netip.Addr]int
 }
 
-// RenderFlat writes the whole flat-layout table of rs into tx: the table
-// and its chains and sets (added, then flushed), and every element. It is
-// pure.
+// RenderFlat writes the whole flat-layout table of rs into tx as knftables
+// operations (for knftables, its Fake and --dry-run): the table and its
+// chains and sets (added, then flushed), and every element. Into a table
+// that held another Ruleset it leaves the sets of endpoint counts no longer
+// in use, empty; FlatScript replaces the table whole. It is pure.
 func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*FlatState, Result) {
 	st, t, res := flatTable(rs, opts)
 	for _, o := range t.Objects() {

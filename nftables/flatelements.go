@@ -1,0 +1,168 @@
+package nftables
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// flatPort is what one Service port puts in the flat layout's table: its
+// elements, the group and count of each target list it uses, and the
+// endpoint addresses it needs in the hairpin set (shared with other ports,
+// so counted rather than owned).
+type flatPort struct {
+	elements []model.Element
+	groups   []groupN
+	hairpin  []netip.Addr
+}
+
+// port renders one Service port of rs. A frontend that another port
+// claims first (in name order, as ruleset.Ruleset.ServicesAt sorts them)
+// is left to it and named in a warning.
+func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, []svcproxy.Warning) {
+	var p flatPort
+	var warns []svcproxy.Warning
+	if !safeName(s.Name) {
+		return p, []svcproxy.Warning{unsafeWarning(s)}
+	}
+	if s.Affinity.Enabled() {
+		warns = append(warns, r.warn(s, "ClientIP session affinity is not rendered by the flat nftables layout: served without it"))
+	}
+	comment := fmt.Sprintf("%s/%s", s.Name, s.Name.Protocol)
+	for _, f := range s.Frontends() {
+		if owners := rs.ServicesAt(f); len(owners) == 0 || owners[0] != s.Name {
+			if f.Protocol != "" {
+				warns = append(warns, r.warn(s, fmt.Sprintf("%v is served by another Service port", f)))
+			}
+			continue
+		}
+		r.frontend(&p, s, f, comment)
+	}
+	return p, warns
+}
+
+func (r *flatRenderer) warn(s *ruleset.Service, reason string) svcproxy.Warning {
+	return svcproxy.Warning{Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name,
+		Reason: fmt.Sprintf("port %s/%s: %s", s.Name.Port, s.Name.Protocol, reason)}
+}
+
+// frontend adds the elements of one frontend that s owns.
+func (r *flatRenderer) frontend(p *flatPort, s *ruleset.Service, f ruleset.Frontend, comment string) {
+	proto, port := model.Proto(protoNumber(f.Protocol)), model.Port(f.Port)
+	switch {
+	case f.Protocol == "":
+		p.elements = append(p.elements, model.Element{Set: flatSetClusterIPs, Key: []model.Datum{model.Addr(f.Addr)}, Comment: comment})
+	case !f.Addr.IsValid():
+		r.route(p, s, []model.Datum{proto, port}, false, true, comment)
+	case f.Addr == s.ClusterIP:
+		r.route(p, s, []model.Datum{model.Addr(f.Addr), proto, port}, true, false, comment)
+	default:
+		key := []model.Datum{model.Addr(f.Addr), proto, port}
+		r.route(p, s, key, false, false, comment)
+		// An address that is both an external and a load-balancer IP is
+		// reached as an external IP, which no firewall guards.
+		lb := slices.Contains(s.LoadBalancerIPs, f.Addr) && !slices.Contains(s.ExternalIPs, f.Addr)
+		if lb && s.UsesFirewall() && s.External != ruleset.RouteReject {
+			r.firewall(p, s, key, comment)
+		}
+	}
+}
+
+// route adds the elements that send one frontend's traffic where the
+// Service's Internal (cluster IP) or External route says.
+func (r *flatRenderer) route(p *flatPort, s *ruleset.Service, key []model.Datum, internal, nodePort bool, comment string) {
+	reject, drop := flatSetReject, flatSetDrop
+	if nodePort {
+		reject, drop = flatSetNodePortReject, flatSetNodePortDrop
+	}
+	groups := func(addr, np flatGroup) flatGroup {
+		if nodePort {
+			return np
+		}
+		return addr
+	}
+	route := s.External
+	if internal {
+		route = s.Internal
+	}
+	switch {
+	case route == ruleset.RouteReject:
+		p.elements = append(p.elements, model.Element{Set: reject, Key: key, Comment: comment})
+	case internal && route == ruleset.RouteCluster:
+		r.targets(p, groupCluster, key, s.ClusterTargets, comment)
+	case internal && route == ruleset.RouteLocal:
+		r.targets(p, groupCluster, key, s.LocalTargets, comment)
+	case internal && route == ruleset.RouteDrop:
+		p.elements = append(p.elements, model.Element{Set: drop, Key: key, Comment: comment})
+	case route == ruleset.RouteCluster:
+		r.targets(p, groups(groupExternal, groupNodePortExternal), key, s.ClusterTargets, comment)
+	case route == ruleset.RouteLocal, route == ruleset.RouteDrop:
+		if route == ruleset.RouteLocal {
+			r.targets(p, groups(groupLocal, groupNodePortLocal), key, s.LocalTargets, comment)
+		} else {
+			p.elements = append(p.elements, model.Element{Set: drop, Key: key, Comment: comment})
+		}
+		r.targets(p, groups(groupShortCircuit, groupNodePortShortCircuit), key, s.ClusterTargets, comment)
+	}
+}
+
+// targets adds a frontend to the group of its target count, and its
+// targets, in the Ruleset's order, under indices 0…N−1.
+func (r *flatRenderer) targets(p *flatPort, g flatGroup, key []model.Datum, targets []ruleset.Target, comment string) {
+	if len(targets) == 0 {
+		return
+	}
+	k := groupN{group: g, n: len(targets)}
+	p.groups = append(p.groups, k)
+	p.elements = append(p.elements, model.Element{Set: k.set(), Key: key, Comment: comment})
+	set := k.targets()
+	// One backing array for the keys and values of all targets.
+	data := make([]model.Datum, 0, len(targets)*(len(key)+3))
+	for i, t := range targets {
+		data = append(append(data, key...), model.Int(uint32(i)), model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
+		row := data[len(data)-len(key)-3:]
+		p.elements = append(p.elements, model.Element{Set: set, Key: row[: len(key)+1 : len(key)+1], Value: row[len(key)+1:], Comment: comment})
+		p.hairpin = append(p.hairpin, t.Endpoint.Addr())
+	}
+}
+
+// firewall adds a load-balancer frontend to the source-range firewall:
+// the ranges it lets through, and (FirewallAllowsNode) the port's
+// load-balancer IPs, from which the node's own requests come.
+func (r *flatRenderer) firewall(p *flatPort, s *ruleset.Service, key []model.Datum, comment string) {
+	p.elements = append(p.elements, model.Element{Set: flatSetFirewall, Key: key, Comment: comment})
+	allow := slices.Clone(s.LoadBalancerSourceRanges)
+	if s.FirewallAllowsNode {
+		for _, ip := range s.LoadBalancerIPs {
+			allow = append(allow, maxPrefix(ip))
+		}
+	}
+	for _, src := range outermost(allow) {
+		p.elements = append(p.elements, model.Element{Set: flatSetFirewallAllow, Key: append(slices.Clone(key), model.Prefix(src)), Comment: comment})
+	}
+}
+
+// outermost are the prefixes of ps that no other prefix of ps contains,
+// each once, widest first: the kernel refuses overlapping ranges in one
+// element key of a concatenated interval set.
+func outermost(ps []netip.Prefix) []netip.Prefix {
+	sorted := make([]netip.Prefix, len(ps))
+	for i, p := range ps {
+		sorted[i] = p.Masked()
+	}
+	slices.SortFunc(sorted, func(a, b netip.Prefix) int {
+		return cmp.Or(cmp.Compare(a.Bits(), b.Bits()), a.Addr().Compare(b.Addr()))
+	})
+	var out []netip.Prefix
+	for _, p := range sorted {
+		if !slices.ContainsFunc(out, func(q netip.Prefix) bool { return q.Contains(p.Addr()) }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}

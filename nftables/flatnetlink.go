@@ -1,0 +1,40 @@
+package nftables
+
+import (
+	"fmt"
+
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
+)
+
+// FlatNetlink sends the flat layout's elements over a netlink socket,
+// without nft: an element-only change of RenderFlatChanges as one
+// transaction (Apply), the elements of a FlatLoad (Load). It is the flat
+// layout's thin executor: it holds no policy and does not read the table.
+type FlatNetlink struct{ conn *model.Conn }
+
+// DialFlatNetlink opens a netlink socket in the calling thread's network
+// namespace.
+func DialFlatNetlink() (*FlatNetlink, error) {
+	c, err := model.Dial()
+	if err != nil {
+		return nil, err
+	}
+	return &FlatNetlink{conn: c}, nil
+}
+
+// Close closes the socket.
+func (n *FlatNetlink) Close() error { return n.conn.Close() }
+
+// Apply sends ch, which must be ElementsOnly.
+func (n *FlatNetlink) Apply(ch FlatChanges) error {
+	if !ch.ElementsOnly {
+		return fmt.Errorf("flat nftables changes touch chains or sets: apply the transaction with nft")
+	}
+	return n.conn.Send(model.ElementBatch{Table: ch.table, Add: ch.add, Del: ch.del})
+}
+
+// Load sends the elements of l that its Definitions leave out, and
+// returns the number of transactions it took.
+func (n *FlatNetlink) Load(l FlatLoad) (int, error) {
+	return n.conn.SendInChunks(model.ElementBatch{Table: l.table, Add: l.table.NetlinkElements()})
+}

@@ -1,0 +1,318 @@
+package nftables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// FlatState is what the flat layout's incremental render knows about the
+// table it writes: the endpoint counts in use per target group and the
+// hairpin addresses, each with the number of Service ports that use it.
+// RenderFlat, FlatScript and FlatFirstSync make it; RenderFlatChanges
+// updates it in place, so after a transaction that failed the caller
+// renders the whole table again.
+type FlatState struct {
+	r       *flatRenderer
+	counts  map[groupN]int
+	hairpin map[netip.Addr]int
+}
+
+// RenderFlat writes the whole flat-layout table of rs into tx as knftables
+// operations (for knftables, its Fake and --dry-run): the table and its
+// chains and sets (added, then flushed), and every element. Into a table
+// that held another Ruleset it leaves the sets of endpoint counts no longer
+// in use, empty; FlatScript replaces the table whole. It is pure.
+func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*FlatState, Result) {
+	st, t, res := flatTable(rs, opts)
+	for _, o := range t.Objects() {
+		tx.Add(o)
+		switch o.(type) {
+		case *knftables.Chain, *knftables.Set, *knftables.Map:
+			tx.Flush(o)
+		}
+	}
+	return st, res
+}
+
+// flatTable is the whole flat-layout table of rs, and its state.
+func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Result) {
+	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[netip.Addr]int{}}
+	var res Result
+	var elements []model.Element
+	for _, s := range rs.Services() {
+		p, warns := st.r.port(rs, s)
+		res.Warnings = append(res.Warnings, warns...)
+		elements = append(elements, p.elements...)
+		st.count(p, 1)
+	}
+	t := st.table()
+	t.Elements = slices.Concat(st.r.flatConfigElements(), elements, st.hairpinElements(st.hairpinAddrs()))
+	return st, t, res
+}
+
+// table is the table with the sets and chains of the counts in use, and
+// no elements.
+func (st *FlatState) table() *model.Table {
+	r := st.r
+	t := &model.Table{Family: r.family, Name: r.table, Comment: "Service proxy rules (flat layout)", Sets: r.flatFixedSets()}
+	for _, k := range sortedGroups(st.counts) {
+		t.Sets = append(t.Sets, r.groupSets(k)...)
+	}
+	t.Chains = append(r.flatBaseChains(), r.flatFixedChains()...)
+	for g := range numGroups {
+		t.Chains = append(t.Chains, r.groupChain(g, st.counts))
+	}
+	return t
+}
+
+// count adds (sign 1) or removes (sign −1) a port's uses of groups and
+// hairpin addresses.
+func (st *FlatState) count(p flatPort, sign int) {
+	for _, k := range p.groups {
+		if st.counts[k] += sign; st.counts[k] == 0 {
+			delete(st.counts, k)
+		}
+	}
+	for _, a := range p.hairpin {
+		if st.hairpin[a] += sign; st.hairpin[a] == 0 {
+			delete(st.hairpin, a)
+		}
+	}
+}
+
+// uses are the current use counts of the groups and hairpin addresses
+// that ports use.
+func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int) {
+	groups, hairpin := map[groupN]int{}, map[netip.Addr]int{}
+	for _, p := range ports {
+		for _, k := range p.groups {
+			groups[k] = st.counts[k]
+		}
+		for _, a := range p.hairpin {
+			hairpin[a] = st.hairpin[a]
+		}
+	}
+	return groups, hairpin
+}
+
+func (st *FlatState) hairpinAddrs() []netip.Addr {
+	addrs := make([]netip.Addr, 0, len(st.hairpin))
+	for a := range st.hairpin {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	return addrs
+}
+
+func (st *FlatState) hairpinElements(addrs []netip.Addr) []model.Element {
+	es := make([]model.Element, len(addrs))
+	for i, a := range addrs {
+		es[i] = model.Element{Set: flatSetHairpin, Key: []model.Datum{model.Addr(a), model.Addr(a)}}
+	}
+	return es
+}
+
+// FlatChanges is what RenderFlatChanges wrote: the Result, and the element
+// changes that FlatNetlink can send instead of the transaction when
+// ElementsOnly.
+type FlatChanges struct {
+	Result
+	// ElementsOnly reports that the change adds and deletes elements only:
+	// no endpoint count appeared in or left a target group.
+	ElementsOnly bool
+	table        *model.Table
+	add, del     []model.Element
+}
+
+// RenderFlatChanges writes into tx what turns the table of old (as st
+// knows it) into that of new, and updates st. Unchanged Service ports are
+// not read beyond those that share a frontend with a changed one; rules
+// change only when an endpoint count appears in or leaves a target group.
+// It returns ErrFullSyncNeeded when the Configs differ or st is nil.
+func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *ruleset.Ruleset) (FlatChanges, error) {
+	ch := ruleset.Diff(old, new)
+	if st == nil || old == nil || ch.ConfigChanged {
+		return FlatChanges{}, ErrFullSyncNeeded
+	}
+	var out FlatChanges
+	var olds, news []flatPort
+	for _, name := range affectedPorts(old, new, ch) {
+		if s, ok := old.Service(name); ok {
+			p, _ := st.r.port(old, s)
+			olds, out.del = append(olds, p), append(out.del, p.elements...)
+		}
+		if s, ok := new.Service(name); ok {
+			p, warns := st.r.port(new, s)
+			out.Warnings = append(out.Warnings, warns...)
+			news, out.add = append(news, p), append(out.add, p.elements...)
+		}
+	}
+	groupsBefore, hairpinBefore := st.uses(slices.Concat(olds, news))
+	for _, p := range olds {
+		st.count(p, -1)
+	}
+	for _, p := range news {
+		st.count(p, 1)
+	}
+	var oldGroups, newGroups []groupN
+	for k, before := range groupsBefore {
+		switch after := st.counts[k]; {
+		case before > 0 && after == 0:
+			oldGroups = append(oldGroups, k)
+		case before == 0 && after > 0:
+			newGroups = append(newGroups, k)
+		}
+	}
+	var hairpin []netip.Addr
+	for a, before := range hairpinBefore {
+		if (before == 0) != (st.hairpin[a] == 0) {
+			hairpin = append(hairpin, a)
+		}
+	}
+	sortGroups(oldGroups)
+	sortGroups(newGroups)
+	out.del, out.add = elementDiff(out.del, out.add)
+	out.table = st.table()
+	st.hairpinChanges(&out, hairpin)
+	out.ElementsOnly = len(oldGroups)+len(newGroups) == 0
+	st.write(tx, &out, oldGroups, newGroups)
+	return out, nil
+}
+
+// affectedPorts are the changed Service ports and those that share a
+// frontend with one of them, in old or in new, sorted.
+func affectedPorts(old, new *ruleset.Ruleset, ch ruleset.Changes) []servicemap.PortName {
+	seen := map[servicemap.PortName]bool{}
+	for _, name := range slices.Concat(ch.Added, ch.Changed, ch.Removed) {
+		seen[name] = true
+		for _, rs := range []*ruleset.Ruleset{old, new} {
+			s, ok := rs.Service(name)
+			if !ok {
+				continue
+			}
+			for _, f := range s.Frontends() {
+				for _, other := range slices.Concat(old.ServicesAt(f), new.ServicesAt(f)) {
+					seen[other] = true
+				}
+			}
+		}
+	}
+	names := make([]servicemap.PortName, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, servicemap.PortName.Compare)
+	return names
+}
+
+// elementDiff drops the elements that are deleted and added unchanged.
+func elementDiff(del, add []model.Element) (d, a []model.Element) {
+	key := func(e model.Element) string { return fmt.Sprint(e.Set, e.Key, e.Value, e.Comment) }
+	inDel := make(map[string]bool, len(del))
+	for _, e := range del {
+		inDel[key(e)] = true
+	}
+	inAdd := make(map[string]bool, len(add))
+	for _, e := range add {
+		inAdd[key(e)] = true
+	}
+	for _, e := range del {
+		if !inAdd[key(e)] {
+			d = append(d, e)
+		}
+	}
+	for _, e := range add {
+		if !inDel[key(e)] {
+			a = append(a, e)
+		}
+	}
+	return d, a
+}
+
+// hairpinChanges adds the hairpin elements whose use began or ended.
+func (st *FlatState) hairpinChanges(out *FlatChanges, addrs []netip.Addr) {
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	for _, a := range slices.Compact(addrs) {
+		e := st.hairpinElements([]netip.Addr{a})
+		if st.hairpin[a] > 0 {
+			out.add = append(out.add, e...)
+		} else {
+			out.del = append(out.del, e...)
+		}
+	}
+}
+
+// write puts the changes into tx: sets of counts that appear, element
+// deletions and additions, the chains of groups whose counts changed
+// (flushed and rewritten), then the sets of counts that left.
+func (st *FlatState) write(tx *knftables.Transaction, out *FlatChanges, oldGroups, newGroups []groupN) {
+	t := out.table
+	for _, k := range newGroups {
+		if st.counts[k] > 0 {
+			for _, s := range st.r.groupSets(k) {
+				tx.Add(t.SetObject(s))
+			}
+		}
+	}
+	for _, e := range out.del {
+		tx.Delete(t.ElementObject(e))
+	}
+	for _, e := range out.add {
+		tx.Add(t.ElementObject(e))
+	}
+	changed := map[flatGroup]bool{}
+	for _, k := range slices.Concat(oldGroups, newGroups) {
+		changed[k.group] = true
+	}
+	for g := range numGroups {
+		if changed[g] {
+			c := st.r.groupChain(g, st.counts)
+			tx.Flush(t.ChainObject(c))
+			for _, o := range t.RuleObjects(c) {
+				tx.Add(o)
+			}
+		}
+	}
+	for _, k := range slices.Concat(oldGroups, newGroups) {
+		if st.counts[k] == 0 {
+			for _, s := range st.r.groupSets(k) {
+				tx.Delete(t.SetObject(s))
+			}
+		}
+	}
+}
+
+// FlatScript is the whole flat-layout table of rs as one `nft -f` script
+// that replaces the table in one transaction, with each set's elements in
+// one statement (see RenderFlat for the same table as knftables
+// operations), and the state RenderFlatChanges continues from.
+func FlatScript(rs *ruleset.Ruleset, opts Options) (*FlatState, string, Result) {
+	st, t, res := flatTable(rs, opts)
+	return st, t.Script(), res
+}
+
+// FlatLoad is a whole flat-layout table to load into a table that does not
+// exist yet: Definitions with nft (the table, its sets, chains and rules,
+// and the few configuration elements of one-field interval sets), then
+// every other element over netlink (FlatNetlink.Load), in transactions of
+// at most 1,000 elements, as many as a socket's default send buffer takes.
+// Until the last, the table serves only the Service ports whose elements
+// are in.
+type FlatLoad struct {
+	Definitions string
+	table       *model.Table
+}
+
+// FlatFirstSync renders rs as a FlatLoad, with the state RenderFlatChanges
+// continues from.
+func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
+	st, t, res := flatTable(rs, opts)
+	return st, FlatLoad{Definitions: t.Definitions(), table: t}, res
+}

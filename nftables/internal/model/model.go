@@ -1,0 +1,293 @@
+// Package model is a typed representation of one nftables table: its
+// chains (base chains with their hook, type and priority), rules as lists of
+// typed statements over typed expressions, named sets and maps (typeof keys
+// and values, concatenations, interval flags) and their elements. A renderer
+// builds a Table; the package writes it three ways:
+//
+//   - Objects: knftables objects (the nft text of knftables transactions,
+//     --dry-run and knftables' Fake);
+//   - Script and Definitions: one `nft -f` script that replaces the table,
+//     each set's elements in one statement;
+//   - Conn: element additions and deletions as netlink messages, through
+//     github.com/google/nftables.
+//
+// No rule text is built by concatenating strings that something later splits
+// again: every field of an element and every expression of a rule is a value
+// with a type, printed once. Comments cannot end their string: a double
+// quote in one is written as a single quote.
+//
+// # Netlink encoding
+//
+// Elements are what changes at scale (a Service change in the flat layout is
+// a few elements), and they go over netlink. The encoder is
+// github.com/google/nftables, already in the build, which writes
+// concatenated keys, the last key of concatenated ranges (KeyEnd) and element
+// comments as nft does; TestKernelFlatNetlinkMatchesNFT checks that a table
+// whose elements it wrote lists exactly as one written by nft -f. Measured
+// with BenchmarkKernelFlatElement (one element added then deleted, two
+// transactions, in a loaded flat table; BENCHMARKS.md, "nftables: the flat
+// layout") it took 85–176 µs per pair where our own
+// nftables/internal/nftnl took 112–254 µs, at 1,000 and 10,000 Services
+// alike; and nftnl would have needed extending for the flat layout's
+// statements, which google/nftables has.
+//
+// Sets, chains and rules are written with nft. github.com/google/nftables
+// computes a set's user data itself and has no typeof in it, so a set it
+// creates would list as "type …" where nft's lists as "typeof …", and the
+// flat layout's maps need typeof (a numgen field has no type name); its
+// rules change only when an endpoint count appears or goes. Elements of
+// one-field interval sets (configuration: pod networks, Service ranges)
+// also stay with nft, which writes them as pairs of interval ends; Conn
+// refuses them.
+//
+// The package is internal: only the nftables renderers use it. It holds no
+// policy, and does no I/O but in Conn.
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Family is the address family of a table.
+type Family uint8
+
+const (
+	IPv4 Family = iota + 1
+	IPv6
+)
+
+// String is nft's name of the family: "ip" or "ip6".
+func (f Family) String() string {
+	if f == IPv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+// Table is one table with everything it holds, in the order it is written.
+type Table struct {
+	Family  Family
+	Name    string
+	Comment string
+	Sets    []*Set
+	Chains  []*Chain
+	// Elements are the elements of the named sets and maps.
+	Elements []Element
+}
+
+// Hook makes a chain a base chain.
+type Hook struct {
+	Type     string // "filter" or "nat"
+	Hook     string // "prerouting", "input", "forward", "output", "postrouting"
+	Priority string // "dstnat", "dstnat-10", "filter", "srcnat", …
+}
+
+// Chain is a chain and its rules, in order.
+type Chain struct {
+	Name    string
+	Base    *Hook
+	Comment string
+	Rules   []Rule
+}
+
+// Rule is a list of statements, run in order, with an optional comment.
+type Rule struct {
+	Stmts   []Stmt
+	Comment string
+}
+
+// Set is a named set (Value nil) or data map (Value set), declared by the
+// expressions its keys and values are taken from (nft's typeof).
+type Set struct {
+	Name     string
+	Key      []Expr
+	Value    []Expr
+	Interval bool
+	Comment  string
+}
+
+// IsMap reports whether s is a map.
+func (s *Set) IsMap() bool { return len(s.Value) > 0 }
+
+// Element is one element of a named set or map: one Datum per field of the
+// set's Key (and of its Value for a map). In an interval set, the last key
+// field may be a prefix.
+type Element struct {
+	Set     string
+	Key     []Datum
+	Value   []Datum
+	Comment string
+}
+
+// Datum is one field of an element key or value.
+type Datum struct {
+	kind datumKind
+	// bits is the length of a prefix.
+	bits uint8
+	// num is a protocol, port or integer.
+	num  uint32
+	addr netip.Addr
+}
+
+type datumKind uint8
+
+const (
+	datumAddr datumKind = iota + 1
+	datumPrefix
+	datumProto
+	datumPort
+	datumInt
+)
+
+// Addr is an IPv4 or IPv6 address.
+func Addr(a netip.Addr) Datum { return Datum{kind: datumAddr, addr: a} }
+
+// Prefix is a network: an interval of addresses.
+func Prefix(p netip.Prefix) Datum {
+	p = p.Masked()
+	return Datum{kind: datumPrefix, addr: p.Addr(), bits: uint8(p.Bits())}
+}
+
+// Proto is a transport protocol number (6 TCP, 17 UDP, 132 SCTP).
+func Proto(p uint8) Datum { return Datum{kind: datumProto, num: uint32(p)} }
+
+// Port is a transport port.
+func Port(p uint16) Datum { return Datum{kind: datumPort, num: uint32(p)} }
+
+// Int is a 32-bit integer in host byte order (a numgen value).
+func Int(n uint32) Datum { return Datum{kind: datumInt, num: n} }
+
+var protoNames = map[uint32]string{6: "tcp", 17: "udp", 132: "sctp"}
+
+// String is the datum as nft prints it.
+func (d Datum) String() string { return string(d.appendTo(nil)) }
+
+// appendTo appends the datum as nft prints it.
+func (d Datum) appendTo(b []byte) []byte {
+	switch d.kind {
+	case datumAddr:
+		return d.addr.AppendTo(b)
+	case datumPrefix:
+		b = d.addr.AppendTo(b)
+		if int(d.bits) == d.addr.BitLen() {
+			return b
+		}
+		return strconv.AppendUint(append(b, '/'), uint64(d.bits), 10)
+	case datumProto:
+		if n, ok := protoNames[d.num]; ok {
+			return append(b, n...)
+		}
+		return strconv.AppendUint(b, uint64(d.num), 10)
+	case datumPort, datumInt:
+		return strconv.AppendUint(b, uint64(d.num), 10)
+	}
+	return b
+}
+
+// bytes is the datum's netlink encoding, padded to 4 bytes as a field of a
+// concatenation; for a prefix, the first and the last address.
+func (d Datum) bytes() (first, last []byte) {
+	switch d.kind {
+	case datumAddr:
+		return d.addr.AsSlice(), d.addr.AsSlice()
+	case datumPrefix:
+		lo := d.addr.AsSlice()
+		hi := append([]byte(nil), lo...)
+		for i := int(d.bits); i < len(hi)*8; i++ {
+			hi[i/8] |= 0x80 >> (i % 8)
+		}
+		return lo, hi
+	case datumProto:
+		b := []byte{byte(d.num), 0, 0, 0}
+		return b, b
+	case datumPort:
+		b := []byte{0, 0, 0, 0}
+		binary.BigEndian.PutUint16(b, uint16(d.num))
+		return b, b
+	case datumInt:
+		b := binary.NativeEndian.AppendUint32(nil, d.num)
+		return b, b
+	}
+	return nil, nil
+}
+
+// appendData appends fields joined by " . ".
+func appendData(b []byte, ds []Datum) []byte {
+	for i, d := range ds {
+		if i > 0 {
+			b = append(b, " . "...)
+		}
+		b = d.appendTo(b)
+	}
+	return b
+}
+
+// Expr is an expression that yields a value: a packet field, metadata, a
+// random number or a concatenation of those.
+type Expr interface {
+	String() string
+}
+
+// Field is a field of the packet or its metadata.
+type Field uint8
+
+const (
+	IPDaddr Field = iota + 1
+	IPSaddr
+	IP6Daddr
+	IP6Saddr
+	THDport
+	// TCPDport is "tcp dport": as a map's typeof value, the type of a
+	// port (nft 1.0.6 refuses rules on a map whose typeof value "ip daddr
+	// . th dport" it read back from the kernel).
+	TCPDport
+	L4Proto
+	Mark
+)
+
+var fieldNames = [...]string{
+	IPDaddr: "ip daddr", IPSaddr: "ip saddr", IP6Daddr: "ip6 daddr", IP6Saddr: "ip6 saddr",
+	THDport: "th dport", TCPDport: "tcp dport", L4Proto: "meta l4proto", Mark: "meta mark",
+}
+
+func (f Field) String() string { return fieldNames[f] }
+
+// Numgen is a random number below Mod (`numgen random mod N`).
+type Numgen struct{ Mod uint32 }
+
+func (n Numgen) String() string { return fmt.Sprintf("numgen random mod %d", n.Mod) }
+
+// Concat is the concatenation of expressions.
+type Concat []Expr
+
+func (c Concat) String() string { return join(c) }
+
+func join[E fmt.Stringer](es []E) string {
+	parts := make([]string, len(es))
+	for i, e := range es {
+		parts[i] = e.String()
+	}
+	return strings.Join(parts, " . ")
+}
+
+// Matches reports whether v, a value from a packet (an address, protocol,
+// port or integer), falls in d: equal to it, or inside it for a prefix.
+func (d Datum) Matches(v Datum) bool {
+	if d.kind == datumPrefix && v.kind == datumAddr {
+		return netip.PrefixFrom(d.addr, int(d.bits)).Contains(v.addr)
+	}
+	return d == v
+}
+
+// AddrPort is the address and port of a map value of two fields (address
+// . port), as DNATMap rewrites a destination to; false for other values.
+func AddrPort(ds []Datum) (netip.AddrPort, bool) {
+	if len(ds) != 2 || ds[0].kind != datumAddr || ds[1].kind != datumPort {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ds[0].addr, uint16(ds[1].num)), true
+}

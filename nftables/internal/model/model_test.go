@@ -1,0 +1,154 @@
+package model
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	gnft "github.com/google/nftables"
+)
+
+func TestDatum(t *testing.T) {
+	le := binary.NativeEndian.AppendUint32(nil, 2)
+	for _, c := range []struct {
+		name        string
+		d           Datum
+		text        string
+		first, last []byte
+	}{
+		{"IPv4 address", Addr(netip.MustParseAddr("198.19.0.1")), "198.19.0.1", []byte{198, 19, 0, 1}, []byte{198, 19, 0, 1}},
+		{"IPv6 address", Addr(netip.MustParseAddr("2001:db8::1")), "2001:db8::1",
+			netip.MustParseAddr("2001:db8::1").AsSlice(), netip.MustParseAddr("2001:db8::1").AsSlice()},
+		{"prefix, masked", Prefix(netip.MustParsePrefix("198.18.33.7/20")), "198.18.32.0/20", []byte{198, 18, 32, 0}, []byte{198, 18, 47, 255}},
+		{"full-length prefix prints as an address", Prefix(netip.MustParsePrefix("198.18.0.1/32")), "198.18.0.1", []byte{198, 18, 0, 1}, []byte{198, 18, 0, 1}},
+		{"the whole space", Prefix(netip.MustParsePrefix("0.0.0.0/0")), "0.0.0.0/0", []byte{0, 0, 0, 0}, []byte{255, 255, 255, 255}},
+		{"known protocol", Proto(17), "udp", []byte{17, 0, 0, 0}, []byte{17, 0, 0, 0}},
+		{"other protocol", Proto(47), "47", []byte{47, 0, 0, 0}, []byte{47, 0, 0, 0}},
+		{"port, big-endian, padded", Port(8080), "8080", []byte{0x1f, 0x90, 0, 0}, []byte{0x1f, 0x90, 0, 0}},
+		{"integer, host order", Int(2), "2", le, le},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			first, last := c.d.bytes()
+			if diff := cmp.Diff([]any{c.text, c.first, c.last}, []any{c.d.String(), first, last}); diff != "" {
+				t.Errorf("text, first, last (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMatches(t *testing.T) {
+	net := Prefix(netip.MustParsePrefix("198.18.64.0/18"))
+	for _, c := range []struct {
+		d, v Datum
+		want bool
+	}{
+		{net, Addr(netip.MustParseAddr("198.18.100.1")), true},
+		{net, Addr(netip.MustParseAddr("198.18.128.1")), false},
+		{Addr(netip.MustParseAddr("198.18.0.1")), Addr(netip.MustParseAddr("198.18.0.1")), true},
+		{Port(80), Port(81), false},
+		{Proto(6), Port(6), false},
+	} {
+		if got := c.d.Matches(c.v); got != c.want {
+			t.Errorf("%v matches %v: %v, want %v", c.d, c.v, got, c.want)
+		}
+	}
+}
+
+func testTable() *Table {
+	return &Table{
+		Family: IPv4, Name: "t", Comment: `a "quoted" table`,
+		Sets: []*Set{
+			{Name: "s", Key: []Expr{IPDaddr, L4Proto, THDport}},
+			{Name: "m", Key: []Expr{IPDaddr, Numgen{Mod: 2}}, Value: []Expr{IPDaddr, TCPDport}},
+			{Name: "nets", Key: []Expr{IPSaddr}, Interval: true},
+			{Name: "ranges", Key: []Expr{IPDaddr, IPSaddr}, Interval: true},
+		},
+		Chains: []*Chain{
+			{Name: "nat-prerouting", Base: &Hook{Type: "nat", Hook: "prerouting", Priority: "dstnat"}, Rules: []Rule{{Stmts: []Stmt{Jump("svc")}}}},
+			{Name: "svc", Rules: []Rule{{
+				Stmts:   []Stmt{InSet{Key: []Expr{IPDaddr, L4Proto, THDport}, Set: "s"}, InSet{Key: []Expr{IPSaddr}, Set: "nets", Neg: true}, MarkOr{Bits: 0x4000}, DNATMap{Family: IPv4, Key: []Expr{IPDaddr, Numgen{Mod: 2}}, Map: "m"}},
+				Comment: "spread",
+			}}},
+		},
+		Elements: []Element{
+			{Set: "s", Key: []Datum{Addr(netip.MustParseAddr("198.19.0.1")), Proto(6), Port(80)}, Comment: "a/b:p"},
+			{Set: "m", Key: []Datum{Addr(netip.MustParseAddr("198.19.0.1")), Int(0)}, Value: []Datum{Addr(netip.MustParseAddr("198.18.64.2")), Port(8080)}},
+			{Set: "nets", Key: []Datum{Prefix(netip.MustParsePrefix("198.18.64.0/18"))}},
+			{Set: "s", Key: []Datum{Addr(netip.MustParseAddr("198.19.0.2")), Proto(17), Port(53)}},
+			{Set: "ranges", Key: []Datum{Addr(netip.MustParseAddr("198.19.0.1")), Prefix(netip.MustParsePrefix("198.18.0.0/16"))}},
+		},
+	}
+}
+
+// TestScript: one statement per set, its elements in table order; chain
+// priorities as numbers; a double quote in a comment cannot end it.
+func TestScript(t *testing.T) {
+	want := `add table ip t
+delete table ip t
+add table ip t { comment "a 'quoted' table" ; }
+add set ip t s { typeof ip daddr . meta l4proto . th dport ; }
+add map ip t m { typeof ip daddr . numgen random mod 2 : ip daddr . tcp dport ; }
+add set ip t nets { typeof ip saddr ; flags interval ; }
+add set ip t ranges { typeof ip daddr . ip saddr ; flags interval ; }
+add chain ip t nat-prerouting { type nat hook prerouting priority -100 ; }
+add chain ip t svc { }
+add rule ip t nat-prerouting jump svc
+add rule ip t svc ip daddr . meta l4proto . th dport @s ip saddr != @nets meta mark set meta mark | 0x00004000 dnat ip to ip daddr . numgen random mod 2 map @m comment "spread"
+add element ip t s { 198.19.0.1 . tcp . 80 comment "a/b:p", 198.19.0.2 . udp . 53 }
+add element ip t m { 198.19.0.1 . 0 : 198.18.64.2 . 8080 }
+add element ip t nets { 198.18.64.0/18 }
+add element ip t ranges { 198.19.0.1 . 198.18.0.0/16 }
+`
+	if diff := cmp.Diff(want, testTable().Script()); diff != "" {
+		t.Errorf("script (-want +got):\n%s", diff)
+	}
+}
+
+// TestDefinitionsAndNetlinkElements: Definitions keeps the elements of
+// one-field interval sets, which netlink does not encode; NetlinkElements
+// are all the others, which netlinkElements encodes with the last key of
+// concatenated ranges.
+func TestDefinitionsAndNetlinkElements(t *testing.T) {
+	tbl := testTable()
+	defs := tbl.Definitions()
+	wantTail := "add element ip t nets { 198.18.64.0/18 }\n"
+	if got := defs[len(defs)-len(wantTail):]; got != wantTail {
+		t.Errorf("Definitions ends with %q, want %q", got, wantTail)
+	}
+	var sets []string
+	for _, e := range tbl.NetlinkElements() {
+		sets = append(sets, e.Set)
+	}
+	if diff := cmp.Diff([]string{"s", "m", "s", "ranges"}, sets); diff != "" {
+		t.Errorf("NetlinkElements' sets (-want +got):\n%s", diff)
+	}
+	got := netlinkElements(tbl.Elements[4:5], true)
+	want := []gnft.SetElement{{Key: []byte{198, 19, 0, 1, 198, 18, 0, 0}, KeyEnd: []byte{198, 19, 0, 1, 198, 18, 255, 255}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("range element (-want +got):\n%s", diff)
+	}
+	got = netlinkElements(tbl.Elements[:2], false)
+	want = []gnft.SetElement{
+		{Key: []byte{198, 19, 0, 1, 6, 0, 0, 0, 0, 80, 0, 0}, Comment: "a/b:p"},
+		{Key: append([]byte{198, 19, 0, 1}, binary.NativeEndian.AppendUint32(nil, 0)...), Val: []byte{198, 18, 64, 2, 0x1f, 0x90, 0, 0}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("elements (-want +got):\n%s", diff)
+	}
+}
+
+func TestGroupBySet(t *testing.T) {
+	var es []Element
+	for range maxMessageElements + 1 {
+		es = append(es, Element{Set: "a"})
+	}
+	es = append(es, Element{Set: "b"}, Element{Set: "a"})
+	var sizes []int
+	for _, g := range groupBySet(es) {
+		sizes = append(sizes, len(g))
+	}
+	if diff := cmp.Diff([]int{maxMessageElements, 1, 1, 1}, sizes); diff != "" {
+		t.Errorf("runs (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,143 @@
+package model
+
+import (
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Script is the table as one `nft -f` script that replaces it whole in one
+// transaction: the table added and deleted (so that nothing of an earlier
+// content stays), then added again with its sets, chains, rules and, per
+// set, all of its elements in one statement, which nft parses far faster
+// than one statement per element.
+func (t *Table) Script() string {
+	var b strings.Builder
+	t.writeDefinitions(&b)
+	t.writeElements(&b, t.Family.String()+" "+t.Name)
+	return b.String()
+}
+
+// Definitions is Script without the elements that ElementBatch sends: the
+// table replaced by one whose sets and maps are empty but for those of
+// one-field interval sets (which netlink would have to encode as nft's
+// interval-end pairs; they hold configuration, not Services).
+func (t *Table) Definitions() string {
+	var b strings.Builder
+	t.writeDefinitions(&b)
+	var local []Element
+	for _, e := range t.Elements {
+		if !t.netlinkEncodes(e.Set) {
+			local = append(local, e)
+		}
+	}
+	(&Table{Family: t.Family, Name: t.Name, Elements: local}).writeElements(&b, t.Family.String()+" "+t.Name)
+	return b.String()
+}
+
+// NetlinkElements are the elements that Definitions leaves out.
+func (t *Table) NetlinkElements() []Element {
+	var out []Element
+	for _, e := range t.Elements {
+		if t.netlinkEncodes(e.Set) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// netlinkEncodes reports whether ElementBatch encodes the elements of a
+// set: all but those of one-field interval sets.
+func (t *Table) netlinkEncodes(set string) bool {
+	for _, s := range t.Sets {
+		if s.Name == set {
+			return !s.Interval || len(s.Key) > 1
+		}
+	}
+	return false
+}
+
+func (t *Table) writeDefinitions(b *strings.Builder) {
+	fam := t.Family.String() + " " + t.Name
+	b.WriteString("add table " + fam + "\ndelete table " + fam + "\n")
+	b.WriteString("add table " + fam + " {" + commentClause(t.Comment) + " }\n")
+	for _, s := range t.Sets {
+		kind, typeOf := "set", Concat(s.Key).String()
+		if s.IsMap() {
+			kind, typeOf = "map", typeOf+" : "+Concat(s.Value).String()
+		}
+		b.WriteString("add " + kind + " " + fam + " " + s.Name + " { typeof " + typeOf + " ;")
+		if s.Interval {
+			b.WriteString(" flags interval ;")
+		}
+		b.WriteString(commentClause(s.Comment) + " }\n")
+	}
+	for _, c := range t.Chains {
+		b.WriteString("add chain " + fam + " " + c.Name + " {")
+		if c.Base != nil {
+			b.WriteString(" type " + c.Base.Type + " hook " + c.Base.Hook + " priority " + t.priority(c.Base.Priority) + " ;")
+		}
+		b.WriteString(commentClause(c.Comment) + " }\n")
+	}
+	for _, c := range t.Chains {
+		for _, r := range c.Rules {
+			b.WriteString("add rule " + fam + " " + c.Name + " " + r.String())
+			if r.Comment != "" {
+				b.WriteString(" comment " + quote(r.Comment))
+			}
+			b.WriteByte('\n')
+		}
+	}
+}
+
+// writeElements writes one "add element" statement per set, its elements
+// in the table's order.
+func (t *Table) writeElements(b *strings.Builder, fam string) {
+	bySet := map[string][]int{}
+	var order []string
+	for i, e := range t.Elements {
+		if _, ok := bySet[e.Set]; !ok {
+			order = append(order, e.Set)
+		}
+		bySet[e.Set] = append(bySet[e.Set], i)
+	}
+	var line []byte
+	for _, set := range order {
+		line = append(line[:0], "add element "+fam+" "+set+" { "...)
+		for n, i := range bySet[set] {
+			e := &t.Elements[i]
+			if n > 0 {
+				line = append(line, ", "...)
+			}
+			line = appendData(line, e.Key)
+			if e.Comment != "" {
+				line = append(append(append(line, ` comment "`...), strings.ReplaceAll(e.Comment, `"`, "'")...), '"')
+			}
+			if len(e.Value) > 0 {
+				line = appendData(append(line, " : "...), e.Value)
+			}
+		}
+		b.Write(append(line, " }\n"...))
+	}
+}
+
+// priority is a chain priority as a number, as knftables writes it: nft
+// 1.0.6 refuses "dstnat" in the output hook.
+func (t *Table) priority(p string) string {
+	if n, err := knftables.ParsePriority(t.knftFamily(), p); err == nil {
+		return strconv.Itoa(n)
+	}
+	return p
+}
+
+func commentClause(c string) string {
+	if c == "" {
+		return ""
+	}
+	return " comment " + quote(c) + " ;"
+}
+
+// quote makes a comment an nft string: nft has no escape for a double
+// quote, so one becomes a single quote.
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, "'") + `"` }

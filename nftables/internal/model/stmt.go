@@ -1,0 +1,117 @@
+package model
+
+import "fmt"
+
+// Stmt is one statement of a rule: a match, which ends the rule when the
+// packet fails it, or an action.
+type Stmt interface {
+	String() string
+}
+
+// InSet matches when Key is (Neg: is not) an element of the named Set.
+type InSet struct {
+	Key []Expr
+	Set string
+	Neg bool
+}
+
+func (s InSet) String() string {
+	op := ""
+	if s.Neg {
+		op = "!= "
+	}
+	return fmt.Sprintf("%s %s@%s", Concat(s.Key), op, s.Set)
+}
+
+// Equal matches when Field equals (Neg: differs from) Value.
+type Equal struct {
+	Field Field
+	Value Datum
+	Neg   bool
+}
+
+func (s Equal) String() string {
+	op := ""
+	if s.Neg {
+		op = "!= "
+	}
+	return fmt.Sprintf("%s %s%s", s.Field, op, s.Value)
+}
+
+// FibLocal matches when the destination (or, with Saddr, the source)
+// address is one of the node's own (`fib daddr type local`).
+type FibLocal struct{ Saddr bool }
+
+func (s FibLocal) String() string {
+	if s.Saddr {
+		return "fib saddr type local"
+	}
+	return "fib daddr type local"
+}
+
+// CtNew matches the first packet of a connection (`ct state new`).
+type CtNew struct{}
+
+func (CtNew) String() string { return "ct state new" }
+
+// CtDNAT matches packets of connections whose destination was rewritten.
+type CtDNAT struct{}
+
+func (CtDNAT) String() string { return "ct status dnat" }
+
+// MarkClear matches packets that do not carry any of Bits in their mark.
+type MarkClear struct{ Bits uint32 }
+
+func (s MarkClear) String() string { return fmt.Sprintf("meta mark & %#08x == 0", s.Bits) }
+
+// MarkOr sets Bits in the packet mark.
+type MarkOr struct{ Bits uint32 }
+
+func (s MarkOr) String() string { return fmt.Sprintf("meta mark set meta mark | %#08x", s.Bits) }
+
+// MarkXor flips Bits in the packet mark.
+type MarkXor struct{ Bits uint32 }
+
+func (s MarkXor) String() string { return fmt.Sprintf("meta mark set meta mark ^ %#08x", s.Bits) }
+
+// DNATMap rewrites the destination address and port to the value that Key
+// has in the data Map (`dnat ip to KEY map @MAP`).
+type DNATMap struct {
+	Family Family
+	Key    []Expr
+	Map    string
+}
+
+func (s DNATMap) String() string {
+	return fmt.Sprintf("dnat %s to %s map @%s", s.Family, Concat(s.Key), s.Map)
+}
+
+// Masquerade rewrites the source to the outgoing interface's address, with
+// a fully random source port.
+type Masquerade struct{}
+
+func (Masquerade) String() string { return "masquerade fully-random" }
+
+// Verdict ends the rule with a verdict: "accept", "drop", "reject",
+// "return", or with Chain "jump" or "goto".
+type Verdict struct {
+	Kind  string
+	Chain string
+}
+
+func (s Verdict) String() string {
+	if s.Chain != "" {
+		return s.Kind + " " + s.Chain
+	}
+	return s.Kind
+}
+
+// Drop, Reject, Return and Jump are the verdicts the renderers use.
+var (
+	Drop   = Verdict{Kind: "drop"}
+	Reject = Verdict{Kind: "reject"}
+	Return = Verdict{Kind: "return"}
+)
+
+// Jump is a jump to chain.
+func Jump(chain string) Verdict { return Verdict{Kind: "jump", Chain: chain} }

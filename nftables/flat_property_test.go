@@ -17,9 +17,9 @@ import (
 	"github.com/svcproxy/svcproxy/trace"
 )
 
-// genPacket draws the first packet of a flow towards the addresses and
+// genFlatPacket draws the first packet of a flow towards the addresses and
 // ports of p, from a pod, a client, the node or a load-balancer IP.
-func genPacket(t *rapid.T, cfg ruleset.Config, p pools) trace.Packet {
+func genFlatPacket(t *rapid.T, cfg ruleset.Config, p pools) trace.Packet {
 	node, loopback, client, unallocated := "198.18.0.1", "127.0.0.1", "198.18.32.5", "198.19.200.1"
 	if cfg.Family == v1.IPv6Protocol {
 		node, loopback, client, unallocated = "2001:db8:18::1", "::1", "2001:db8:18:20::5", "2001:db8:19::c8:1"
@@ -81,7 +81,7 @@ func TestFlatMatchesTrace(t *testing.T) {
 		rs := w.build()
 		ev := newFlatEval(nftables.FlatTable(rs, opts))
 		for range 20 {
-			pk := genPacket(t, cfg, p)
+			pk := genFlatPacket(t, cfg, p)
 			if diff := cmp.Diff(traceResult(t, rs, pk), ev.packet(pk), cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
 				t.Fatalf("%v: flat layout differs from trace (-trace +flat):\n%s", pk, diff)
 			}

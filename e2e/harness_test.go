@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -226,12 +228,50 @@ func (p *proxy) waitSyncs(n int) {
 }
 
 // update replaces the manifests with objs and waits for the proxy to sync
-// them.
+// them: for a reload of the manifests, then for a sync of a state that
+// holds it (a sync under way when they were reloaded does not count).
 func (p *proxy) update(objs ...any) {
 	p.t.Helper()
-	before := p.syncs()
+	if p.backend == "userspace" { // it does not number its reloads: any sync after the write
+		before := p.syncs()
+		p.write(objs...)
+		p.waitSyncs(before + 1)
+		return
+	}
+	before := lastNumber(p.log.String(), reloadedLine)
 	p.write(objs...)
-	p.waitSyncs(before + 1)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		log := p.log.String()
+		if reload := lastNumber(log, reloadedLine); reload > before && lastNumber(log, syncedLine) >= reload {
+			return
+		}
+		select {
+		case <-p.proc.Done():
+			p.t.Fatalf("%s-proxy exited (%v) before syncing the update:\n%s", p.backend, p.proc.Err(), log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s-proxy did not reload and sync the update within 20s:\n%s", p.backend, log)
+		}
+	}
+}
+
+// The reference proxies number their manifest reloads, and say in each
+// synced line which reload the state it applied holds.
+var (
+	reloadedLine = regexp.MustCompile(`msg="manifests reloaded".* manifestReload=(\d+)`)
+	syncedLine   = regexp.MustCompile(`msg=synced .*manifestReload=(\d+)`)
+)
+
+// lastNumber is the number that re captures in the last of log's lines it
+// matches; -1 when none does.
+func lastNumber(log string, re *regexp.Regexp) int {
+	n := -1
+	for _, m := range re.FindAllStringSubmatch(log, -1) {
+		n, _ = strconv.Atoi(m[1])
+	}
+	return n
 }
 
 // write replaces the manifests atomically.

@@ -64,6 +64,7 @@ func (p *proxy) desired(context.Context) (engine.Desired, error) {
 	services, eps := p.state.Pending()
 	p.metrics.serviceChangesPending.Set(float64(services))
 	p.metrics.endpointChangesPending.Set(float64(eps))
+	p.syncingReload = p.reloads.Load() // before the snapshot, which then holds that reload
 	snap := p.state.Snapshot()
 	rulesets, err := p.build(snap)
 	if err != nil {
@@ -102,5 +103,6 @@ func (p *proxy) onSync(ev engine.SyncEvent) {
 			p.log.Error("health check node port not served (--node-ip, or the Node's addresses)", "err", err)
 		}
 	}
-	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", ev.Full, "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start))
+	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", ev.Full, "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start),
+		"manifestReload", p.syncingReload)
 }

@@ -193,6 +193,14 @@ type proxy struct {
 	// nodePortAddrs are the node port addresses of the last snapshot
 	// built, where the health check node ports listen.
 	nodePortAddrs []netip.Addr
+	// syncingReload is the number of manifest reloads (reloads) that the
+	// state of the sync under way holds: the synced log line says it, so
+	// that a reader can tell the sync that applied a reload from one that
+	// had started before it.
+	syncingReload int64
+	// reloads counts the manifest reloads applied to the state; written
+	// by the watcher, after State.Replace.
+	reloads atomic.Int64
 	// health serves the health check node ports; nil but in watch mode.
 	health *healthcheck.NodePortServers
 }

@@ -61,13 +61,15 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifests.Input) {
 		p.log.Warn("manifest file lost most of its objects; applying it as it is", "file", loss)
 	}
 	before, after := inputCounts(w.applied), inputCounts(in)
+	w.applied = in
+	p.metrics.manifestReloads.Inc()
+	warnings := p.state.Replace(stateObjects(in.Objects))
 	p.log.Info("manifests reloaded",
 		"services", fmt.Sprintf("%d → %d", before[0], after[0]),
 		"endpointSlices", fmt.Sprintf("%d → %d", before[1], after[1]),
-		"nodes", fmt.Sprintf("%d → %d", before[2], after[2]))
-	w.applied = in
-	p.metrics.manifestReloads.Inc()
-	p.logWarnings(append(in.Warnings, p.state.Replace(stateObjects(in.Objects))...))
+		"nodes", fmt.Sprintf("%d → %d", before[2], after[2]),
+		"manifestReload", p.reloads.Add(1))
+	p.logWarnings(append(in.Warnings, warnings...))
 	p.request()
 }
 

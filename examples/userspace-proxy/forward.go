@@ -48,23 +48,21 @@ func (r *route) pick(client netip.Addr) netip.AddrPort {
 	if len(choices) == 0 {
 		return netip.AddrPort{}
 	}
-	return r.sticky.Choose(r.svc.Name, client, r.svc.Affinity, time.Now(), offered(choices),
+	return r.sticky.Choose(r.svc.Name, client, r.svc.Affinity, time.Now(), func(t netip.AddrPort) bool { return offers(choices, t) },
 		func() netip.AddrPort { return ruleset.Pick(choices, rand.Float64()).Endpoint })
 }
 
-func offered(choices []ruleset.Choice) func(netip.AddrPort) bool {
-	return func(t netip.AddrPort) bool {
-		return slices.ContainsFunc(choices, func(c ruleset.Choice) bool { return c.Endpoint == t })
-	}
+func offers(choices []ruleset.Choice, target netip.AddrPort) bool {
+	return slices.ContainsFunc(choices, func(c ruleset.Choice) bool { return c.Endpoint == target })
 }
 
 // listener is the socket of one frontend and the UDP flows it carries, each
-// relayed through a socket of its own to one target.
+// relayed through a socket of its own, connected to the flow's target.
 type listener struct {
 	route atomic.Pointer[route]
 	sock  io.Closer // a net.Listener or a *net.UDPConn
 	mu    sync.Mutex
-	flows map[netip.AddrPort]*net.UDPConn // by client, connected to its target
+	flows map[netip.AddrPort]*net.UDPConn // by client
 }
 
 // update serves r from now on and ends the UDP flows whose target r no
@@ -75,7 +73,7 @@ func (l *listener) update(r *route) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for client, up := range l.flows {
-		if r == nil || !offered(r.targets(client.Addr()))(up.RemoteAddr().(*net.UDPAddr).AddrPort()) {
+		if r == nil || !offers(r.targets(client.Addr()), up.RemoteAddr().(*net.UDPAddr).AddrPort()) {
 			delete(l.flows, client)
 			up.Close()
 		}
@@ -135,8 +133,7 @@ func (l *listener) serveUDP(conn *net.UDPConn) {
 		} else if err != nil {
 			continue
 		}
-		client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
-		if up := l.flow(conn, client); up != nil {
+		if up := l.flow(conn, netip.AddrPortFrom(client.Addr().Unmap(), client.Port())); up != nil {
 			up.SetReadDeadline(time.Now().Add(udpIdle))
 			up.Write(buf[:n])
 		}
@@ -169,11 +166,7 @@ func (l *listener) flow(conn *net.UDPConn, client netip.AddrPort) *net.UDPConn {
 // idle, ended, or refused by the target.
 func (l *listener) relayReplies(conn *net.UDPConn, client netip.AddrPort, up *net.UDPConn) {
 	buf := make([]byte, 65535)
-	for {
-		n, err := up.Read(buf)
-		if err != nil {
-			break
-		}
+	for n, err := up.Read(buf); err == nil; n, err = up.Read(buf) {
 		up.SetReadDeadline(time.Now().Add(udpIdle))
 		conn.WriteToUDPAddrPort(buf[:n], client)
 	}

@@ -23,12 +23,6 @@ import (
 // `ip route show table local proto 177` lists them.
 const routeProtocol = 177
 
-// frontend is an address, port and protocol the data plane listens on.
-type frontend struct {
-	addr  netip.AddrPort
-	proto v1.Protocol
-}
-
 // DataPlane serves the Rulesets given to Sync from user space: a socket per
 // frontend, a new upstream connection per TCP connection or UDP flow. Each
 // cluster, external and load-balancer IP it serves gets a route of type
@@ -38,14 +32,14 @@ type frontend struct {
 // addresses, not "every local address"). Its methods must not be called
 // concurrently (the engine calls them from one goroutine at a time).
 type DataPlane struct {
-	listeners map[frontend]*listener
+	listeners map[ruleset.Frontend]*listener // by address, protocol and port (Kind 0)
 	sticky    affinity.Table[servicemap.PortName]
 }
 
 // NewDataPlane returns a DataPlane that serves nothing yet, once it has
 // removed the routes that one which died left behind.
 func NewDataPlane() (*DataPlane, error) {
-	d := &DataPlane{listeners: map[frontend]*listener{}}
+	d := &DataPlane{listeners: map[ruleset.Frontend]*listener{}}
 	return d, d.Close()
 }
 
@@ -68,7 +62,7 @@ func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Syn
 	errs := []error{err, syncRoutes(rs.Config().Family, routed)}
 	d.sticky.Expire(time.Now())
 	for f, l := range d.listeners {
-		if f.addr.Addr().Is4() == (rs.Config().Family == v1.IPv4Protocol) && (routes[f] == nil || routes[f].refused) {
+		if f.Addr.Is4() == (rs.Config().Family == v1.IPv4Protocol) && (routes[f] == nil || routes[f].refused) {
 			d.stop(f, l)
 		}
 	}
@@ -85,25 +79,24 @@ func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Syn
 
 // listen opens the socket of f, free to bind an address that only a route
 // makes local (IP_FREEBIND), and serves r on it.
-func (d *DataPlane) listen(ctx context.Context, f frontend, r *route) error {
+func (d *DataPlane) listen(ctx context.Context, f ruleset.Frontend, r *route) error {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var err error
 		return errors.Join(c.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1) }), err)
 	}}
-	network := map[bool]string{true: "4", false: "6"}[f.addr.Addr().Is4()]
-	l := &listener{flows: map[netip.AddrPort]*net.UDPConn{}}
+	l, addr := &listener{flows: map[netip.AddrPort]*net.UDPConn{}}, netip.AddrPortFrom(f.Addr, f.Port).String()
 	l.route.Store(r)
-	if f.proto == v1.ProtocolTCP {
-		ln, err := lc.Listen(ctx, "tcp"+network, f.addr.String())
+	if f.Protocol == v1.ProtocolTCP {
+		ln, err := lc.Listen(ctx, "tcp", addr)
 		if err != nil {
-			return fmt.Errorf("listening on %s/TCP: %w", f.addr, err)
+			return fmt.Errorf("listening on %s: %w", f, err)
 		}
 		l.sock = ln
 		go l.serveTCP(ln)
 	} else {
-		pc, err := lc.ListenPacket(ctx, "udp"+network, f.addr.String())
+		pc, err := lc.ListenPacket(ctx, "udp", addr)
 		if err != nil {
-			return fmt.Errorf("listening on %s/UDP: %w", f.addr, err)
+			return fmt.Errorf("listening on %s: %w", f, err)
 		}
 		l.sock = pc
 		go l.serveUDP(pc.(*net.UDPConn))
@@ -113,7 +106,7 @@ func (d *DataPlane) listen(ctx context.Context, f frontend, r *route) error {
 }
 
 // stop closes the socket of f and ends its UDP flows.
-func (d *DataPlane) stop(f frontend, l *listener) {
+func (d *DataPlane) stop(f ruleset.Frontend, l *listener) {
 	l.sock.Close()
 	l.update(nil)
 	delete(d.listeners, f)
@@ -138,11 +131,12 @@ func (d *DataPlane) Close() error {
 	return errors.Join(syncRoutes(v1.IPv4Protocol, nil), syncRoutes(v1.IPv6Protocol, nil))
 }
 
-// frontends lists the TCP and UDP frontends of rs with their routes (the
-// owner's, where Service ports share one), and the addresses that must be
-// local for the kernel to deliver them.
-func frontends(rs *ruleset.Ruleset) (map[frontend]*route, []netip.Addr) {
-	routes := map[frontend]*route{}
+// frontends lists the TCP and UDP frontends of rs to listen on (address,
+// protocol and port; Kind 0) with their routes (the owner's, where Service
+// ports share one), and the addresses that must be local for the kernel to
+// deliver them.
+func frontends(rs *ruleset.Ruleset) (map[ruleset.Frontend]*route, []netip.Addr) {
+	routes := map[ruleset.Frontend]*route{}
 	var addrs []netip.Addr
 	for _, sf := range rs.ServedFrontends() {
 		if sf.Protocol != v1.ProtocolTCP && sf.Protocol != v1.ProtocolUDP {
@@ -154,7 +148,7 @@ func frontends(rs *ruleset.Ruleset) (map[frontend]*route, []netip.Addr) {
 		}
 		refused := rs.Decide(sf.Service, sf.Kind, ruleset.Source{}).Verdict == ruleset.VerdictReject
 		for _, ip := range ips {
-			routes[frontend{netip.AddrPortFrom(ip, sf.Port), sf.Protocol}] = &route{rs: rs, svc: sf.Service, kind: sf.Kind, refused: refused}
+			routes[ruleset.Frontend{Addr: ip, Protocol: sf.Protocol, Port: sf.Port}] = &route{rs: rs, svc: sf.Service, kind: sf.Kind, refused: refused}
 		}
 	}
 	return routes, addrs

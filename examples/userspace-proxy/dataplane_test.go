@@ -100,7 +100,7 @@ func TestFrontends(t *testing.T) {
 	routes, addrs := frontends(buildTest(t)[0])
 	got := map[string]served{}
 	for f, r := range routes {
-		got[f.addr.String()+"/"+string(f.proto)] = served{r.svc.Name.String(), r.kind, r.refused}
+		got[f.String()] = served{r.svc.Name.String(), r.kind, r.refused}
 	}
 	want := map[string]served{
 		"198.19.0.1:80/TCP":    {"ns/web:http", ruleset.KindClusterIP, false},
@@ -122,7 +122,7 @@ func TestFrontends(t *testing.T) {
 	// packet from outside to each frontend.
 	rs, client := buildTest(t)[0], netip.MustParseAddrPort("198.18.32.2:40000")
 	for f, r := range routes {
-		o := trace.Trace(rs, trace.Packet{Protocol: f.proto, Src: client, Dst: f.addr, ToNode: r.kind == ruleset.KindNodePort}, trace.Options{})
+		o := trace.Trace(rs, trace.Packet{Protocol: f.Protocol, Src: client, Dst: netip.AddrPortFrom(f.Addr, f.Port), ToNode: r.kind == ruleset.KindNodePort}, trace.Options{})
 		if o.Service != r.svc.Name || o.Kind != r.kind {
 			t.Errorf("%v: served as the %s of %s, trace says the %s of %s", f, r.kind, r.svc.Name, o.Kind, o.Service)
 		}

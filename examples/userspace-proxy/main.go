@@ -31,7 +31,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -200,11 +199,9 @@ func (in *inputs) onSync(ev engine.SyncEvent) {
 // pod), before any load-balancer source-range check.
 func printPlan(w io.Writer, rs *ruleset.Ruleset) {
 	routes, _ := frontends(rs)
-	for _, f := range slices.SortedFunc(maps.Keys(routes), func(a, b frontend) int {
-		return cmp.Or(a.addr.Compare(b.addr), strings.Compare(string(a.proto), string(b.proto)))
-	}) {
+	for _, f := range slices.SortedFunc(maps.Keys(routes), ruleset.Frontend.Compare) {
 		r := routes[f]
-		fmt.Fprintf(w, "%s/%s (%s of %s)\n", f.addr, f.proto, r.kind, r.svc.Name)
+		fmt.Fprintf(w, "%s (%s of %s)\n", f, r.kind, r.svc.Name)
 		for _, origin := range []string{"outside", "the node"} {
 			d := rs.Decide(r.svc, r.kind, ruleset.Source{FromNode: origin == "the node"})
 			fmt.Fprintf(w, "  from %s: %s", origin, d.Verdict)

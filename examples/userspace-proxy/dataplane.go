@@ -68,7 +68,7 @@ func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Syn
 	}
 	for f, r := range routes {
 		r.local, r.sticky = local, &d.sticky
-		if l := d.listeners[f]; l != nil && !r.refused {
+		if l := d.listeners[f]; l != nil { // not refused: stopped above
 			l.update(r)
 		} else if !r.refused {
 			errs = append(errs, d.listen(ctx, f, r))

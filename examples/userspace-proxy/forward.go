@@ -113,15 +113,11 @@ func forwardTCP(client *net.TCPConn, r *route) {
 	}
 	defer up.Close()
 	client.SetLinger(-1)
-	done := make(chan struct{})
-	go func() {
-		io.Copy(up, client)
-		up.(*net.TCPConn).CloseWrite()
-		close(done)
-	}()
+	var upstream sync.WaitGroup
+	upstream.Go(func() { io.Copy(up, client); up.(*net.TCPConn).CloseWrite() })
 	io.Copy(client, up)
 	client.CloseWrite()
-	<-done
+	upstream.Wait()
 }
 
 func (l *listener) serveUDP(conn *net.UDPConn) {

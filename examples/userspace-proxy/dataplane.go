@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"syscall"
 	"time"
 
@@ -15,18 +14,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/affinity"
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // routeProtocol marks the routes the data plane owns (their rtm_protocol):
 // `ip route show table local proto 177` lists them.
 const routeProtocol = 177
-
-// frontend is an address, port and protocol the data plane listens on.
-type frontend struct {
-	addr  netip.AddrPort
-	proto v1.Protocol
-}
 
 // DataPlane serves the Rulesets given to Sync from user space: a socket per
 // frontend, a new upstream connection per TCP connection or UDP flow. Each
@@ -34,21 +29,18 @@ type frontend struct {
 // local (table local, protocol routeProtocol), so that the kernel delivers
 // its packets to the sockets. Node ports are served on the Ruleset's
 // Config.NodePortAddresses only: with none, on no address (a socket binds
-// addresses, not "every local address"). It is safe for concurrent use.
+// addresses, not "every local address"). Its methods must not be called
+// concurrently (the engine calls them from one goroutine at a time).
 type DataPlane struct {
-	mu        sync.Mutex
-	listeners map[frontend]*listener
-	sticky    *stickyTable
+	listeners map[ruleset.Frontend]*listener // by address, protocol and port (Kind 0)
+	sticky    affinity.Table[servicemap.PortName]
 }
 
 // NewDataPlane returns a DataPlane that serves nothing yet, once it has
 // removed the routes that one which died left behind.
 func NewDataPlane() (*DataPlane, error) {
-	d := &DataPlane{listeners: map[frontend]*listener{}, sticky: &stickyTable{last: map[stickyKey]stickyEntry{}}}
-	if err := errors.Join(syncRoutes(v1.IPv4Protocol, nil), syncRoutes(v1.IPv6Protocol, nil)); err != nil {
-		return nil, err
-	}
-	return d, nil
+	d := &DataPlane{listeners: map[ruleset.Frontend]*listener{}}
+	return d, d.Close()
 }
 
 // Sync serves rs, the desired state of one IP family, in place of what the
@@ -59,62 +51,52 @@ func NewDataPlane() (*DataPlane, error) {
 // target with its next datagram. A frontend that cannot be bound is
 // reported; every other one is served. Every Sync is a full one.
 func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
-	return svcproxy.SyncResult{Full: true}, d.sync(ctx, rs)
-}
-
-func (d *DataPlane) sync(ctx context.Context, rs *ruleset.Ruleset) error {
-	family := rs.Config().Family
 	routes, addrs := frontends(rs)
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	local, err := localAddrs()
-	var routed []netip.Addr
+	routed := addrs[:0]
 	for _, ip := range addrs {
 		if !local[ip] {
-			routed = append(routed, ip)
+			routed, local[ip] = append(routed, ip), true
 		}
 	}
-	errs := []error{err, syncRoutes(family, routed)}
-	for _, ip := range routed {
-		local[ip] = true
-	}
+	errs := []error{err, syncRoutes(rs.Config().Family, routed)}
+	d.sticky.Expire(time.Now())
 	for f, l := range d.listeners {
-		if f.addr.Addr().Is4() == (family == v1.IPv4Protocol) && (routes[f] == nil || routes[f].refused) {
-			l.sock.Close()
-			l.update(nil)
-			delete(d.listeners, f)
+		if f.Addr.Is4() == (rs.Config().Family == v1.IPv4Protocol) && (routes[f] == nil || routes[f].refused) {
+			d.stop(f, l)
 		}
 	}
-	d.sticky.reap(time.Now())
 	for f, r := range routes {
-		r.local, r.sticky = local, d.sticky
-		if l := d.listeners[f]; l != nil && !r.refused {
+		r.local, r.sticky = local, &d.sticky
+		if l := d.listeners[f]; l != nil { // not refused: stopped above
 			l.update(r)
 		} else if !r.refused {
 			errs = append(errs, d.listen(ctx, f, r))
 		}
 	}
-	return errors.Join(errs...)
+	return svcproxy.SyncResult{Full: true}, errors.Join(errs...)
 }
 
 // listen opens the socket of f, free to bind an address that only a route
 // makes local (IP_FREEBIND), and serves r on it.
-func (d *DataPlane) listen(ctx context.Context, f frontend, r *route) error {
-	lc := net.ListenConfig{Control: freebind}
-	network := map[bool]string{true: "4", false: "6"}[f.addr.Addr().Is4()]
-	l := &listener{flows: map[netip.AddrPort]*udpFlow{}}
+func (d *DataPlane) listen(ctx context.Context, f ruleset.Frontend, r *route) error {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var err error
+		return errors.Join(c.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1) }), err)
+	}}
+	l, addr := &listener{flows: map[netip.AddrPort]*net.UDPConn{}}, netip.AddrPortFrom(f.Addr, f.Port).String()
 	l.route.Store(r)
-	if f.proto == v1.ProtocolTCP {
-		ln, err := lc.Listen(ctx, "tcp"+network, f.addr.String())
+	if f.Protocol == v1.ProtocolTCP {
+		ln, err := lc.Listen(ctx, "tcp", addr)
 		if err != nil {
-			return fmt.Errorf("listening on %s/TCP: %w", f.addr, err)
+			return fmt.Errorf("listening on %s: %w", f, err)
 		}
 		l.sock = ln
 		go l.serveTCP(ln)
 	} else {
-		pc, err := lc.ListenPacket(ctx, "udp"+network, f.addr.String())
+		pc, err := lc.ListenPacket(ctx, "udp", addr)
 		if err != nil {
-			return fmt.Errorf("listening on %s/UDP: %w", f.addr, err)
+			return fmt.Errorf("listening on %s: %w", f, err)
 		}
 		l.sock = pc
 		go l.serveUDP(pc.(*net.UDPConn))
@@ -123,12 +105,11 @@ func (d *DataPlane) listen(ctx context.Context, f frontend, r *route) error {
 	return nil
 }
 
-func freebind(_, _ string, c syscall.RawConn) error {
-	var err error
-	if cerr := c.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_FREEBIND, 1) }); cerr != nil {
-		return cerr
-	}
-	return err
+// stop closes the socket of f and ends its UDP flows.
+func (d *DataPlane) stop(f ruleset.Frontend, l *listener) {
+	l.sock.Close()
+	l.update(nil)
+	delete(d.listeners, f)
 }
 
 // RequestFullSync does nothing: every Sync is a full one.
@@ -144,49 +125,30 @@ func (d *DataPlane) Cleanup(context.Context) error { return d.Close() }
 // Forwarded TCP connections finish on their own. A Sync after Close serves
 // again.
 func (d *DataPlane) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	for f, l := range d.listeners {
-		l.sock.Close()
-		l.update(nil)
-		delete(d.listeners, f)
+		d.stop(f, l)
 	}
 	return errors.Join(syncRoutes(v1.IPv4Protocol, nil), syncRoutes(v1.IPv6Protocol, nil))
 }
 
-// frontends lists the TCP and UDP frontends of rs with their routes, and the
-// addresses that must be local for the kernel to deliver them. Where Service
-// ports share a frontend, its owner (ruleset.Ruleset.Owner) takes it.
-func frontends(rs *ruleset.Ruleset) (map[frontend]*route, []netip.Addr) {
-	routes, nodeIPs := map[frontend]*route{}, rs.Config().NodePortAddresses
+// frontends lists the TCP and UDP frontends of rs to listen on (address,
+// protocol and port; Kind 0) with their routes (the owner's, where Service
+// ports share one), and the addresses that must be local for the kernel to
+// deliver them.
+func frontends(rs *ruleset.Ruleset) (map[ruleset.Frontend]*route, []netip.Addr) {
+	routes := map[ruleset.Frontend]*route{}
 	var addrs []netip.Addr
-	for _, s := range rs.Services() {
-		add := func(kind ruleset.FrontendKind, ip netip.Addr, port uint16) {
-			f := frontend{netip.AddrPortFrom(ip, port), s.Name.Protocol}
-			owned := ruleset.Frontend{Kind: kind, Addr: ip, Protocol: f.proto, Port: port}
-			if kind == ruleset.KindNodePort {
-				owned.Addr = netip.Addr{}
-			}
-			if !ip.IsValid() || (f.proto != v1.ProtocolTCP && f.proto != v1.ProtocolUDP) || !rs.Owns(s, owned) {
-				return
-			}
-			refused := rs.Decide(s, kind, ruleset.Source{}).Verdict == ruleset.VerdictReject
-			routes[f] = &route{rs: rs, svc: s, kind: kind, refused: refused}
-			if kind != ruleset.KindNodePort {
-				addrs = append(addrs, ip)
-			}
+	for _, sf := range rs.ServedFrontends() {
+		if sf.Protocol != v1.ProtocolTCP && sf.Protocol != v1.ProtocolUDP {
+			continue
 		}
-		add(ruleset.KindClusterIP, s.ClusterIP, s.Port)
-		for _, ip := range s.ExternalIPs {
-			add(ruleset.KindExternalIP, ip, s.Port)
+		ips := rs.Config().NodePortAddresses
+		if sf.Kind != ruleset.KindNodePort {
+			ips, addrs = []netip.Addr{sf.Addr}, append(addrs, sf.Addr)
 		}
-		for _, ip := range s.LoadBalancerIPs {
-			add(ruleset.KindLoadBalancerIP, ip, s.Port)
-		}
-		for _, ip := range nodeIPs {
-			if s.NodePort != 0 {
-				add(ruleset.KindNodePort, ip, s.NodePort)
-			}
+		refused := rs.Decide(sf.Service, sf.Kind, ruleset.Source{}).Verdict == ruleset.VerdictReject
+		for _, ip := range ips {
+			routes[ruleset.Frontend{Addr: ip, Protocol: sf.Protocol, Port: sf.Port}] = &route{rs: rs, svc: sf.Service, kind: sf.Kind, refused: refused}
 		}
 	}
 	return routes, addrs

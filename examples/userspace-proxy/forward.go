@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"io"
-	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -12,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/svcproxy/svcproxy/affinity"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -30,7 +30,7 @@ type route struct {
 	kind    ruleset.FrontendKind
 	refused bool                // the Service rejects every flow: nothing listens
 	local   map[netip.Addr]bool // the node's addresses
-	sticky  *stickyTable        // the data plane's
+	sticky  *affinity.Table[servicemap.PortName]
 }
 
 // targets are where a new flow from client may go; none when it is dropped.
@@ -41,87 +41,28 @@ func (r *route) targets(client netip.Addr) []ruleset.Choice {
 	return r.rs.Decide(r.svc, r.kind, ruleset.Source{Addr: client, FromNode: r.local[client]}).Targets
 }
 
-// pick returns the target of a new flow from client; not valid when the
-// flow is dropped.
+// pick returns the target of a new flow from client, by the targets' shares
+// and the Service's affinity; not valid when the flow is dropped.
 func (r *route) pick(client netip.Addr) netip.AddrPort {
-	if choices := r.targets(client); len(choices) > 0 {
-		return r.sticky.choose(r.svc, client, choices, time.Now())
+	choices := r.targets(client)
+	if len(choices) == 0 {
+		return netip.AddrPort{}
 	}
-	return netip.AddrPort{}
+	return r.sticky.Choose(r.svc.Name, client, r.svc.Affinity, time.Now(), func(t netip.AddrPort) bool { return offers(choices, t) },
+		func() netip.AddrPort { return ruleset.Pick(choices, rand.Float64()).Endpoint })
 }
 
-// offers reports whether r still sends client's new flows to target.
-func (r *route) offers(client netip.Addr, target netip.AddrPort) bool {
-	return slices.ContainsFunc(r.targets(client), func(c ruleset.Choice) bool { return c.Endpoint == target })
+func offers(choices []ruleset.Choice, target netip.AddrPort) bool {
+	return slices.ContainsFunc(choices, func(c ruleset.Choice) bool { return c.Endpoint == target })
 }
 
-// stickyTable is ClientIP affinity: for each Service port and client, the
-// target of the client's last new flow, and until when it stands.
-type stickyTable struct {
-	mu   sync.Mutex
-	last map[stickyKey]stickyEntry
-}
-
-type stickyKey struct {
-	port   servicemap.PortName
-	client netip.Addr
-}
-
-type stickyEntry struct {
-	target  netip.AddrPort
-	expires time.Time
-}
-
-// choose picks a target of a new flow from client to s among choices, each
-// with its share; with ClientIP affinity, the target of the client's last
-// flow to s if that began less than the timeout ago and is still a choice.
-func (t *stickyTable) choose(s *ruleset.Service, client netip.Addr, choices []ruleset.Choice, now time.Time) netip.AddrPort {
-	if !s.Affinity.Enabled() {
-		return weighted(choices)
-	}
-	timeout, key := time.Duration(s.Affinity.Seconds())*time.Second, stickyKey{s.Name, client}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e, ok := t.last[key]
-	if !ok || !now.Before(e.expires) || e.expires.Sub(now) > timeout || // a timeout since lowered
-		!slices.ContainsFunc(choices, func(c ruleset.Choice) bool { return c.Endpoint == e.target }) {
-		e.target = weighted(choices)
-	}
-	t.last[key] = stickyEntry{e.target, now.Add(timeout)}
-	return e.target
-}
-
-// reap forgets the affinities that have expired.
-func (t *stickyTable) reap(now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	maps.DeleteFunc(t.last, func(_ stickyKey, e stickyEntry) bool { return !now.Before(e.expires) })
-}
-
-func weighted(choices []ruleset.Choice) netip.AddrPort {
-	x := rand.Float64()
-	for _, c := range choices[:len(choices)-1] {
-		share, _ := c.Share.Float64()
-		if x -= share; x < 0 {
-			return c.Endpoint
-		}
-	}
-	return choices[len(choices)-1].Endpoint
-}
-
-// listener is the socket of one frontend and the UDP flows it carries.
+// listener is the socket of one frontend and the UDP flows it carries, each
+// relayed through a socket of its own, connected to the flow's target.
 type listener struct {
 	route atomic.Pointer[route]
 	sock  io.Closer // a net.Listener or a *net.UDPConn
 	mu    sync.Mutex
-	flows map[netip.AddrPort]*udpFlow // by client
-}
-
-// udpFlow relays one client's datagrams through a socket of its own to one
-// target.
-type udpFlow struct {
-	client, target netip.AddrPort
-	up             *net.UDPConn
+	flows map[netip.AddrPort]*net.UDPConn // by client
 }
 
 // update serves r from now on and ends the UDP flows whose target r no
@@ -131,10 +72,10 @@ func (l *listener) update(r *route) {
 	l.route.Store(r)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for c, fl := range l.flows {
-		if r == nil || !r.offers(c.Addr(), fl.target) {
-			delete(l.flows, c)
-			fl.up.Close()
+	for client, up := range l.flows {
+		if r == nil || !offers(r.targets(client.Addr()), up.RemoteAddr().(*net.UDPAddr).AddrPort()) {
+			delete(l.flows, client)
+			up.Close()
 		}
 	}
 }
@@ -172,15 +113,11 @@ func forwardTCP(client *net.TCPConn, r *route) {
 	}
 	defer up.Close()
 	client.SetLinger(-1)
-	done := make(chan struct{})
-	go func() {
-		io.Copy(up, client)
-		up.(*net.TCPConn).CloseWrite()
-		close(done)
-	}()
+	var upstream sync.WaitGroup
+	upstream.Go(func() { io.Copy(up, client); up.(*net.TCPConn).CloseWrite() })
 	io.Copy(client, up)
 	client.CloseWrite()
-	<-done
+	upstream.Wait()
 }
 
 func (l *listener) serveUDP(conn *net.UDPConn) {
@@ -192,23 +129,23 @@ func (l *listener) serveUDP(conn *net.UDPConn) {
 		} else if err != nil {
 			continue
 		}
-		client = netip.AddrPortFrom(client.Addr().Unmap(), client.Port())
-		if fl := l.flow(conn, client); fl != nil {
-			fl.up.SetReadDeadline(time.Now().Add(udpIdle))
-			fl.up.Write(buf[:n])
+		if up := l.flow(conn, netip.AddrPortFrom(client.Addr().Unmap(), client.Port())); up != nil {
+			up.SetReadDeadline(time.Now().Add(udpIdle))
+			up.Write(buf[:n])
 		}
 	}
 }
 
-// flow returns the flow of client, starting one if it has none; nil when
-// its datagrams are dropped.
-func (l *listener) flow(conn *net.UDPConn, client netip.AddrPort) *udpFlow {
+// flow returns the upstream socket of client's flow, starting the flow if
+// there is none; nil when its datagrams are dropped.
+func (l *listener) flow(conn *net.UDPConn, client netip.AddrPort) *net.UDPConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if fl := l.flows[client]; fl != nil || l.route.Load() == nil {
-		return fl
+	r := l.route.Load()
+	if up := l.flows[client]; up != nil || r == nil {
+		return up
 	}
-	target := l.route.Load().pick(client.Addr())
+	target := r.pick(client.Addr())
 	if !target.IsValid() {
 		return nil
 	}
@@ -216,28 +153,23 @@ func (l *listener) flow(conn *net.UDPConn, client netip.AddrPort) *udpFlow {
 	if err != nil {
 		return nil
 	}
-	fl := &udpFlow{client: client, target: target, up: up}
-	l.flows[client] = fl
-	go l.relayReplies(conn, fl)
-	return fl
+	l.flows[client] = up
+	go l.relayReplies(conn, client, up)
+	return up
 }
 
 // relayReplies sends the target's datagrams to the client until the flow is
 // idle, ended, or refused by the target.
-func (l *listener) relayReplies(conn *net.UDPConn, fl *udpFlow) {
+func (l *listener) relayReplies(conn *net.UDPConn, client netip.AddrPort, up *net.UDPConn) {
 	buf := make([]byte, 65535)
-	for {
-		n, err := fl.up.Read(buf)
-		if err != nil {
-			break
-		}
-		fl.up.SetReadDeadline(time.Now().Add(udpIdle))
-		conn.WriteToUDPAddrPort(buf[:n], fl.client)
+	for n, err := up.Read(buf); err == nil; n, err = up.Read(buf) {
+		up.SetReadDeadline(time.Now().Add(udpIdle))
+		conn.WriteToUDPAddrPort(buf[:n], client)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.flows[fl.client] == fl {
-		delete(l.flows, fl.client)
+	if l.flows[client] == up {
+		delete(l.flows, client)
 	}
-	fl.up.Close()
+	up.Close()
 }

@@ -1,11 +1,13 @@
 // Command userspace-proxy serves Kubernetes Services from user space: a
-// pure-Go L4 proxy for TCP and UDP built only on svcproxy's public packages.
-// It listens on every frontend the node serves (cluster IPs, external and
-// load-balancer IPs, node ports on the node's addresses) and forwards each
-// new TCP connection, or each UDP flow (a client address and port, ended
-// after 30 s idle), to a target picked with the Ruleset's decisions and
-// shares, honouring Local traffic policies, load-balancer source ranges and
-// ClientIP affinity.
+// pure-Go L4 proxy for TCP and UDP built only on svcproxy's public packages:
+// a manifests.Watcher feeds a state.State, and the engine syncs the
+// DataPlane, its Backend for both IP families, with the Rulesets built from
+// it. It listens on every frontend the node serves (cluster IPs, external
+// and load-balancer IPs, node ports on the node's addresses) and forwards
+// each new TCP connection, or each UDP flow (a client address and port,
+// ended after 30 s idle), to a target picked with the Ruleset's decisions
+// and shares, honouring Local traffic policies, load-balancer source ranges
+// and ClientIP affinity.
 //
 // What it does to the node: it adds a route of type local (table local,
 // protocol 177) to each cluster, external and load-balancer IP it serves, so
@@ -25,16 +27,10 @@
 // the reference proxies' flags it takes --manifests, --node-name, --node-ip,
 // --cluster-cidr, --sync-period and --dry-run.
 //
-// It is wired from public packages alone: a manifests.Watcher feeds a
-// state.State with the manifests once a change has settled, the engine
-// builds the Rulesets from it (ruleset.Builder.Update) and syncs the
-// DataPlane, its Backend for both IP families.
-//
 //	go run ./examples/userspace-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -50,11 +46,22 @@ import (
 	"syscall"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
-	v1 "k8s.io/api/core/v1"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/state"
 )
+
+// manifestPoll and manifestSettle are how often the manifests are polled
+// and how long a change must stay unchanged before it is read (so that a
+// file being written is not applied half-way), as in the reference proxies.
+const manifestPoll, manifestSettle = 250 * time.Millisecond, 500 * time.Millisecond
+
+var families = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 
 func main() {
 	hostname, _ := os.Hostname()
@@ -85,28 +92,28 @@ func main() {
 		for _, f := range families {
 			printPlan(os.Stdout, d.Rulesets[f])
 		}
-		return
-	}
-	if err := serve(in, w, *syncPeriod, log); err != nil {
+	} else if err := serve(in, w, *syncPeriod); err != nil {
 		log.Error("serving", "err", err)
 		os.Exit(1)
 	}
 }
 
-// serve runs the data plane with the engine until SIGINT or SIGTERM.
-func serve(in *inputs, w *manifests.Watcher, syncPeriod time.Duration, log *slog.Logger) error {
+// serve runs the data plane with the engine until SIGINT or SIGTERM,
+// applying the manifests that w reads when they change and settle.
+func serve(in *inputs, w *manifests.Watcher, syncPeriod time.Duration) error {
 	dp, err := NewDataPlane()
 	if err != nil {
 		return err
 	}
 	eng, err := engine.New(engine.Config{Backends: map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: dp, v1.IPv6Protocol: dp},
-		Source: in, SyncPeriod: syncPeriod, OnSync: onSync(log)})
+		Source: in, SyncPeriod: syncPeriod, OnSync: in.onSync})
 	if err != nil {
 		return errors.Join(err, dp.Close())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	go watch(ctx, w, in, eng)
+	go w.Watch(ctx, manifestPoll, func(m *manifests.Input) { in.apply(m); eng.Request() },
+		func(err error) { in.log.Error("bad manifests: kept the last good ones", "err", err) })
 	eng.Run(ctx)
 	return eng.Close()
 }
@@ -124,16 +131,77 @@ func parseList[T any](flagName, s string, parse func(string) (T, error)) ([]T, e
 	return out, nil
 }
 
+// inputs are the State the manifests feed and what the Rulesets take
+// besides it: node IPs (of both families; default the Node's addresses)
+// and cluster CIDRs.
+type inputs struct {
+	state        *state.State
+	nodeIPs      []netip.Addr
+	clusterCIDRs []netip.Prefix
+	built        map[v1.IPFamily]*ruleset.Ruleset
+	log          *slog.Logger
+}
+
+func newInputs(nodeName string, nodeIPs []netip.Addr, clusterCIDRs []netip.Prefix, log *slog.Logger) (*inputs, error) {
+	s, err := state.New(families, nodeName, servicemap.Filter{})
+	return &inputs{state: s, nodeIPs: nodeIPs, clusterCIDRs: clusterCIDRs, log: log}, err
+}
+
+// apply replaces the State with the manifests read and logs what they warn
+// about.
+func (in *inputs) apply(m *manifests.Input) {
+	in.warn(append(m.Warnings, in.state.Replace(state.Objects{Services: m.Objects.Services, EndpointSlices: m.Objects.EndpointSlices, Nodes: m.Objects.Nodes})...))
+}
+
+func (in *inputs) warn(warnings []svcproxy.Warning) {
+	for _, w := range warnings {
+		in.log.Warn("skipped", "warning", w.String())
+	}
+}
+
+// Desired is the engine's Source: the Rulesets of the State now.
+func (in *inputs) Desired(context.Context) (engine.Desired, error) {
+	snap, out := in.state.Snapshot(), map[v1.IPFamily]*ruleset.Ruleset{}
+	for _, fam := range snap.Families() {
+		other := func(a netip.Addr) bool { return a.Is4() != (fam.Family == v1.IPv4Protocol) }
+		nodeIPs := fam.NodeAddresses
+		if len(in.nodeIPs) > 0 {
+			nodeIPs = slices.DeleteFunc(slices.Clone(in.nodeIPs), other)
+		}
+		b, err := ruleset.NewBuilder(ruleset.Config{Family: fam.Family, Node: snap.Node, NodePortAddresses: nodeIPs,
+			ClusterCIDRs: slices.DeleteFunc(slices.Clone(in.clusterCIDRs), func(p netip.Prefix) bool { return other(p.Addr()) })})
+		if err != nil {
+			return engine.Desired{}, err
+		}
+		rs, _, warnings := b.Update(in.built[fam.Family], fam.Services, fam.Endpoints)
+		in.warn(warnings)
+		out[fam.Family] = rs
+	}
+	in.built = out
+	return engine.Desired{Rulesets: out, Triggers: snap.TriggerTimes}, nil
+}
+
+// onSync logs each sync.
+func (in *inputs) onSync(ev engine.SyncEvent) {
+	if ev.Err != nil {
+		in.log.Error("sync failed", "err", ev.Err)
+		return
+	}
+	services := 0
+	for _, rs := range ev.Rulesets {
+		services += rs.Len()
+	}
+	in.log.Info("synced", "services", services)
+}
+
 // printPlan writes each frontend of rs and what happens to new flows to it
 // from outside the cluster and from the node (or, with cluster CIDRs, from a
 // pod), before any load-balancer source-range check.
 func printPlan(w io.Writer, rs *ruleset.Ruleset) {
 	routes, _ := frontends(rs)
-	for _, f := range slices.SortedFunc(maps.Keys(routes), func(a, b frontend) int {
-		return cmp.Or(a.addr.Compare(b.addr), strings.Compare(string(a.proto), string(b.proto)))
-	}) {
+	for _, f := range slices.SortedFunc(maps.Keys(routes), ruleset.Frontend.Compare) {
 		r := routes[f]
-		fmt.Fprintf(w, "%s/%s (%s of %s)\n", f.addr, f.proto, r.kind, r.svc.Name)
+		fmt.Fprintf(w, "%s (%s of %s)\n", f, r.kind, r.svc.Name)
 		for _, origin := range []string{"outside", "the node"} {
 			d := rs.Decide(r.svc, r.kind, ruleset.Source{FromNode: origin == "the node"})
 			fmt.Fprintf(w, "  from %s: %s", origin, d.Verdict)

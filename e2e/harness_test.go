@@ -232,12 +232,6 @@ func (p *proxy) waitSyncs(n int) {
 // holds it (a sync under way when they were reloaded does not count).
 func (p *proxy) update(objs ...any) {
 	p.t.Helper()
-	if p.backend == "userspace" { // it does not number its reloads: any sync after the write
-		before := p.syncs()
-		p.write(objs...)
-		p.waitSyncs(before + 1)
-		return
-	}
 	before := lastNumber(p.log.String(), reloadedLine)
 	p.write(objs...)
 	deadline := time.Now().Add(20 * time.Second)
@@ -257,8 +251,8 @@ func (p *proxy) update(objs ...any) {
 	}
 }
 
-// The reference proxies number their manifest reloads, and say in each
-// synced line which reload the state it applied holds.
+// The proxies number their manifest reloads, and say in each synced line
+// which reload the state it applied holds.
 var (
 	reloadedLine = regexp.MustCompile(`msg="manifests reloaded".* manifestReload=(\d+)`)
 	syncedLine   = regexp.MustCompile(`msg=synced .*manifestReload=(\d+)`)

@@ -43,6 +43,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -112,7 +113,11 @@ func serve(in *inputs, w *manifests.Watcher, syncPeriod time.Duration) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	go w.Watch(ctx, manifestPoll, func(m *manifests.Input) { in.apply(m); eng.Request() },
+	go w.Watch(ctx, manifestPoll, func(m *manifests.Input) {
+		in.apply(m)
+		in.log.Info("manifests reloaded", "manifestReload", in.reloads.Add(1))
+		eng.Request()
+	},
 		func(err error) { in.log.Error("bad manifests: kept the last good ones", "err", err) })
 	eng.Run(ctx)
 	return eng.Close()
@@ -140,6 +145,11 @@ type inputs struct {
 	clusterCIDRs []netip.Prefix
 	built        map[v1.IPFamily]*ruleset.Ruleset
 	log          *slog.Logger
+	// reloads counts the manifest reloads applied; syncing is the count
+	// the state of the sync under way holds, said in its log line as the
+	// reference proxies do (docs/reference-proxies.md).
+	reloads atomic.Int64
+	syncing int64
 }
 
 func newInputs(nodeName string, nodeIPs []netip.Addr, clusterCIDRs []netip.Prefix, log *slog.Logger) (*inputs, error) {
@@ -161,6 +171,7 @@ func (in *inputs) warn(warnings []svcproxy.Warning) {
 
 // Desired is the engine's Source: the Rulesets of the State now.
 func (in *inputs) Desired(context.Context) (engine.Desired, error) {
+	in.syncing = in.reloads.Load()
 	snap, out := in.state.Snapshot(), map[v1.IPFamily]*ruleset.Ruleset{}
 	for _, fam := range snap.Families() {
 		other := func(a netip.Addr) bool { return a.Is4() != (fam.Family == v1.IPv4Protocol) }
@@ -191,7 +202,7 @@ func (in *inputs) onSync(ev engine.SyncEvent) {
 	for _, rs := range ev.Rulesets {
 		services += rs.Len()
 	}
-	in.log.Info("synced", "services", services)
+	in.log.Info("synced", "services", services, "manifestReload", in.syncing)
 }
 
 // printPlan writes each frontend of rs and what happens to new flows to it

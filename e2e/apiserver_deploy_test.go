@@ -92,6 +92,7 @@ func TestAPIServerDeployRBAC(t *testing.T) {
 			waitFor(t, "the proxy to say it may not read "+resource, func() (bool, string) {
 				return refused.MatchString(p.log.String()), p.log.String()
 			})
+			t.Logf("without the rule: %s", refused.FindString(p.log.String()))
 			stopProxy(t, p)
 		})
 	}

@@ -73,6 +73,18 @@ func apiService(name string, n byte, opts ...serviceOpt) *v1.Service {
 	return svc
 }
 
+// withZoneHints gives every endpoint of es that has a zone the zone hint
+// of its own zone, as the EndpointSlice controller does for the
+// trafficDistribution PreferSameZone.
+func withZoneHints(es *discovery.EndpointSlice) *discovery.EndpointSlice {
+	for i, ep := range es.Endpoints {
+		if ep.Zone != nil {
+			es.Endpoints[i].Hints = &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: *ep.Zone}}}
+		}
+	}
+	return es
+}
+
 // put creates or updates obj with server-side apply (field manager
 // "svcproxy-e2e", conflicts forced), failing the test on error.
 func (ac *apiCluster) put(obj any) {

@@ -5,6 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -43,7 +46,8 @@ const (
 // with RBAC, then runs the nftables proxy as the DaemonSet would: its
 // command line, its one capability, its kubeconfig, and a token of its
 // ServiceAccount from the TokenRequest API. The role is enough (the proxy
-// syncs and serves), grants only reads, and each of its rules is needed:
+// syncs and serves, its probes and metrics port answer 200), grants only
+// reads, and each of its rules is needed:
 // without it the proxy is refused and says which permission it lacks.
 func TestAPIServerDeployRBAC(t *testing.T) {
 	ac := newAPICluster(t, netns.ClusterSpec{Pods: 1}, apiserver.Options{Authorization: "RBAC"})
@@ -74,6 +78,7 @@ func TestAPIServerDeployRBAC(t *testing.T) {
 	p := runDeployed(t, ac, ds, kubeconfig)
 	p.waitSyncs(1)
 	eventuallyReaches(t, ac.Clients[0], at(serviceIP(false, 60), 80), ac.Pods[0])
+	expectProbesAnswer(t, ac, ds)
 	if strings.Contains(p.log.String(), "forbidden") {
 		t.Errorf("the proxy was refused something with the full role:\n%s", p.log.String())
 	}
@@ -299,6 +304,41 @@ func runDeployed(t *testing.T, ac *apiCluster, ds appsv1.DaemonSet, kubeconfig s
 		}
 	})
 	return p
+}
+
+// expectProbesAnswer checks, from the node, that the DaemonSet's liveness
+// and readiness probes and its metrics port get 200 from the running proxy.
+func expectProbesAnswer(t *testing.T, ac *apiCluster, ds appsv1.DaemonSet) {
+	t.Helper()
+	container := ds.Spec.Template.Spec.Containers[0]
+	ports := map[string]int32{}
+	for _, p := range container.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	urls := map[string]string{"metrics": fmt.Sprintf("http://%s:%d/metrics", ac.Node.IPv4, ports["metrics"])}
+	for name, probe := range map[string]*v1.Probe{"liveness": container.LivenessProbe, "readiness": container.ReadinessProbe} {
+		if probe == nil || probe.HTTPGet == nil {
+			t.Fatalf("DaemonSet: no HTTP %s probe", name)
+		}
+		urls[name] = fmt.Sprintf("http://%s:%d%s", ac.Node.IPv4, ports[probe.HTTPGet.Port.String()], probe.HTTPGet.Path)
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(_ context.Context, _, address string) (net.Conn, error) {
+			return ac.Node.Dial("tcp", netip.AddrPort{}, netip.MustParseAddrPort(address), 5*time.Second)
+		},
+	}}
+	defer client.CloseIdleConnections()
+	for name, url := range urls {
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Errorf("%s (%s): %v", name, url, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s (%s): %s, want 200", name, url, resp.Status)
+		}
+	}
 }
 
 // stopProxy kills the proxy's process group, by its PID.

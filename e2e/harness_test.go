@@ -156,6 +156,9 @@ type proxySetup struct {
 	noNodeIP bool
 	// args are added to the command line.
 	args []string
+	// kubeconfig, when set, makes the proxy watch that API server instead
+	// of reading manifests (objs and node are then not used).
+	kubeconfig string
 }
 
 // startProxyWith is startProxy with the changes of setup.
@@ -165,16 +168,19 @@ func startProxyWith(t *testing.T, c *netns.Cluster, backend string, setup proxyS
 	if p.nodeObj == nil {
 		p.nodeObj = nodeObject()
 	}
-	p.write(objs...)
-	args := []string{
-		"--manifests", p.dir,
+	source := []string{"--kubeconfig", setup.kubeconfig}
+	if setup.kubeconfig == "" {
+		p.write(objs...)
+		source = []string{"--manifests", p.dir}
+	}
+	args := append(source,
 		"--node-name", nodeName,
-		"--cluster-cidr", netns.PodCIDR4.String() + "," + netns.PodCIDR6.String(),
+		"--cluster-cidr", netns.PodCIDR4.String()+","+netns.PodCIDR6.String(),
 		"--ip-family", "dual",
 		"--min-sync-period", "50ms",
 		"--metrics-bind-address", "",
 		"--healthz-bind-address", netip.AddrPortFrom(c.Node.IPv4, 10256).String(),
-	}
+	)
 	if !setup.noNodeIP {
 		args = append(args, "--node-ip", c.Node.IPv4.String()+","+c.Node.IPv6.String())
 	}

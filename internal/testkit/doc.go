@@ -3,6 +3,8 @@
 //
 //   - netns: network namespaces, veth links, echo servers and clients for the
 //     real-kernel tests (it imports "testing").
+//   - apiserver: a real etcd and kube-apiserver run inside a netns namespace,
+//     for the tests of the proxies' --kubeconfig mode.
 //   - scalegen: kube-proxy-shaped clusters of N Services × E endpoints as
 //     v1 objects, for benchmarks; it imports no svcproxy package above
 //     servicemap, so that the tests of any package may use it.

@@ -61,7 +61,9 @@ type ExecutorConfig struct {
 	// nft and then its Service ports over netlink in chunks too, each of
 	// which leaves every Service port as it was or as it is to be, instead
 	// of one nft transaction of the whole table. An incremental sync that
-	// changes more than ChangeChunk Service ports goes in chunks too.
+	// changes more than ChangeChunk Service ports goes in chunks too. That
+	// is kube-proxy's layout; LayoutFlat says what the flat one sends over
+	// netlink (FirstSyncChunk and ChangeChunk do not apply to it).
 	Netlink bool
 	// ChangeChunk bounds the transactions of an incremental sync over
 	// netlink: one that changes more Service ports than ChangeChunk is

@@ -93,31 +93,33 @@ func TestInternalTrafficPolicyLocal(t *testing.T) {
 }
 
 // TestUnallocatedServiceIPDropped: with --service-cluster-ip-range, the
-// nftables proxy drops new connections to an address of the range that is
-// no cluster IP, as kube-proxy's nftables mode does, with its rule in
-// cluster-ips-check; without the flag there is no such rule.
+// nftables proxy, in both layouts, drops new connections to an address of
+// the range that is no cluster IP, as kube-proxy's nftables mode does, with
+// its rule in cluster-ips-check; without the flag there is no such rule.
 func TestUnallocatedServiceIPDropped(t *testing.T) {
 	const rule = `"Drop traffic to unallocated ClusterIPs"`
 	objs := func(c *netns.Cluster) []any {
 		return []any{service("web", ips(46)), slice("web", false, v1.ProtocolTCP, ready(c, c.Pods[0]))}
 	}
-	t.Run("with the range", func(t *testing.T) {
-		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
-		c.StartEcho(echoPort)
-		p := startProxyWith(t, c, "nftables", proxySetup{args: []string{"--service-cluster-ip-range", "198.19.0.0/16,2001:db8:19::/108"}}, objs(c)...)
-		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 46), 80), 3), c.Pods[0])
-		expectDropped(t, c.Clients[0], at(serviceIP(false, 250), 80))
-		expectDropped(t, c.Node, at(serviceIP(false, 250), 80))
-		if state := p.kernelState(); strings.Count(state, rule) != 2 {
-			t.Errorf("want the rule %s in the ip and ip6 tables:\n%s", rule, state)
-		}
-	})
-	t.Run("without", func(t *testing.T) {
-		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
-		c.StartEcho(echoPort)
-		p := startProxy(t, c, "nftables", objs(c)...)
-		if state := p.kernelState(); strings.Contains(state, rule) {
-			t.Errorf("rule %s without --service-cluster-ip-range:\n%s", rule, state)
-		}
-	})
+	for _, backend := range nftablesBackends {
+		t.Run(backend+"/with the range", func(t *testing.T) {
+			c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
+			c.StartEcho(echoPort)
+			p := startProxyWith(t, c, backend, proxySetup{args: []string{"--service-cluster-ip-range", "198.19.0.0/16,2001:db8:19::/108"}}, objs(c)...)
+			expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 46), 80), 3), c.Pods[0])
+			expectDropped(t, c.Clients[0], at(serviceIP(false, 250), 80))
+			expectDropped(t, c.Node, at(serviceIP(false, 250), 80))
+			if state := p.kernelState(); strings.Count(state, rule) != 2 {
+				t.Errorf("want the rule %s in the ip and ip6 tables:\n%s", rule, state)
+			}
+		})
+		t.Run(backend+"/without", func(t *testing.T) {
+			c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
+			c.StartEcho(echoPort)
+			p := startProxy(t, c, backend, objs(c)...)
+			if state := p.kernelState(); strings.Contains(state, rule) {
+				t.Errorf("rule %s without --service-cluster-ip-range:\n%s", rule, state)
+			}
+		})
+	}
 }

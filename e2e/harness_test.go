@@ -29,8 +29,29 @@ import (
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
-// backends are the reference proxies under test, by /proxyMode name.
-var backends = []string{"iptables", "nftables"}
+// backends are the reference proxies under test, by /proxyMode name, and
+// "nftables-flat": the nftables proxy with --nftables-layout flat.
+var backends = []string{"iptables", "nftables", "nftables-flat"}
+
+// nftablesBackends are the backends of the nftables proxy.
+var nftablesBackends = []string{"nftables", "nftables-flat"}
+
+// proxyName is the reference proxy that runs a backend: iptables or
+// nftables.
+func proxyName(backend string) string {
+	if backend == "nftables-flat" {
+		return "nftables"
+	}
+	return backend
+}
+
+// layoutArgs are the flags that select a backend's layout, if any.
+func layoutArgs(backend string) []string {
+	if backend == "nftables-flat" {
+		return []string{"--nftables-layout", "flat"}
+	}
+	return nil
+}
 
 var (
 	buildMu  sync.Mutex
@@ -68,9 +89,11 @@ func hostRules() string {
 	return rulesOnly(out.String())
 }
 
-// proxyBinary builds a reference proxy once and returns its path.
+// proxyBinary builds the reference proxy of a backend once and returns its
+// path.
 func proxyBinary(t *testing.T, backend string) string {
 	t.Helper()
+	backend = proxyName(backend)
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if bin, ok := binaries[backend]; ok {
@@ -184,7 +207,7 @@ func startProxyWith(t *testing.T, c *netns.Cluster, backend string, setup proxyS
 	if !setup.noNodeIP {
 		args = append(args, "--node-ip", c.Node.IPv4.String()+","+c.Node.IPv6.String())
 	}
-	args = append(args, setup.args...)
+	args = append(append(args, layoutArgs(backend)...), setup.args...)
 	cmd := c.Node.Command(context.Background(), proxyBinary(t, backend), args...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	proc, err := c.Node.Start(cmd)
@@ -304,7 +327,7 @@ func cleanup(t *testing.T, c *netns.Cluster, backend string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, err := c.Node.Run(ctx, proxyBinary(t, backend), "--cleanup"); err != nil {
+	if out, err := c.Node.Run(ctx, proxyBinary(t, backend), append([]string{"--cleanup"}, layoutArgs(backend)...)...); err != nil {
 		t.Fatalf("%s-proxy --cleanup: %v\n%s", backend, err, out)
 	}
 }

@@ -27,8 +27,9 @@ import (
 // TestHostileObjectsRenderValidRules: whatever Services and EndpointSlices
 // hold — hostile names, garbage addresses, out-of-range numbers, colliding
 // frontends — nothing panics and the kernel tools accept every rendered
-// ruleset, in both families and both backends (iptables-restore --test,
-// nft --check, inside a namespace the test creates).
+// ruleset, in both families and both backends, the nftables one in both
+// layouts (iptables-restore --test, nft --check, inside a namespace the test
+// creates).
 func TestHostileObjectsRenderValidRules(t *testing.T) {
 	lab := netns.NewLab(t)
 	ns := lab.NewNS("check")
@@ -69,6 +70,8 @@ func TestHostileObjectsRenderValidRules(t *testing.T) {
 				rt.Fatalf("nftables.Script: %v", err)
 			}
 			check(rt, ns, []byte(script), "nft", "--check", "-f", "-")
+			_, flat, _ := nftables.FlatScript(rs, nftables.Options{})
+			check(rt, ns, []byte(flat), "nft", "--check", "-f", "-")
 		}
 	})
 }

@@ -43,6 +43,11 @@ var outsideFlushes = map[string][]struct {
 		{"one table", [][]string{{"nft", "delete", "table", "ip6", "kube-proxy"}}},
 		{"the whole ruleset", [][]string{{"nft", "flush", "ruleset"}}},
 	},
+	"nftables-flat": {
+		{"one chain", [][]string{{"nft", "flush", "chain", "ip", "svcproxy-flat", "services"}}},
+		{"one table", [][]string{{"nft", "delete", "table", "ip6", "svcproxy-flat"}}},
+		{"the whole ruleset", [][]string{{"nft", "flush", "ruleset"}}},
+	},
 }
 
 // TestRepairAfterOutsideFlush: rules flushed or deleted behind the proxy's
@@ -71,7 +76,7 @@ func TestRepairAfterOutsideFlush(t *testing.T) {
 			}
 			flushed := time.Now()
 			broken := addrs[0]
-			if flush.name == "one table" && backend == "nftables" {
+			if flush.name == "one table" && proxyName(backend) == "nftables" {
 				broken = addrs[1] // the ip6 table
 			}
 			if r, err := c.Clients[0].TCP(broken, dropTimeout); err == nil {

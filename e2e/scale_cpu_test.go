@@ -188,7 +188,7 @@ func startScaleProxy(t *testing.T, c *netns.Cluster, backend, dir, pathDir strin
 		"--ip-family", "ipv4",
 		"--metrics-bind-address", "",
 		"--healthz-bind-address", "",
-	}, extraArgs...)
+	}, append(layoutArgs(backend), extraArgs...)...)
 	cmd := c.Node.Command(context.Background(), proxyBinary(t, backend), args...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if pathDir != "" {

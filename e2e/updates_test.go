@@ -117,7 +117,7 @@ func TestCleanup(t *testing.T) {
 		reach(t, c.Clients[0], at(serviceIP(false, 74), 80))
 		cleanup(t, c, backend)
 		state := p.kernelState()
-		for _, mark := range []string{"KUBE-", "kube-proxy"} {
+		for _, mark := range []string{"KUBE-", "kube-proxy", "svcproxy-flat"} {
 			if strings.Contains(state, mark) {
 				t.Errorf("after --cleanup the kernel still holds %q:\n%s", mark, state)
 			}

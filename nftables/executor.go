@@ -61,7 +61,9 @@ type ExecutorConfig struct {
 	// nft and then its Service ports over netlink in chunks too, each of
 	// which leaves every Service port as it was or as it is to be, instead
 	// of one nft transaction of the whole table. An incremental sync that
-	// changes more than ChangeChunk Service ports goes in chunks too.
+	// changes more than ChangeChunk Service ports goes in chunks too. That
+	// is kube-proxy's layout; LayoutFlat says what the flat one sends over
+	// netlink (FirstSyncChunk and ChangeChunk do not apply to it).
 	Netlink bool
 	// ChangeChunk bounds the transactions of an incremental sync over
 	// netlink: one that changes more Service ports than ChangeChunk is
@@ -107,8 +109,10 @@ const DefaultNetlinkFirstSyncChunk = 250
 // Executor applies Rulesets of one IP family to one nftables table through
 // knftables: a full sync the first time, after a failure and when the
 // Ruleset's Config changes; otherwise only the changes since the last
-// Ruleset it applied. It implements engine.Backend. Its methods are safe
-// for concurrent use; they run one at a time.
+// Ruleset it applied. It syncs the layout of Options.Layout: kube-proxy's
+// (the default), or the flat one, whose syncs LayoutFlat describes. It
+// implements engine.Backend. Its methods are safe for concurrent use; they
+// run one at a time.
 type Executor struct {
 	cfg   ExecutorConfig
 	table string
@@ -130,6 +134,12 @@ type Executor struct {
 	// unique: it starts at a random number, so that another Executor of
 	// the same table, before or after this one, does not use them.
 	anonSeq uint64
+	// flatState is what RenderFlatChanges knows of the flat layout's table
+	// (Options.Layout LayoutFlat), nil before a full sync of it.
+	flatState *FlatState
+	// flatNL is the flat layout's netlink socket (ExecutorConfig.Netlink),
+	// or nil.
+	flatNL *FlatNetlink
 }
 
 // SyncDetails says what one Sync did beyond svcproxy.SyncResult: it is the
@@ -180,6 +190,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	if cfg.Family != v1.IPv4Protocol && cfg.Family != v1.IPv6Protocol {
 		return nil, fmt.Errorf("nftables: unknown IP family %q", cfg.Family)
 	}
+	if l := cfg.Options.Layout; l != LayoutKubeProxy && l != LayoutFlat {
+		return nil, fmt.Errorf("nftables: unknown layout %v", l)
+	}
 	if cfg.NewInterface == nil {
 		cfg.NewInterface = Open
 	}
@@ -200,7 +213,11 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		cfg.FirstSyncChunk = DefaultFirstSyncChunk
 	}
 	table := cfg.Options.Table
-	if table == "" {
+	switch {
+	case table != "":
+	case cfg.Options.Layout == LayoutFlat:
+		table = DefaultFlatTable
+	default:
 		table = DefaultTable
 	}
 	if !validTableName(table) {
@@ -233,6 +250,12 @@ func newExecutor(cfg ExecutorConfig, table string, ns *netnsrun.Namespace) (*Exe
 			return nil, fmt.Errorf("nftables: %w", err)
 		}
 		e.anonSeq = rand.Uint64()
+		if cfg.Options.Layout == LayoutFlat {
+			if e.flatNL, err = dialFlatIn(ns); err != nil {
+				e.nl.Close()
+				return nil, fmt.Errorf("nftables: %w", err)
+			}
+		}
 	}
 	return e, nil
 }
@@ -248,6 +271,10 @@ func (e *Executor) Close() error {
 	if e.nl != nil {
 		errs = append(errs, e.nl.Close())
 		e.nl = nil
+	}
+	if e.flatNL != nil {
+		errs = append(errs, e.flatNL.Close())
+		e.flatNL = nil
 	}
 	if e.netns != nil {
 		errs = append(errs, e.netns.Close())
@@ -284,6 +311,9 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Sync
 
 // sync is Sync with e.mu held.
 func (e *Executor) sync(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (outcome, error) {
+	if e.cfg.Options.Layout == LayoutFlat {
+		return e.syncFlat(ctx, rs)
+	}
 	var fallback error
 	if e.last != nil {
 		res, err := e.syncChanges(ctx, rs, now)

@@ -2,6 +2,7 @@ package nftables_test
 
 import (
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -160,5 +161,24 @@ func TestFlatChangesTouchElementsOnly(t *testing.T) {
 	}
 	if strings.Contains(tx.String(), "delete set ip svcproxy-flat cluster-1 ") {
 		t.Errorf("cluster-1 deleted while Service a still uses it:\n%s", tx)
+	}
+}
+
+// TestFlatLongNamesFitComments: the longest names Kubernetes allows make
+// element comments that nft would refuse (over 128 bytes): they are cut to
+// 128, keeping the namespace and the Service's name.
+func TestFlatLongNamesFitComments(t *testing.T) {
+	ns, name := strings.Repeat("n", 63), strings.Repeat("s", 63)
+	w := newWorld(t, config4())
+	w.add(svc(ns, name, "198.19.0.10"), slice(ns, name, 8080, ep{ip: "198.18.64.2", node: node}))
+	_, script, _ := nftables.FlatScript(w.build(), nftables.Options{})
+	comments := regexp.MustCompile(`comment "([^"]*)"`).FindAllStringSubmatch(strings.Join(scriptLines(script, "add element "), "\n"), -1)
+	if len(comments) == 0 {
+		t.Fatalf("no element comments:\n%s", script)
+	}
+	for _, c := range comments {
+		if len(c[1]) > knftables.CommentLengthMax || !strings.HasPrefix(c[1], ns+"/"+name) {
+			t.Errorf("comment %q: %d bytes, want at most %d starting with the namespace and name", c[1], len(c[1]), knftables.CommentLengthMax)
+		}
 	}
 }

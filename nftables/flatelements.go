@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"sigs.k8s.io/knftables"
+
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -33,7 +35,11 @@ func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, 
 	if s.Affinity.Enabled() {
 		warns = append(warns, r.warn(s, "ClientIP session affinity is not rendered by the flat nftables layout: served without it"))
 	}
+	// "namespace/name:port/PROTOCOL" may reach 148 bytes; nft refuses
+	// comments over 128, and with them the whole transaction: the
+	// comment keeps its first 128, which name the namespace and Service.
 	comment := fmt.Sprintf("%s/%s", s.Name, s.Name.Protocol)
+	comment = comment[:min(len(comment), knftables.CommentLengthMax)]
 	for _, f := range s.Frontends() {
 		if owners := rs.ServicesAt(f); len(owners) == 0 || owners[0] != s.Name {
 			if f.Protocol != "" {

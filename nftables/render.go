@@ -19,6 +19,10 @@ type Options struct {
 	// Table is the name of the table; "" means DefaultTable. A proxy that
 	// runs beside kube-proxy picks another name.
 	Table string
+	// Layout is the layout the Executor syncs; the zero value is
+	// kube-proxy's. Render, RenderChanges, RenderNew and Script always
+	// render kube-proxy's layout, RenderFlat and its kin the flat one.
+	Layout Layout
 }
 
 // ErrFullSyncNeeded is returned by RenderChanges when it cannot compute the

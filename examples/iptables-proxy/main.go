@@ -21,11 +21,11 @@ import (
 func main() {
 	proxy.Main(proxy.Mode{
 		Name: "iptables",
-		Render: func(w io.Writer, rs *ruleset.Ruleset) error {
+		Render: func(w io.Writer, rs *ruleset.Ruleset, _ *proxy.Options) error {
 			_, err := w.Write(iptables.Render(iptables.DefaultNames(), rs))
 			return err
 		},
-		NewBackend: func(family v1.IPFamily) (engine.Backend, error) {
+		NewBackend: func(family v1.IPFamily, _ *proxy.Options) (engine.Backend, error) {
 			return iptables.NewExecutor(iptables.ExecutorConfig{Family: family})
 		},
 	})

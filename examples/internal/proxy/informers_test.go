@@ -130,7 +130,7 @@ func TestInformersFollowServiceCIDRs(t *testing.T) {
 	if _, err := source.Watch(ctx, client, state, source.Options{OnChange: func() { changes <- struct{}{} }, OnWarnings: warn}); err != nil {
 		t.Fatal(err)
 	}
-	render := func(w io.Writer, rs *ruleset.Ruleset) error {
+	render := func(w io.Writer, rs *ruleset.Ruleset, _ *Options) error {
 		_, err := fmt.Fprint(w, rs.Config().ServiceCIDRs)
 		return err
 	}

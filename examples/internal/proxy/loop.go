@@ -25,7 +25,7 @@ func (p *proxy) newEngine() (eng *engine.Engine, closeAll func(), err error) {
 		}
 	}
 	for _, f := range p.families {
-		b, err := p.mode.NewBackend(f)
+		b, err := p.mode.NewBackend(f, p.opts)
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("%s backend for %s: %w", p.mode.Name, f, err)

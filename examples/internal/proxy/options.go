@@ -39,6 +39,9 @@ type Options struct {
 	// kube-proxy's iptables mode does by default; only the iptables proxy
 	// has the flag.
 	LocalhostNodePorts bool
+	// NFTablesLayout is the nftables proxy's table layout: "kube-proxy"
+	// (the default) or "flat"; only the nftables proxy has the flag.
+	NFTablesLayout string
 }
 
 // ParseOptions parses the command line (without the program name).
@@ -67,11 +70,19 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if name == "iptables-proxy" {
 		fs.BoolVar(&o.LocalhostNodePorts, "iptables-localhost-nodeports", true, "serve NodePorts on 127.0.0.1 too (IPv4; sets net.ipv4.conf.all.route_localnet=1)")
 	}
+	if name == "nftables-proxy" {
+		fs.StringVar(&o.NFTablesLayout, "nftables-layout", "kube-proxy", "table layout: kube-proxy (kube-proxy's chains, table kube-proxy) or flat (sets and maps under a fixed number of rules, table svcproxy-flat)")
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	switch o.NFTablesLayout {
+	case "", "kube-proxy", "flat":
+	default:
+		return nil, fmt.Errorf("--nftables-layout: %q is not kube-proxy or flat", o.NFTablesLayout)
 	}
 	if err := o.parseAddresses(clusterCIDRs, nodeIPs, allowedExternalIPs, serviceCIDRs); err != nil {
 		return nil, err

@@ -108,3 +108,27 @@ func TestAllowedExternalIPs(t *testing.T) {
 		}
 	}
 }
+
+// TestNFTablesLayoutFlag: --nftables-layout is the nftables proxy's only,
+// defaults to kube-proxy, and refuses other layouts with exit 2.
+func TestNFTablesLayoutFlag(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string // the parsed layout, or the error's start
+		ok   bool
+	}{
+		{name: "nftables-proxy", want: "kube-proxy", ok: true},
+		{name: "nftables-proxy", args: []string{"--nftables-layout", "flat"}, want: "flat", ok: true},
+		{name: "nftables-proxy", args: []string{"--nftables-layout", "chains"}, want: `--nftables-layout: "chains" is not kube-proxy or flat`},
+		{name: "iptables-proxy", args: []string{"--nftables-layout", "flat"}, want: "flag provided but not defined: -nftables-layout"},
+	} {
+		o, err := ParseOptions(tt.name, append([]string{"--manifests", "m"}, tt.args...), io.Discard)
+		switch {
+		case tt.ok && (err != nil || o.NFTablesLayout != tt.want):
+			t.Errorf("%s %q: layout %v, %v; want %q", tt.name, tt.args, o, err, tt.want)
+		case !tt.ok && (err == nil || !strings.HasPrefix(err.Error(), tt.want)):
+			t.Errorf("%s %q: %v; want an error starting %q", tt.name, tt.args, err, tt.want)
+		}
+	}
+}

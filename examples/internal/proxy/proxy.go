@@ -31,11 +31,11 @@ import (
 type Mode struct {
 	// Name answers /proxyMode: "iptables" or "nftables".
 	Name string
-	// Render writes exactly what a full sync of rs would apply, for
-	// --dry-run. It must need neither root nor the kernel.
-	Render func(w io.Writer, rs *ruleset.Ruleset) error
-	// NewBackend makes the backend of one family.
-	NewBackend func(family v1.IPFamily) (engine.Backend, error)
+	// Render writes exactly what a full sync of rs with opts would apply,
+	// for --dry-run. It must need neither root nor the kernel.
+	Render func(w io.Writer, rs *ruleset.Ruleset, opts *Options) error
+	// NewBackend makes the backend of one family, as opts say.
+	NewBackend func(family v1.IPFamily, opts *Options) (engine.Backend, error)
 }
 
 // Exit codes.
@@ -158,7 +158,7 @@ func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) in
 		if opts.IPFamily == "ipv4" && f == v1.IPv6Protocol || opts.IPFamily == "ipv6" && f == v1.IPv4Protocol {
 			continue
 		}
-		b, err := mode.NewBackend(f)
+		b, err := mode.NewBackend(f, opts)
 		if err == nil {
 			err = errors.Join(b.Cleanup(ctx), b.Close())
 		}
@@ -285,7 +285,7 @@ func (p *proxy) dryRun(w io.Writer) error {
 		return err
 	}
 	for _, f := range p.families {
-		if err := p.mode.Render(w, rulesets[f]); err != nil {
+		if err := p.mode.Render(w, rulesets[f], p.opts); err != nil {
 			return fmt.Errorf("render %s: %w", f, err)
 		}
 	}

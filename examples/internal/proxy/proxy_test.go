@@ -32,7 +32,7 @@ type fakeBackend struct {
 }
 
 // fakeRender writes one line per Service.
-func fakeRender(w io.Writer, rs *ruleset.Ruleset) error {
+func fakeRender(w io.Writer, rs *ruleset.Ruleset, _ *Options) error {
 	for _, s := range rs.Services() {
 		fmt.Fprintf(w, "%s %s %s %s\n", rs.Config().Family, s.Name, s.ClusterIP, s.Internal)
 	}
@@ -71,7 +71,7 @@ func (b *fakeBackend) Cleanup(context.Context) error {
 func (b *fakeBackend) Close() error { return nil }
 
 func fakeMode(backends map[v1.IPFamily]*fakeBackend) Mode {
-	return Mode{Name: "fake", Render: fakeRender, NewBackend: func(f v1.IPFamily) (engine.Backend, error) {
+	return Mode{Name: "fake", Render: fakeRender, NewBackend: func(f v1.IPFamily, _ *Options) (engine.Backend, error) {
 		b := &fakeBackend{family: f}
 		backends[f] = b
 		return b, nil

@@ -38,9 +38,9 @@ import (
 // Every element of a Service port carries the port's name as its comment
 // ("ns/name:port/TCP"); hairpin elements (shared by the ports of an
 // endpoint) and the configuration's (pod networks, Service ranges, node
-// addresses) carry none. When two ports claim one frontend, the first in
-// name order gets it and the other is named in a warning, as in kube-proxy's
-// layout.
+// addresses) carry none. When two ports claim one frontend, its owner
+// (ruleset.Ruleset.Owner) gets it and the other is named in a warning, as
+// in kube-proxy's layout.
 //
 // ClientIP session affinity is not rendered in this layout: a Service
 // port that asks for it is served without it, and named in a warning.

@@ -23,9 +23,8 @@ type flatPort struct {
 	hairpin  []netip.Addr
 }
 
-// port renders one Service port of rs. A frontend that another port
-// claims first (in name order, as ruleset.Ruleset.ServicesAt sorts them)
-// is left to it and named in a warning.
+// port renders one Service port of rs. A frontend that another port owns
+// (ruleset.Ruleset.Owner) is left to it and named in a warning.
 func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, []svcproxy.Warning) {
 	var p flatPort
 	var warns []svcproxy.Warning
@@ -41,10 +40,14 @@ func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, 
 	comment := fmt.Sprintf("%s/%s", s.Name, s.Name.Protocol)
 	comment = comment[:min(len(comment), knftables.CommentLengthMax)]
 	for _, f := range s.Frontends() {
-		if owners := rs.ServicesAt(f); len(owners) == 0 || owners[0] != s.Name {
-			if f.Protocol != "" {
-				warns = append(warns, r.warn(s, fmt.Sprintf("%v is served by another Service port", f)))
+		if f.Kind == ruleset.KindClusterAddress { // one entry per address, whichever port has it
+			if owners := rs.ServicesAt(f); len(owners) > 0 && owners[0] == s.Name {
+				r.frontend(&p, s, f, comment)
 			}
+			continue
+		}
+		if !rs.Owns(s, f) {
+			warns = append(warns, r.warn(s, fmt.Sprintf("%v is served by another Service port", f)))
 			continue
 		}
 		r.frontend(&p, s, f, comment)
@@ -73,7 +76,7 @@ func (r *flatRenderer) frontend(p *flatPort, s *ruleset.Service, f ruleset.Front
 		// An address that is both an external and a load-balancer IP is
 		// reached as an external IP, which no firewall guards.
 		lb := slices.Contains(s.LoadBalancerIPs, f.Addr) && !slices.Contains(s.ExternalIPs, f.Addr)
-		if lb && s.UsesFirewall() && s.External != ruleset.RouteReject {
+		if lb && s.UsesFirewall() { // also without endpoints: the firewall comes first, as in kube-proxy's layout
 			r.firewall(p, s, key, comment)
 		}
 	}

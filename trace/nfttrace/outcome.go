@@ -211,10 +211,12 @@ func (ev *evaluation) forwarded(out trace.Outcome, ends []*branch) (trace.Outcom
 }
 
 // masqueradedWith reports whether postrouting masquerades b's packet when it
-// carries mark.
+// carries mark, with `ct status dnat` not holding: a rule that masquerades
+// a DNATed flow for its addresses alone (the flat layout's hairpin check)
+// is the target's business, not the Decision's.
 func (ev *evaluation) masqueradedWith(b *branch, mark uint64) (bool, error) {
 	pkt := b.pkt
-	pkt.mark = mark
+	pkt.mark, pkt.ctDNAT = mark, false
 	ends, err := ev.run(&branch{pkt: pkt, share: big.NewRat(1, 1), stage: stagePostrouting, chains: ev.t.baseChains("postrouting", true)})
 	if err != nil {
 		return false, err

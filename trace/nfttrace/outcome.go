@@ -69,24 +69,35 @@ func (p Path) String() string {
 //   - Service: from the name of the first per-service or per-endpoint chain
 //     the packet enters (kube-proxy's "service-HASH-ns/name/proto/port"),
 //     else from the comment of the verdict-map element that decided
-//     ("ns/name:port"); zero when neither names it (a name truncated to fit
-//     nft's limits).
+//     ("ns/name:port"), else from the comment of the first element of a
+//     named set or data map keyed by destination port that the packet is
+//     found in ("ns/name:port/PROTOCOL", the flat layout's frontend
+//     elements); zero when none names it (a name truncated to fit nft's
+//     limits).
 //   - Kind: from the first named verdict map the packet is found in: a
 //     node port for a map keyed by protocol and port; for a map keyed by
 //     address, a load-balancer IP in firewall-ips, a cluster IP for an
 //     element that goes to a service- or local- chain, an external IP for
 //     one that goes to an external- chain, and for a drop or reject
 //     element, a cluster IP when the address is in the set cluster-ips
-//     (else an external IP). See Comparable for what the rules cannot
-//     tell.
+//     (else an external IP). Else, before DNAT, from the first element
+//     that names a Service port (above) of a set or data map: a node port
+//     for a key without an address, a load-balancer IP in the flat
+//     layout's set firewall, a cluster IP for an address in the set
+//     cluster-ips, else an external IP. See Comparable for what the rules
+//     cannot tell.
 //   - Targets: the DNAT destinations with their exact shares (numgen
 //     draws), and for each whether postrouting masquerades it. Their Local
 //     and Remaining are not known from the rules and are left zero.
 //   - Masquerade: whether postrouting would masquerade each flow with the
-//     mark it had when it entered the chain that DNATs it (so not counting
-//     the hairpin mark that chain sets).
+//     mark it had when it entered the chain that DNATs it, changed by the
+//     DNAT rule's own mark statements (so not counting the hairpin mark
+//     that an earlier rule of that chain sets), with `ct status dnat` not
+//     holding (so not counting the flat layout's hairpin rule).
 //   - ShortCircuit: whether a rule whose comment starts with
-//     "short-circuit" sent the packet on (kube-proxy's comments).
+//     "short-circuit" sent the packet on (kube-proxy's comments), or a DNAT
+//     through a map of the flat layout's short-circuit groups
+//     (shortcircuit-N-… and nodeport-shortcircuit-N-…) translated it.
 //   - Affinity: the timeout of the set the packet's source is added to.
 //
 // A packet of the other IP family than the table's is not seen by it: not

@@ -1,6 +1,7 @@
 package nfttrace
 
 import (
+	"fmt"
 	"math/big"
 	"strings"
 
@@ -28,6 +29,10 @@ func (ev *evaluation) dnatMap(b *branch, e *expr, step *Step) (bool, *verdict, e
 	el := e.set.find(key)
 	if el == nil {
 		return false, nil, nil
+	}
+	if len(el.data) != 2 {
+		// The map was declared again with another type after el was added.
+		return false, nil, fmt.Errorf("%s: element %q has no address and port", e.set.name, el.text)
 	}
 	step.Element = e.set.name + " " + el.text
 	for _, s := range e.sels {

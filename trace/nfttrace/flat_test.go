@@ -166,6 +166,17 @@ func TestEvaluateFlatSemantics(t *testing.T) {
 	}
 }
 
+// TestEvaluateRetypedMap: a verdict map declared again as a data map keeps
+// its verdict elements; a DNAT through it is an error, not a panic.
+func TestEvaluateRetypedMap(t *testing.T) {
+	tb := table(t, preroutingNAT+"add map ip t m { typeof ip daddr : verdict ; }\nadd element ip t m { 198.19.0.10 : drop }\n"+
+		"add map ip t m { typeof ip daddr : ip daddr . th dport ; }\nadd rule ip t pre dnat ip to ip daddr map @m\n")
+	p := trace.Packet{Protocol: v1.ProtocolTCP, Src: netip.MustParseAddrPort("198.18.9.1:1"), Dst: netip.MustParseAddrPort("198.19.0.10:80")}
+	if _, _, err := tb.Evaluate(p); err == nil || !strings.Contains(err.Error(), "no address and port") {
+		t.Fatalf("error %v, want one that says the element has no address and port", err)
+	}
+}
+
 // TestParseFlatErrors: what the flat layout's constructs do not allow is
 // an error that names the line.
 func TestParseFlatErrors(t *testing.T) {

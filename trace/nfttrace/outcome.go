@@ -244,9 +244,10 @@ func (ev *evaluation) masqueradedWith(b *branch, mark uint64) (bool, error) {
 // evaluator's Outcome and trace.Trace's compare equal when the rules do
 // what the Ruleset says:
 //
-//   - Kind: a load-balancer IP is reported as an external IP (kube-proxy
-//     puts both in the same map; only firewall-ips, for a port with source
-//     ranges, tells them apart).
+//   - Kind: a load-balancer IP is reported as an external IP (both
+//     layouts put both in the same maps and sets; only firewall-ips, or
+//     the flat layout's firewall, for a port with source ranges, tells
+//     them apart).
 //   - Targets: sorted by endpoint, with only Endpoint, Share and
 //     Masquerade (a target's Local and Remaining are the Ruleset's
 //     bookkeeping, not in the rules).

@@ -19,14 +19,21 @@
 //
 // Rules are evaluated in order with nftables' semantics for jump, goto,
 // return, accept, drop, reject and base-chain policies. The expressions are
-// those kube-proxy's table uses: ip/ip6 saddr and daddr, meta l4proto,
-// th/tcp/udp/sctp dport and sport, concatenations of them, named and
-// anonymous sets (with prefixes and ranges) and verdict maps, meta mark
-// (match with a mask, set with or/xor/and), `ct state` (the packet is new),
-// `fib saddr type local` (Packet.FromNode), `fib daddr type local`
-// (Packet.ToNode or loopback, before DNAT), `numgen random mod N` (each value
-// an exact 1/N share), `update @set { ip saddr }` (affinity), counters,
-// `dnat to` and `masquerade`.
+// those of the two layouts of the nftables package, kube-proxy's and the
+// flat one: ip/ip6 saddr and daddr, meta l4proto, th/tcp/udp/sctp dport and
+// sport (tcp, udp and sctp only match their protocol, also inside a
+// concatenation), concatenations of them, named and anonymous sets (with
+// prefixes and ranges, also in concatenations: interval sets), sets and
+// maps typed by `type` or by `typeof`, verdict maps, data maps to an
+// address and a port, meta mark (match with a mask, set with or/xor/and),
+// `ct state` (the packet is new), `ct status dnat` (the flow was
+// translated), `fib saddr type local` (Packet.FromNode), `fib daddr type
+// local` (Packet.ToNode or loopback, before DNAT), `numgen random mod N`
+// (each value an exact 1/N share, in a verdict map's key or in a data
+// map's key: `dnat ip to ip daddr . th dport . numgen random mod N map
+// @targets`), `update @set { ip saddr }` (affinity), counters, `dnat to`
+// and `masquerade`. A rule forks on its numgen only when its evaluation
+// reaches it: rules whose matches fail before draw nothing.
 //
 // # What is not
 //

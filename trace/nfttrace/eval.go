@@ -50,6 +50,9 @@ type pktState struct {
 	proto        uint64
 	mark         uint64
 	dnatted      bool
+	// ctDNAT is what `ct status dnat` sees: whether conntrack holds a
+	// destination NAT for the flow.
+	ctDNAT bool
 }
 
 type frame struct {
@@ -83,6 +86,9 @@ type branch struct {
 	fork    *rule
 	forkVal uint64
 	end     ending
+	// ruleMark is the mark the packet had when it entered the current
+	// chain, with the mark statements of the current rule applied.
+	ruleMark uint64
 
 	// What the rules told about the packet on the way.
 	service      servicemap.PortName
@@ -146,21 +152,31 @@ func (ev *evaluation) runBranch(b *branch) ([]*branch, error) {
 			continue
 		}
 		r := f.c.rules[f.next]
+		if ev.steps++; ev.steps > maxSteps {
+			return nil, fmt.Errorf("nfttrace: more than %d rules evaluated: a loop?", maxSteps)
+		}
+		// A rule with a numgen not drawn yet runs on a copy of b: if it
+		// reaches the numgen, b forks, each fork running the rule again
+		// with its draw; if a match fails before, b takes the copy's state.
+		cur := b
 		if r.numgen != nil && b.fork != r {
+			cur = b.clone()
+		}
+		cur.stack[top].next++
+		v, matched, draw, err := ev.evalRule(cur, r)
+		if err != nil {
+			return nil, fmt.Errorf("nfttrace: chain %s, line %d: %w", f.c.name, r.line, err)
+		}
+		if draw {
 			if ev.branches += r.numgen.mod; ev.branches > maxBranches {
 				return nil, fmt.Errorf("nfttrace: chain %s, line %d: more than %d random draws to follow", f.c.name, r.line, maxBranches)
 			}
 			return ev.forkOn(b, r), nil
 		}
-		b.stack[top].next++
-		if ev.steps++; ev.steps > maxSteps {
-			return nil, fmt.Errorf("nfttrace: more than %d rules evaluated: a loop?", maxSteps)
+		if cur != b {
+			*b = *cur
 		}
-		v, matched, err := ev.evalRule(b, r)
 		b.fork = nil
-		if err != nil {
-			return nil, fmt.Errorf("nfttrace: chain %s, line %d: %w", f.c.name, r.line, err)
-		}
 		if !matched {
 			continue
 		}

@@ -155,7 +155,8 @@ func jsonSet(kind, family, table, name string, b map[string]any) ([]string, erro
 	return append(cmds, fmt.Sprintf("add element %s %s %s { %s }", family, table, name, strings.Join(words, " , "))), nil
 }
 
-// jsonElement writes a set element, or a map element [key, verdict].
+// jsonElement writes a set element, or a map element [key, verdict] or
+// [key, value].
 func jsonElement(e any, isMap bool) (string, error) {
 	if !isMap {
 		return jsonValue(e)
@@ -168,7 +169,11 @@ func jsonElement(e any, isMap bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	v, err := jsonStatement(pair[1])
+	write := jsonStatement
+	if obj, ok := pair[1].(map[string]any); !ok || obj["concat"] != nil {
+		write = jsonValue
+	}
+	v, err := write(pair[1])
 	if err != nil {
 		return "", err
 	}
@@ -371,8 +376,11 @@ func jsonMatch(b map[string]any) (string, error) {
 	return "", fmt.Errorf("match operator %v", b["op"])
 }
 
-// jsonDNAT writes "dnat to ADDR[:PORT]".
+// jsonDNAT writes "dnat to ADDR[:PORT]" or "dnat FAMILY to KEY map @MAP".
 func jsonDNAT(b map[string]any) (string, error) {
+	if m, ok := b["addr"].(map[string]any); ok {
+		return jsonDNATMap(b["family"], m)
+	}
 	addr, err := netip.ParseAddr(fmt.Sprint(b["addr"]))
 	if err != nil {
 		return "", fmt.Errorf("dnat to %v", b["addr"])
@@ -381,4 +389,19 @@ func jsonDNAT(b map[string]any) (string, error) {
 		return "dnat to " + netip.AddrPortFrom(addr, uint16(p)).String(), nil
 	}
 	return "dnat to " + addr.String(), nil
+}
+
+// jsonDNATMap writes "dnat FAMILY to KEY map @MAP" from the address of a
+// dnat statement, {"map": {"key": KEY, "data": "@MAP"}}.
+func jsonDNATMap(family any, addr map[string]any) (string, error) {
+	m, _ := addr["map"].(map[string]any)
+	data, _ := m["data"].(string)
+	if m == nil || len(addr) != 1 || !strings.HasPrefix(data, "@") {
+		return "", fmt.Errorf("dnat to %v", addr)
+	}
+	key, err := jsonValue(m["key"])
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("dnat %v to %s map %s", family, key, data), nil
 }

@@ -69,24 +69,35 @@ func (p Path) String() string {
 //   - Service: from the name of the first per-service or per-endpoint chain
 //     the packet enters (kube-proxy's "service-HASH-ns/name/proto/port"),
 //     else from the comment of the verdict-map element that decided
-//     ("ns/name:port"); zero when neither names it (a name truncated to fit
-//     nft's limits).
+//     ("ns/name:port"), else from the comment of the first element of a
+//     named set or data map keyed by destination port that the packet is
+//     found in ("ns/name:port/PROTOCOL", the flat layout's frontend
+//     elements); zero when none names it (a name truncated to fit nft's
+//     limits).
 //   - Kind: from the first named verdict map the packet is found in: a
 //     node port for a map keyed by protocol and port; for a map keyed by
 //     address, a load-balancer IP in firewall-ips, a cluster IP for an
 //     element that goes to a service- or local- chain, an external IP for
 //     one that goes to an external- chain, and for a drop or reject
 //     element, a cluster IP when the address is in the set cluster-ips
-//     (else an external IP). See Comparable for what the rules cannot
-//     tell.
+//     (else an external IP). Else, before DNAT, from the first element
+//     that names a Service port (above) of a set or data map: a node port
+//     for a key without an address, a load-balancer IP in the flat
+//     layout's set firewall, a cluster IP for an address in the set
+//     cluster-ips, else an external IP. See Comparable for what the rules
+//     cannot tell.
 //   - Targets: the DNAT destinations with their exact shares (numgen
 //     draws), and for each whether postrouting masquerades it. Their Local
 //     and Remaining are not known from the rules and are left zero.
 //   - Masquerade: whether postrouting would masquerade each flow with the
-//     mark it had when it entered the chain that DNATs it (so not counting
-//     the hairpin mark that chain sets).
+//     mark it had when it entered the chain that DNATs it, changed by the
+//     DNAT rule's own mark statements (so not counting the hairpin mark
+//     that an earlier rule of that chain sets), with `ct status dnat` not
+//     holding (so not counting the flat layout's hairpin rule).
 //   - ShortCircuit: whether a rule whose comment starts with
-//     "short-circuit" sent the packet on (kube-proxy's comments).
+//     "short-circuit" sent the packet on (kube-proxy's comments), or a DNAT
+//     through a map of the flat layout's short-circuit groups
+//     (shortcircuit-N-… and nodeport-shortcircuit-N-…) translated it.
 //   - Affinity: the timeout of the set the packet's source is added to.
 //
 // A packet of the other IP family than the table's is not seen by it: not
@@ -211,10 +222,12 @@ func (ev *evaluation) forwarded(out trace.Outcome, ends []*branch) (trace.Outcom
 }
 
 // masqueradedWith reports whether postrouting masquerades b's packet when it
-// carries mark.
+// carries mark, with `ct status dnat` not holding: a rule that masquerades
+// a DNATed flow for its addresses alone (the flat layout's hairpin check)
+// is the target's business, not the Decision's.
 func (ev *evaluation) masqueradedWith(b *branch, mark uint64) (bool, error) {
 	pkt := b.pkt
-	pkt.mark = mark
+	pkt.mark, pkt.ctDNAT = mark, false
 	ends, err := ev.run(&branch{pkt: pkt, share: big.NewRat(1, 1), stage: stagePostrouting, chains: ev.t.baseChains("postrouting", true)})
 	if err != nil {
 		return false, err
@@ -231,9 +244,10 @@ func (ev *evaluation) masqueradedWith(b *branch, mark uint64) (bool, error) {
 // evaluator's Outcome and trace.Trace's compare equal when the rules do
 // what the Ruleset says:
 //
-//   - Kind: a load-balancer IP is reported as an external IP (kube-proxy
-//     puts both in the same map; only firewall-ips, for a port with source
-//     ranges, tells them apart).
+//   - Kind: a load-balancer IP is reported as an external IP (both
+//     layouts put both in the same maps and sets; only firewall-ips, or
+//     the flat layout's firewall, for a port with source ranges, tells
+//     them apart).
 //   - Targets: sorted by endpoint, with only Endpoint, Share and
 //     Masquerade (a target's Local and Remaining are the Ruleset's
 //     bookkeeping, not in the rules).

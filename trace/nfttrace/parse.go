@@ -37,9 +37,12 @@ type baseSpec struct {
 
 // set is a named set or map.
 type set struct {
-	name    string
-	keys    []dataType
-	isMap   bool
+	name  string
+	keys  []dataType
+	isMap bool
+	// values are the fields of a data map's values (nil for a set or a
+	// verdict map).
+	values  []dataType
 	timeout time.Duration
 	// elems are the elements in the order they were added; exact holds
 	// those of single values by their key (keyString), ranged the others
@@ -52,7 +55,8 @@ type set struct {
 // element is one element of a set or map (or of an anonymous one).
 type element struct {
 	key     []interval
-	value   verdict // of a map element
+	value   verdict // of a verdict map's element
+	data    []datum // of a data map's element
 	comment string
 	text    string
 	line    int

@@ -16,7 +16,8 @@ func TestParseErrors(t *testing.T) {
 		want       []string // substrings of the error
 	}{
 		{"unknown statement", head + "add rule ip t c log prefix \"x\" drop\n", []string{"line 3", "unknown expression \"log prefix\""}},
-		{"unknown expression", head + "add rule ip t c ct status dnat accept\n", []string{"line 3", "unknown ct expression"}},
+		{"unknown expression", head + "add rule ip t c ct helper \"ftp\" accept\n", []string{"line 3", "unknown ct expression"}},
+		{"unknown ct status", head + "add rule ip t c ct status snat accept\n", []string{"line 3", "only dnat"}},
 		{"reject options", head + "add rule ip t c reject with tcp reset\n", []string{"line 3", "reject options"}},
 		{"jump to no chain", head + "add rule ip t c jump nowhere\n", []string{"line 3", "no chain nowhere"}},
 		{"goto in a map to no chain", head + "add map ip t m { type inet_proto . inet_service : verdict ; }\nadd element ip t m { tcp . 80 : goto nowhere }\n", []string{"line 4", "no chain nowhere"}},

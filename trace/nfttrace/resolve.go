@@ -51,13 +51,18 @@ func (t *Table) resolveRule(r *rule) error {
 			e.set = s
 		}
 		if e.set == nil {
-			if e.kind == exprMatch || e.kind == exprVmap || e.kind == exprUpdate {
+			if e.kind == exprMatch || e.kind == exprVmap || e.kind == exprUpdate || e.kind == exprDnatMap {
 				return fmt.Errorf("a set lookup without a set")
 			}
 			continue
 		}
 		if err := checkSetUse(e); err != nil {
 			return err
+		}
+		if e.kind == exprDnatMap {
+			if err := checkDNATMap(t.family, e); err != nil {
+				return err
+			}
 		}
 		if e.setName == "" {
 			for _, el := range e.set.elems {
@@ -71,7 +76,7 @@ func (t *Table) resolveRule(r *rule) error {
 }
 
 // checkSetUse checks that e's set has the type of its selectors and is a
-// map for vmap, a set otherwise.
+// verdict map for vmap, a data map for a dnat to a key, a set otherwise.
 func checkSetUse(e *expr) error {
 	keys := make([]dataType, len(e.sels))
 	for i, s := range e.sels {
@@ -80,8 +85,9 @@ func checkSetUse(e *expr) error {
 	if !slices.Equal(keys, e.set.keys) {
 		return fmt.Errorf("%s has type %v, used with %v", e.set.name, e.set.keys, keys)
 	}
-	if e.set.isMap != (e.kind == exprVmap) {
-		return fmt.Errorf("%s: a map where a set is needed or the other way round", e.set.name)
+	isDataMap := e.set.isMap && e.set.values != nil
+	if e.set.isMap != (e.kind == exprVmap || e.kind == exprDnatMap) || isDataMap != (e.kind == exprDnatMap) {
+		return fmt.Errorf("%s: a map where a set is needed, a set where a map is, or a map of the wrong kind", e.set.name)
 	}
 	return nil
 }

@@ -13,13 +13,14 @@ import (
 	"github.com/svcproxy/svcproxy/trace/nfttrace"
 )
 
-// TestBrokenTextNeverPanics: the demo tables, in both syntaxes, with a few
+// TestBrokenTextNeverPanics: the demo tables of both layouts, in both
+// syntaxes, with a few
 // words of random lines deleted, repeated or replaced by nft punctuation
 // and keywords, either fail to parse (with an error that names a line) or
 // evaluate every demo packet to an Outcome or an error: never a panic.
 func TestBrokenTextNeverPanics(t *testing.T) {
 	var texts []string
-	for _, name := range []string{"demo.nft", "demo-listed.nft"} {
+	for _, name := range []string{"demo.nft", "demo-listed.nft", "flat.nft", "flat-listed.nft"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			t.Fatal(err)
@@ -27,7 +28,8 @@ func TestBrokenTextNeverPanics(t *testing.T) {
 		texts = append(texts, string(b))
 	}
 	vocabulary := []string{"{", "}", ",", ";", ":", ".", "!=", "@", "@cluster-ips", "jump", "goto", "vmap", "drop", "return",
-		"accept", "0x1", "-", "/", "mod", "numgen", "ip", "daddr", "meta", "mark", "set", "th", "dport", "fib", "type", "\"", "elements", "=", "comment", "chain", "table"}
+		"accept", "0x1", "-", "/", "mod", "numgen", "ip", "daddr", "meta", "mark", "set", "th", "dport", "fib", "type", "\"", "elements", "=", "comment", "chain", "table",
+		"typeof", "map", "dnat", "to", "ct", "status", "tcp", "udp", "@cluster-2-targets", "@hairpin", "interval"}
 	rapid.Check(t, func(t *rapid.T) {
 		lines := strings.Split(rapid.SampledFrom(texts).Draw(t, "text"), "\n")
 		for range rapid.IntRange(1, 3).Draw(t, "edits") {
@@ -56,30 +58,40 @@ func TestBrokenTextNeverPanics(t *testing.T) {
 			}
 			return
 		}
-		for _, s := range demoPackets {
-			p, err := tracePacket(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb.Evaluate(p)
-		}
+		evaluateAll(t, tb)
 	})
 }
 
-// TestBrokenJSONNeverPanics: the demo table as nft -j lists it, with random
-// members deleted or replaced by values of other shapes, either fails to
-// parse or evaluates every demo packet: never a panic.
+// evaluateAll evaluates the packets of both demos.
+func evaluateAll(t *rapid.T, tb *nfttrace.Table) {
+	for _, s := range append(slices.Clone(demoPackets), flatPackets...) {
+		p, err := tracePacket(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb.Evaluate(p)
+	}
+}
+
+// TestBrokenJSONNeverPanics: the demo tables of both layouts as nft -j
+// lists them, with random members deleted or replaced by values of other
+// shapes, either fail to parse or evaluate every demo packet: never a
+// panic.
 func TestBrokenJSONNeverPanics(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("testdata", "demo-listed.json"))
-	if err != nil {
-		t.Fatal(err)
+	var docs [][]byte
+	for _, name := range []string{"demo-listed.json", "flat-listed.json"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, b)
 	}
 	// Replacements as JSON, decoded afresh for each edit so that no two
 	// edits share (and loop through) one value.
 	replacements := []string{`null`, `"x"`, `"@"`, `1`, `-1`, `[]`, `["a", 2]`, `{}`, `{"jump": null}`}
 	rapid.Check(t, func(t *rapid.T) {
 		var doc any
-		if err := json.Unmarshal(b, &doc); err != nil {
+		if err := json.Unmarshal(rapid.SampledFrom(docs).Draw(t, "doc"), &doc); err != nil {
 			t.Fatal(err)
 		}
 		for range rapid.IntRange(1, 3).Draw(t, "edits") {
@@ -97,13 +109,7 @@ func TestBrokenJSONNeverPanics(t *testing.T) {
 		if err != nil {
 			return
 		}
-		for _, s := range demoPackets {
-			p, err := tracePacket(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb.Evaluate(p)
-		}
+		evaluateAll(t, tb)
 	})
 }
 

@@ -43,6 +43,8 @@ const (
 	exprMarkSet                     // meta mark set meta mark OP VALUE | VALUE
 	exprUpdate                      // update|add @SET { SELECTOR }
 	exprDnat                        // dnat [ip|ip6] to ADDR[:PORT]
+	exprDnatMap                     // dnat [ip|ip6] to SELECTORS map @MAP
+	exprCtDNAT                      // ct status [!=] dnat
 	exprMasq                        // masquerade [flags]
 	exprCounter                     // counter [packets N bytes M]
 )
@@ -337,8 +339,12 @@ func (p *ruleParser) fib() error {
 	return nil
 }
 
-// ct reads "ct state [!=] STATE[,STATE...]".
+// ct reads "ct state [!=] STATE[,STATE...]" or "ct status [!=] dnat".
 func (p *ruleParser) ct() error {
+	if p.peek(1).is("status") {
+		p.i += 2
+		return p.ctStatus()
+	}
 	if !p.peek(1).is("state") {
 		return fmt.Errorf("unknown ct expression %q", p.peek(1).text)
 	}
@@ -361,25 +367,27 @@ func (p *ruleParser) ct() error {
 	return nil
 }
 
-// dnat reads "dnat [ip|ip6] to ADDR[:PORT]".
+// dnat reads "dnat [ip|ip6] to ADDR[:PORT]" or "dnat [ip|ip6] to
+// SELECTORS map @MAP".
 func (p *ruleParser) dnat() error {
 	p.i++
-	if p.peek(0).is("ip") || p.peek(0).is("ip6") {
+	if (p.peek(0).is("ip") || p.peek(0).is("ip6")) && p.peek(1).is("to") {
 		p.i++
 	}
 	if !p.peek(0).is("to") {
 		return fmt.Errorf("dnat without \"to\"")
 	}
 	s := p.peek(1).text
-	p.i += 2
+	p.i++
 	e := expr{kind: exprDnat}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		e.dnat = ap
 	} else if a, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
 		e.dnat = netip.AddrPortFrom(a, 0)
 	} else {
-		return fmt.Errorf("dnat to %q", s)
+		return p.dnatMap()
 	}
+	p.i++
 	if e.dnat.Addr().Is4() != (p.family == "ip") {
 		return fmt.Errorf("dnat to %s in a table of family %s", s, p.family)
 	}

@@ -22,7 +22,7 @@ func (t *Table) addSet(at token, name string, isMap bool, block []token) error {
 		block = inside
 	}
 	for _, st := range statements(block) {
-		if err := s.parseSpec(st); err != nil {
+		if err := s.parseSpec(t.family, st); err != nil {
 			return err
 		}
 	}
@@ -32,19 +32,24 @@ func (t *Table) addSet(at token, name string, isMap bool, block []token) error {
 	return nil
 }
 
-// parseSpec reads one statement of a set's specification.
-func (s *set) parseSpec(st []token) error {
+// parseSpec reads one statement of a set's specification in a table of
+// family.
+func (s *set) parseSpec(family string, st []token) error {
 	kw := st[0]
 	switch {
-	case kw.is("type"):
-		keys, isMap, err := parseSetType(st[1:])
+	case kw.is("type") || kw.is("typeof"):
+		parse := parseSetType
+		if kw.is("typeof") {
+			parse = func(toks []token) (setType, error) { return parseTypeof(family, toks) }
+		}
+		typ, err := parse(st[1:])
 		if err != nil {
 			return lineError(kw, "%s: %v", s.name, err)
 		}
-		if isMap != s.isMap {
+		if typ.isMap != s.isMap {
 			return lineError(kw, "%s: type %q does not fit a %s", s.name, words(st[1:]), map[bool]string{true: "map", false: "set"}[s.isMap])
 		}
-		s.keys = keys
+		s.keys, s.values = typ.keys, typ.values
 	case kw.is("timeout") && len(st) == 2:
 		d, err := parseDuration(st[1].text)
 		if err != nil {
@@ -64,26 +69,57 @@ func (s *set) parseSpec(st []token) error {
 	return nil
 }
 
-// parseSetType reads "A . B . C [: verdict]".
-func parseSetType(toks []token) ([]dataType, bool, error) {
-	var keys []dataType
-	isMap := false
-	for i := 0; i < len(toks); i++ {
-		w := toks[i].text
-		switch {
-		case w == "." && i%2 == 1:
-		case w == ":" && i%2 == 1 && i == len(toks)-2 && toks[i+1].is("verdict"):
-			return keys, true, nil
-		case i%2 == 0 && dataTypes[w] != 0:
-			keys = append(keys, dataTypes[w])
-		default:
-			return nil, false, fmt.Errorf("unknown set type %q", words(toks))
+// setType is the type of a set or map: its key fields, and for a data map
+// (values non-nil) the fields of its values; a verdict map has none.
+type setType struct {
+	keys, values []dataType
+	isMap        bool
+}
+
+// parseSetType reads "A . B . C [: verdict | : D . E]".
+func parseSetType(toks []token) (setType, error) {
+	key, value, isMap := splitColon(toks)
+	var typ setType
+	var err error
+	if typ.keys, err = dataTypeList(key); err != nil {
+		return setType{}, fmt.Errorf("unknown set type %q", words(toks))
+	}
+	typ.isMap = isMap
+	if !isMap || len(value) == 1 && value[0].is("verdict") {
+		return typ, nil
+	}
+	if typ.values, err = dataTypeList(value); err != nil {
+		return setType{}, fmt.Errorf("unknown map value type %q", words(toks))
+	}
+	return typ, nil
+}
+
+// splitColon splits a set's type at its colon, if any.
+func splitColon(toks []token) (key, value []token, isMap bool) {
+	for i, t := range toks {
+		if t.is(":") {
+			return toks[:i], toks[i+1:], true
 		}
 	}
-	if len(keys) == 0 {
-		return nil, false, fmt.Errorf("empty set type")
+	return toks, nil, false
+}
+
+// dataTypeList reads "A . B . C", data type names.
+func dataTypeList(toks []token) ([]dataType, error) {
+	var out []dataType
+	for i, t := range toks {
+		switch {
+		case t.is(".") && i%2 == 1 && i < len(toks)-1:
+		case i%2 == 0 && !t.quoted && dataTypes[t.text] != 0:
+			out = append(out, dataTypes[t.text])
+		default:
+			return nil, fmt.Errorf("unknown data type %q", t.text)
+		}
 	}
-	return keys, isMap, nil
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty type")
+	}
+	return out, nil
 }
 
 // changeElements adds (or deletes) the comma-separated elements of toks.
@@ -92,7 +128,7 @@ func (s *set) changeElements(at token, toks []token, add bool) error {
 		if len(et) == 0 {
 			continue
 		}
-		e, err := parseElement(s.keys, s.isMap, et)
+		e, err := parseElement(s, et)
 		if err != nil {
 			return lineError(et[0], "%s: %v", s.name, err)
 		}
@@ -164,8 +200,10 @@ func splitCommas(toks []token) [][]token {
 	return append(out, toks[start:])
 }
 
-// parseElement reads "K1 . K2 [comment C] [timeout T] [expires E] [: VERDICT]".
-func parseElement(keys []dataType, isMap bool, toks []token) (*element, error) {
+// parseElement reads an element of s: "K1 . K2 [comment C] [timeout T]
+// [expires E] [: VERDICT | : V1 . V2]".
+func parseElement(s *set, toks []token) (*element, error) {
+	keys, isMap := s.keys, s.isMap
 	e := &element{text: words(toks), line: toks[0].line}
 	i := 0
 	for k, typ := range keys {
@@ -200,6 +238,14 @@ func parseElement(keys []dataType, isMap bool, toks []token) (*element, error) {
 	}
 	if i == len(toks) {
 		return nil, fmt.Errorf("element %q: no value in a map", e.text)
+	}
+	if s.values != nil {
+		data, err := parseData(s.values, toks[i+1:])
+		if err != nil {
+			return nil, fmt.Errorf("element %q: %w", e.text, err)
+		}
+		e.data = data
+		return e, nil
 	}
 	v, n, ok, err := parseVerdict(toks[i+1:])
 	if err != nil || !ok || i+1+n != len(toks) {

@@ -14,21 +14,26 @@ import (
 
 // evalRule evaluates r for b: its matches in order, its statements as they
 // come. It returns the verdict, and whether every match matched (a verdict
-// map without the key does not).
-func (ev *evaluation) evalRule(b *branch, r *rule) (verdict, bool, error) {
+// map without the key does not); draw reports that it stopped at the
+// rule's numgen, which b has not drawn yet.
+func (ev *evaluation) evalRule(b *branch, r *rule) (v verdict, matched, draw bool, err error) {
 	step := Step{Hook: stageHooks[b.stage], Chain: b.stack[len(b.stack)-1].c.name, Rule: r.text, Line: r.line}
 	if r.comment != "" {
 		step.Rule += fmt.Sprintf(" comment %q", r.comment)
 	}
-	v := r.verdict
+	v = r.verdict
+	b.ruleMark = b.stack[len(b.stack)-1].mark
 	for i := range r.exprs {
 		e := &r.exprs[i]
+		if b.fork != r && e.drawsNumgen() {
+			return verdict{}, false, true, nil
+		}
 		matched, taken, err := ev.evalExpr(b, e, &step)
 		if err != nil {
-			return verdict{}, false, err
+			return verdict{}, false, false, err
 		}
 		if !matched {
-			return verdict{}, false, nil
+			return verdict{}, false, false, nil
 		}
 		if taken != nil {
 			v = *taken
@@ -39,7 +44,17 @@ func (ev *evaluation) evalRule(b *branch, r *rule) (verdict, bool, error) {
 	if strings.HasPrefix(r.comment, "short-circuit") && (v.kind == verdictGoto || v.kind == verdictJump) {
 		b.shortCircuit = true
 	}
-	return v, true, nil
+	return v, true, false, nil
+}
+
+// drawsNumgen reports whether e reads a numgen.
+func (e *expr) drawsNumgen() bool {
+	for _, s := range e.sels {
+		if s.kind == selNumgen {
+			return true
+		}
+	}
+	return false
 }
 
 // evalExpr evaluates one expression: whether it matched, and the verdict
@@ -54,6 +69,9 @@ func (ev *evaluation) evalExpr(b *branch, e *expr, step *Step) (bool, *verdict, 
 		el := e.set.find(key)
 		if el != nil && e.set.name != "" {
 			step.Element = e.set.name + " " + el.text
+			if !e.neg {
+				ev.noteSetElement(b, e, el)
+			}
 		}
 		return (el != nil) != e.neg, nil, nil
 	case exprVmap:
@@ -66,22 +84,19 @@ func (ev *evaluation) evalExpr(b *branch, e *expr, step *Step) (bool, *verdict, 
 		return local != e.neg, nil, nil
 	case exprCtNew:
 		return e.isNew != e.neg, nil, nil
+	case exprCtDNAT:
+		return b.pkt.ctDNAT != e.neg, nil, nil
 	case exprMarkSet:
 		b.pkt.mark = markOp(e.markOp, b.pkt.mark, e.markVal)
+		b.ruleMark = markOp(e.markOp, b.ruleMark, e.markVal)
 	case exprUpdate:
 		if e.set.timeout > 0 {
 			b.affinity = int32(e.set.timeout.Seconds())
 		}
 	case exprDnat:
-		if b.chains[b.ci-1].base.typ != "nat" || (b.stage != stagePrerouting && b.stage != stageOutput) {
-			return false, nil, fmt.Errorf("dnat outside a nat chain of the prerouting or output hook")
-		}
-		b.pkt.daddr, b.pkt.dnatted = e.dnat.Addr(), true
-		if e.dnat.Port() != 0 {
-			b.pkt.dport = e.dnat.Port()
-		}
-		b.dnatMark = b.stack[len(b.stack)-1].mark
-		return true, &verdict{kind: verdictAccept}, nil
+		return ev.dnatTo(b, e.dnat)
+	case exprDnatMap:
+		return ev.dnatMap(b, e, step)
 	case exprMasq:
 		if b.chains[b.ci-1].base.typ != "nat" || b.stage != stagePostrouting {
 			return false, nil, fmt.Errorf("masquerade outside a nat chain of the postrouting hook")
@@ -90,6 +105,20 @@ func (ev *evaluation) evalExpr(b *branch, e *expr, step *Step) (bool, *verdict, 
 		return true, &verdict{kind: verdictAccept}, nil
 	}
 	return true, nil, nil
+}
+
+// dnatTo translates b's destination to dst (port 0: keep the port) and
+// accepts.
+func (ev *evaluation) dnatTo(b *branch, dst netip.AddrPort) (bool, *verdict, error) {
+	if b.chains[b.ci-1].base.typ != "nat" || (b.stage != stagePrerouting && b.stage != stageOutput) {
+		return false, nil, fmt.Errorf("dnat outside a nat chain of the prerouting or output hook")
+	}
+	b.pkt.daddr, b.pkt.dnatted, b.pkt.ctDNAT = dst.Addr(), true, true
+	if dst.Port() != 0 {
+		b.pkt.dport = dst.Port()
+	}
+	b.dnatMark = b.ruleMark
+	return true, &verdict{kind: verdictAccept}, nil
 }
 
 func markOp(op string, mark, val uint64) uint64 {
@@ -230,13 +259,21 @@ func serviceOfChain(name string) (servicemap.PortName, bool) {
 }
 
 // serviceOfComment reads the Service port out of an element's comment,
-// "namespace/name[:port]", with the packet's protocol.
+// "namespace/name[:port[/PROTOCOL]]", with the packet's protocol when the
+// comment names none.
 func serviceOfComment(comment string, proto uint64) (servicemap.PortName, bool) {
 	ns, rest, ok := strings.Cut(comment, "/")
 	if !ok || ns == "" || rest == "" {
 		return servicemap.PortName{}, false
 	}
 	name, port, _ := strings.Cut(rest, ":")
+	if port, named, ok := strings.Cut(port, "/"); ok {
+		p := v1.Protocol(named)
+		if _, known := protoNumbers[p]; !known || name == "" || strings.Contains(name, "/") {
+			return servicemap.PortName{}, false
+		}
+		return servicemap.PortName{Namespace: ns, Name: name, Port: port, Protocol: p}, true
+	}
 	for p, n := range protoNumbers {
 		if n == proto {
 			return servicemap.PortName{Namespace: ns, Name: name, Port: port, Protocol: p}, true

@@ -42,7 +42,7 @@ func (t dataType) String() string {
 // evaluator knows.
 var dataTypes = map[string]dataType{
 	"ipv4_addr": typeIPv4, "ipv6_addr": typeIPv6, "inet_proto": typeProto,
-	"inet_service": typePort, "mark": typeMark,
+	"inet_service": typePort, "mark": typeMark, "integer": typeInt,
 }
 
 // datum is one value: an address, or a number (protocol, port, mark,

@@ -1,0 +1,131 @@
+package nfttrace
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// parseTypeof reads "typeof EXPR . EXPR [: verdict | : EXPR . EXPR]", the
+// type of a set or map given by the expressions that fill it, in a table of
+// family.
+func parseTypeof(family string, toks []token) (setType, error) {
+	key, value, isMap := splitColon(toks)
+	typ := setType{isMap: isMap}
+	var err error
+	if typ.keys, err = selectorTypes(family, key); err != nil {
+		return setType{}, err
+	}
+	if !isMap || len(value) == 1 && value[0].is("verdict") {
+		return typ, nil
+	}
+	if typ.values, err = selectorTypes(family, value); err != nil {
+		return setType{}, err
+	}
+	return typ, nil
+}
+
+// selectorTypes reads the data types of a concatenation of selectors.
+func selectorTypes(family string, toks []token) ([]dataType, error) {
+	p := ruleParser{family: family, toks: toks, r: &rule{}}
+	var out []dataType
+	for {
+		s, err := p.selector()
+		if err != nil {
+			return nil, fmt.Errorf("typeof %q: %w", words(toks), err)
+		}
+		out = append(out, s.typ)
+		if !p.peek(0).is(".") {
+			break
+		}
+		p.i++
+	}
+	if p.i != len(toks) {
+		return nil, fmt.Errorf("typeof %q: unexpected %q", words(toks), p.peek(0).text)
+	}
+	return out, nil
+}
+
+// parseData reads a data map's value "V1 . V2", single values of types.
+func parseData(types []dataType, toks []token) ([]datum, error) {
+	if len(toks) != 2*len(types)-1 {
+		return nil, fmt.Errorf("want a value of %d fields, have %q", len(types), words(toks))
+	}
+	out := make([]datum, len(types))
+	for i, typ := range types {
+		if i > 0 && !toks[2*i-1].is(".") {
+			return nil, fmt.Errorf("want a value of %d fields, have %q", len(types), words(toks))
+		}
+		iv, err := parseLiteral(typ, toks[2*i].text)
+		if err != nil {
+			return nil, err
+		}
+		if iv.lo != iv.hi {
+			return nil, fmt.Errorf("a range %q as a map's value", toks[2*i].text)
+		}
+		out[i] = iv.lo
+	}
+	return out, nil
+}
+
+// dnatMap reads "SELECTOR [. SELECTOR ...] map @MAP" after "dnat [ip|ip6]
+// to": a DNAT to the address and port that a data map gives for the key.
+func (p *ruleParser) dnatMap() error {
+	e := expr{kind: exprDnatMap}
+	for {
+		s, err := p.selector()
+		if err != nil {
+			return err
+		}
+		if s.kind == selNumgen {
+			if p.r.numgen != nil {
+				return fmt.Errorf("two numgen expressions")
+			}
+			p.r.numgen = &s
+		}
+		e.sels = append(e.sels, s)
+		if !p.peek(0).is(".") {
+			break
+		}
+		p.i++
+	}
+	name := p.peek(1).text
+	if !p.peek(0).is("map") || len(name) < 2 || name[0] != '@' || p.peek(1).quoted {
+		return fmt.Errorf("dnat to a key: want \"map @MAP\", have %q", p.peek(0).text)
+	}
+	e.setName, p.i = name[1:], p.i+2
+	p.r.exprs = append(p.r.exprs, e)
+	return nil
+}
+
+// checkDNATMap checks that e's map is a data map from its key to an
+// address and a port of family.
+func checkDNATMap(family string, e *expr) error {
+	addr := typeIPv4
+	if family == "ip6" {
+		addr = typeIPv6
+	}
+	if len(e.set.values) != 2 || e.set.values[0] != addr || e.set.values[1] != typePort {
+		return fmt.Errorf("%s: dnat needs a map to an address and a port of family %s", e.set.name, family)
+	}
+	return nil
+}
+
+// ctStatus reads "ct status [!=] dnat" (p.i past "ct status"): whether
+// conntrack holds a destination NAT for the flow.
+func (p *ruleParser) ctStatus() error {
+	e := expr{kind: exprCtDNAT}
+	if p.peek(0).is("!=") {
+		e.neg, p.i = true, p.i+1
+	}
+	if !p.peek(0).is("dnat") || p.peek(1).is(",") {
+		return fmt.Errorf("ct status %q: only dnat is supported", p.peek(0).text)
+	}
+	p.i++
+	p.r.exprs = append(p.r.exprs, e)
+	return nil
+}
+
+// dnatTo is the address and port a data map's element gives.
+func dnatTo(el *element) netip.AddrPort {
+	return netip.AddrPortFrom(el.data[0].addr, uint16(el.data[1].num))
+}

@@ -43,6 +43,18 @@
 // on 127.0.0.0/8 (nor ::1) unless Config.LocalhostNodePorts asks for it
 // (IPv4 only).
 //
+// # The flat layout
+//
+// Options.Layout = LayoutFlat selects a second layout (table svcproxy-flat
+// by default), for scale: per Service port state lives only in sets and
+// maps, under rules whose number depends on the endpoint counts in use, not
+// on the number of Services, so that a Service change is a few element
+// changes (see layout.go and flat.go). The Executor syncs either layout;
+// Render, RenderChanges and Script always render kube-proxy's, and
+// RenderFlat, FlatScript and RenderFlatChanges the flat one. The flat
+// layout does not render ClientIP affinity yet (such ports are served
+// without it and named in a warning).
+//
 // # Rendering
 //
 // Render, RenderNew and RenderChanges are pure: they append operations to

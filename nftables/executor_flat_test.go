@@ -60,16 +60,16 @@ func TestExecutorFlat(t *testing.T) {
 		lacks    []string
 	}{
 		{name: "first sync", change: func() { w.add(svc("ns1", "web", "198.19.0.10"), one) }, full: true, tx: 1,
-			contains: []string{"add element ip svcproxy-flat cluster-1 { 198.19.0.10 . tcp . 80 comment \"ns1/web:p80/TCP\" }",
-				"add element ip svcproxy-flat cluster-1-targets { 198.19.0.10 . tcp . 80 . 0 comment \"ns1/web:p80/TCP\" : 198.18.64.2 . 8080 }"}},
+			contains: []string{"add element ip svcproxy-flat cluster-1-tcp { 198.19.0.10 . tcp . 80 comment \"ns1/web:p80/TCP\" }",
+				"add element ip svcproxy-flat cluster-1-tcp-targets { 198.19.0.10 . tcp . 80 . 0 comment \"ns1/web:p80/TCP\" : 198.18.64.2 . 8080 }"}},
 		{name: "nothing changed", change: func() {}, tx: 0},
 		{name: "endpoint replaced: elements only", change: func() { w.add(other) }, tx: 1,
 			contains: []string{": 198.18.64.3 . 8080 }"}, lacks: []string{": 198.18.64.2 . 8080 }"}},
 		{name: "a second endpoint: a new count", change: func() { w.add(two) }, tx: 1,
-			contains: []string{"cluster-2-targets { 198.19.0.10 . tcp . 80 . 1 ", "add map ip svcproxy-flat cluster-2-targets"},
-			lacks:    []string{"add map ip svcproxy-flat cluster-1-targets"}},
+			contains: []string{"cluster-2-tcp-targets { 198.19.0.10 . tcp . 80 . 1 ", "add map ip svcproxy-flat cluster-2-tcp-targets"},
+			lacks:    []string{"add map ip svcproxy-flat cluster-1-tcp-targets"}},
 		{name: "full sync requested", change: ex.RequestFullSync, full: true, tx: 1,
-			contains: []string{"cluster-2-targets { 198.19.0.10 . tcp . 80 . 0 "}},
+			contains: []string{"cluster-2-tcp-targets { 198.19.0.10 . tcp . 80 . 0 "}},
 	}
 	var last *ruleset.Ruleset
 	for _, step := range steps {

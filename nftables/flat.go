@@ -12,11 +12,16 @@ import (
 
 // The flat layout holds, in one table per IP family:
 //
-//   - per target group G and endpoint count N in use, a set G-N of the
-//     frontends whose traffic goes to N targets, a map G-N-targets from
-//     frontend . index (0…N−1) to endpoint address . port, and in chain G the
-//     rule(s) "frontend @G-N … dnat to frontend . numgen random mod N map
-//     @G-N-targets": each target gets exactly 1/N of new flows. The groups
+//   - per target group G, endpoint count N and protocol P (tcp, udp,
+//     sctp) in use, a set G-N-P of the frontends of protocol P whose
+//     traffic goes to N targets, a map G-N-P-targets from frontend . index
+//     (0…N−1) to endpoint address . port (typed "P dport": nft cannot
+//     delete elements from a map whose value is typed "th dport"), and in
+//     chain G the rule(s) "meta l4proto P frontend @G-N-P … dnat to
+//     frontend . numgen random mod N map @G-N-P-targets": each target gets
+//     exactly 1/N of new flows, and each rule matches its protocol
+//     explicitly, since nft makes a rule that uses a map typed "P dport"
+//     match protocol P only. The groups
 //     are cluster (cluster IPs), external (external and load-balancer IPs
 //     under externalTrafficPolicy Cluster: masqueraded), shortcircuit
 //     (those of Local ports, from pods or from the node, to the
@@ -65,14 +70,16 @@ var groupNames = [numGroups]string{"cluster", "external", "shortcircuit", "local
 func (g flatGroup) String() string { return groupNames[g] }
 func (g flatGroup) nodePort() bool { return g >= groupNodePortExternal }
 
-// groupN is a group with an endpoint count: one set, one map, a rule or two.
+// groupN is a group with an endpoint count and a protocol: one set, one
+// map, a rule or two.
 type groupN struct {
 	group flatGroup
 	n     int
+	proto uint8 // IP protocol number (protoNumber)
 }
 
-func (k groupN) set() string     { return fmt.Sprintf("%s-%d", k.group, k.n) }
-func (k groupN) targets() string { return fmt.Sprintf("%s-%d-targets", k.group, k.n) }
+func (k groupN) set() string     { return fmt.Sprintf("%s-%d-%s", k.group, k.n, protoName(k.proto)) }
+func (k groupN) targets() string { return k.set() + "-targets" }
 
 // The flat layout's fixed chains and sets.
 const (
@@ -135,8 +142,8 @@ func (r *flatRenderer) groupSets(k groupN) []*model.Set {
 	key := r.groupKey(k.group)
 	mapKey := append(append([]model.Expr{}, key...), model.Numgen{Mod: uint32(k.n)})
 	return []*model.Set{
-		{Name: k.set(), Key: key, Comment: fmt.Sprintf("%s frontends spread over %d targets", k.group, k.n)},
-		{Name: k.targets(), Key: mapKey, Value: []model.Expr{r.daddr, model.TCPDport}},
+		{Name: k.set(), Key: key, Comment: fmt.Sprintf("%s %s frontends spread over %d targets", k.group, protoName(k.proto), k.n)},
+		{Name: k.targets(), Key: mapKey, Value: []model.Expr{r.daddr, dportField(k.proto)}},
 	}
 }
 
@@ -181,7 +188,10 @@ func (r *flatRenderer) groupRules(k groupN) []model.Rule {
 	mapKey := append(append([]model.Expr{}, key...), model.Numgen{Mod: uint32(k.n)})
 	var rules []model.Rule
 	for _, v := range r.variants(k.group) {
-		stmts := append([]model.Stmt{model.InSet{Key: key, Set: k.set()}}, v.match...)
+		stmts := append([]model.Stmt{
+			model.Equal{Field: model.L4Proto, Value: model.Proto(k.proto)},
+			model.InSet{Key: key, Set: k.set()},
+		}, v.match...)
 		if v.masquerade {
 			stmts = append(stmts, model.MarkOr{Bits: r.mark})
 		}
@@ -211,6 +221,29 @@ func protoNumber(p v1.Protocol) uint8 {
 		return 132
 	}
 	return 6
+}
+
+// protoName is the nft name of a protocol number of protoNumber.
+func protoName(p uint8) string {
+	switch p {
+	case 17:
+		return "udp"
+	case 132:
+		return "sctp"
+	}
+	return "tcp"
+}
+
+// dportField is the destination port of a protocol number of protoNumber,
+// which requires that protocol.
+func dportField(p uint8) model.Field {
+	switch p {
+	case 17:
+		return model.UDPDport
+	case 132:
+		return model.SCTPDport
+	}
+	return model.TCPDport
 }
 
 func maxPrefix(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }

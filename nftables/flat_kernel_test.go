@@ -20,8 +20,9 @@ import (
 
 // TestKernelFlat loads the flat layout with nft -f and sends real TCP
 // connections and UDP datagrams through it: a cluster IP spread over its
-// endpoints and masqueraded, UDP to a cluster IP, a node port, a Service
-// without endpoints (refused), a Local
+// endpoints and masqueraded, UDP to a cluster IP, to an external IP and to
+// a node port (externalTrafficPolicy Cluster: masqueraded), a node port,
+// a Service without endpoints (refused), a Local
 // node port without local endpoints (dropped: no answer), then an
 // element-only change sent over netlink.
 func TestKernelFlat(t *testing.T) {
@@ -38,10 +39,10 @@ func TestKernelFlat(t *testing.T) {
 func flatKernelFamily(t *testing.T, c *netns.Cluster, nft string, v6 bool) {
 	client, pod0, pod1, pod2 := c.Clients[0], c.Pods[0], c.Pods[1], c.Pods[2]
 	const quick = 2 * time.Second
-	cfg, svcIP, emptyIP, dropIP, dnsIP := config4(), "198.19.0.10", "198.19.0.11", "198.19.0.12", "198.19.0.13"
+	cfg, svcIP, emptyIP, dropIP, dnsIP, dnsExternalIP := config4(), "198.19.0.10", "198.19.0.11", "198.19.0.12", "198.19.0.13", "198.19.200.13"
 	cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR4}
 	if v6 {
-		cfg, svcIP, emptyIP, dropIP, dnsIP = config6(), "2001:db8:19::10", "2001:db8:19::11", "2001:db8:19::12", "2001:db8:19::13"
+		cfg, svcIP, emptyIP, dropIP, dnsIP, dnsExternalIP = config6(), "2001:db8:19::10", "2001:db8:19::11", "2001:db8:19::12", "2001:db8:19::13", "2001:db8:19::200:13"
 		cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR6}
 	}
 	ip := func(h *netns.Host) string { return h.IP(v6).String() }
@@ -52,7 +53,7 @@ func flatKernelFamily(t *testing.T, c *netns.Cluster, nft string, v6 bool) {
 		svc("ns1", "empty", emptyIP),
 		svc("ns1", "remote", dropIP, nodePort(30082), externalLocal),
 		slice("ns1", "remote", 8080, ep{ip: ip(pod2), node: "node-b"}),
-		svc("ns1", "dns", dnsIP, udp),
+		svc("ns1", "dns", dnsIP, udp, externalIPs(dnsExternalIP), nodePort(30083)),
 		sliceProto("ns1", "dns", v1.ProtocolUDP, 8080, ep{ip: ip(pod1), node: node}),
 	)
 	rs := w.build()
@@ -76,6 +77,17 @@ func flatKernelFamily(t *testing.T, c *netns.Cluster, nft string, v6 bool) {
 	reach(netip.AddrPortFrom(c.Node.IP(v6), 30080), pod0, pod2)
 	if r, err := client.UDP(netip.AddrPortFrom(netip.MustParseAddr(dnsIP), 80), quick); err != nil || r.Identity != pod1.Label {
 		t.Errorf("UDP to a cluster IP: %+v, %v; want an answer from %s", r, err, pod1.Label)
+	}
+	for _, dst := range []netip.AddrPort{
+		netip.AddrPortFrom(netip.MustParseAddr(dnsExternalIP), 80),
+		netip.AddrPortFrom(c.Node.IP(v6), 30083),
+	} {
+		r, err := client.UDP(dst, quick)
+		if err != nil || r.Identity != pod1.Label {
+			t.Errorf("UDP to %s: %+v, %v; want an answer from %s", dst, r, err, pod1.Label)
+		} else if r.Source.Addr() == client.IP(v6) {
+			t.Errorf("UDP to %s: source kept, want masqueraded", dst)
+		}
 	}
 	if _, err := client.TCP(netip.AddrPortFrom(netip.MustParseAddr(emptyIP), 80), quick); !errors.Is(err, netns.ErrRefused) {
 		t.Errorf("Service without endpoints: %v, want refused", err)

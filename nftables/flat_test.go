@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/nftables"
@@ -27,8 +28,8 @@ func scriptLines(s, prefix string) []string {
 // TestFlatRules: the rules of the target groups and of node ports follow
 // the Config: who is masqueraded, where node ports are served.
 func TestFlatRules(t *testing.T) {
-	const cluster3 = "ip daddr . meta l4proto . th dport @cluster-3 "
-	const dnat3 = "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @cluster-3-targets"
+	const cluster3 = "meta l4proto tcp ip daddr . meta l4proto . th dport @cluster-3-tcp "
+	const dnat3 = "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @cluster-3-tcp-targets"
 	for _, c := range []struct {
 		name       string
 		cfg        func(*ruleset.Config)
@@ -82,6 +83,49 @@ func TestFlatRules(t *testing.T) {
 	}
 }
 
+// TestFlatProtocols: each protocol has its own set and targets map per
+// group and count, the map's value typed by that protocol's port, and its
+// own rule that matches the protocol explicitly; a port's elements go to
+// the set and map of its protocol.
+func TestFlatProtocols(t *testing.T) {
+	sctp := func(s *v1.Service) { s.Spec.Ports[0].Protocol = v1.ProtocolSCTP }
+	w := newWorld(t, config4())
+	w.add(
+		svc("ns1", "t", "198.19.0.10", externalIPs("198.19.200.10")),
+		slice("ns1", "t", 8080, ep{ip: "198.18.64.2", node: node}),
+		svc("ns1", "u", "198.19.0.11", udp, externalIPs("198.19.200.11")),
+		sliceProto("ns1", "u", v1.ProtocolUDP, 53, ep{ip: "198.18.64.3", node: node}),
+		svc("ns1", "s", "198.19.0.12", sctp, externalIPs("198.19.200.12")),
+		sliceProto("ns1", "s", v1.ProtocolSCTP, 9, ep{ip: "198.18.64.4", node: node}),
+	)
+	_, script, res := nftables.FlatScript(w.build(), nftables.Options{})
+	if len(res.Warnings) > 0 {
+		t.Errorf("warnings: %v", res.Warnings)
+	}
+	const key = "ip daddr . meta l4proto . th dport"
+	for _, c := range []struct{ proto, name, addr, target string }{
+		{"tcp", "t", "198.19.200.10", "198.18.64.2 . 8080"},
+		{"udp", "u", "198.19.200.11", "198.18.64.3 . 53"},
+		{"sctp", "s", "198.19.200.12", "198.18.64.4 . 9"},
+	} {
+		set, comment := "external-1-"+c.proto, `comment "ns1/`+c.name+`:p80/`+strings.ToUpper(c.proto)+`"`
+		for _, want := range []string{
+			"add map ip svcproxy-flat " + set + "-targets { typeof " + key + " . numgen random mod 1 : ip daddr . " + c.proto + " dport ; }",
+			"add rule ip svcproxy-flat external meta l4proto " + c.proto + " " + key + " @" + set +
+				" meta mark set meta mark | 0x00004000 dnat ip to " + key + " . numgen random mod 1 map @" + set + "-targets",
+			"add element ip svcproxy-flat " + set + " { " + c.addr + " . " + c.proto + " . 80 " + comment + " }",
+			"add element ip svcproxy-flat " + set + "-targets { " + c.addr + " . " + c.proto + " . 80 . 0 " + comment + " : " + c.target + " }",
+		} {
+			if !strings.Contains(script, want+"\n") {
+				t.Errorf("%s: no %q in\n%s", c.proto, want, script)
+			}
+		}
+	}
+	if got := len(scriptLines(script, "add rule ip svcproxy-flat external ")); got != 3 {
+		t.Errorf("%d rules in the external chain, want 3 (one per protocol)", got)
+	}
+}
+
 // TestFlatElements: a Service port's frontends go to the sets of their
 // route, its targets to the map of their count in the Ruleset's order,
 // every element named by the port; frontends in their sorted order (node
@@ -100,16 +144,16 @@ func TestFlatElements(t *testing.T) {
 		"add element ip svcproxy-flat cluster-cidrs { 198.18.64.0/18 }",
 		"add element ip svcproxy-flat cluster-ips { 198.19.0.11 " + empty + ", 198.19.0.10 " + web + " }",
 		"add element ip svcproxy-flat no-endpoint-reject { 198.19.0.11 . tcp . 80 " + empty + " }",
-		"add element ip svcproxy-flat nodeport-local-1 { tcp . 30080 " + web + " }",
-		"add element ip svcproxy-flat nodeport-local-1-targets { tcp . 30080 . 0 " + web + " : 198.18.64.2 . 8080 }",
-		"add element ip svcproxy-flat nodeport-shortcircuit-2 { tcp . 30080 " + web + " }",
-		"add element ip svcproxy-flat nodeport-shortcircuit-2-targets { tcp . 30080 . 0 " + web + " : 198.18.64.2 . 8080, tcp . 30080 . 1 " + web + " : 198.18.65.2 . 8080 }",
-		"add element ip svcproxy-flat cluster-2 { 198.19.0.10 . tcp . 80 " + web + " }",
-		"add element ip svcproxy-flat cluster-2-targets { 198.19.0.10 . tcp . 80 . 0 " + web + " : 198.18.64.2 . 8080, 198.19.0.10 . tcp . 80 . 1 " + web + " : 198.18.65.2 . 8080 }",
-		"add element ip svcproxy-flat local-1 { 198.19.128.1 . tcp . 80 " + web + " }",
-		"add element ip svcproxy-flat local-1-targets { 198.19.128.1 . tcp . 80 . 0 " + web + " : 198.18.64.2 . 8080 }",
-		"add element ip svcproxy-flat shortcircuit-2 { 198.19.128.1 . tcp . 80 " + web + " }",
-		"add element ip svcproxy-flat shortcircuit-2-targets { 198.19.128.1 . tcp . 80 . 0 " + web + " : 198.18.64.2 . 8080, 198.19.128.1 . tcp . 80 . 1 " + web + " : 198.18.65.2 . 8080 }",
+		"add element ip svcproxy-flat nodeport-local-1-tcp { tcp . 30080 " + web + " }",
+		"add element ip svcproxy-flat nodeport-local-1-tcp-targets { tcp . 30080 . 0 " + web + " : 198.18.64.2 . 8080 }",
+		"add element ip svcproxy-flat nodeport-shortcircuit-2-tcp { tcp . 30080 " + web + " }",
+		"add element ip svcproxy-flat nodeport-shortcircuit-2-tcp-targets { tcp . 30080 . 0 " + web + " : 198.18.64.2 . 8080, tcp . 30080 . 1 " + web + " : 198.18.65.2 . 8080 }",
+		"add element ip svcproxy-flat cluster-2-tcp { 198.19.0.10 . tcp . 80 " + web + " }",
+		"add element ip svcproxy-flat cluster-2-tcp-targets { 198.19.0.10 . tcp . 80 . 0 " + web + " : 198.18.64.2 . 8080, 198.19.0.10 . tcp . 80 . 1 " + web + " : 198.18.65.2 . 8080 }",
+		"add element ip svcproxy-flat local-1-tcp { 198.19.128.1 . tcp . 80 " + web + " }",
+		"add element ip svcproxy-flat local-1-tcp-targets { 198.19.128.1 . tcp . 80 . 0 " + web + " : 198.18.64.2 . 8080 }",
+		"add element ip svcproxy-flat shortcircuit-2-tcp { 198.19.128.1 . tcp . 80 " + web + " }",
+		"add element ip svcproxy-flat shortcircuit-2-tcp-targets { 198.19.128.1 . tcp . 80 . 0 " + web + " : 198.18.64.2 . 8080, 198.19.128.1 . tcp . 80 . 1 " + web + " : 198.18.65.2 . 8080 }",
 		"add element ip svcproxy-flat firewall { 198.19.128.1 . tcp . 80 " + web + " }",
 		"add element ip svcproxy-flat firewall-allow { 198.19.128.1 . tcp . 80 . 198.18.32.0/24 " + web + " }",
 		"add element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2, 198.18.65.2 . 198.18.65.2 }",
@@ -139,9 +183,9 @@ func TestFlatChangesTouchElementsOnly(t *testing.T) {
 	}
 	c := `comment "ns1/a:p80/TCP"`
 	want := []string{
-		"delete element ip svcproxy-flat cluster-1-targets { 198.19.0.10 . tcp . 80 . 0 }",
+		"delete element ip svcproxy-flat cluster-1-tcp-targets { 198.19.0.10 . tcp . 80 . 0 }",
 		"delete element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2 }",
-		"add element ip svcproxy-flat cluster-1-targets { 198.19.0.10 . tcp . 80 . 0 " + c + " : 198.18.65.2 . 8080 }",
+		"add element ip svcproxy-flat cluster-1-tcp-targets { 198.19.0.10 . tcp . 80 . 0 " + c + " : 198.18.65.2 . 8080 }",
 		"add element ip svcproxy-flat hairpin { 198.18.65.2 . 198.18.65.2 }",
 	}
 	if diff := cmp.Diff(want, strings.Split(strings.TrimSpace(tx.String()), "\n")); diff != "" || !ch.ElementsOnly {
@@ -154,13 +198,13 @@ func TestFlatChangesTouchElementsOnly(t *testing.T) {
 	if ch, err = nftables.RenderFlatChanges(tx, st, next, third); err != nil || ch.ElementsOnly {
 		t.Fatalf("a new endpoint count: elements only %v, %v", ch.ElementsOnly, err)
 	}
-	for _, line := range []string{"add set ip svcproxy-flat cluster-2 ", "add map ip svcproxy-flat cluster-2-targets ", "flush chain ip svcproxy-flat cluster\n"} {
+	for _, line := range []string{"add set ip svcproxy-flat cluster-2-tcp ", "add map ip svcproxy-flat cluster-2-tcp-targets ", "flush chain ip svcproxy-flat cluster\n"} {
 		if !strings.Contains(tx.String(), line) {
 			t.Errorf("no %q in\n%s", line, tx)
 		}
 	}
-	if strings.Contains(tx.String(), "delete set ip svcproxy-flat cluster-1 ") {
-		t.Errorf("cluster-1 deleted while Service a still uses it:\n%s", tx)
+	if strings.Contains(tx.String(), "delete set ip svcproxy-flat cluster-1-tcp ") {
+		t.Errorf("cluster-1-tcp deleted while Service a still uses it:\n%s", tx)
 	}
 }
 

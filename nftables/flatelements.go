@@ -103,30 +103,30 @@ func (r *flatRenderer) route(p *flatPort, s *ruleset.Service, key []model.Datum,
 	case route == ruleset.RouteReject:
 		p.elements = append(p.elements, model.Element{Set: reject, Key: key, Comment: comment})
 	case internal && route == ruleset.RouteCluster:
-		r.targets(p, groupCluster, key, s.ClusterTargets, comment)
+		r.targets(p, s, groupCluster, key, s.ClusterTargets, comment)
 	case internal && route == ruleset.RouteLocal:
-		r.targets(p, groupCluster, key, s.LocalTargets, comment)
+		r.targets(p, s, groupCluster, key, s.LocalTargets, comment)
 	case internal && route == ruleset.RouteDrop:
 		p.elements = append(p.elements, model.Element{Set: drop, Key: key, Comment: comment})
 	case route == ruleset.RouteCluster:
-		r.targets(p, groups(groupExternal, groupNodePortExternal), key, s.ClusterTargets, comment)
+		r.targets(p, s, groups(groupExternal, groupNodePortExternal), key, s.ClusterTargets, comment)
 	case route == ruleset.RouteLocal, route == ruleset.RouteDrop:
 		if route == ruleset.RouteLocal {
-			r.targets(p, groups(groupLocal, groupNodePortLocal), key, s.LocalTargets, comment)
+			r.targets(p, s, groups(groupLocal, groupNodePortLocal), key, s.LocalTargets, comment)
 		} else {
 			p.elements = append(p.elements, model.Element{Set: drop, Key: key, Comment: comment})
 		}
-		r.targets(p, groups(groupShortCircuit, groupNodePortShortCircuit), key, s.ClusterTargets, comment)
+		r.targets(p, s, groups(groupShortCircuit, groupNodePortShortCircuit), key, s.ClusterTargets, comment)
 	}
 }
 
-// targets adds a frontend to the group of its target count, and its
-// targets, in the Ruleset's order, under indices 0…N−1.
-func (r *flatRenderer) targets(p *flatPort, g flatGroup, key []model.Datum, targets []ruleset.Target, comment string) {
+// targets adds a frontend of s to the group of its target count and
+// protocol, and its targets, in the Ruleset's order, under indices 0…N−1.
+func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, targets []ruleset.Target, comment string) {
 	if len(targets) == 0 {
 		return
 	}
-	k := groupN{group: g, n: len(targets)}
+	k := groupN{group: g, n: len(targets), proto: protoNumber(s.Name.Protocol)}
 	p.groups = append(p.groups, k)
 	p.elements = append(p.elements, model.Element{Set: k.set(), Key: key, Comment: comment})
 	set := k.targets()

@@ -145,7 +145,8 @@ func (r *flatRenderer) flatConfigElements() []model.Element {
 	return es
 }
 
-// sortedGroups are the groups and counts in use, in group then count order.
+// sortedGroups are the groups, counts and protocols in use, in group,
+// count, then protocol number order.
 func sortedGroups(counts map[groupN]int) []groupN {
 	return slices.SortedFunc(maps.Keys(counts), compareGroups)
 }
@@ -153,5 +154,5 @@ func sortedGroups(counts map[groupN]int) []groupN {
 func sortGroups(ks []groupN) { slices.SortFunc(ks, compareGroups) }
 
 func compareGroups(a, b groupN) int {
-	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.n, b.n))
+	return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.n, b.n), cmp.Compare(a.proto, b.proto))
 }

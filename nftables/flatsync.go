@@ -13,8 +13,9 @@ import (
 )
 
 // FlatState is what the flat layout's incremental render knows about the
-// table it writes: the endpoint counts in use per target group and the
-// hairpin addresses, each with the number of Service ports that use it.
+// table it writes: the endpoint counts in use per target group and
+// protocol, and the hairpin addresses, each with the number of Service
+// ports that use it.
 // RenderFlat, FlatScript and FlatFirstSync make it; RenderFlatChanges
 // updates it in place, so after a transaction that failed the caller
 // renders the whole table again.
@@ -125,7 +126,7 @@ func (st *FlatState) hairpinElements(addrs []netip.Addr) []model.Element {
 type FlatChanges struct {
 	Result
 	// ElementsOnly reports that the change adds and deletes elements only:
-	// no endpoint count appeared in or left a target group.
+	// no endpoint count of a protocol appeared in or left a target group.
 	ElementsOnly bool
 	table        *model.Table
 	add, del     []model.Element
@@ -134,7 +135,8 @@ type FlatChanges struct {
 // RenderFlatChanges writes into tx what turns the table of old (as st
 // knows it) into that of new, and updates st. Unchanged Service ports are
 // not read beyond those that share a frontend with a changed one; rules
-// change only when an endpoint count appears in or leaves a target group.
+// change only when an endpoint count of a protocol appears in or leaves a
+// target group.
 // It returns ErrFullSyncNeeded when the Configs differ or st is nil.
 func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *ruleset.Ruleset) (FlatChanges, error) {
 	ch := ruleset.Diff(old, new)

@@ -247,11 +247,16 @@ const (
 	TCPDport
 	L4Proto
 	Mark
+	// UDPDport and SCTPDport are "udp dport" and "sctp dport": as a map's
+	// typeof value, the type of a port (see TCPDport) of that protocol.
+	UDPDport
+	SCTPDport
 )
 
 var fieldNames = [...]string{
 	IPDaddr: "ip daddr", IPSaddr: "ip saddr", IP6Daddr: "ip6 daddr", IP6Saddr: "ip6 saddr",
 	THDport: "th dport", TCPDport: "tcp dport", L4Proto: "meta l4proto", Mark: "meta mark",
+	UDPDport: "udp dport", SCTPDport: "sctp dport",
 }
 
 func (f Field) String() string { return fieldNames[f] }

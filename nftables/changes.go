@@ -271,7 +271,7 @@ func (p *changePlan) flushChangedChains(tx txWriter, c *portChange, res *Result)
 	newChains := chainsByName(c.newChains)
 	for _, oc := range c.oldChains {
 		nc, kept := newChains[oc.name]
-		if kept && !c.recreated && slices.Equal(oc.rules, nc.rules) {
+		if kept && !c.recreated && slices.EqualFunc(oc.rules, nc.rules, sameRule) {
 			continue
 		}
 		tx.Flush(p.r.chain(oc.name))
@@ -324,7 +324,7 @@ func (p *changePlan) addNewObjects(tx txWriter, c *portChange, res *Result) {
 	}
 	for _, nc := range c.newChains {
 		oc, ok := oldChains[nc.name]
-		if ok && !c.recreated && slices.Equal(oc.rules, nc.rules) {
+		if ok && !c.recreated && slices.EqualFunc(oc.rules, nc.rules, sameRule) {
 			continue
 		}
 		r.writeRules(tx, nc)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -21,11 +21,31 @@ type chainDef struct {
 	rules []ruleDef
 }
 
-type ruleDef struct{ rule, comment string }
+// ruleDef is one rule: its statements and, printed once, their nft text.
+type ruleDef struct {
+	stmts         []model.Stmt
+	text, comment string
+}
 
+// newRule is the rule of stmts, with an optional comment.
+func newRule(comment string, stmts ...model.Stmt) ruleDef {
+	return ruleDef{stmts: stmts, text: model.Rule{Stmts: stmts}.String(), comment: comment}
+}
+
+// sameRule reports whether two rules have the same text and comment.
+func sameRule(a, b ruleDef) bool { return a.text == b.text && a.comment == b.comment }
+
+// writeRules appends the rules of c; an opRecorder also records their
+// statements, which the netlink path encodes.
 func (r *renderer) writeRules(tx txWriter, c chainDef) {
+	rec, typed := tx.(*opRecorder)
 	for _, ru := range c.rules {
-		tx.Add(r.rule(c.name, ru.rule, ru.comment))
+		obj := r.rule(c.name, ru.text, ru.comment)
+		if typed {
+			rec.addRule(obj, ru.stmts)
+			continue
+		}
+		tx.Add(obj)
 	}
 }
 
@@ -108,16 +128,19 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 // IP as the Service's ClusterIPMasquerade says (all of it, or what comes
 // from outside the pod network), in whichever policy chain internal traffic
 // reaches; external traffic reaches the same chains, hence the match on the
-// cluster IP. "" when nothing is masqueraded there.
-func (r *renderer) clusterIPMasquerade(s *ruleset.Service) string {
-	proto := strings.ToLower(string(s.Name.Protocol))
+// cluster IP. nil when nothing is masqueraded there.
+func (r *renderer) clusterIPMasquerade(s *ruleset.Service) []model.Stmt {
+	toClusterIP := []model.Stmt{
+		model.Equal{Field: r.daddr, Value: model.Addr(s.ClusterIP)},
+		model.DportEq{Proto: protoNumbers[strings.ToLower(string(s.Name.Protocol))], Port: s.Port},
+	}
 	switch s.ClusterIPMasquerade {
 	case ruleset.MasqueradeAll:
-		return fmt.Sprintf("%s daddr %s %s dport %d jump %s", r.ipX, s.ClusterIP, proto, s.Port, chainMarkMasq)
+		return append(toClusterIP, model.Jump(chainMarkMasq))
 	case ruleset.MasqueradeOffCluster:
-		return fmt.Sprintf("%s daddr %s %s dport %d %s jump %s", r.ipX, s.ClusterIP, proto, s.Port, r.notPods, chainMarkMasq)
+		return append(toClusterIP, model.AddrIn{Field: r.saddr, Values: r.podNets, Neg: true}, model.Jump(chainMarkMasq))
 	}
-	return ""
+	return nil
 }
 
 // externalChain is the chain of NodePort, externalIP and load-balancer
@@ -129,22 +152,22 @@ func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
 	clusterChain := prefixService + base
 	c := chainDef{name: prefixExternal + base}
 	ext := s.ExternalTraffic
-	if ext.ShortCircuit && r.fromPods != "" {
-		c.rules = append(c.rules, ruleDef{r.fromPods + " goto " + clusterChain, "short-circuit pod traffic"})
+	if ext.ShortCircuit && len(r.podNets) > 0 {
+		c.rules = append(c.rules, newRule("short-circuit pod traffic", model.AddrIn{Field: r.saddr, Values: r.podNets}, model.Goto(clusterChain)))
 	}
 	if ext.Masquerade {
-		c.rules = append(c.rules, ruleDef{rule: "jump " + chainMarkMasq})
+		c.rules = append(c.rules, newRule("", model.Jump(chainMarkMasq)))
 	}
 	if ext.ShortCircuit {
 		c.rules = append(c.rules,
-			ruleDef{"fib saddr type local jump " + chainMarkMasq, "masquerade local traffic"},
-			ruleDef{"fib saddr type local goto " + clusterChain, "short-circuit local traffic"})
+			newRule("masquerade local traffic", model.FibLocal{Saddr: true}, model.Jump(chainMarkMasq)),
+			newRule("short-circuit local traffic", model.FibLocal{Saddr: true}, model.Goto(clusterChain)))
 	}
 	switch s.External {
 	case ruleset.RouteCluster:
-		c.rules = append(c.rules, ruleDef{rule: "goto " + clusterChain})
+		c.rules = append(c.rules, newRule("", model.Goto(clusterChain)))
 	case ruleset.RouteLocal:
-		c.rules = append(c.rules, ruleDef{rule: "goto " + prefixLocal + base})
+		c.rules = append(c.rules, newRule("", model.Goto(prefixLocal+base)))
 	}
 	return c
 }
@@ -153,18 +176,18 @@ func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
 // source ranges (and, when the Ruleset allows it, the node's own traffic
 // to its load-balancer IPs).
 func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
-	sources := make([]string, 0, len(s.LoadBalancerSourceRanges))
+	sources := make([]model.Datum, 0, len(s.LoadBalancerSourceRanges))
 	for _, p := range s.LoadBalancerSourceRanges {
-		sources = append(sources, p.String())
+		sources = append(sources, model.Network(p))
 	}
 	if s.FirewallAllowsNode {
 		for _, ip := range s.LoadBalancerIPs {
-			sources = append(sources, ip.String())
+			sources = append(sources, model.Addr(ip))
 		}
 	}
 	return chainDef{
 		name:  prefixFirewall + base,
-		rules: []ruleDef{{rule: r.ipX + " saddr != { " + strings.Join(sources, " , ") + " } drop"}},
+		rules: []ruleDef{newRule("", model.AddrIn{Field: r.saddr, Values: sources, Braces: true, Neg: true}, model.Drop)},
 	}
 }
 
@@ -172,13 +195,13 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 // endpointBase: hairpin masquerade (a pod that reaches itself through the
 // Service), the affinity set's update, DNAT.
 func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string) chainDef {
-	proto := strings.ToLower(string(s.Name.Protocol))
+	proto := protoNumbers[strings.ToLower(string(s.Name.Protocol))]
 	c := chainDef{name: prefixEndpoint + endpointBase, rules: make([]ruleDef, 0, 3)}
-	c.rules = append(c.rules, ruleDef{rule: r.ipX + " saddr " + endpoint.Addr().String() + " jump " + chainMarkMasq})
+	c.rules = append(c.rules, newRule("", model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, model.Jump(chainMarkMasq)))
 	if s.Affinity.Enabled() {
-		c.rules = append(c.rules, ruleDef{rule: "update @" + prefixAffinity + endpointBase + " { " + r.ipX + " saddr }"})
+		c.rules = append(c.rules, newRule("", model.UpdateSet{Set: prefixAffinity + endpointBase, Field: r.saddr}))
 	}
-	c.rules = append(c.rules, ruleDef{rule: "meta l4proto " + proto + " dnat to " + endpoint.String()})
+	c.rules = append(c.rules, newRule("", model.Equal{Field: model.L4Proto, Value: model.Proto(proto)}, model.DNATTo{To: endpoint}))
 	return c
 }
 
@@ -186,10 +209,10 @@ func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, en
 // to their endpoint, the others to one picked at random. endpointBases
 // are the EndpointChainBase of each of s.Endpoints; masquerade is the
 // rule that internal traffic reaching this chain starts with, if any.
-func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []string, targets []ruleset.Target, masquerade string, internal bool) chainDef {
+func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []string, targets []ruleset.Target, masquerade []model.Stmt, internal bool) chainDef {
 	c := chainDef{name: name}
-	if internal && masquerade != "" {
-		c.rules = append(c.rules, ruleDef{rule: masquerade})
+	if internal && masquerade != nil {
+		c.rules = append(c.rules, newRule("", masquerade...))
 	}
 	targetBases := make([]string, len(targets))
 	targetChains := make([]string, len(targets))
@@ -200,32 +223,16 @@ func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []
 	if s.Affinity.Enabled() {
 		for i := range targets {
 			set := prefixAffinity + targetBases[i]
-			c.rules = append(c.rules, ruleDef{rule: r.ipX + " saddr @" + set + " goto " + targetChains[i]})
+			c.rules = append(c.rules, newRule("", model.InSet{Key: []model.Expr{r.saddr}, Set: set}, model.Goto(targetChains[i])))
 		}
 	}
 	if len(targets) == 1 {
 		// No choice to make: a plain goto spares the kernel an
 		// anonymous verdict map.
-		c.rules = append(c.rules, ruleDef{rule: "goto " + targetChains[0]})
+		c.rules = append(c.rules, newRule("", model.Goto(targetChains[0])))
 		return c
 	}
-	var b strings.Builder
-	b.WriteString("numgen random mod ")
-	b.WriteString(strconv.Itoa(len(targets)))
-	b.WriteString(" vmap {")
-	for i, chain := range targetChains {
-		if i > 0 {
-			// The space before the comma keeps the chain name a word of
-			// its own for knftables' Fake.
-			b.WriteString(" ,")
-		}
-		b.WriteString(" ")
-		b.WriteString(strconv.Itoa(i))
-		b.WriteString(" : goto ")
-		b.WriteString(chain)
-	}
-	b.WriteString(" }")
-	c.rules = append(c.rules, ruleDef{rule: b.String()})
+	c.rules = append(c.rules, newRule("", model.NumgenGoto{Chains: targetChains}))
 	return c
 }
 

@@ -128,6 +128,8 @@ type Datum struct {
 	kind datumKind
 	// bits is the length of a prefix.
 	bits uint8
+	// withLen prints a prefix's length even when it covers one address.
+	withLen bool
 	// num is a protocol, port or integer.
 	num  uint32
 	addr netip.Addr
@@ -152,6 +154,14 @@ func Prefix(p netip.Prefix) Datum {
 	return Datum{kind: datumPrefix, addr: p.Addr(), bits: uint8(p.Bits())}
 }
 
+// Network is a prefix like Prefix that prints its length even when it
+// covers one address (198.18.0.1/32).
+func Network(p netip.Prefix) Datum {
+	d := Prefix(p)
+	d.withLen = true
+	return d
+}
+
 // Proto is a transport protocol number (6 TCP, 17 UDP, 132 SCTP).
 func Proto(p uint8) Datum { return Datum{kind: datumProto, num: uint32(p)} }
 
@@ -173,7 +183,7 @@ func (d Datum) appendTo(b []byte) []byte {
 		return d.addr.AppendTo(b)
 	case datumPrefix:
 		b = d.addr.AppendTo(b)
-		if int(d.bits) == d.addr.BitLen() {
+		if int(d.bits) == d.addr.BitLen() && !d.withLen {
 			return b
 		}
 		return strconv.AppendUint(append(b, '/'), uint64(d.bits), 10)

@@ -1,6 +1,9 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"net/netip"
+)
 
 // Stmt is one statement of a rule: a match, which ends the rule when the
 // packet fails it, or an action.
@@ -115,3 +118,78 @@ var (
 
 // Jump is a jump to chain.
 func Jump(chain string) Verdict { return Verdict{Kind: "jump", Chain: chain} }
+
+// Goto is a goto to chain.
+func Goto(chain string) Verdict { return Verdict{Kind: "goto", Chain: chain} }
+
+// AddrIn matches when the address Field is (Neg: is not) one of Values,
+// addresses or networks. With one value and no Braces it is a comparison
+// (`ip saddr 198.18.0.0/16`), otherwise an anonymous set
+// (`ip saddr != { 198.18.0.0/16 , 198.19.0.1 }`).
+type AddrIn struct {
+	Field  Field
+	Values []Datum
+	Braces bool
+	Neg    bool
+}
+
+func (s AddrIn) String() string {
+	b := append([]byte(s.Field.String()), ' ')
+	if s.Neg {
+		b = append(b, "!= "...)
+	}
+	if len(s.Values) == 1 && !s.Braces {
+		return string(s.Values[0].appendTo(b))
+	}
+	b = append(b, "{ "...)
+	for i, v := range s.Values {
+		if i > 0 {
+			b = append(b, " , "...)
+		}
+		b = v.appendTo(b)
+	}
+	return string(append(b, " }"...))
+}
+
+// DportEq matches the transport protocol Proto (6, 17 or 132) with
+// destination port Port (`tcp dport 80`).
+type DportEq struct {
+	Proto uint8
+	Port  uint16
+}
+
+func (s DportEq) String() string {
+	return fmt.Sprintf("%s dport %d", Proto(s.Proto), s.Port)
+}
+
+// NumgenGoto picks one of Chains at random, each with the same chance,
+// and goes to it (`numgen random mod 2 vmap { 0 : goto a , 1 : goto b }`).
+// It ends the rule.
+type NumgenGoto struct{ Chains []string }
+
+func (s NumgenGoto) String() string {
+	b := fmt.Appendf(nil, "numgen random mod %d vmap {", len(s.Chains))
+	for i, c := range s.Chains {
+		if i > 0 {
+			// The space before the comma keeps the chain name a word of
+			// its own for knftables' Fake.
+			b = append(b, " ,"...)
+		}
+		b = fmt.Appendf(b, " %d : goto %s", i, c)
+	}
+	return string(append(b, " }"...))
+}
+
+// UpdateSet adds the value of Field to the named Set, or refreshes its
+// timeout (`update @set { ip saddr }`).
+type UpdateSet struct {
+	Set   string
+	Field Field
+}
+
+func (s UpdateSet) String() string { return fmt.Sprintf("update @%s { %s }", s.Set, s.Field) }
+
+// DNATTo rewrites the destination address and port (`dnat to ADDR:PORT`).
+type DNATTo struct{ To netip.AddrPort }
+
+func (s DNATTo) String() string { return "dnat to " + s.To.String() }

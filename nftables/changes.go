@@ -288,7 +288,7 @@ func (p *changePlan) deleteChangedElements(tx txWriter, keys []elemKey) {
 		o, hadOld := p.oldClaims[k]
 		n, hasNew := p.newClaims[k]
 		if hadOld && !(hasNew && o.same(n)) {
-			tx.Delete(p.r.elementKey(k))
+			p.r.deleteElement(tx, k)
 		}
 	}
 }
@@ -348,7 +348,7 @@ func (p *changePlan) addChangedElements(tx txWriter, keys []elemKey) {
 		o, hadOld := p.oldClaims[k]
 		n, hasNew := p.newClaims[k]
 		if hasNew && !(hadOld && o.same(n)) {
-			tx.Add(p.r.element(k, n))
+			p.r.addElement(tx, k, n)
 		}
 	}
 }

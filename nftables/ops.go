@@ -29,6 +29,16 @@ type op struct {
 	// stmts are the statements of an added rule, when the renderer
 	// recorded them (see addRule).
 	stmts []model.Stmt
+	// elem is the typed key and verdict of an element's addition or
+	// deletion (see renderer.addElement).
+	elem *typedElement
+}
+
+// typedElement is an element of the maps and sets that hold Service ports'
+// elements: its key, and for a map element of an addition its verdict.
+type typedElement struct {
+	key     elemKey
+	verdict model.Verdict
 }
 
 // opRecorder records the operations a renderer writes, to be applied over

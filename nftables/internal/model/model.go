@@ -301,3 +301,28 @@ func AddrPort(ds []Datum) (netip.AddrPort, bool) {
 	}
 	return netip.AddrPortFrom(ds[0].addr, uint16(ds[1].num)), true
 }
+
+// AsPrefix is an address, as the prefix of its full length, or a prefix;
+// false for the other data and for an address with a zone, which a prefix
+// cannot hold.
+func (d Datum) AsPrefix() (netip.Prefix, bool) {
+	if d.addr.Zone() != "" {
+		return netip.Prefix{}, false
+	}
+	switch d.kind {
+	case datumAddr:
+		return netip.PrefixFrom(d.addr, d.addr.BitLen()), true
+	case datumPrefix:
+		return netip.PrefixFrom(d.addr, int(d.bits)), true
+	}
+	return netip.Prefix{}, false
+}
+
+// Uint is a protocol, port or integer; false for the other data.
+func (d Datum) Uint() (uint32, bool) {
+	switch d.kind {
+	case datumProto, datumPort, datumInt:
+		return d.num, true
+	}
+	return 0, false
+}

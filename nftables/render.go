@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -60,13 +61,11 @@ type renderer struct {
 	opts      Options
 	family    knftables.Family
 	table     string
-	ipX       string // "ip" or "ip6"
-	addrType  string // "ipv4_addr" or "ipv6_addr"
-	mark      string
+	addrType  string        // "ipv4_addr" or "ipv6_addr"
 	saddr     model.Field   // the family's source address
 	daddr     model.Field   // the family's destination address
 	podNets   []model.Datum // the cluster CIDRs
-	localhost string        // the family's loopback network
+	localhost model.Datum   // the family's loopback network
 }
 
 func newRenderer(cfg ruleset.Config, opts Options) (*renderer, error) {
@@ -81,13 +80,12 @@ func newRenderer(cfg ruleset.Config, opts Options) (*renderer, error) {
 		return nil, fmt.Errorf("nftables: invalid table name %q", r.table)
 	}
 	is6 := cfg.Family == v1.IPv6Protocol
-	r.ipX, r.addrType, r.localhost = "ip", "ipv4_addr", "127.0.0.0/8"
+	r.addrType, r.localhost = "ipv4_addr", model.Prefix(netip.MustParsePrefix("127.0.0.0/8"))
 	r.saddr, r.daddr = model.IPSaddr, model.IPDaddr
 	if is6 {
-		r.ipX, r.addrType, r.localhost = "ip6", "ipv6_addr", "::1"
+		r.addrType, r.localhost = "ipv6_addr", model.Addr(netip.IPv6Loopback())
 		r.saddr, r.daddr = model.IP6Saddr, model.IP6Daddr
 	}
-	r.mark = fmt.Sprintf("%#08x", cfg.Mark())
 	for _, p := range cfg.ClusterCIDRs {
 		r.podNets = append(r.podNets, model.Network(p))
 	}

@@ -35,18 +35,27 @@ func newRule(comment string, stmts ...model.Stmt) ruleDef {
 // sameRule reports whether two rules have the same text and comment.
 func sameRule(a, b ruleDef) bool { return a.text == b.text && a.comment == b.comment }
 
-// writeRules appends the rules of c; an opRecorder also records their
-// statements, which the netlink path encodes.
+// writeRules appends the rules of c.
 func (r *renderer) writeRules(tx txWriter, c chainDef) {
-	rec, typed := tx.(*opRecorder)
 	for _, ru := range c.rules {
-		obj := r.rule(c.name, ru.text, ru.comment)
-		if typed {
-			rec.addRule(obj, ru.stmts)
-			continue
-		}
-		tx.Add(obj)
+		r.writeRule(tx, c.name, ru)
 	}
+}
+
+// addRule appends the rule of stmts, with an optional comment, to chain.
+func (r *renderer) addRule(tx txWriter, chain, comment string, stmts ...model.Stmt) {
+	r.writeRule(tx, chain, newRule(comment, stmts...))
+}
+
+// writeRule appends ru to chain; an opRecorder also records its
+// statements, which the netlink path encodes.
+func (r *renderer) writeRule(tx txWriter, chain string, ru ruleDef) {
+	obj := r.rule(chain, ru.text, ru.comment)
+	if rec, ok := tx.(*opRecorder); ok {
+		rec.addRule(obj, ru.stmts)
+		return
+	}
+	tx.Add(obj)
 }
 
 func chainsByName(cs []chainDef) map[string]chainDef {

@@ -63,19 +63,47 @@ type CtDNAT struct{}
 func (CtDNAT) String() string { return "ct status dnat" }
 
 // MarkClear matches packets that do not carry any of Bits in their mark.
-type MarkClear struct{ Bits uint32 }
+// With Keywords it prints as `mark and 0x004000 == 0`, otherwise as
+// `meta mark & 0x004000 == 0`; both are the same statement.
+type MarkClear struct {
+	Bits     uint32
+	Keywords bool
+}
 
-func (s MarkClear) String() string { return fmt.Sprintf("meta mark & %#08x == 0", s.Bits) }
+func (s MarkClear) String() string {
+	if s.Keywords {
+		return fmt.Sprintf("mark and %#08x == 0", s.Bits)
+	}
+	return fmt.Sprintf("meta mark & %#08x == 0", s.Bits)
+}
 
-// MarkOr sets Bits in the packet mark.
-type MarkOr struct{ Bits uint32 }
+// MarkOr sets Bits in the packet mark. With Keywords it prints as
+// `mark set mark or 0x004000`.
+type MarkOr struct {
+	Bits     uint32
+	Keywords bool
+}
 
-func (s MarkOr) String() string { return fmt.Sprintf("meta mark set meta mark | %#08x", s.Bits) }
+func (s MarkOr) String() string {
+	if s.Keywords {
+		return fmt.Sprintf("mark set mark or %#08x", s.Bits)
+	}
+	return fmt.Sprintf("meta mark set meta mark | %#08x", s.Bits)
+}
 
-// MarkXor flips Bits in the packet mark.
-type MarkXor struct{ Bits uint32 }
+// MarkXor flips Bits in the packet mark. With Keywords it prints as
+// `mark set mark xor 0x004000`.
+type MarkXor struct {
+	Bits     uint32
+	Keywords bool
+}
 
-func (s MarkXor) String() string { return fmt.Sprintf("meta mark set meta mark ^ %#08x", s.Bits) }
+func (s MarkXor) String() string {
+	if s.Keywords {
+		return fmt.Sprintf("mark set mark xor %#08x", s.Bits)
+	}
+	return fmt.Sprintf("meta mark set meta mark ^ %#08x", s.Bits)
+}
 
 // DNATMap rewrites the destination address and port to the value that Key
 // has in the data Map (`dnat ip to KEY map @MAP`).
@@ -193,3 +221,13 @@ func (s UpdateSet) String() string { return fmt.Sprintf("update @%s { %s }", s.S
 type DNATTo struct{ To netip.AddrPort }
 
 func (s DNATTo) String() string { return "dnat to " + s.To.String() }
+
+// VmapLookup looks Key up in the verdict map Map and applies the verdict
+// of the element it finds (`ip daddr . meta l4proto . th dport vmap @m`);
+// a packet without an element goes on to the next rule.
+type VmapLookup struct {
+	Key []Expr
+	Map string
+}
+
+func (s VmapLookup) String() string { return fmt.Sprintf("%s vmap @%s", Concat(s.Key), s.Map) }

@@ -21,6 +21,16 @@ type chainDef struct {
 	rules []ruleDef
 }
 
+// Statements that many rules share, boxed once.
+var (
+	jumpMarkMasq model.Stmt = model.Jump(chainMarkMasq)
+	l4protoMatch            = map[byte]model.Stmt{
+		6:   model.Equal{Field: model.L4Proto, Value: model.Proto(6)},
+		17:  model.Equal{Field: model.L4Proto, Value: model.Proto(17)},
+		132: model.Equal{Field: model.L4Proto, Value: model.Proto(132)},
+	}
+)
+
 // ruleDef is one rule: its statements and, printed once, their nft text.
 type ruleDef struct {
 	stmts         []model.Stmt
@@ -145,9 +155,9 @@ func (r *renderer) clusterIPMasquerade(s *ruleset.Service) []model.Stmt {
 	}
 	switch s.ClusterIPMasquerade {
 	case ruleset.MasqueradeAll:
-		return append(toClusterIP, model.Jump(chainMarkMasq))
+		return append(toClusterIP, jumpMarkMasq)
 	case ruleset.MasqueradeOffCluster:
-		return append(toClusterIP, model.AddrIn{Field: r.saddr, Values: r.podNets, Neg: true}, model.Jump(chainMarkMasq))
+		return append(toClusterIP, model.AddrIn{Field: r.saddr, Values: r.podNets, Neg: true}, jumpMarkMasq)
 	}
 	return nil
 }
@@ -165,11 +175,11 @@ func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
 		c.rules = append(c.rules, newRule("short-circuit pod traffic", model.AddrIn{Field: r.saddr, Values: r.podNets}, model.Goto(clusterChain)))
 	}
 	if ext.Masquerade {
-		c.rules = append(c.rules, newRule("", model.Jump(chainMarkMasq)))
+		c.rules = append(c.rules, newRule("", jumpMarkMasq))
 	}
 	if ext.ShortCircuit {
 		c.rules = append(c.rules,
-			newRule("masquerade local traffic", model.FibLocal{Saddr: true}, model.Jump(chainMarkMasq)),
+			newRule("masquerade local traffic", model.FibLocal{Saddr: true}, jumpMarkMasq),
 			newRule("short-circuit local traffic", model.FibLocal{Saddr: true}, model.Goto(clusterChain)))
 	}
 	switch s.External {
@@ -206,11 +216,11 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string) chainDef {
 	proto := protoNumbers[strings.ToLower(string(s.Name.Protocol))]
 	c := chainDef{name: prefixEndpoint + endpointBase, rules: make([]ruleDef, 0, 3)}
-	c.rules = append(c.rules, newRule("", model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, model.Jump(chainMarkMasq)))
+	c.rules = append(c.rules, newRule("", model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, jumpMarkMasq))
 	if s.Affinity.Enabled() {
 		c.rules = append(c.rules, newRule("", model.UpdateSet{Set: prefixAffinity + endpointBase, Field: r.saddr}))
 	}
-	c.rules = append(c.rules, newRule("", model.Equal{Field: model.L4Proto, Value: model.Proto(proto)}, model.DNATTo{To: endpoint}))
+	c.rules = append(c.rules, newRule("", l4protoMatch[proto], model.DNATTo{To: endpoint}))
 	return c
 }
 

@@ -3,12 +3,19 @@ package model
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 )
 
 // Stmt is one statement of a rule: a match, which ends the rule when the
 // packet fails it, or an action.
 type Stmt interface {
 	String() string
+}
+
+// textAppender is a statement that appends its text to a buffer, which
+// spares Rule.String a string per statement.
+type textAppender interface {
+	appendText(b []byte) []byte
 }
 
 // InSet matches when Key is (Neg: is not) an element of the named Set.
@@ -18,12 +25,29 @@ type InSet struct {
 	Neg bool
 }
 
-func (s InSet) String() string {
-	op := ""
+func (s InSet) String() string { return string(s.appendText(nil)) }
+
+func (s InSet) appendText(b []byte) []byte {
+	b = append(appendExprs(b, s.Key), ' ')
 	if s.Neg {
-		op = "!= "
+		b = append(b, "!= "...)
 	}
-	return fmt.Sprintf("%s %s@%s", Concat(s.Key), op, s.Set)
+	return append(append(b, '@'), s.Set...)
+}
+
+// appendExprs appends expressions joined by " . ".
+func appendExprs(b []byte, es []Expr) []byte {
+	for i, e := range es {
+		if i > 0 {
+			b = append(b, " . "...)
+		}
+		if f, ok := e.(Field); ok {
+			b = append(b, fieldNames[f]...)
+		} else {
+			b = append(b, e.String()...)
+		}
+	}
+	return b
 }
 
 // Equal matches when Field equals (Neg: differs from) Value.
@@ -33,12 +57,14 @@ type Equal struct {
 	Neg   bool
 }
 
-func (s Equal) String() string {
-	op := ""
+func (s Equal) String() string { return string(s.appendText(nil)) }
+
+func (s Equal) appendText(b []byte) []byte {
+	b = append(append(b, fieldNames[s.Field]...), ' ')
 	if s.Neg {
-		op = "!= "
+		b = append(b, "!= "...)
 	}
-	return fmt.Sprintf("%s %s%s", s.Field, op, s.Value)
+	return s.Value.appendTo(b)
 }
 
 // FibLocal matches when the destination (or, with Saddr, the source)
@@ -130,11 +156,14 @@ type Verdict struct {
 	Chain string
 }
 
-func (s Verdict) String() string {
+func (s Verdict) String() string { return string(s.appendText(nil)) }
+
+func (s Verdict) appendText(b []byte) []byte {
+	b = append(b, s.Kind...)
 	if s.Chain != "" {
-		return s.Kind + " " + s.Chain
+		b = append(append(b, ' '), s.Chain...)
 	}
-	return s.Kind
+	return b
 }
 
 // Drop, Reject, Return and Jump are the verdicts the renderers use.
@@ -161,13 +190,15 @@ type AddrIn struct {
 	Neg    bool
 }
 
-func (s AddrIn) String() string {
-	b := append([]byte(s.Field.String()), ' ')
+func (s AddrIn) String() string { return string(s.appendText(nil)) }
+
+func (s AddrIn) appendText(b []byte) []byte {
+	b = append(append(b, fieldNames[s.Field]...), ' ')
 	if s.Neg {
 		b = append(b, "!= "...)
 	}
 	if len(s.Values) == 1 && !s.Braces {
-		return string(s.Values[0].appendTo(b))
+		return s.Values[0].appendTo(b)
 	}
 	b = append(b, "{ "...)
 	for i, v := range s.Values {
@@ -176,7 +207,7 @@ func (s AddrIn) String() string {
 		}
 		b = v.appendTo(b)
 	}
-	return string(append(b, " }"...))
+	return append(b, " }"...)
 }
 
 // DportEq matches the transport protocol Proto (6, 17 or 132) with
@@ -186,8 +217,11 @@ type DportEq struct {
 	Port  uint16
 }
 
-func (s DportEq) String() string {
-	return fmt.Sprintf("%s dport %d", Proto(s.Proto), s.Port)
+func (s DportEq) String() string { return string(s.appendText(nil)) }
+
+func (s DportEq) appendText(b []byte) []byte {
+	b = append(Proto(s.Proto).appendTo(b), " dport "...)
+	return strconv.AppendUint(b, uint64(s.Port), 10)
 }
 
 // NumgenGoto picks one of Chains at random, each with the same chance,
@@ -195,8 +229,10 @@ func (s DportEq) String() string {
 // It ends the rule.
 type NumgenGoto struct{ Chains []string }
 
-func (s NumgenGoto) String() string {
-	b := fmt.Appendf(nil, "numgen random mod %d vmap {", len(s.Chains))
+func (s NumgenGoto) String() string { return string(s.appendText(nil)) }
+
+func (s NumgenGoto) appendText(b []byte) []byte {
+	b = fmt.Appendf(b, "numgen random mod %d vmap {", len(s.Chains))
 	for i, c := range s.Chains {
 		if i > 0 {
 			// The space before the comma keeps the chain name a word of
@@ -205,7 +241,7 @@ func (s NumgenGoto) String() string {
 		}
 		b = fmt.Appendf(b, " %d : goto %s", i, c)
 	}
-	return string(append(b, " }"...))
+	return append(b, " }"...)
 }
 
 // UpdateSet adds the value of Field to the named Set, or refreshes its
@@ -215,12 +251,19 @@ type UpdateSet struct {
 	Field Field
 }
 
-func (s UpdateSet) String() string { return fmt.Sprintf("update @%s { %s }", s.Set, s.Field) }
+func (s UpdateSet) String() string { return string(s.appendText(nil)) }
+
+func (s UpdateSet) appendText(b []byte) []byte {
+	b = append(append(append(b, "update @"...), s.Set...), " { "...)
+	return append(append(b, fieldNames[s.Field]...), " }"...)
+}
 
 // DNATTo rewrites the destination address and port (`dnat to ADDR:PORT`).
 type DNATTo struct{ To netip.AddrPort }
 
-func (s DNATTo) String() string { return "dnat to " + s.To.String() }
+func (s DNATTo) String() string { return string(s.appendText(nil)) }
+
+func (s DNATTo) appendText(b []byte) []byte { return s.To.AppendTo(append(b, "dnat to "...)) }
 
 // VmapLookup looks Key up in the verdict map Map and applies the verdict
 // of the element it finds (`ip daddr . meta l4proto . th dport vmap @m`);
@@ -230,4 +273,8 @@ type VmapLookup struct {
 	Map string
 }
 
-func (s VmapLookup) String() string { return fmt.Sprintf("%s vmap @%s", Concat(s.Key), s.Map) }
+func (s VmapLookup) String() string { return string(s.appendText(nil)) }
+
+func (s VmapLookup) appendText(b []byte) []byte {
+	return append(append(appendExprs(b, s.Key), " vmap @"...), s.Map...)
+}

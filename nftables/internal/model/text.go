@@ -1,8 +1,6 @@
 package model
 
 import (
-	"strings"
-
 	"sigs.k8s.io/knftables"
 )
 
@@ -64,11 +62,18 @@ func (t *Table) RuleObjects(c *Chain) []knftables.Object {
 
 // String is the rule's statements as nft reads them.
 func (r Rule) String() string {
-	parts := make([]string, len(r.Stmts))
+	b := make([]byte, 0, 48*len(r.Stmts))
 	for i, s := range r.Stmts {
-		parts[i] = s.String()
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		if a, ok := s.(textAppender); ok {
+			b = a.appendText(b)
+		} else {
+			b = append(b, s.String()...)
+		}
 	}
-	return strings.Join(parts, " ")
+	return string(b)
 }
 
 // ElementObject is the knftables Element of e.

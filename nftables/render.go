@@ -66,6 +66,8 @@ type renderer struct {
 	daddr     model.Field   // the family's destination address
 	podNets   []model.Datum // the cluster CIDRs
 	localhost model.Datum   // the family's loopback network
+	// scratch is where newRule prints a rule's text.
+	scratch []byte
 }
 
 func newRenderer(cfg ruleset.Config, opts Options) (*renderer, error) {

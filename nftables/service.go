@@ -37,9 +37,11 @@ type ruleDef struct {
 	text, comment string
 }
 
-// newRule is the rule of stmts, with an optional comment.
-func newRule(comment string, stmts ...model.Stmt) ruleDef {
-	return ruleDef{stmts: stmts, text: model.Rule{Stmts: stmts}.String(), comment: comment}
+// newRule is the rule of stmts, with an optional comment. Its text is
+// printed in the renderer's scratch buffer.
+func (r *renderer) newRule(comment string, stmts ...model.Stmt) ruleDef {
+	r.scratch = model.Rule{Stmts: stmts}.AppendText(r.scratch[:0])
+	return ruleDef{stmts: stmts, text: string(r.scratch), comment: comment}
 }
 
 // sameRule reports whether two rules have the same text and comment.
@@ -54,7 +56,7 @@ func (r *renderer) writeRules(tx txWriter, c chainDef) {
 
 // addRule appends the rule of stmts, with an optional comment, to chain.
 func (r *renderer) addRule(tx txWriter, chain, comment string, stmts ...model.Stmt) {
-	r.writeRule(tx, chain, newRule(comment, stmts...))
+	r.writeRule(tx, chain, r.newRule(comment, stmts...))
 }
 
 // writeRule appends ru to chain; an opRecorder also records its
@@ -172,21 +174,21 @@ func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
 	c := chainDef{name: prefixExternal + base}
 	ext := s.ExternalTraffic
 	if ext.ShortCircuit && len(r.podNets) > 0 {
-		c.rules = append(c.rules, newRule("short-circuit pod traffic", model.AddrIn{Field: r.saddr, Values: r.podNets}, model.Goto(clusterChain)))
+		c.rules = append(c.rules, r.newRule("short-circuit pod traffic", model.AddrIn{Field: r.saddr, Values: r.podNets}, model.Goto(clusterChain)))
 	}
 	if ext.Masquerade {
-		c.rules = append(c.rules, newRule("", jumpMarkMasq))
+		c.rules = append(c.rules, r.newRule("", jumpMarkMasq))
 	}
 	if ext.ShortCircuit {
 		c.rules = append(c.rules,
-			newRule("masquerade local traffic", model.FibLocal{Saddr: true}, jumpMarkMasq),
-			newRule("short-circuit local traffic", model.FibLocal{Saddr: true}, model.Goto(clusterChain)))
+			r.newRule("masquerade local traffic", model.FibLocal{Saddr: true}, jumpMarkMasq),
+			r.newRule("short-circuit local traffic", model.FibLocal{Saddr: true}, model.Goto(clusterChain)))
 	}
 	switch s.External {
 	case ruleset.RouteCluster:
-		c.rules = append(c.rules, newRule("", model.Goto(clusterChain)))
+		c.rules = append(c.rules, r.newRule("", model.Goto(clusterChain)))
 	case ruleset.RouteLocal:
-		c.rules = append(c.rules, newRule("", model.Goto(prefixLocal+base)))
+		c.rules = append(c.rules, r.newRule("", model.Goto(prefixLocal+base)))
 	}
 	return c
 }
@@ -206,7 +208,7 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 	}
 	return chainDef{
 		name:  prefixFirewall + base,
-		rules: []ruleDef{newRule("", model.AddrIn{Field: r.saddr, Values: sources, Braces: true, Neg: true}, model.Drop)},
+		rules: []ruleDef{r.newRule("", model.AddrIn{Field: r.saddr, Values: sources, Braces: true, Neg: true}, model.Drop)},
 	}
 }
 
@@ -216,11 +218,16 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string) chainDef {
 	proto := protoNumbers[strings.ToLower(string(s.Name.Protocol))]
 	c := chainDef{name: prefixEndpoint + endpointBase, rules: make([]ruleDef, 0, 3)}
-	c.rules = append(c.rules, newRule("", model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, jumpMarkMasq))
+	// The statements of all the chain's rules share one array.
+	stmts := append(make([]model.Stmt, 0, 5), model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, jumpMarkMasq)
+	c.rules = append(c.rules, r.newRule("", stmts[0:2:2]...))
 	if s.Affinity.Enabled() {
-		c.rules = append(c.rules, newRule("", model.UpdateSet{Set: prefixAffinity + endpointBase, Field: r.saddr}))
+		stmts = append(stmts, model.UpdateSet{Set: prefixAffinity + endpointBase, Field: r.saddr})
+		c.rules = append(c.rules, r.newRule("", stmts[2:3:3]...))
 	}
-	c.rules = append(c.rules, newRule("", l4protoMatch[proto], model.DNATTo{To: endpoint}))
+	n := len(stmts)
+	stmts = append(stmts, l4protoMatch[proto], model.DNATTo{To: endpoint})
+	c.rules = append(c.rules, r.newRule("", stmts[n:n+2:n+2]...))
 	return c
 }
 
@@ -231,7 +238,7 @@ func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, en
 func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []string, targets []ruleset.Target, masquerade []model.Stmt, internal bool) chainDef {
 	c := chainDef{name: name}
 	if internal && masquerade != nil {
-		c.rules = append(c.rules, newRule("", masquerade...))
+		c.rules = append(c.rules, r.newRule("", masquerade...))
 	}
 	targetBases := make([]string, len(targets))
 	targetChains := make([]string, len(targets))
@@ -242,16 +249,16 @@ func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []
 	if s.Affinity.Enabled() {
 		for i := range targets {
 			set := prefixAffinity + targetBases[i]
-			c.rules = append(c.rules, newRule("", model.InSet{Key: []model.Expr{r.saddr}, Set: set}, model.Goto(targetChains[i])))
+			c.rules = append(c.rules, r.newRule("", model.InSet{Key: []model.Expr{r.saddr}, Set: set}, model.Goto(targetChains[i])))
 		}
 	}
 	if len(targets) == 1 {
 		// No choice to make: a plain goto spares the kernel an
 		// anonymous verdict map.
-		c.rules = append(c.rules, newRule("", model.Goto(targetChains[0])))
+		c.rules = append(c.rules, r.newRule("", model.Goto(targetChains[0])))
 		return c
 	}
-	c.rules = append(c.rules, newRule("", model.NumgenGoto{Chains: targetChains}))
+	c.rules = append(c.rules, r.newRule("", model.NumgenGoto{Chains: targetChains}))
 	return c
 }
 

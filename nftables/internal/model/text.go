@@ -61,8 +61,10 @@ func (t *Table) RuleObjects(c *Chain) []knftables.Object {
 }
 
 // String is the rule's statements as nft reads them.
-func (r Rule) String() string {
-	b := make([]byte, 0, 48*len(r.Stmts))
+func (r Rule) String() string { return string(r.AppendText(make([]byte, 0, 48*len(r.Stmts)))) }
+
+// AppendText appends the rule's statements as nft reads them to b.
+func (r Rule) AppendText(b []byte) []byte {
 	for i, s := range r.Stmts {
 		if i > 0 {
 			b = append(b, ' ')
@@ -73,7 +75,7 @@ func (r Rule) String() string {
 			b = append(b, s.String()...)
 		}
 	}
-	return string(b)
+	return b
 }
 
 // ElementObject is the knftables Element of e.

@@ -232,14 +232,16 @@ type NumgenGoto struct{ Chains []string }
 func (s NumgenGoto) String() string { return string(s.appendText(nil)) }
 
 func (s NumgenGoto) appendText(b []byte) []byte {
-	b = fmt.Appendf(b, "numgen random mod %d vmap {", len(s.Chains))
+	b = strconv.AppendInt(append(b, "numgen random mod "...), int64(len(s.Chains)), 10)
+	b = append(b, " vmap {"...)
 	for i, c := range s.Chains {
 		if i > 0 {
 			// The space before the comma keeps the chain name a word of
 			// its own for knftables' Fake.
 			b = append(b, " ,"...)
 		}
-		b = fmt.Appendf(b, " %d : goto %s", i, c)
+		b = strconv.AppendInt(append(b, ' '), int64(i), 10)
+		b = append(append(b, " : goto "...), c...)
 	}
 	return append(b, " }"...)
 }

@@ -271,7 +271,7 @@ func (p *changePlan) flushChangedChains(tx txWriter, c *portChange, res *Result)
 	newChains := chainsByName(c.newChains)
 	for _, oc := range c.oldChains {
 		nc, kept := newChains[oc.name]
-		if kept && !c.recreated && slices.Equal(oc.rules, nc.rules) {
+		if kept && !c.recreated && slices.EqualFunc(oc.rules, nc.rules, sameRule) {
 			continue
 		}
 		tx.Flush(p.r.chain(oc.name))
@@ -288,7 +288,7 @@ func (p *changePlan) deleteChangedElements(tx txWriter, keys []elemKey) {
 		o, hadOld := p.oldClaims[k]
 		n, hasNew := p.newClaims[k]
 		if hadOld && !(hasNew && o.same(n)) {
-			tx.Delete(p.r.elementKey(k))
+			p.r.deleteElement(tx, k)
 		}
 	}
 }
@@ -324,7 +324,7 @@ func (p *changePlan) addNewObjects(tx txWriter, c *portChange, res *Result) {
 	}
 	for _, nc := range c.newChains {
 		oc, ok := oldChains[nc.name]
-		if ok && !c.recreated && slices.Equal(oc.rules, nc.rules) {
+		if ok && !c.recreated && slices.EqualFunc(oc.rules, nc.rules, sameRule) {
 			continue
 		}
 		r.writeRules(tx, nc)
@@ -348,7 +348,7 @@ func (p *changePlan) addChangedElements(tx txWriter, keys []elemKey) {
 		o, hadOld := p.oldClaims[k]
 		n, hasNew := p.newClaims[k]
 		if hasNew && !(hadOld && o.same(n)) {
-			tx.Add(p.r.element(k, n))
+			p.r.addElement(tx, k, n)
 		}
 	}
 }

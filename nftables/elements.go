@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -157,23 +158,14 @@ func routeVerdict(route ruleset.Route) verdict {
 	return verdictNone
 }
 
-// element renders a claimed element for an add.
-func (r *renderer) element(k elemKey, c claim) *knftables.Element {
+// addElement adds the element of k that c claims; an opRecorder also
+// records its key and verdict as typed values, which the netlink path
+// encodes.
+func (r *renderer) addElement(tx txWriter, k elemKey, c claim) {
+	v, isMap := elementVerdict(c)
 	e := r.elementKey(k)
-	base := ServiceChainBase(c.owner.Name)
-	switch c.verdict {
-	case verdictCluster:
-		e.Value = []string{"goto " + prefixService + base}
-	case verdictLocal:
-		e.Value = []string{"goto " + prefixLocal + base}
-	case verdictExternal:
-		e.Value = []string{"goto " + prefixExternal + base}
-	case verdictFirewall:
-		e.Value = []string{"goto " + prefixFirewall + base}
-	case verdictReject:
-		e.Value = []string{"goto " + chainReject}
-	case verdictDrop:
-		e.Value = []string{"drop"}
+	if isMap {
+		e.Value = []string{v.String()}
 	}
 	if c.verdict == verdictReject || c.verdict == verdictDrop {
 		// "namespace/name:port" may reach 143 bytes; nft refuses comments
@@ -181,7 +173,43 @@ func (r *renderer) element(k elemKey, c claim) *knftables.Element {
 		name := c.owner.Name.String()
 		e.Comment = ptr(name[:min(len(name), knftables.CommentLengthMax)])
 	}
-	return e
+	if rec, ok := tx.(*opRecorder); ok {
+		rec.ops = append(rec.ops, op{verb: opAdd, obj: e, elem: &typedElement{key: k, verdict: v}})
+		return
+	}
+	tx.Add(e)
+}
+
+// deleteElement deletes the element of k; an opRecorder also records its
+// key as a typed value.
+func (r *renderer) deleteElement(tx txWriter, k elemKey) {
+	e := r.elementKey(k)
+	if rec, ok := tx.(*opRecorder); ok {
+		rec.ops = append(rec.ops, op{verb: opDelete, obj: e, elem: &typedElement{key: k}})
+		return
+	}
+	tx.Delete(e)
+}
+
+// elementVerdict is the verdict of the map element that c claims; false
+// for a set element.
+func elementVerdict(c claim) (model.Verdict, bool) {
+	base := ServiceChainBase(c.owner.Name)
+	switch c.verdict {
+	case verdictCluster:
+		return model.Goto(prefixService + base), true
+	case verdictLocal:
+		return model.Goto(prefixLocal + base), true
+	case verdictExternal:
+		return model.Goto(prefixExternal + base), true
+	case verdictFirewall:
+		return model.Goto(prefixFirewall + base), true
+	case verdictReject:
+		return model.Goto(chainReject), true
+	case verdictDrop:
+		return model.Drop, true
+	}
+	return model.Verdict{}, false
 }
 
 // elementKey renders an element with its key only, for a delete.

@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -70,9 +71,10 @@ func NetlinkFirstSync(rs *ruleset.Ruleset, opts Options, chunk int) (int, error)
 	return len(chunks), nil
 }
 
-// EncodeRule encodes a rule of a table of family as netlinkBatch does.
-func EncodeRule(family knftables.Family, rule string) ([]nftnl.Expr, error) {
-	return newEncoder(family).rule(rule)
+// EncodeRule encodes the statements of a rule of a table of family as
+// netlinkBatch does.
+func EncodeRule(family knftables.Family, stmts []model.Stmt) ([]nftnl.Expr, error) {
+	return newEncoder(family).rule(stmts)
 }
 
 // RenderResync exposes renderResync to the tests, with knftables

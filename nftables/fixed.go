@@ -1,10 +1,12 @@
 package nftables
 
 import (
-	"strings"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 )
 
 // The base chains, as kube-proxy (1.34 and later) hooks them: the
@@ -36,20 +38,25 @@ var fixedChains = []string{
 	chainFirewallCheck, chainReject, chainMarkMasq, chainMasquerading,
 }
 
-// jumps are the rules of the base chains.
-var jumps = []struct{ from, match, to string }{
+// jumps are the rules of the base chains: jumps, of new connections only
+// when newOnly.
+var jumps = []struct {
+	from    string
+	newOnly bool
+	to      string
+}{
 	// reject only works in input, forward and output before kernel 5.9.
-	{chainFilterInput, "ct state new", chainNodePortEPCheck},
-	{chainFilterInput, "ct state new", chainServiceEPCheck},
-	{chainFilterForward, "ct state new", chainServiceEPCheck},
-	{chainFilterOutput, "ct state new", chainServiceEPCheck},
-	{chainFilterPreroutingPre, "ct state new", chainFirewallCheck},
-	{chainFilterOutputPre, "ct state new", chainFirewallCheck},
-	{chainNATOutput, "", chainServices},
-	{chainNATPrerouting, "", chainServices},
-	{chainNATPostrouting, "", chainMasquerading},
-	{chainFilterForward, "ct state new", chainClusterIPsCheck},
-	{chainFilterOutput, "ct state new", chainClusterIPsCheck},
+	{chainFilterInput, true, chainNodePortEPCheck},
+	{chainFilterInput, true, chainServiceEPCheck},
+	{chainFilterForward, true, chainServiceEPCheck},
+	{chainFilterOutput, true, chainServiceEPCheck},
+	{chainFilterPreroutingPre, true, chainFirewallCheck},
+	{chainFilterOutputPre, true, chainFirewallCheck},
+	{chainNATOutput, false, chainServices},
+	{chainNATPrerouting, false, chainServices},
+	{chainNATPostrouting, false, chainMasquerading},
+	{chainFilterForward, true, chainClusterIPsCheck},
+	{chainFilterOutput, true, chainClusterIPsCheck},
 }
 
 func (r *renderer) fixedSetsAndMaps() []string {
@@ -130,50 +137,55 @@ func (r *renderer) addFixedContainers(tx txWriter, keepElements bool) {
 // the map lookups.
 func (r *renderer) addFixedRules(tx txWriter) {
 	for _, j := range jumps {
-		rule := "jump " + j.to
-		if j.match != "" {
-			rule = j.match + " " + rule
+		if j.newOnly {
+			r.addRule(tx, j.from, "", model.CtNew{}, model.Jump(j.to))
+		} else {
+			r.addRule(tx, j.from, "", model.Jump(j.to))
 		}
-		tx.Add(r.rule(j.from, rule, ""))
 	}
 
-	tx.Add(r.rule(chainMarkMasq, "mark set mark or "+r.mark, ""))
-	tx.Add(r.rule(chainMasquerading, "mark and "+r.mark+" == 0 return", ""))
-	tx.Add(r.rule(chainMasquerading, "mark set mark xor "+r.mark, ""))
-	tx.Add(r.rule(chainMasquerading, "masquerade fully-random", ""))
+	mark := r.cfg.Mark()
+	r.addRule(tx, chainMarkMasq, "", model.MarkOr{Bits: mark, Keywords: true})
+	r.addRule(tx, chainMasquerading, "", model.MarkClear{Bits: mark, Keywords: true}, model.Return)
+	r.addRule(tx, chainMasquerading, "", model.MarkXor{Bits: mark, Keywords: true})
+	r.addRule(tx, chainMasquerading, "", model.Masquerade{})
 
-	tx.Add(r.rule(chainClusterIPsCheck, r.ipX+" daddr @"+setClusterIPs+" reject", "Reject traffic to invalid ports of ClusterIPs"))
+	r.addRule(tx, chainClusterIPsCheck, "Reject traffic to invalid ports of ClusterIPs",
+		model.InSet{Key: []model.Expr{r.daddr}, Set: setClusterIPs}, model.Reject)
 	if len(r.cfg.ServiceCIDRs) > 0 {
-		cidrs := make([]string, len(r.cfg.ServiceCIDRs))
+		cidrs := make([]model.Datum, len(r.cfg.ServiceCIDRs))
 		for i, p := range r.cfg.ServiceCIDRs {
-			cidrs[i] = p.Masked().String()
+			cidrs[i] = model.Network(p)
 		}
-		tx.Add(r.rule(chainClusterIPsCheck, r.ipX+" daddr { "+strings.Join(cidrs, " , ")+" } drop", "Drop traffic to unallocated ClusterIPs"))
+		r.addRule(tx, chainClusterIPsCheck, "Drop traffic to unallocated ClusterIPs",
+			model.AddrIn{Field: r.daddr, Values: cidrs, Braces: true}, model.Drop)
 	}
 
-	tx.Add(r.rule(chainReject, "reject", ""))
-	tx.Add(r.rule(chainServiceEPCheck, r.ipX+" daddr . meta l4proto . th dport vmap @"+mapNoEndpointServices, ""))
-	tx.Add(r.rule(chainFirewallCheck, r.ipX+" daddr . meta l4proto . th dport vmap @"+mapFirewallIPs, ""))
-	tx.Add(r.rule(chainServices, r.ipX+" daddr . meta l4proto . th dport vmap @"+mapServiceIPs, ""))
+	r.addRule(tx, chainReject, "", model.Reject)
+	frontend := []model.Expr{r.daddr, model.L4Proto, model.THDport}
+	r.addRule(tx, chainServiceEPCheck, "", model.VmapLookup{Key: frontend, Map: mapNoEndpointServices})
+	r.addRule(tx, chainFirewallCheck, "", model.VmapLookup{Key: frontend, Map: mapFirewallIPs})
+	r.addRule(tx, chainServices, "", model.VmapLookup{Key: frontend, Map: mapServiceIPs})
 }
 
 // addNodePortRules adds the node-port lookups: on the listed node addresses
 // (the elements of nodeport-ips), or on every local address except
 // (unless asked) localhost.
 func (r *renderer) addNodePortRules(tx txWriter) {
-	var nodeDest, nodeDestLocal string
+	var nodeDest, nodeDestLocal []model.Stmt
 	switch {
 	case len(r.cfg.NodePortAddresses) > 0:
-		nodeDest = r.ipX + " daddr @" + setNodePortIPs + " "
+		nodeDest = []model.Stmt{model.InSet{Key: []model.Expr{r.daddr}, Set: setNodePortIPs}}
 		nodeDestLocal = nodeDest
 	case r.localhostNodePorts():
-		nodeDestLocal = "fib daddr type local "
+		nodeDestLocal = []model.Stmt{model.FibLocal{}}
 	default:
-		nodeDest = r.ipX + " daddr != " + r.localhost + " "
-		nodeDestLocal = "fib daddr type local " + nodeDest
+		nodeDest = []model.Stmt{model.AddrIn{Field: r.daddr, Values: []model.Datum{r.localhost}, Neg: true}}
+		nodeDestLocal = append([]model.Stmt{model.FibLocal{}}, nodeDest...)
 	}
-	tx.Add(r.rule(chainNodePortEPCheck, nodeDest+"meta l4proto . th dport vmap @"+mapNoEndpointNodePorts, ""))
-	tx.Add(r.rule(chainServices, nodeDestLocal+"meta l4proto . th dport vmap @"+mapServiceNodePorts, ""))
+	nodePort := []model.Expr{model.L4Proto, model.THDport}
+	r.addRule(tx, chainNodePortEPCheck, "", append(slices.Clone(nodeDest), model.VmapLookup{Key: nodePort, Map: mapNoEndpointNodePorts})...)
+	r.addRule(tx, chainServices, "", append(slices.Clone(nodeDestLocal), model.VmapLookup{Key: nodePort, Map: mapServiceNodePorts})...)
 
 	for _, a := range r.cfg.NodePortAddresses {
 		if a.IsLoopback() && !r.localhostNodePorts() {

@@ -180,9 +180,9 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 	}
 	for _, e := range elems {
 		if st.inTable[e.key] {
-			tx.Delete(r.elementKey(e.key))
+			r.deleteElement(tx, e.key)
 		}
-		tx.Add(r.element(e.key, e.claim))
+		r.addElement(tx, e.key, e.claim)
 	}
 }
 

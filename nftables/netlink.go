@@ -69,7 +69,10 @@ func (enc encoder) op(b *nftnl.Batch, o op) error {
 		if o.verb != opAdd || obj.Index != nil || obj.Handle != nil {
 			return fmt.Errorf("rule operation other than append in chain %s", obj.Chain)
 		}
-		exprs, err := enc.rule(obj.Rule)
+		if o.stmts == nil {
+			return fmt.Errorf("rule %q without its statements", obj.Rule)
+		}
+		exprs, err := enc.rule(o.stmts)
 		if err != nil {
 			return fmt.Errorf("rule %q: %w", obj.Rule, err)
 		}
@@ -100,26 +103,27 @@ func (enc encoder) op(b *nftnl.Batch, o op) error {
 		b.DelSet(obj.Name)
 		return nil
 	case *knftables.Element:
-		return enc.element(b, o.verb, obj)
+		return enc.element(b, o, obj)
 	}
 	return fmt.Errorf("object %T", o.obj)
 }
 
-// element encodes an add or a delete of a map or set element.
-func (enc encoder) element(b *nftnl.Batch, verb opVerb, obj *knftables.Element) error {
+// element encodes an add or a delete of a map or set element from its
+// typed key and verdict.
+func (enc encoder) element(b *nftnl.Batch, o op, obj *knftables.Element) error {
 	name := obj.Set + obj.Map
-	key, err := enc.elementKey(obj.Key)
+	if o.elem == nil {
+		return fmt.Errorf("element of %s without its typed key", name)
+	}
+	key, err := enc.elementKey(o.elem.key)
 	if err != nil {
 		return fmt.Errorf("element of %s: %w", name, err)
 	}
-	switch verb {
+	switch o.verb {
 	case opAdd:
 		e := nftnl.Element{Key: key}
 		if obj.Map != "" {
-			if len(obj.Value) != 1 {
-				return fmt.Errorf("element of %s: value %q", name, obj.Value)
-			}
-			v, err := parseVerdict(strings.Fields(obj.Value[0]))
+			v, err := netlinkVerdict(o.elem.verdict)
 			if err != nil {
 				return fmt.Errorf("element of %s: %w", name, err)
 			}
@@ -193,15 +197,6 @@ func (enc encoder) ipX() string {
 	return "ip"
 }
 
-// addr parses an address of the encoder's family.
-func (enc encoder) addr(s string) (netip.Addr, error) {
-	a, err := netip.ParseAddr(s)
-	if err != nil || !familyAddr(a, enc.v6) {
-		return netip.Addr{}, fmt.Errorf("address %q", s)
-	}
-	return a, nil
-}
-
 // familyAddr reports whether a is a plain address of the family: no zone,
 // not IPv4-mapped.
 func familyAddr(a netip.Addr, v6 bool) bool {
@@ -211,35 +206,21 @@ func familyAddr(a netip.Addr, v6 bool) bool {
 // elementKey encodes the keys of the backend's maps and sets: an
 // address (cluster-ips), protocol . port (the node-port maps) or
 // address . protocol . port, each field padded to 4 bytes.
-func (enc encoder) elementKey(fields []string) ([]byte, error) {
-	addr, proto, port, err := parseKeyFields(fields, enc.v6)
-	if err != nil {
-		return nil, err
-	}
+func (enc encoder) elementKey(k elemKey) ([]byte, error) {
 	var key []byte
-	if addr.IsValid() {
-		key = addr.AsSlice()
+	if k.addr.IsValid() {
+		if !familyAddr(k.addr, enc.v6) {
+			return nil, fmt.Errorf("address %s in a table of family %s", k.addr, enc.ipX())
+		}
+		key = k.addr.AsSlice()
 	}
-	if proto == "" {
+	if k.in == inClusterIPs {
 		return key, nil
 	}
-	key = append(key, protoNumbers[proto], 0, 0, 0)
-	return append(binary.BigEndian.AppendUint16(key, port), 0, 0), nil
-}
-
-// parseVerdict parses a verdict: drop, accept, return, jump CHAIN, goto CHAIN.
-func parseVerdict(words []string) (nftnl.Verdict, error) {
-	switch {
-	case len(words) == 1 && words[0] == "drop":
-		return nftnl.Verdict{Code: nftnl.VerdictDrop}, nil
-	case len(words) == 1 && words[0] == "accept":
-		return nftnl.Verdict{Code: nftnl.VerdictAccept}, nil
-	case len(words) == 1 && words[0] == "return":
-		return nftnl.Verdict{Code: nftnl.VerdictReturn}, nil
-	case len(words) == 2 && words[0] == "jump":
-		return nftnl.Verdict{Code: nftnl.VerdictJump, Chain: words[1]}, nil
-	case len(words) == 2 && words[0] == "goto":
-		return nftnl.Verdict{Code: nftnl.VerdictGoto, Chain: words[1]}, nil
+	proto, ok := protoNumbers[strings.ToLower(string(k.proto))]
+	if !ok {
+		return nil, fmt.Errorf("protocol %q", k.proto)
 	}
-	return nftnl.Verdict{}, fmt.Errorf("verdict %q", strings.Join(words, " "))
+	key = append(key, proto, 0, 0, 0)
+	return append(binary.BigEndian.AppendUint16(key, k.port), 0, 0), nil
 }

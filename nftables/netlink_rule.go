@@ -5,135 +5,173 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 )
 
 // rule encodes the statements of the per-Service chains' rules (see
-// renderer.chains), as nft 1.0.6 encodes them:
+// renderer.chains) as nft 1.0.6 encodes their text (model.Rule.String):
 //
-//	ip|ip6 saddr|daddr [!=] ADDR|PREFIX|@SET|{ ADDR|PREFIX , … }
-//	tcp|udp|sctp dport PORT
-//	meta l4proto PROTO
-//	fib saddr type local
-//	numgen random mod N vmap { 0 : goto CHAIN , … }
-//	update @SET { ip|ip6 saddr }
-//	dnat to ADDR:PORT
-//	jump CHAIN, goto CHAIN, drop, accept, return
-func (enc encoder) rule(text string) ([]nftnl.Expr, error) {
-	words := strings.Fields(text)
+//	ip|ip6 saddr|daddr [!=] ADDR|PREFIX|{ ADDR|PREFIX , … } (AddrIn, Equal)
+//	ip|ip6 saddr @SET (InSet)
+//	tcp|udp|sctp dport PORT (DportEq)
+//	meta l4proto PROTO (Equal)
+//	fib saddr type local (FibLocal)
+//	numgen random mod N vmap { 0 : goto CHAIN , … } (NumgenGoto)
+//	update @SET { ip|ip6 saddr } (UpdateSet)
+//	dnat to ADDR:PORT (DNATTo)
+//	jump CHAIN, goto CHAIN, drop, accept, return (Verdict)
+//
+// A verdict ends the rule. Any other statement, or an address of the other
+// family, is an error.
+func (enc encoder) rule(stmts []model.Stmt) ([]nftnl.Expr, error) {
 	var exprs []nftnl.Expr
-	for len(words) > 0 {
-		stmt, used, isVerdict, err := enc.statement(words)
+	for i, st := range stmts {
+		e, isVerdict, err := enc.statement(st)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("statement %q: %w", st, err)
 		}
-		exprs = append(exprs, stmt...)
-		words = words[used:]
-		if isVerdict && len(words) > 0 {
-			return nil, fmt.Errorf("statement after the verdict")
+		if isVerdict && i < len(stmts)-1 {
+			return nil, fmt.Errorf("statement after the verdict %q", st)
 		}
+		exprs = append(exprs, e...)
 	}
 	return exprs, nil
 }
 
-// statement encodes the statement that words start with, returning the
-// number of words it used and whether it is a verdict (which must end the
-// rule).
-func (enc encoder) statement(words []string) (exprs []nftnl.Expr, used int, isVerdict bool, err error) {
-	switch words[0] {
-	case enc.ipX():
-		exprs, used, err = enc.addrMatch(words)
-	case "tcp", "udp", "sctp":
-		exprs, used, err = enc.portMatch(words)
-	case "meta":
-		exprs, used, err = enc.protoMatch(words)
-	case "fib":
-		if len(words) < 4 || words[1] != "saddr" || words[2] != "type" || words[3] != "local" {
-			return nil, 0, false, fmt.Errorf("unknown fib statement")
+// statement encodes one statement, reporting whether it is a verdict
+// (which must end the rule).
+func (enc encoder) statement(st model.Stmt) (exprs []nftnl.Expr, isVerdict bool, err error) {
+	switch st := st.(type) {
+	case model.Equal:
+		exprs, err = enc.equal(st)
+	case model.AddrIn:
+		exprs, err = enc.addrIn(st)
+	case model.InSet:
+		exprs, err = enc.inSet(st)
+	case model.DportEq:
+		exprs, err = portMatch(st)
+	case model.FibLocal:
+		if !st.Saddr {
+			return nil, false, fmt.Errorf("fib daddr")
 		}
 		exprs = []nftnl.Expr{
 			nftnl.FibSaddrType{Dreg: nftnl.Reg1},
 			nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: binary.NativeEndian.AppendUint32(nil, 2)}, // RTN_LOCAL
 		}
-		used = 4
-	case "numgen":
-		exprs, used, err = enc.numgenMap(words)
+	case model.NumgenGoto:
+		exprs, err = enc.numgenMap(st)
 		isVerdict = true
-	case "update":
-		if len(words) < 6 || !strings.HasPrefix(words[1], "@") || words[2] != "{" || words[3] != enc.ipX() || words[4] != "saddr" || words[5] != "}" {
-			return nil, 0, false, fmt.Errorf("unknown update statement")
+	case model.UpdateSet:
+		var load nftnl.Payload
+		if load, err = enc.addrLoad(st.Field); err == nil && enc.addrField(st.Field) != "saddr" {
+			err = fmt.Errorf("update with %s", st.Field)
 		}
-		exprs, used = []nftnl.Expr{enc.addrLoad("saddr"), nftnl.DynsetUpdate{Sreg: nftnl.Reg1, Set: words[1][1:]}}, 6
-	case "dnat":
-		exprs, used, err = enc.dnat(words)
-	case "jump", "goto":
-		if len(words) < 2 {
-			return nil, 0, false, fmt.Errorf("%s without a chain", words[0])
-		}
-		v, _ := parseVerdict(words[:2])
-		exprs, used, isVerdict = []nftnl.Expr{nftnl.VerdictExpr(v)}, 2, true
-	case "drop", "accept", "return":
-		v, _ := parseVerdict(words[:1])
-		exprs, used, isVerdict = []nftnl.Expr{nftnl.VerdictExpr(v)}, 1, true
+		exprs = []nftnl.Expr{load, nftnl.DynsetUpdate{Sreg: nftnl.Reg1, Set: st.Set}}
+	case model.DNATTo:
+		exprs, err = enc.dnat(st)
+	case model.Verdict:
+		var v nftnl.Verdict
+		v, err = netlinkVerdict(st)
+		exprs, isVerdict = []nftnl.Expr{nftnl.VerdictExpr(v)}, true
 	default:
-		return nil, 0, false, fmt.Errorf("unknown statement %q", words[0])
+		err = fmt.Errorf("statement %T", st)
 	}
-	return exprs, used, isVerdict, err
+	return exprs, isVerdict, err
 }
+
+// netlinkVerdict is a verdict of a rule or a verdict-map element: drop, accept,
+// return, jump CHAIN, goto CHAIN.
+func netlinkVerdict(v model.Verdict) (nftnl.Verdict, error) {
+	codes := map[string]int32{"drop": nftnl.VerdictDrop, "accept": nftnl.VerdictAccept, "return": nftnl.VerdictReturn,
+		"jump": nftnl.VerdictJump, "goto": nftnl.VerdictGoto}
+	code, ok := codes[v.Kind]
+	if !ok || (v.Chain != "") != (v.Kind == "jump" || v.Kind == "goto") {
+		return nftnl.Verdict{}, fmt.Errorf("verdict %q", v)
+	}
+	return nftnl.Verdict{Code: code, Chain: v.Chain}, nil
+}
+
+// equal encodes a comparison of an address with an address, or of
+// `meta l4proto` with a protocol.
+func (enc encoder) equal(st model.Equal) ([]nftnl.Expr, error) {
+	if st.Field == model.L4Proto {
+		proto, ok := st.Value.Uint()
+		if !ok || st.Neg || !knownProto(proto) {
+			return nil, fmt.Errorf("protocol %s", st.Value)
+		}
+		return []nftnl.Expr{
+			nftnl.Meta{Dreg: nftnl.Reg1, Key: nftnl.MetaL4Proto},
+			nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: []byte{byte(proto)}},
+		}, nil
+	}
+	return enc.addrIn(model.AddrIn{Field: st.Field, Values: []model.Datum{st.Value}, Neg: st.Neg})
+}
+
+// knownProto reports whether proto is TCP, UDP or SCTP.
+func knownProto(proto uint32) bool { return proto == 6 || proto == 17 || proto == 132 }
 
 // portMatch encodes `tcp|udp|sctp dport PORT`.
-func (enc encoder) portMatch(words []string) ([]nftnl.Expr, int, error) {
-	if len(words) < 3 || words[1] != "dport" {
-		return nil, 0, fmt.Errorf("unknown statement %q", words[0])
-	}
-	port, err := strconv.ParseUint(words[2], 10, 16)
-	if err != nil {
-		return nil, 0, fmt.Errorf("port %q", words[2])
+func portMatch(st model.DportEq) ([]nftnl.Expr, error) {
+	if !knownProto(uint32(st.Proto)) {
+		return nil, fmt.Errorf("protocol %d", st.Proto)
 	}
 	return []nftnl.Expr{
 		nftnl.Meta{Dreg: nftnl.Reg1, Key: nftnl.MetaL4Proto},
-		nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: []byte{protoNumbers[words[0]]}},
+		nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: []byte{st.Proto}},
 		nftnl.Payload{Dreg: nftnl.Reg1, Base: nftnl.BaseTransport, Offset: 2, Len: 2},
-		nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: binary.BigEndian.AppendUint16(nil, uint16(port))},
-	}, 3, nil
-}
-
-// protoMatch encodes `meta l4proto PROTO`.
-func (enc encoder) protoMatch(words []string) ([]nftnl.Expr, int, error) {
-	proto, ok := byte(0), false
-	if len(words) >= 3 && words[1] == "l4proto" {
-		proto, ok = protoNumbers[words[2]]
-	}
-	if !ok {
-		return nil, 0, fmt.Errorf("unknown meta statement")
-	}
-	return []nftnl.Expr{
-		nftnl.Meta{Dreg: nftnl.Reg1, Key: nftnl.MetaL4Proto},
-		nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: []byte{proto}},
-	}, 3, nil
+		nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: binary.BigEndian.AppendUint16(nil, st.Port)},
+	}, nil
 }
 
 // dnat encodes `dnat to ADDR:PORT`.
-func (enc encoder) dnat(words []string) ([]nftnl.Expr, int, error) {
-	if len(words) < 3 || words[1] != "to" {
-		return nil, 0, fmt.Errorf("unknown dnat statement")
-	}
-	to, err := netip.ParseAddrPort(words[2])
-	if err != nil || !familyAddr(to.Addr(), enc.v6) {
-		return nil, 0, fmt.Errorf("dnat to %q", words[2])
+func (enc encoder) dnat(st model.DNATTo) ([]nftnl.Expr, error) {
+	if !familyAddr(st.To.Addr(), enc.v6) {
+		return nil, fmt.Errorf("dnat to %s", st.To)
 	}
 	return []nftnl.Expr{
-		nftnl.Immediate{Dreg: nftnl.Reg1, Data: to.Addr().AsSlice()},
-		nftnl.Immediate{Dreg: nftnl.Reg2, Data: binary.BigEndian.AppendUint16(nil, to.Port())},
+		nftnl.Immediate{Dreg: nftnl.Reg1, Data: st.To.Addr().AsSlice()},
+		nftnl.Immediate{Dreg: nftnl.Reg2, Data: binary.BigEndian.AppendUint16(nil, st.To.Port())},
 		nftnl.DNAT{Family: enc.family, RegAddr: nftnl.Reg1, RegProto: nftnl.Reg2},
-	}, 3, nil
+	}, nil
 }
 
-// addrLoad loads the source or destination address into register 1.
-func (enc encoder) addrLoad(field string) nftnl.Payload {
+// inSet encodes the lookup of an address in a named set.
+func (enc encoder) inSet(st model.InSet) ([]nftnl.Expr, error) {
+	if len(st.Key) != 1 || st.Neg {
+		return nil, fmt.Errorf("lookup other than of one address, not negated")
+	}
+	field, ok := st.Key[0].(model.Field)
+	if !ok {
+		return nil, fmt.Errorf("lookup of %s", st.Key[0])
+	}
+	load, err := enc.addrLoad(field)
+	if err != nil {
+		return nil, err
+	}
+	return []nftnl.Expr{load, nftnl.Lookup{Sreg: nftnl.Reg1, Set: st.Set}}, nil
+}
+
+// addrField is "saddr" or "daddr" for the address fields of the encoder's
+// family, "" for the others.
+func (enc encoder) addrField(f model.Field) string {
+	switch {
+	case !enc.v6 && f == model.IPSaddr, enc.v6 && f == model.IP6Saddr:
+		return "saddr"
+	case !enc.v6 && f == model.IPDaddr, enc.v6 && f == model.IP6Daddr:
+		return "daddr"
+	}
+	return ""
+}
+
+// addrLoad loads the source or destination address into register 1; an
+// error for the other fields and those of the other family.
+func (enc encoder) addrLoad(f model.Field) (nftnl.Payload, error) {
+	field := enc.addrField(f)
+	if field == "" {
+		return nftnl.Payload{}, fmt.Errorf("field %s in a table of family %s", f, enc.ipX())
+	}
 	p := nftnl.Payload{Dreg: nftnl.Reg1, Base: nftnl.BaseNetwork, Len: uint32(enc.addrLen())}
 	switch {
 	case enc.v6 && field == "saddr":
@@ -145,86 +183,42 @@ func (enc encoder) addrLoad(field string) nftnl.Payload {
 	default:
 		p.Offset = 16
 	}
-	return p
-}
-
-// addrMatch encodes `ip saddr|daddr [!=] OPERAND`, returning the number of
-// words it used.
-func (enc encoder) addrMatch(w []string) ([]nftnl.Expr, int, error) {
-	if len(w) < 3 || (w[1] != "saddr" && w[1] != "daddr") {
-		return nil, 0, fmt.Errorf("unknown %s statement", w[0])
-	}
-	field := w[1]
-	n := 2
-	op := uint32(nftnl.CmpEq)
-	if w[n] == "!=" {
-		op = nftnl.CmpNeq
-		n++
-	}
-	if n >= len(w) {
-		return nil, 0, fmt.Errorf("%s %s without a value", w[0], field)
-	}
-	switch v := w[n]; {
-	case strings.HasPrefix(v, "@"):
-		if op != nftnl.CmpEq {
-			return nil, 0, fmt.Errorf("negated named set")
-		}
-		return []nftnl.Expr{enc.addrLoad(field), nftnl.Lookup{Sreg: nftnl.Reg1, Set: v[1:]}}, n + 1, nil
-	case v == "{":
-		end := slices.Index(w[n:], "}")
-		if end < 0 || field != "saddr" {
-			return nil, 0, fmt.Errorf("anonymous set")
-		}
-		var items []string
-		for _, item := range w[n+1 : n+end] {
-			for _, s := range strings.Split(item, ",") {
-				if s != "" {
-					items = append(items, s)
-				}
-			}
-		}
-		if len(items) == 1 {
-			// nft writes a set of one as a plain comparison.
-			p, err := enc.prefix(items[0])
-			if err != nil {
-				return nil, 0, err
-			}
-			return enc.prefixMatch(field, op, p), n + end + 1, nil
-		}
-		set, err := enc.intervalSet(items)
-		if err != nil {
-			return nil, 0, err
-		}
-		return []nftnl.Expr{enc.addrLoad(field), nftnl.Lookup{Sreg: nftnl.Reg1, Anonymous: &set, Invert: op == nftnl.CmpNeq}}, n + end + 1, nil
-	default:
-		p, err := enc.prefix(v)
-		if err != nil {
-			return nil, 0, err
-		}
-		return enc.prefixMatch(field, op, p), n + 1, nil
-	}
-}
-
-// prefix parses an address or a prefix of the encoder's family.
-func (enc encoder) prefix(s string) (netip.Prefix, error) {
-	if !strings.Contains(s, "/") {
-		a, err := enc.addr(s)
-		if err != nil {
-			return netip.Prefix{}, err
-		}
-		return netip.PrefixFrom(a, a.BitLen()), nil
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil || !familyAddr(p.Addr(), enc.v6) || p.Masked() != p {
-		return netip.Prefix{}, fmt.Errorf("prefix %q", s)
-	}
 	return p, nil
+}
+
+// addrIn encodes the match of an address with one address or prefix (a
+// comparison) or with several (a lookup in an anonymous interval set), as
+// nft does: nft writes a set of one as a comparison.
+func (enc encoder) addrIn(st model.AddrIn) ([]nftnl.Expr, error) {
+	if len(st.Values) == 0 {
+		return nil, fmt.Errorf("empty set")
+	}
+	prefixes := make([]netip.Prefix, len(st.Values))
+	for i, v := range st.Values {
+		p, ok := v.AsPrefix()
+		if !ok || !familyAddr(p.Addr(), enc.v6) || p.Masked() != p {
+			return nil, fmt.Errorf("address %s in a table of family %s", v, enc.ipX())
+		}
+		prefixes[i] = p
+	}
+	op := uint32(nftnl.CmpEq)
+	if st.Neg {
+		op = nftnl.CmpNeq
+	}
+	load, err := enc.addrLoad(st.Field)
+	if err != nil {
+		return nil, err
+	}
+	if len(prefixes) == 1 {
+		return prefixMatch(load, op, prefixes[0]), nil
+	}
+	set := enc.intervalSet(prefixes)
+	return []nftnl.Expr{load, nftnl.Lookup{Sreg: nftnl.Reg1, Anonymous: &set, Invert: st.Neg}}, nil
 }
 
 // prefixMatch compares an address with a prefix as nft does: whole bytes
 // by loading only those, other lengths through a mask.
-func (enc encoder) prefixMatch(field string, op uint32, p netip.Prefix) []nftnl.Expr {
-	load := enc.addrLoad(field)
+func prefixMatch(load nftnl.Payload, op uint32, p netip.Prefix) []nftnl.Expr {
 	addr := p.Addr().AsSlice()
 	if p.Bits()%8 == 0 && p.Bits() > 0 {
 		load.Len = uint32(p.Bits() / 8)
@@ -246,18 +240,11 @@ func (enc encoder) prefixMatch(field string, op uint32, p netip.Prefix) []nftnl.
 // start element and an end element (the first address after it; none for
 // a range up to the last address), after an end element at the zero
 // address when the first range starts later.
-func (enc encoder) intervalSet(items []string) (nftnl.Set, error) {
+func (enc encoder) intervalSet(prefixes []netip.Prefix) nftnl.Set {
 	type span struct{ from, to netip.Addr } // inclusive
-	spans := make([]span, 0, len(items))
-	for _, s := range items {
-		p, err := enc.prefix(s)
-		if err != nil {
-			return nftnl.Set{}, err
-		}
+	spans := make([]span, 0, len(prefixes))
+	for _, p := range prefixes {
 		spans = append(spans, span{p.Addr(), lastAddr(p)})
-	}
-	if len(spans) == 0 {
-		return nftnl.Set{}, fmt.Errorf("empty set")
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
 	merged := spans[:1]
@@ -301,7 +288,7 @@ func (enc encoder) intervalSet(items []string) (nftnl.Set, error) {
 		Flags:   nftnl.SetAnonymous | nftnl.SetConstant | nftnl.SetInterval,
 		KeyType: enc.addrType(), KeyLen: uint32(enc.addrLen()),
 		Userdata: udata, Elements: elems, Size: uint32(size),
-	}, nil
+	}
 }
 
 // lastAddr is the last address of a prefix.
@@ -315,34 +302,13 @@ func lastAddr(p netip.Prefix) netip.Addr {
 }
 
 // numgenMap encodes `numgen random mod N vmap { 0 : goto A , 1 : goto B … }`.
-func (enc encoder) numgenMap(w []string) ([]nftnl.Expr, int, error) {
-	if len(w) < 6 || w[1] != "random" || w[2] != "mod" || w[4] != "vmap" || w[5] != "{" {
-		return nil, 0, fmt.Errorf("unknown numgen statement")
+func (enc encoder) numgenMap(st model.NumgenGoto) ([]nftnl.Expr, error) {
+	if len(st.Chains) == 0 {
+		return nil, fmt.Errorf("numgen map without chains")
 	}
-	mod, err := strconv.ParseUint(w[3], 10, 32)
-	if err != nil || mod == 0 {
-		return nil, 0, fmt.Errorf("numgen modulus %q", w[3])
-	}
-	end := slices.Index(w, "}")
-	if end < 0 {
-		return nil, 0, fmt.Errorf("numgen map without an end")
-	}
-	// "0 : goto A , 1 : goto B": entries of four words, separated by ",".
-	body := slices.DeleteFunc(slices.Clone(w[6:end]), func(s string) bool { return s == "," })
-	if len(body)%4 != 0 {
-		return nil, 0, fmt.Errorf("numgen map entries %q", body)
-	}
-	var elems []nftnl.Element
-	for i := 0; i < len(body); i += 4 {
-		k, err := strconv.ParseUint(body[i], 10, 32)
-		if err != nil || body[i+1] != ":" {
-			return nil, 0, fmt.Errorf("numgen map entry %q", body[i:i+4])
-		}
-		v, err := parseVerdict(body[i+2 : i+4])
-		if err != nil {
-			return nil, 0, err
-		}
-		elems = append(elems, nftnl.Element{Key: binary.NativeEndian.AppendUint32(nil, uint32(k)), Verdict: &v})
+	elems := make([]nftnl.Element, len(st.Chains))
+	for i, chain := range st.Chains {
+		elems[i] = nftnl.Element{Key: binary.NativeEndian.AppendUint32(nil, uint32(i)), Verdict: &nftnl.Verdict{Code: nftnl.VerdictGoto, Chain: chain}}
 	}
 	set := nftnl.Set{
 		Flags:   nftnl.SetAnonymous | nftnl.SetConstant | nftnl.SetMap,
@@ -350,7 +316,7 @@ func (enc encoder) numgenMap(w []string) ([]nftnl.Expr, int, error) {
 		Userdata: udataNumgenMap, Elements: elems,
 	}
 	return []nftnl.Expr{
-		nftnl.Numgen{Dreg: nftnl.Reg1, Modulus: uint32(mod)},
+		nftnl.Numgen{Dreg: nftnl.Reg1, Modulus: uint32(len(st.Chains))},
 		nftnl.Lookup{Sreg: nftnl.Reg1, Anonymous: &set, IsMap: true},
-	}, end + 1, nil
+	}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/nftables"
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -123,92 +124,89 @@ func TestNetlinkEncodesGoldenChanges(t *testing.T) {
 	}
 }
 
-// TestEncodeRuleErrors: rules outside the grammar of the netlink encoder
-// are refused, not encoded as something else.
+// TestEncodeRuleErrors: statements outside the grammar of the netlink
+// encoder, and values of the other family, are refused, not encoded as
+// something else.
 func TestEncodeRuleErrors(t *testing.T) {
 	v4, v6 := knftables.IPv4Family, knftables.IPv6Family
+	accept := model.Verdict{Kind: "accept"}
 	tests := []struct {
 		family knftables.Family
-		rule   string
+		stmts  []model.Stmt
 	}{
-		{v4, "ct state established accept"},
-		{v4, "ct state new jump firewall-check"},
-		{v4, "mark set mark or 0x4000"},
-		{v4, "masquerade fully-random"},
-		{v4, "reject"},
-		{v4, "ip daddr . meta l4proto . th dport vmap @service-ips"},
-		// A named set is only looked up, not negated.
-		{v4, "ip saddr != @s"},
-		{v4, "ip saddr != @s drop"},
-		// Anonymous sets only of source addresses.
-		{v4, "ip daddr { 198.19.0.0/16 , 10.0.0.0/8 } drop"},
-		{v4, "ip saddr { 10.0.0.0/8 , 11.0.0.0/8 drop"},
-		{v4, "ip saddr { } drop"},
-		{v4, "ip saddr {10.0.0.0/8,11.0.0.0/8} drop"},
-		{v4, "ip saddr"},
-		{v4, "ip saddr !="},
-		{v4, "ip ttl 1 drop"},
-		// Addresses of the other family, or not addresses.
-		{v4, "ip saddr fd00::1 jump a"},
-		{v4, "ip daddr 2001:db8::/32 drop"},
-		{v4, "ip saddr != { 10.0.0.0/8 , fd00::/8 } drop"},
-		{v4, "ip6 saddr fd00::1 jump a"},
-		{v4, "ip saddr ::ffff:10.0.0.1 jump a"},
-		{v4, "ip saddr 10.0.0.256 jump a"},
-		{v4, "ip saddr 10.0.0.1/8 jump a"},
-		{v4, "dnat to [fd00::1]:80"},
-		{v6, "ip6 saddr 10.0.0.1 jump a"},
-		{v6, "ip6 saddr != { 10.0.0.0/8 , 11.0.0.0/8 } drop"},
-		{v6, "ip saddr 10.0.0.1 jump a"},
-		{v6, "ip6 saddr fe80::1%eth0 jump a"},
-		{v6, "dnat to 1.2.3.4:80"},
-		{v6, "update @s { ip saddr }"},
-		// Ports and protocols.
-		{v4, "tcp sport 80 accept"},
-		{v4, "tcp dport http accept"},
-		{v4, "tcp dport 65536 accept"},
-		{v4, "tcp dport"},
-		{v4, "icmp type echo-request accept"},
-		{v4, "meta l4proto icmp accept"},
-		{v4, "meta l4proto"},
-		{v4, "meta mark 1 accept"},
-		{v4, "fib daddr type local jump a"},
-		{v4, "fib saddr type unicast jump a"},
+		{v4, stmts(model.CtNew{}, model.Jump("firewall-check"))},
+		{v4, stmts(model.MarkOr{Bits: 0x4000})},
+		{v4, stmts(model.Masquerade{})},
+		{v4, stmts(model.Reject)},
+		{v4, stmts(model.Verdict{Kind: "continue"})},
+		{v4, stmts(model.Verdict{Kind: "jump"})},
+		{v4, stmts(model.Verdict{Kind: "drop", Chain: "a"})},
+		{v4, stmts(model.DNATMap{Family: model.IPv4, Key: []model.Expr{model.IPDaddr}, Map: "m"})},
+		// A named set is only looked up, not negated, and only by one address.
+		{v4, stmts(model.InSet{Key: []model.Expr{model.IPSaddr}, Set: "s", Neg: true}, model.Drop)},
+		{v4, stmts(model.InSet{Key: []model.Expr{model.IPDaddr, model.L4Proto, model.THDport}, Set: "s"}, model.Drop)},
+		{v4, stmts(model.InSet{Key: []model.Expr{model.THDport}, Set: "s"}, model.Drop)},
+		{v4, stmts(anyOf(model.IPSaddr, false), model.Drop)},
+		{v4, stmts(model.Equal{Field: model.Mark, Value: model.Int(1)}, accept)},
+		{v4, stmts(model.Equal{Field: model.THDport, Value: model.Port(80)}, accept)},
+		// Addresses of the other family.
+		{v4, stmts(is(model.IPSaddr, false, "fd00::1"), model.Jump("a"))},
+		{v4, stmts(is(model.IPDaddr, false, "2001:db8::/32"), model.Drop)},
+		{v4, stmts(anyOf(model.IPSaddr, true, "10.0.0.0/8", "fd00::/8"), model.Drop)},
+		{v4, stmts(is(model.IP6Saddr, false, "fd00::1"), model.Jump("a"))},
+		{v4, stmts(is(model.IPSaddr, false, "::ffff:10.0.0.1"), model.Jump("a"))},
+		{v4, stmts(model.DNATTo{To: netip.MustParseAddrPort("[fd00::1]:80")})},
+		{v6, stmts(is(model.IP6Saddr, false, "10.0.0.1"), model.Jump("a"))},
+		{v6, stmts(anyOf(model.IP6Saddr, true, "10.0.0.0/8", "11.0.0.0/8"), model.Drop)},
+		{v6, stmts(is(model.IPSaddr, false, "10.0.0.1"), model.Jump("a"))},
+		{v6, stmts(model.Equal{Field: model.IP6Saddr, Value: model.Addr(netip.MustParseAddr("fe80::1%eth0"))}, model.Jump("a"))},
+		{v6, stmts(model.DNATTo{To: netip.MustParseAddrPort("1.2.3.4:80")})},
+		{v6, stmts(model.UpdateSet{Set: "s", Field: model.IPSaddr})},
+		{v4, stmts(model.UpdateSet{Set: "s", Field: model.IPDaddr})},
+		// Protocols.
+		{v4, stmts(model.DportEq{Proto: 1, Port: 80}, accept)},
+		{v4, stmts(model.Equal{Field: model.L4Proto, Value: model.Proto(1)}, accept)},
+		{v4, stmts(model.Equal{Field: model.L4Proto, Value: model.Proto(6), Neg: true}, accept)},
+		{v4, stmts(model.Equal{Field: model.L4Proto, Value: model.Addr(netip.MustParseAddr("10.0.0.1"))}, accept)},
+		{v4, stmts(model.FibLocal{}, model.Jump("a"))},
 		// numgen maps.
-		{v4, "numgen random mod 2 vmap { 0 : goto a"},
-		{v4, "numgen random mod 2 vmap { 0 : goto a , 1 : goto b"},
-		{v4, "numgen inc mod 2 vmap { 0 : goto a , 1 : goto b }"},
-		{v4, "numgen random mod 0 vmap { }"},
-		{v4, "numgen random mod two vmap { 0 : goto a , 1 : goto b }"},
-		{v4, "numgen random mod 2 map { 0 : goto a , 1 : goto b }"},
-		{v4, "numgen random mod 2 vmap { 0 goto a , 1 : goto b }"},
-		{v4, "numgen random mod 2 vmap { 0 : goto a , x : goto b }"},
-		{v4, "numgen random mod 2 vmap { 0 : goto a , 1 : continue b }"},
-		{v4, "numgen random mod 2 vmap { 0 : goto a , 1 : goto b } accept"},
-		// update.
-		{v4, "update @s { ip daddr }"},
-		{v4, "update s { ip saddr }"},
-		{v4, "update @s { ip saddr } drop extra"},
-		{v4, "add @s { ip saddr }"},
-		// dnat.
-		{v4, "dnat to 1.2.3.4"},
-		{v4, "dnat 1.2.3.4:80"},
-		{v4, "dnat ip to 1.2.3.4:80"},
-		{v4, "snat to 1.2.3.4:80"},
-		// Verdicts.
-		{v4, "jump"},
-		{v4, "goto"},
-		{v4, "drop accept"},
-		{v4, "goto a b"},
-		{v4, "jump a tcp dport 80"},
-		{v4, "continue"},
-		{v4, "counter accept"},
+		{v4, stmts(model.NumgenGoto{})},
+		// Nothing after a verdict.
+		{v4, stmts(model.NumgenGoto{Chains: []string{"a", "b"}}, accept)},
+		{v4, stmts(model.Drop, accept)},
+		{v4, stmts(model.Jump("a"), model.DportEq{Proto: 6, Port: 80})},
 	}
 	for _, tc := range tests {
-		if exprs, err := nftables.EncodeRule(tc.family, tc.rule); err == nil {
-			t.Errorf("%s %q: encoded as %s, want an error", tc.family, tc.rule, exprKinds(exprs))
+		if exprs, err := nftables.EncodeRule(tc.family, tc.stmts); err == nil {
+			t.Errorf("%s %q: encoded as %s, want an error", tc.family, model.Rule{Stmts: tc.stmts}, exprKinds(exprs))
 		}
 	}
+}
+
+// stmts is the statements of a rule.
+func stmts(s ...model.Stmt) []model.Stmt { return s }
+
+// addrData are addresses, or with a length networks.
+func addrData(ss []string) []model.Datum {
+	ds := make([]model.Datum, len(ss))
+	for i, s := range ss {
+		if strings.Contains(s, "/") {
+			ds[i] = model.Network(netip.MustParsePrefix(s))
+		} else {
+			ds[i] = model.Addr(netip.MustParseAddr(s))
+		}
+	}
+	return ds
+}
+
+// anyOf matches f with an anonymous set of addresses or networks.
+func anyOf(f model.Field, neg bool, ss ...string) model.AddrIn {
+	return model.AddrIn{Field: f, Values: addrData(ss), Braces: true, Neg: neg}
+}
+
+// is compares f with one address or network.
+func is(f model.Field, neg bool, s string) model.AddrIn {
+	return model.AddrIn{Field: f, Values: addrData([]string{s}), Neg: neg}
 }
 
 // exprKinds names the types of exprs.
@@ -279,64 +277,68 @@ func TestEncodeRulePrefixesAndIntervals(t *testing.T) {
 	tests := []struct {
 		family knftables.Family
 		rule   string
+		stmts  []model.Stmt
 		want   []nftnl.Expr
 	}{
-		{v4, "ip saddr != { 10.0.0.0/8 , 10.1.0.0/16 , 11.0.0.0/25 , 11.0.0.128/25 } drop",
+		{v4, "ip saddr != { 10.0.0.0/8 , 10.1.0.0/16 , 11.0.0.0/25 , 11.0.0.128/25 } drop", stmts(anyOf(model.IPSaddr, true, "10.0.0.0/8", "10.1.0.0/16", "11.0.0.0/25", "11.0.0.128/25"), model.Verdict{Kind: "drop"}),
 			append(saddrSet(false, true, 0, ivEnd("0.0.0.0"), ivStart("10.0.0.0"), ivEnd("11.0.1.0")), drop)},
-		{v4, "ip saddr != { 0.0.0.0/0 , 10.0.0.0/8 } drop",
+		{v4, "ip saddr != { 0.0.0.0/0 , 10.0.0.0/8 } drop", stmts(anyOf(model.IPSaddr, true, "0.0.0.0/0", "10.0.0.0/8"), model.Verdict{Kind: "drop"}),
 			append(saddrSet(false, true, 2, ivOpen("0.0.0.0")), drop)},
-		{v4, "ip saddr != { 10.0.0.0/8 , 255.255.255.0/24 } drop",
+		{v4, "ip saddr != { 10.0.0.0/8 , 255.255.255.0/24 } drop", stmts(anyOf(model.IPSaddr, true, "10.0.0.0/8", "255.255.255.0/24"), model.Verdict{Kind: "drop"}),
 			append(saddrSet(false, true, 5, ivEnd("0.0.0.0"), ivStart("10.0.0.0"), ivEnd("11.0.0.0"), ivOpen("255.255.255.0")), drop)},
 		// Out of order, touching, and addresses.
-		{v4, "ip saddr { 10.0.1.0/24 , 10.0.0.0/24 , 10.0.3.0/24 } goto x",
+		{v4, "ip saddr { 10.0.1.0/24 , 10.0.0.0/24 , 10.0.3.0/24 } goto x", stmts(anyOf(model.IPSaddr, false, "10.0.1.0/24", "10.0.0.0/24", "10.0.3.0/24"), model.Goto("x")),
 			append(saddrSet(false, false, 0, ivEnd("0.0.0.0"), ivStart("10.0.0.0"), ivEnd("10.0.2.0"), ivStart("10.0.3.0"), ivEnd("10.0.4.0")),
 				nlVerdict(nftnl.VerdictGoto, "x"))},
-		{v4, "ip saddr != { 198.18.32.0/24 , 198.19.128.1 , 198.19.128.2 } drop",
+		{v4, "ip saddr != { 198.18.32.0/24 , 198.19.128.1 , 198.19.128.2 } drop", stmts(anyOf(model.IPSaddr, true, "198.18.32.0/24", "198.19.128.1", "198.19.128.2"), model.Verdict{Kind: "drop"}),
 			append(saddrSet(false, true, 0, ivEnd("0.0.0.0"), ivStart("198.18.32.0"), ivEnd("198.18.33.0"), ivStart("198.19.128.1"), ivEnd("198.19.128.3")), drop)},
 		// From the zero address: no end element first.
-		{v4, "ip saddr { 0.0.0.0/8 , 10.0.0.0/8 } drop",
+		{v4, "ip saddr { 0.0.0.0/8 , 10.0.0.0/8 } drop", stmts(anyOf(model.IPSaddr, false, "0.0.0.0/8", "10.0.0.0/8"), model.Verdict{Kind: "drop"}),
 			append(saddrSet(false, false, 0, ivStart("0.0.0.0"), ivEnd("1.0.0.0"), ivStart("10.0.0.0"), ivEnd("11.0.0.0")), drop)},
-		{v4, "ip saddr { 10.0.0.0/8 , 255.255.255.255 } drop",
+		{v4, "ip saddr { 10.0.0.0/8 , 255.255.255.255 } drop", stmts(anyOf(model.IPSaddr, false, "10.0.0.0/8", "255.255.255.255"), model.Verdict{Kind: "drop"}),
 			append(saddrSet(false, false, 5, ivEnd("0.0.0.0"), ivStart("10.0.0.0"), ivEnd("11.0.0.0"), ivOpen("255.255.255.255")), drop)},
 		// Prefixes and addresses.
-		{v4, "ip saddr 10.0.0.0/8 jump x", []nftnl.Expr{load(12, 1), cmp4(nftnl.CmpEq, 0x0a), jumpX}},
-		{v4, "ip saddr 10.16.0.0/12 jump x", []nftnl.Expr{
+		{v4, "ip saddr 10.0.0.0/8 jump x", stmts(is(model.IPSaddr, false, "10.0.0.0/8"), model.Jump("x")), []nftnl.Expr{load(12, 1), cmp4(nftnl.CmpEq, 0x0a), jumpX}},
+		{v4, "ip saddr 10.16.0.0/12 jump x", stmts(is(model.IPSaddr, false, "10.16.0.0/12"), model.Jump("x")), []nftnl.Expr{
 			load(12, 4),
 			nftnl.Bitwise{Sreg: nftnl.Reg1, Dreg: nftnl.Reg1, Mask: []byte{0xff, 0xf0, 0, 0}},
 			cmp4(nftnl.CmpEq, 0x0a, 0x10, 0, 0), jumpX,
 		}},
-		{v4, "ip saddr != 198.18.64.0/18 jump x", []nftnl.Expr{
+		{v4, "ip saddr != 198.18.64.0/18 jump x", stmts(is(model.IPSaddr, true, "198.18.64.0/18"), model.Jump("x")), []nftnl.Expr{
 			load(12, 4),
 			nftnl.Bitwise{Sreg: nftnl.Reg1, Dreg: nftnl.Reg1, Mask: []byte{0xff, 0xff, 0xc0, 0}},
 			cmp4(nftnl.CmpNeq, 198, 18, 64, 0), jumpX,
 		}},
-		{v4, "ip daddr 198.19.0.1 jump x", []nftnl.Expr{load(16, 4), cmp4(nftnl.CmpEq, 198, 19, 0, 1), jumpX}},
-		{v4, "ip saddr 198.18.64.2 jump x", []nftnl.Expr{load(12, 4), cmp4(nftnl.CmpEq, 198, 18, 64, 2), jumpX}},
+		{v4, "ip daddr 198.19.0.1 jump x", stmts(is(model.IPDaddr, false, "198.19.0.1"), model.Jump("x")), []nftnl.Expr{load(16, 4), cmp4(nftnl.CmpEq, 198, 19, 0, 1), jumpX}},
+		{v4, "ip saddr 198.18.64.2 jump x", stmts(is(model.IPSaddr, false, "198.18.64.2"), model.Jump("x")), []nftnl.Expr{load(12, 4), cmp4(nftnl.CmpEq, 198, 18, 64, 2), jumpX}},
 		// A set of one is a plain comparison.
-		{v4, "ip saddr != { 198.18.32.0/24 } drop", []nftnl.Expr{load(12, 3), cmp4(nftnl.CmpNeq, 198, 18, 32), drop}},
-		{v4, "ip saddr != { 0.0.0.0/0 } drop", []nftnl.Expr{
+		{v4, "ip saddr != { 198.18.32.0/24 } drop", stmts(anyOf(model.IPSaddr, true, "198.18.32.0/24"), model.Verdict{Kind: "drop"}), []nftnl.Expr{load(12, 3), cmp4(nftnl.CmpNeq, 198, 18, 32), drop}},
+		{v4, "ip saddr != { 0.0.0.0/0 } drop", stmts(anyOf(model.IPSaddr, true, "0.0.0.0/0"), model.Verdict{Kind: "drop"}), []nftnl.Expr{
 			load(12, 4),
 			nftnl.Bitwise{Sreg: nftnl.Reg1, Dreg: nftnl.Reg1, Mask: []byte{0, 0, 0, 0}},
 			cmp4(nftnl.CmpNeq, 0, 0, 0, 0), drop,
 		}},
 		// IPv6.
-		{v6, "ip6 saddr != { 2001:db8:18:20::/64 , ::/0 } drop",
+		{v6, "ip6 saddr != { 2001:db8:18:20::/64 , ::/0 } drop", stmts(anyOf(model.IP6Saddr, true, "2001:db8:18:20::/64", "::/0"), model.Verdict{Kind: "drop"}),
 			append(saddrSet(true, true, 2, ivOpen("::")), drop)},
-		{v6, "ip6 saddr != { 2001:db8:18:20::/64 , 2001:db8:19::8001 } drop",
+		{v6, "ip6 saddr != { 2001:db8:18:20::/64 , 2001:db8:19::8001 } drop", stmts(anyOf(model.IP6Saddr, true, "2001:db8:18:20::/64", "2001:db8:19::8001"), model.Verdict{Kind: "drop"}),
 			append(saddrSet(true, true, 0, ivEnd("::"), ivStart("2001:db8:18:20::"), ivEnd("2001:db8:18:21::"),
 				ivStart("2001:db8:19::8001"), ivEnd("2001:db8:19::8002")), drop)},
-		{v6, "ip6 saddr 2001:db8:18::/48 jump x", []nftnl.Expr{load(8, 6), cmp4(nftnl.CmpEq, 0x20, 0x01, 0x0d, 0xb8, 0, 0x18), jumpX}},
-		{v6, "ip6 saddr != 2001:db8:18:40::/58 jump x", []nftnl.Expr{
+		{v6, "ip6 saddr 2001:db8:18::/48 jump x", stmts(is(model.IP6Saddr, false, "2001:db8:18::/48"), model.Jump("x")), []nftnl.Expr{load(8, 6), cmp4(nftnl.CmpEq, 0x20, 0x01, 0x0d, 0xb8, 0, 0x18), jumpX}},
+		{v6, "ip6 saddr != 2001:db8:18:40::/58 jump x", stmts(is(model.IP6Saddr, true, "2001:db8:18:40::/58"), model.Jump("x")), []nftnl.Expr{
 			load(8, 16),
 			nftnl.Bitwise{Sreg: nftnl.Reg1, Dreg: nftnl.Reg1, Mask: []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xc0, 0, 0, 0, 0, 0, 0, 0, 0}},
 			nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpNeq, Data: nlAddr("2001:db8:18:40::")}, jumpX,
 		}},
-		{v6, "ip6 daddr 2001:db8:19::1 jump x", []nftnl.Expr{load(24, 16), nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: nlAddr("2001:db8:19::1")}, jumpX}},
-		{v6, "ip6 saddr { 2001:db8:18:40::/64 } jump x", []nftnl.Expr{load(8, 8), nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: nlAddr("2001:db8:18:40::")[:8]}, jumpX}},
+		{v6, "ip6 daddr 2001:db8:19::1 jump x", stmts(is(model.IP6Daddr, false, "2001:db8:19::1"), model.Jump("x")), []nftnl.Expr{load(24, 16), nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: nlAddr("2001:db8:19::1")}, jumpX}},
+		{v6, "ip6 saddr { 2001:db8:18:40::/64 } jump x", stmts(anyOf(model.IP6Saddr, false, "2001:db8:18:40::/64"), model.Jump("x")), []nftnl.Expr{load(8, 8), nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: nlAddr("2001:db8:18:40::")[:8]}, jumpX}},
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.family)+" "+tc.rule, func(t *testing.T) {
-			got, err := nftables.EncodeRule(tc.family, tc.rule)
+			if text := (model.Rule{Stmts: tc.stmts}).String(); text != tc.rule {
+				t.Fatalf("statements print as %q", text)
+			}
+			got, err := nftables.EncodeRule(tc.family, tc.stmts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -387,12 +389,13 @@ func TestEncodeRuleStatements(t *testing.T) {
 	tests := []struct {
 		family knftables.Family
 		rule   string
+		stmts  []model.Stmt
 		want   []nftnl.Expr
 	}{
-		{v4, "tcp dport 80 accept", append(dport(6, 80), nlVerdict(nftnl.VerdictAccept, ""))},
-		{v4, "udp dport 53 return", append(dport(17, 53), nlVerdict(nftnl.VerdictReturn, ""))},
-		{v6, "sctp dport 9 drop", append(dport(132, 9), nlVerdict(nftnl.VerdictDrop, ""))},
-		{v4, "ip daddr 198.19.0.1 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade", slices.Concat(
+		{v4, "tcp dport 80 accept", stmts(model.DportEq{Proto: 6, Port: 80}, model.Verdict{Kind: "accept"}), append(dport(6, 80), nlVerdict(nftnl.VerdictAccept, ""))},
+		{v4, "udp dport 53 return", stmts(model.DportEq{Proto: 17, Port: 53}, model.Verdict{Kind: "return"}), append(dport(17, 53), nlVerdict(nftnl.VerdictReturn, ""))},
+		{v6, "sctp dport 9 drop", stmts(model.DportEq{Proto: 132, Port: 9}, model.Verdict{Kind: "drop"}), append(dport(132, 9), nlVerdict(nftnl.VerdictDrop, ""))},
+		{v4, "ip daddr 198.19.0.1 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade", stmts(is(model.IPDaddr, false, "198.19.0.1"), model.DportEq{Proto: 6, Port: 80}, is(model.IPSaddr, true, "198.18.64.0/18"), model.Jump("mark-for-masquerade")), slices.Concat(
 			[]nftnl.Expr{
 				nftnl.Payload{Dreg: nftnl.Reg1, Base: nftnl.BaseNetwork, Offset: 16, Len: 4},
 				nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: nlAddr("198.19.0.1")},
@@ -404,33 +407,36 @@ func TestEncodeRuleStatements(t *testing.T) {
 				nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpNeq, Data: nlAddr("198.18.64.0")},
 				nlVerdict(nftnl.VerdictJump, "mark-for-masquerade"),
 			})},
-		{v4, "meta l4proto udp dnat to 198.18.64.2:8080", append(l4proto(17), dnat(nftnl.IPv4, "198.18.64.2", 8080)...)},
-		{v4, "dnat to 198.18.64.2:53", dnat(nftnl.IPv4, "198.18.64.2", 53)},
-		{v6, "meta l4proto sctp dnat to [2001:db8:18:40::2]:8080", append(l4proto(132), dnat(nftnl.IPv6, "2001:db8:18:40::2", 8080)...)},
+		{v4, "meta l4proto udp dnat to 198.18.64.2:8080", stmts(model.Equal{Field: model.L4Proto, Value: model.Proto(17)}, model.DNATTo{To: netip.MustParseAddrPort("198.18.64.2:8080")}), append(l4proto(17), dnat(nftnl.IPv4, "198.18.64.2", 8080)...)},
+		{v4, "dnat to 198.18.64.2:53", stmts(model.DNATTo{To: netip.MustParseAddrPort("198.18.64.2:53")}), dnat(nftnl.IPv4, "198.18.64.2", 53)},
+		{v6, "meta l4proto sctp dnat to [2001:db8:18:40::2]:8080", stmts(model.Equal{Field: model.L4Proto, Value: model.Proto(132)}, model.DNATTo{To: netip.MustParseAddrPort("[2001:db8:18:40::2]:8080")}), append(l4proto(132), dnat(nftnl.IPv6, "2001:db8:18:40::2", 8080)...)},
 		// RTN_LOCAL, in host byte order.
-		{v4, "fib saddr type local jump mark-for-masquerade", []nftnl.Expr{
+		{v4, "fib saddr type local jump mark-for-masquerade", stmts(model.FibLocal{Saddr: true}, model.Jump("mark-for-masquerade")), []nftnl.Expr{
 			nftnl.FibSaddrType{Dreg: nftnl.Reg1},
 			nftnl.Cmp{Sreg: nftnl.Reg1, Op: nftnl.CmpEq, Data: binary.NativeEndian.AppendUint32(nil, 2)},
 			nlVerdict(nftnl.VerdictJump, "mark-for-masquerade"),
 		}},
-		{v4, "numgen random mod 2 vmap { 0 : goto endpoint-a , 1 : goto endpoint-b }", numgen(goTo(0, "endpoint-a"), goTo(1, "endpoint-b"))},
-		{v6, "numgen random mod 3 vmap { 0 : goto a , 1 : goto b , 2 : goto c }", numgen(goTo(0, "a"), goTo(1, "b"), goTo(2, "c"))},
-		{v4, "update @affinity-x { ip saddr }", []nftnl.Expr{saddr4, nftnl.DynsetUpdate{Sreg: nftnl.Reg1, Set: "affinity-x"}}},
-		{v6, "update @affinity-x { ip6 saddr }", []nftnl.Expr{saddr6, nftnl.DynsetUpdate{Sreg: nftnl.Reg1, Set: "affinity-x"}}},
-		{v4, "ip saddr @affinity-x goto endpoint-x", []nftnl.Expr{saddr4, nftnl.Lookup{Sreg: nftnl.Reg1, Set: "affinity-x"}, nlVerdict(nftnl.VerdictGoto, "endpoint-x")}},
-		{v6, "ip6 saddr @affinity-x goto endpoint-x", []nftnl.Expr{saddr6, nftnl.Lookup{Sreg: nftnl.Reg1, Set: "affinity-x"}, nlVerdict(nftnl.VerdictGoto, "endpoint-x")}},
-		{v4, "ip saddr { 198.18.64.0/18 , 10.0.0.0/8 } goto service-x", append(
+		{v4, "numgen random mod 2 vmap { 0 : goto endpoint-a , 1 : goto endpoint-b }", stmts(model.NumgenGoto{Chains: []string{"endpoint-a", "endpoint-b"}}), numgen(goTo(0, "endpoint-a"), goTo(1, "endpoint-b"))},
+		{v6, "numgen random mod 3 vmap { 0 : goto a , 1 : goto b , 2 : goto c }", stmts(model.NumgenGoto{Chains: []string{"a", "b", "c"}}), numgen(goTo(0, "a"), goTo(1, "b"), goTo(2, "c"))},
+		{v4, "update @affinity-x { ip saddr }", stmts(model.UpdateSet{Set: "affinity-x", Field: model.IPSaddr}), []nftnl.Expr{saddr4, nftnl.DynsetUpdate{Sreg: nftnl.Reg1, Set: "affinity-x"}}},
+		{v6, "update @affinity-x { ip6 saddr }", stmts(model.UpdateSet{Set: "affinity-x", Field: model.IP6Saddr}), []nftnl.Expr{saddr6, nftnl.DynsetUpdate{Sreg: nftnl.Reg1, Set: "affinity-x"}}},
+		{v4, "ip saddr @affinity-x goto endpoint-x", stmts(model.InSet{Key: []model.Expr{model.IPSaddr}, Set: "affinity-x"}, model.Goto("endpoint-x")), []nftnl.Expr{saddr4, nftnl.Lookup{Sreg: nftnl.Reg1, Set: "affinity-x"}, nlVerdict(nftnl.VerdictGoto, "endpoint-x")}},
+		{v6, "ip6 saddr @affinity-x goto endpoint-x", stmts(model.InSet{Key: []model.Expr{model.IP6Saddr}, Set: "affinity-x"}, model.Goto("endpoint-x")), []nftnl.Expr{saddr6, nftnl.Lookup{Sreg: nftnl.Reg1, Set: "affinity-x"}, nlVerdict(nftnl.VerdictGoto, "endpoint-x")}},
+		{v4, "ip saddr { 198.18.64.0/18 , 10.0.0.0/8 } goto service-x", stmts(anyOf(model.IPSaddr, false, "198.18.64.0/18", "10.0.0.0/8"), model.Goto("service-x")), append(
 			saddrSet(false, false, 0, ivEnd("0.0.0.0"), ivStart("10.0.0.0"), ivEnd("11.0.0.0"), ivStart("198.18.64.0"), ivEnd("198.18.128.0")),
 			nlVerdict(nftnl.VerdictGoto, "service-x"))},
-		{v4, "jump a", []nftnl.Expr{nlVerdict(nftnl.VerdictJump, "a")}},
-		{v4, "goto a", []nftnl.Expr{nlVerdict(nftnl.VerdictGoto, "a")}},
-		{v4, "drop", []nftnl.Expr{nlVerdict(nftnl.VerdictDrop, "")}},
-		{v4, "accept", []nftnl.Expr{nlVerdict(nftnl.VerdictAccept, "")}},
-		{v6, "return", []nftnl.Expr{nlVerdict(nftnl.VerdictReturn, "")}},
+		{v4, "jump a", stmts(model.Jump("a")), []nftnl.Expr{nlVerdict(nftnl.VerdictJump, "a")}},
+		{v4, "goto a", stmts(model.Goto("a")), []nftnl.Expr{nlVerdict(nftnl.VerdictGoto, "a")}},
+		{v4, "drop", stmts(model.Verdict{Kind: "drop"}), []nftnl.Expr{nlVerdict(nftnl.VerdictDrop, "")}},
+		{v4, "accept", stmts(model.Verdict{Kind: "accept"}), []nftnl.Expr{nlVerdict(nftnl.VerdictAccept, "")}},
+		{v6, "return", stmts(model.Verdict{Kind: "return"}), []nftnl.Expr{nlVerdict(nftnl.VerdictReturn, "")}},
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.family)+" "+tc.rule, func(t *testing.T) {
-			got, err := nftables.EncodeRule(tc.family, tc.rule)
+			if text := (model.Rule{Stmts: tc.stmts}).String(); text != tc.rule {
+				t.Fatalf("statements print as %q", text)
+			}
+			got, err := nftables.EncodeRule(tc.family, tc.stmts)
 			if err != nil {
 				t.Fatal(err)
 			}

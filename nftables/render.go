@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -65,12 +65,13 @@ type renderer struct {
 	opts      Options
 	family    knftables.Family
 	table     string
-	ipX       string // "ip" or "ip6"
-	addrType  string // "ipv4_addr" or "ipv6_addr"
-	mark      string
-	fromPods  string // matches traffic from the cluster CIDRs, or ""
-	notPods   string // matches traffic from outside them, or ""
-	localhost string // the family's loopback network
+	addrType  string        // "ipv4_addr" or "ipv6_addr"
+	saddr     model.Field   // the family's source address
+	daddr     model.Field   // the family's destination address
+	podNets   []model.Datum // the cluster CIDRs
+	localhost model.Datum   // the family's loopback network
+	// scratch is where newRule prints a rule's text.
+	scratch []byte
 }
 
 func newRenderer(cfg ruleset.Config, opts Options) (*renderer, error) {
@@ -85,15 +86,14 @@ func newRenderer(cfg ruleset.Config, opts Options) (*renderer, error) {
 		return nil, fmt.Errorf("nftables: invalid table name %q", r.table)
 	}
 	is6 := cfg.Family == v1.IPv6Protocol
-	r.ipX, r.addrType, r.localhost = "ip", "ipv4_addr", "127.0.0.0/8"
+	r.addrType, r.localhost = "ipv4_addr", model.Prefix(netip.MustParsePrefix("127.0.0.0/8"))
+	r.saddr, r.daddr = model.IPSaddr, model.IPDaddr
 	if is6 {
-		r.ipX, r.addrType, r.localhost = "ip6", "ipv6_addr", "::1"
+		r.addrType, r.localhost = "ipv6_addr", model.Addr(netip.IPv6Loopback())
+		r.saddr, r.daddr = model.IP6Saddr, model.IP6Daddr
 	}
-	r.mark = fmt.Sprintf("%#08x", cfg.Mark())
-	if len(cfg.ClusterCIDRs) > 0 {
-		set := prefixSet(cfg.ClusterCIDRs)
-		r.fromPods = r.ipX + " saddr " + set
-		r.notPods = r.ipX + " saddr != " + set
+	for _, p := range cfg.ClusterCIDRs {
+		r.podNets = append(r.podNets, model.Network(p))
 	}
 	return r, nil
 }
@@ -114,18 +114,6 @@ func validTableName(s string) bool {
 		}
 	}
 	return true
-}
-
-// prefixSet is one prefix, or an anonymous set of them.
-func prefixSet(ps []netip.Prefix) string {
-	if len(ps) == 1 {
-		return ps[0].Masked().String()
-	}
-	strs := make([]string, len(ps))
-	for i, p := range ps {
-		strs[i] = p.Masked().String()
-	}
-	return "{ " + strings.Join(strs, " , ") + " }"
 }
 
 func sortedCopy(s []string) []string {

@@ -60,7 +60,7 @@ func renderResync[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options,
 	txs = append(txs, tx)
 	for _, k := range slices.SortedFunc(maps.Keys(inTable), elemKey.compare) {
 		if _, rendered := st.claims[k]; !rendered {
-			tx.Delete(r.elementKey(k))
+			r.deleteElement(tx, k)
 		}
 	}
 	st.removeUnrendered(tx, existing)

@@ -108,3 +108,47 @@ func BenchmarkScaleOneChange(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScaleNetlinkFirstSync renders a first sync as an Executor with
+// Netlink does and encodes every chunk after the first (the Service ports)
+// as netlink messages; nothing is sent.
+func BenchmarkScaleNetlinkFirstSync(b *testing.B) {
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			rs := scaleworld.New(scalegen.Spec{Services: n}).Ruleset
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := nftables.NetlinkFirstSync(rs, nftables.Options{}, nftables.DefaultFirstSyncChunk); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkScaleNetlinkChanges renders the incremental transaction after
+// one endpoint of one Service changed as an Executor with Netlink does,
+// writes it to a knftables Fake's transaction too (as NetlinkChanges
+// does) and encodes it as netlink messages; nothing is sent. msgs is the
+// number of messages.
+func BenchmarkScaleNetlinkChanges(b *testing.B) {
+	for _, n := range oneSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			w := scaleworld.New(scalegen.Spec{Services: n})
+			w.Incremental = true
+			before := w.Ruleset
+			after := w.ChangeEndpoints(n/2, 1)
+			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
+			var msgs int
+			b.ReportAllocs()
+			for b.Loop() {
+				_, m, err := nftables.NetlinkChanges(fake.NewTransaction(), before, after, nftables.Options{}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				msgs = m
+			}
+			b.ReportMetric(float64(msgs), "msgs")
+		})
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -21,12 +21,53 @@ type chainDef struct {
 	rules []ruleDef
 }
 
-type ruleDef struct{ rule, comment string }
+// Statements that many rules share, boxed once.
+var (
+	jumpMarkMasq model.Stmt = model.Jump(chainMarkMasq)
+	l4protoMatch            = map[byte]model.Stmt{
+		6:   model.Equal{Field: model.L4Proto, Value: model.Proto(6)},
+		17:  model.Equal{Field: model.L4Proto, Value: model.Proto(17)},
+		132: model.Equal{Field: model.L4Proto, Value: model.Proto(132)},
+	}
+)
 
+// ruleDef is one rule: its statements and, printed once, their nft text.
+type ruleDef struct {
+	stmts         []model.Stmt
+	text, comment string
+}
+
+// newRule is the rule of stmts, with an optional comment. Its text is
+// printed in the renderer's scratch buffer.
+func (r *renderer) newRule(comment string, stmts ...model.Stmt) ruleDef {
+	r.scratch = model.Rule{Stmts: stmts}.AppendText(r.scratch[:0])
+	return ruleDef{stmts: stmts, text: string(r.scratch), comment: comment}
+}
+
+// sameRule reports whether two rules have the same text and comment.
+func sameRule(a, b ruleDef) bool { return a.text == b.text && a.comment == b.comment }
+
+// writeRules appends the rules of c.
 func (r *renderer) writeRules(tx txWriter, c chainDef) {
 	for _, ru := range c.rules {
-		tx.Add(r.rule(c.name, ru.rule, ru.comment))
+		r.writeRule(tx, c.name, ru)
 	}
+}
+
+// addRule appends the rule of stmts, with an optional comment, to chain.
+func (r *renderer) addRule(tx txWriter, chain, comment string, stmts ...model.Stmt) {
+	r.writeRule(tx, chain, r.newRule(comment, stmts...))
+}
+
+// writeRule appends ru to chain; an opRecorder also records its
+// statements, which the netlink path encodes.
+func (r *renderer) writeRule(tx txWriter, chain string, ru ruleDef) {
+	obj := r.rule(chain, ru.text, ru.comment)
+	if rec, ok := tx.(*opRecorder); ok {
+		rec.addRule(obj, ru.stmts)
+		return
+	}
+	tx.Add(obj)
 }
 
 func chainsByName(cs []chainDef) map[string]chainDef {
@@ -108,16 +149,19 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 // IP as the Service's ClusterIPMasquerade says (all of it, or what comes
 // from outside the pod network), in whichever policy chain internal traffic
 // reaches; external traffic reaches the same chains, hence the match on the
-// cluster IP. "" when nothing is masqueraded there.
-func (r *renderer) clusterIPMasquerade(s *ruleset.Service) string {
-	proto := strings.ToLower(string(s.Name.Protocol))
+// cluster IP. nil when nothing is masqueraded there.
+func (r *renderer) clusterIPMasquerade(s *ruleset.Service) []model.Stmt {
+	toClusterIP := []model.Stmt{
+		model.Equal{Field: r.daddr, Value: model.Addr(s.ClusterIP)},
+		model.DportEq{Proto: protoNumbers[strings.ToLower(string(s.Name.Protocol))], Port: s.Port},
+	}
 	switch s.ClusterIPMasquerade {
 	case ruleset.MasqueradeAll:
-		return fmt.Sprintf("%s daddr %s %s dport %d jump %s", r.ipX, s.ClusterIP, proto, s.Port, chainMarkMasq)
+		return append(toClusterIP, jumpMarkMasq)
 	case ruleset.MasqueradeOffCluster:
-		return fmt.Sprintf("%s daddr %s %s dport %d %s jump %s", r.ipX, s.ClusterIP, proto, s.Port, r.notPods, chainMarkMasq)
+		return append(toClusterIP, model.AddrIn{Field: r.saddr, Values: r.podNets, Neg: true}, jumpMarkMasq)
 	}
-	return ""
+	return nil
 }
 
 // externalChain is the chain of NodePort, externalIP and load-balancer
@@ -129,22 +173,22 @@ func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
 	clusterChain := prefixService + base
 	c := chainDef{name: prefixExternal + base}
 	ext := s.ExternalTraffic
-	if ext.ShortCircuit && r.fromPods != "" {
-		c.rules = append(c.rules, ruleDef{r.fromPods + " goto " + clusterChain, "short-circuit pod traffic"})
+	if ext.ShortCircuit && len(r.podNets) > 0 {
+		c.rules = append(c.rules, r.newRule("short-circuit pod traffic", model.AddrIn{Field: r.saddr, Values: r.podNets}, model.Goto(clusterChain)))
 	}
 	if ext.Masquerade {
-		c.rules = append(c.rules, ruleDef{rule: "jump " + chainMarkMasq})
+		c.rules = append(c.rules, r.newRule("", jumpMarkMasq))
 	}
 	if ext.ShortCircuit {
 		c.rules = append(c.rules,
-			ruleDef{"fib saddr type local jump " + chainMarkMasq, "masquerade local traffic"},
-			ruleDef{"fib saddr type local goto " + clusterChain, "short-circuit local traffic"})
+			r.newRule("masquerade local traffic", model.FibLocal{Saddr: true}, jumpMarkMasq),
+			r.newRule("short-circuit local traffic", model.FibLocal{Saddr: true}, model.Goto(clusterChain)))
 	}
 	switch s.External {
 	case ruleset.RouteCluster:
-		c.rules = append(c.rules, ruleDef{rule: "goto " + clusterChain})
+		c.rules = append(c.rules, r.newRule("", model.Goto(clusterChain)))
 	case ruleset.RouteLocal:
-		c.rules = append(c.rules, ruleDef{rule: "goto " + prefixLocal + base})
+		c.rules = append(c.rules, r.newRule("", model.Goto(prefixLocal+base)))
 	}
 	return c
 }
@@ -153,18 +197,18 @@ func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
 // source ranges (and, when the Ruleset allows it, the node's own traffic
 // to its load-balancer IPs).
 func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
-	sources := make([]string, 0, len(s.LoadBalancerSourceRanges))
+	sources := make([]model.Datum, 0, len(s.LoadBalancerSourceRanges))
 	for _, p := range s.LoadBalancerSourceRanges {
-		sources = append(sources, p.String())
+		sources = append(sources, model.Network(p))
 	}
 	if s.FirewallAllowsNode {
 		for _, ip := range s.LoadBalancerIPs {
-			sources = append(sources, ip.String())
+			sources = append(sources, model.Addr(ip))
 		}
 	}
 	return chainDef{
 		name:  prefixFirewall + base,
-		rules: []ruleDef{{rule: r.ipX + " saddr != { " + strings.Join(sources, " , ") + " } drop"}},
+		rules: []ruleDef{r.newRule("", model.AddrIn{Field: r.saddr, Values: sources, Braces: true, Neg: true}, model.Drop)},
 	}
 }
 
@@ -172,13 +216,18 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 // endpointBase: hairpin masquerade (a pod that reaches itself through the
 // Service), the affinity set's update, DNAT.
 func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string) chainDef {
-	proto := strings.ToLower(string(s.Name.Protocol))
+	proto := protoNumbers[strings.ToLower(string(s.Name.Protocol))]
 	c := chainDef{name: prefixEndpoint + endpointBase, rules: make([]ruleDef, 0, 3)}
-	c.rules = append(c.rules, ruleDef{rule: r.ipX + " saddr " + endpoint.Addr().String() + " jump " + chainMarkMasq})
+	// The statements of all the chain's rules share one array.
+	stmts := append(make([]model.Stmt, 0, 5), model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, jumpMarkMasq)
+	c.rules = append(c.rules, r.newRule("", stmts[0:2:2]...))
 	if s.Affinity.Enabled() {
-		c.rules = append(c.rules, ruleDef{rule: "update @" + prefixAffinity + endpointBase + " { " + r.ipX + " saddr }"})
+		stmts = append(stmts, model.UpdateSet{Set: prefixAffinity + endpointBase, Field: r.saddr})
+		c.rules = append(c.rules, r.newRule("", stmts[2:3:3]...))
 	}
-	c.rules = append(c.rules, ruleDef{rule: "meta l4proto " + proto + " dnat to " + endpoint.String()})
+	n := len(stmts)
+	stmts = append(stmts, l4protoMatch[proto], model.DNATTo{To: endpoint})
+	c.rules = append(c.rules, r.newRule("", stmts[n:n+2:n+2]...))
 	return c
 }
 
@@ -186,10 +235,10 @@ func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, en
 // to their endpoint, the others to one picked at random. endpointBases
 // are the EndpointChainBase of each of s.Endpoints; masquerade is the
 // rule that internal traffic reaching this chain starts with, if any.
-func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []string, targets []ruleset.Target, masquerade string, internal bool) chainDef {
+func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []string, targets []ruleset.Target, masquerade []model.Stmt, internal bool) chainDef {
 	c := chainDef{name: name}
-	if internal && masquerade != "" {
-		c.rules = append(c.rules, ruleDef{rule: masquerade})
+	if internal && masquerade != nil {
+		c.rules = append(c.rules, r.newRule("", masquerade...))
 	}
 	targetBases := make([]string, len(targets))
 	targetChains := make([]string, len(targets))
@@ -200,32 +249,16 @@ func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []
 	if s.Affinity.Enabled() {
 		for i := range targets {
 			set := prefixAffinity + targetBases[i]
-			c.rules = append(c.rules, ruleDef{rule: r.ipX + " saddr @" + set + " goto " + targetChains[i]})
+			c.rules = append(c.rules, r.newRule("", model.InSet{Key: []model.Expr{r.saddr}, Set: set}, model.Goto(targetChains[i])))
 		}
 	}
 	if len(targets) == 1 {
 		// No choice to make: a plain goto spares the kernel an
 		// anonymous verdict map.
-		c.rules = append(c.rules, ruleDef{rule: "goto " + targetChains[0]})
+		c.rules = append(c.rules, r.newRule("", model.Goto(targetChains[0])))
 		return c
 	}
-	var b strings.Builder
-	b.WriteString("numgen random mod ")
-	b.WriteString(strconv.Itoa(len(targets)))
-	b.WriteString(" vmap {")
-	for i, chain := range targetChains {
-		if i > 0 {
-			// The space before the comma keeps the chain name a word of
-			// its own for knftables' Fake.
-			b.WriteString(" ,")
-		}
-		b.WriteString(" ")
-		b.WriteString(strconv.Itoa(i))
-		b.WriteString(" : goto ")
-		b.WriteString(chain)
-	}
-	b.WriteString(" }")
-	c.rules = append(c.rules, ruleDef{rule: b.String()})
+	c.rules = append(c.rules, r.newRule("", model.NumgenGoto{Chains: targetChains}))
 	return c
 }
 

@@ -40,6 +40,28 @@
 // also stay with nft, which writes them as pairs of interval ends; Conn
 // refuses them.
 //
+// # Kube-proxy's layout
+//
+// The default layout (nftables/render.go and the files it calls) builds
+// its rules from this package's statements: every rule's text is
+// Rule.String of them, and its knftables Rule carries that text. Its
+// netlink path (nftables/netlink.go) encodes the same typed statements,
+// and elements from their typed keys and verdicts, with
+// nftables/internal/nftnl, not with github.com/google/nftables and not
+// from parsed text. The reason is the listing guarantee, not speed: an
+// incremental transaction of that layout adds chains, rules whose
+// anonymous sets (`ip saddr != { … }`, `numgen random mod N vmap { … }`)
+// carry user data that nft reads back to print them, and affinity sets;
+// nftnl writes those as nft 1.0.6 does (TestNetlinkMatchesNFT), where
+// github.com/google/nftables computes its own set user data. The speed
+// measured above for one element (google/nftables 85–176 µs, nftnl
+// 112–254 µs per pair of transactions) differs by well under a
+// millisecond, against the 120–350 ms that the kernel spends on any
+// transaction of that layout that adds a rule or a jump (BENCHMARKS.md).
+// Its chains, sets and maps are declared as knftables objects by
+// the renderer (type rather than typeof, timeouts), and its map elements'
+// text is written there too; Table and Set do not hold them.
+//
 // The package is internal: only the nftables renderers use it. It holds no
 // policy, and does no I/O but in Conn.
 package model
@@ -128,6 +150,8 @@ type Datum struct {
 	kind datumKind
 	// bits is the length of a prefix.
 	bits uint8
+	// withLen prints a prefix's length even when it covers one address.
+	withLen bool
 	// num is a protocol, port or integer.
 	num  uint32
 	addr netip.Addr
@@ -152,6 +176,14 @@ func Prefix(p netip.Prefix) Datum {
 	return Datum{kind: datumPrefix, addr: p.Addr(), bits: uint8(p.Bits())}
 }
 
+// Network is a prefix like Prefix that prints its length even when it
+// covers one address (198.18.0.1/32).
+func Network(p netip.Prefix) Datum {
+	d := Prefix(p)
+	d.withLen = true
+	return d
+}
+
 // Proto is a transport protocol number (6 TCP, 17 UDP, 132 SCTP).
 func Proto(p uint8) Datum { return Datum{kind: datumProto, num: uint32(p)} }
 
@@ -173,7 +205,7 @@ func (d Datum) appendTo(b []byte) []byte {
 		return d.addr.AppendTo(b)
 	case datumPrefix:
 		b = d.addr.AppendTo(b)
-		if int(d.bits) == d.addr.BitLen() {
+		if int(d.bits) == d.addr.BitLen() && !d.withLen {
 			return b
 		}
 		return strconv.AppendUint(append(b, '/'), uint64(d.bits), 10)
@@ -295,4 +327,29 @@ func AddrPort(ds []Datum) (netip.AddrPort, bool) {
 		return netip.AddrPort{}, false
 	}
 	return netip.AddrPortFrom(ds[0].addr, uint16(ds[1].num)), true
+}
+
+// AsPrefix is an address, as the prefix of its full length, or a prefix;
+// false for the other data and for an address with a zone, which a prefix
+// cannot hold.
+func (d Datum) AsPrefix() (netip.Prefix, bool) {
+	if d.addr.Zone() != "" {
+		return netip.Prefix{}, false
+	}
+	switch d.kind {
+	case datumAddr:
+		return netip.PrefixFrom(d.addr, d.addr.BitLen()), true
+	case datumPrefix:
+		return netip.PrefixFrom(d.addr, int(d.bits)), true
+	}
+	return netip.Prefix{}, false
+}
+
+// Uint is a protocol, port or integer; false for the other data.
+func (d Datum) Uint() (uint32, bool) {
+	switch d.kind {
+	case datumProto, datumPort, datumInt:
+		return d.num, true
+	}
+	return 0, false
 }

@@ -152,3 +152,60 @@ func TestGroupBySet(t *testing.T) {
 		t.Errorf("runs (-want +got):\n%s", diff)
 	}
 }
+
+// TestStatementText: the statements print as nft reads them, as the
+// default layout's golden files hold them.
+func TestStatementText(t *testing.T) {
+	a := func(s string) Datum { return Addr(netip.MustParseAddr(s)) }
+	n := func(s string) Datum { return Network(netip.MustParsePrefix(s)) }
+	for _, c := range []struct {
+		s    Stmt
+		want string
+	}{
+		{AddrIn{Field: IPSaddr, Values: []Datum{n("198.18.0.0/16")}}, "ip saddr 198.18.0.0/16"},
+		{AddrIn{Field: IPSaddr, Values: []Datum{n("198.18.0.1/32")}, Neg: true}, "ip saddr != 198.18.0.1/32"},
+		{AddrIn{Field: IP6Saddr, Values: []Datum{n("2001:db8::/64"), a("2001:db8:19::1")}, Neg: true}, "ip6 saddr != { 2001:db8::/64 , 2001:db8:19::1 }"},
+		{AddrIn{Field: IPDaddr, Values: []Datum{n("198.19.0.0/16")}, Braces: true}, "ip daddr { 198.19.0.0/16 }"},
+		{AddrIn{Field: IPDaddr, Values: []Datum{Prefix(netip.MustParsePrefix("127.0.0.0/8"))}, Neg: true}, "ip daddr != 127.0.0.0/8"},
+		{DportEq{Proto: 132, Port: 9}, "sctp dport 9"},
+		{NumgenGoto{Chains: []string{"a", "b", "c"}}, "numgen random mod 3 vmap { 0 : goto a , 1 : goto b , 2 : goto c }"},
+		{UpdateSet{Set: "affinity-x", Field: IP6Saddr}, "update @affinity-x { ip6 saddr }"},
+		{DNATTo{To: netip.MustParseAddrPort("[2001:db8:18::2]:8080")}, "dnat to [2001:db8:18::2]:8080"},
+		{DNATTo{To: netip.MustParseAddrPort("198.18.64.2:53")}, "dnat to 198.18.64.2:53"},
+		{MarkOr{Bits: 0x4000, Keywords: true}, "mark set mark or 0x00004000"},
+		{MarkOr{Bits: 0x4000}, "meta mark set meta mark | 0x00004000"},
+		{MarkClear{Bits: 0x4000, Keywords: true}, "mark and 0x00004000 == 0"},
+		{MarkXor{Bits: 0x4000, Keywords: true}, "mark set mark xor 0x00004000"},
+		{VmapLookup{Key: []Expr{IPDaddr, L4Proto, THDport}, Map: "service-ips"}, "ip daddr . meta l4proto . th dport vmap @service-ips"},
+		{Goto("service-x"), "goto service-x"},
+		{FibLocal{}, "fib daddr type local"},
+	} {
+		if got := c.s.String(); got != c.want {
+			t.Errorf("%#v prints %q, want %q", c.s, got, c.want)
+		}
+	}
+}
+
+// TestDatumAccessors: AsPrefix and Uint give back what the constructors
+// took, and refuse the other kinds.
+func TestDatumAccessors(t *testing.T) {
+	p, ok := Addr(netip.MustParseAddr("198.18.0.1")).AsPrefix()
+	if !ok || p != netip.MustParsePrefix("198.18.0.1/32") {
+		t.Errorf("address as prefix: %v %v", p, ok)
+	}
+	if p, ok := Network(netip.MustParsePrefix("198.18.0.0/15")).AsPrefix(); !ok || p != netip.MustParsePrefix("198.18.0.0/15") {
+		t.Errorf("network as prefix: %v %v", p, ok)
+	}
+	if _, ok := Addr(netip.MustParseAddr("fe80::1%eth0")).AsPrefix(); ok {
+		t.Error("zoned address as prefix")
+	}
+	if _, ok := Port(80).AsPrefix(); ok {
+		t.Error("port as prefix")
+	}
+	if v, ok := Proto(17).Uint(); !ok || v != 17 {
+		t.Errorf("protocol: %v %v", v, ok)
+	}
+	if _, ok := Addr(netip.MustParseAddr("198.18.0.1")).Uint(); ok {
+		t.Error("address as integer")
+	}
+}

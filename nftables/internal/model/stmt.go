@@ -1,11 +1,21 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+)
 
 // Stmt is one statement of a rule: a match, which ends the rule when the
 // packet fails it, or an action.
 type Stmt interface {
 	String() string
+}
+
+// textAppender is a statement that appends its text to a buffer, which
+// spares Rule.String a string per statement.
+type textAppender interface {
+	appendText(b []byte) []byte
 }
 
 // InSet matches when Key is (Neg: is not) an element of the named Set.
@@ -15,12 +25,29 @@ type InSet struct {
 	Neg bool
 }
 
-func (s InSet) String() string {
-	op := ""
+func (s InSet) String() string { return string(s.appendText(nil)) }
+
+func (s InSet) appendText(b []byte) []byte {
+	b = append(appendExprs(b, s.Key), ' ')
 	if s.Neg {
-		op = "!= "
+		b = append(b, "!= "...)
 	}
-	return fmt.Sprintf("%s %s@%s", Concat(s.Key), op, s.Set)
+	return append(append(b, '@'), s.Set...)
+}
+
+// appendExprs appends expressions joined by " . ".
+func appendExprs(b []byte, es []Expr) []byte {
+	for i, e := range es {
+		if i > 0 {
+			b = append(b, " . "...)
+		}
+		if f, ok := e.(Field); ok {
+			b = append(b, fieldNames[f]...)
+		} else {
+			b = append(b, e.String()...)
+		}
+	}
+	return b
 }
 
 // Equal matches when Field equals (Neg: differs from) Value.
@@ -30,12 +57,14 @@ type Equal struct {
 	Neg   bool
 }
 
-func (s Equal) String() string {
-	op := ""
+func (s Equal) String() string { return string(s.appendText(nil)) }
+
+func (s Equal) appendText(b []byte) []byte {
+	b = append(append(b, fieldNames[s.Field]...), ' ')
 	if s.Neg {
-		op = "!= "
+		b = append(b, "!= "...)
 	}
-	return fmt.Sprintf("%s %s%s", s.Field, op, s.Value)
+	return s.Value.appendTo(b)
 }
 
 // FibLocal matches when the destination (or, with Saddr, the source)
@@ -60,19 +89,47 @@ type CtDNAT struct{}
 func (CtDNAT) String() string { return "ct status dnat" }
 
 // MarkClear matches packets that do not carry any of Bits in their mark.
-type MarkClear struct{ Bits uint32 }
+// With Keywords it prints as `mark and 0x004000 == 0`, otherwise as
+// `meta mark & 0x004000 == 0`; both are the same statement.
+type MarkClear struct {
+	Bits     uint32
+	Keywords bool
+}
 
-func (s MarkClear) String() string { return fmt.Sprintf("meta mark & %#08x == 0", s.Bits) }
+func (s MarkClear) String() string {
+	if s.Keywords {
+		return fmt.Sprintf("mark and %#08x == 0", s.Bits)
+	}
+	return fmt.Sprintf("meta mark & %#08x == 0", s.Bits)
+}
 
-// MarkOr sets Bits in the packet mark.
-type MarkOr struct{ Bits uint32 }
+// MarkOr sets Bits in the packet mark. With Keywords it prints as
+// `mark set mark or 0x004000`.
+type MarkOr struct {
+	Bits     uint32
+	Keywords bool
+}
 
-func (s MarkOr) String() string { return fmt.Sprintf("meta mark set meta mark | %#08x", s.Bits) }
+func (s MarkOr) String() string {
+	if s.Keywords {
+		return fmt.Sprintf("mark set mark or %#08x", s.Bits)
+	}
+	return fmt.Sprintf("meta mark set meta mark | %#08x", s.Bits)
+}
 
-// MarkXor flips Bits in the packet mark.
-type MarkXor struct{ Bits uint32 }
+// MarkXor flips Bits in the packet mark. With Keywords it prints as
+// `mark set mark xor 0x004000`.
+type MarkXor struct {
+	Bits     uint32
+	Keywords bool
+}
 
-func (s MarkXor) String() string { return fmt.Sprintf("meta mark set meta mark ^ %#08x", s.Bits) }
+func (s MarkXor) String() string {
+	if s.Keywords {
+		return fmt.Sprintf("mark set mark xor %#08x", s.Bits)
+	}
+	return fmt.Sprintf("meta mark set meta mark ^ %#08x", s.Bits)
+}
 
 // DNATMap rewrites the destination address and port to the value that Key
 // has in the data Map (`dnat ip to KEY map @MAP`).
@@ -99,11 +156,14 @@ type Verdict struct {
 	Chain string
 }
 
-func (s Verdict) String() string {
+func (s Verdict) String() string { return string(s.appendText(nil)) }
+
+func (s Verdict) appendText(b []byte) []byte {
+	b = append(b, s.Kind...)
 	if s.Chain != "" {
-		return s.Kind + " " + s.Chain
+		b = append(append(b, ' '), s.Chain...)
 	}
-	return s.Kind
+	return b
 }
 
 // Drop, Reject, Return and Jump are the verdicts the renderers use.
@@ -115,3 +175,108 @@ var (
 
 // Jump is a jump to chain.
 func Jump(chain string) Verdict { return Verdict{Kind: "jump", Chain: chain} }
+
+// Goto is a goto to chain.
+func Goto(chain string) Verdict { return Verdict{Kind: "goto", Chain: chain} }
+
+// AddrIn matches when the address Field is (Neg: is not) one of Values,
+// addresses or networks. With one value and no Braces it is a comparison
+// (`ip saddr 198.18.0.0/16`), otherwise an anonymous set
+// (`ip saddr != { 198.18.0.0/16 , 198.19.0.1 }`).
+type AddrIn struct {
+	Field  Field
+	Values []Datum
+	Braces bool
+	Neg    bool
+}
+
+func (s AddrIn) String() string { return string(s.appendText(nil)) }
+
+func (s AddrIn) appendText(b []byte) []byte {
+	b = append(append(b, fieldNames[s.Field]...), ' ')
+	if s.Neg {
+		b = append(b, "!= "...)
+	}
+	if len(s.Values) == 1 && !s.Braces {
+		return s.Values[0].appendTo(b)
+	}
+	b = append(b, "{ "...)
+	for i, v := range s.Values {
+		if i > 0 {
+			b = append(b, " , "...)
+		}
+		b = v.appendTo(b)
+	}
+	return append(b, " }"...)
+}
+
+// DportEq matches the transport protocol Proto (6, 17 or 132) with
+// destination port Port (`tcp dport 80`).
+type DportEq struct {
+	Proto uint8
+	Port  uint16
+}
+
+func (s DportEq) String() string { return string(s.appendText(nil)) }
+
+func (s DportEq) appendText(b []byte) []byte {
+	b = append(Proto(s.Proto).appendTo(b), " dport "...)
+	return strconv.AppendUint(b, uint64(s.Port), 10)
+}
+
+// NumgenGoto picks one of Chains at random, each with the same chance,
+// and goes to it (`numgen random mod 2 vmap { 0 : goto a , 1 : goto b }`).
+// It ends the rule.
+type NumgenGoto struct{ Chains []string }
+
+func (s NumgenGoto) String() string { return string(s.appendText(nil)) }
+
+func (s NumgenGoto) appendText(b []byte) []byte {
+	b = strconv.AppendInt(append(b, "numgen random mod "...), int64(len(s.Chains)), 10)
+	b = append(b, " vmap {"...)
+	for i, c := range s.Chains {
+		if i > 0 {
+			// The space before the comma keeps the chain name a word of
+			// its own for knftables' Fake.
+			b = append(b, " ,"...)
+		}
+		b = strconv.AppendInt(append(b, ' '), int64(i), 10)
+		b = append(append(b, " : goto "...), c...)
+	}
+	return append(b, " }"...)
+}
+
+// UpdateSet adds the value of Field to the named Set, or refreshes its
+// timeout (`update @set { ip saddr }`).
+type UpdateSet struct {
+	Set   string
+	Field Field
+}
+
+func (s UpdateSet) String() string { return string(s.appendText(nil)) }
+
+func (s UpdateSet) appendText(b []byte) []byte {
+	b = append(append(append(b, "update @"...), s.Set...), " { "...)
+	return append(append(b, fieldNames[s.Field]...), " }"...)
+}
+
+// DNATTo rewrites the destination address and port (`dnat to ADDR:PORT`).
+type DNATTo struct{ To netip.AddrPort }
+
+func (s DNATTo) String() string { return string(s.appendText(nil)) }
+
+func (s DNATTo) appendText(b []byte) []byte { return s.To.AppendTo(append(b, "dnat to "...)) }
+
+// VmapLookup looks Key up in the verdict map Map and applies the verdict
+// of the element it finds (`ip daddr . meta l4proto . th dport vmap @m`);
+// a packet without an element goes on to the next rule.
+type VmapLookup struct {
+	Key []Expr
+	Map string
+}
+
+func (s VmapLookup) String() string { return string(s.appendText(nil)) }
+
+func (s VmapLookup) appendText(b []byte) []byte {
+	return append(append(appendExprs(b, s.Key), " vmap @"...), s.Map...)
+}

@@ -1,8 +1,6 @@
 package model
 
 import (
-	"strings"
-
 	"sigs.k8s.io/knftables"
 )
 
@@ -63,12 +61,21 @@ func (t *Table) RuleObjects(c *Chain) []knftables.Object {
 }
 
 // String is the rule's statements as nft reads them.
-func (r Rule) String() string {
-	parts := make([]string, len(r.Stmts))
+func (r Rule) String() string { return string(r.AppendText(make([]byte, 0, 48*len(r.Stmts)))) }
+
+// AppendText appends the rule's statements as nft reads them to b.
+func (r Rule) AppendText(b []byte) []byte {
 	for i, s := range r.Stmts {
-		parts[i] = s.String()
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		if a, ok := s.(textAppender); ok {
+			b = a.appendText(b)
+		} else {
+			b = append(b, s.String()...)
+		}
 	}
-	return strings.Join(parts, " ")
+	return b
 }
 
 // ElementObject is the knftables Element of e.

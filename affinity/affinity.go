@@ -8,13 +8,17 @@
 // reject. Seconds is the timeout every backend renders in its own
 // syntax (iptables' `-m recent --seconds`, an nftables set's timeout).
 //
+// A data plane that keeps the client-to-endpoint table itself (in user
+// space, or to mirror an eBPF map) can use Table, which applies a Policy's
+// timeout, with the time passed in.
+//
 // The package is pure: no I/O, no clock, no globals.
 //
 // # Limitations
 //
-// Only ClientIP affinity exists in the Kubernetes API; the Policy does not
-// say how a backend keeps the client-to-endpoint table (iptables' recent
-// module, an nftables set, an eBPF map): that is each backend's concern.
+// Only ClientIP affinity exists in the Kubernetes API. The kernel backends
+// keep the table in the kernel (iptables' recent module, an nftables set);
+// Table is for the others.
 package affinity
 
 import (

@@ -72,7 +72,8 @@ func Watch(ctx context.Context, client kubernetes.Interface, st *state.State, op
 		}))
 	cluster := informers.NewSharedInformerFactory(client, resync)
 
-	if err := addHandlers(st, opts, proxied, ownNode, cluster, serviceCIDRs); err != nil {
+	handlers, err := addHandlers(st, opts, proxied, ownNode, cluster, serviceCIDRs)
+	if err != nil {
 		return false, err
 	}
 	factories := []informers.SharedInformerFactory{proxied, ownNode, cluster}
@@ -88,6 +89,15 @@ func Watch(ctx context.Context, client kubernetes.Interface, st *state.State, op
 				return false, fmt.Errorf("informer cache for %v did not sync within %v", typ, timeout)
 			}
 		}
+	}
+	// A full cache is not yet a full State: the handlers may still be
+	// delivering the first lists' objects.
+	delivered := make([]cache.InformerSynced, len(handlers))
+	for i, h := range handlers {
+		delivered[i] = h.HasSynced
+	}
+	if !cache.WaitForCacheSync(syncCtx.Done(), delivered...) {
+		return false, fmt.Errorf("event handlers did not deliver the first lists within %v", timeout)
 	}
 	return serviceCIDRs, nil
 }
@@ -109,7 +119,7 @@ func servesServiceCIDRs(client kubernetes.Interface) (bool, error) {
 // addHandlers registers what the events of each informer do to st: the
 // Services and EndpointSlices of proxied, the Node of ownNode, and, when
 // watched, the ServiceCIDRs of cluster.
-func addHandlers(st *state.State, opts Options, proxied, ownNode, cluster informers.SharedInformerFactory, serviceCIDRs bool) error {
+func addHandlers(st *state.State, opts Options, proxied, ownNode, cluster informers.SharedInformerFactory, serviceCIDRs bool) ([]cache.ResourceEventHandlerRegistration, error) {
 	registrations := []registration{
 		{proxied.Core().V1().Services().Informer(),
 			handler(opts, st.UpdateService, func(svc *v1.Service) { st.DeleteService(svc.Namespace, svc.Name) })},
@@ -122,13 +132,19 @@ func addHandlers(st *state.State, opts Options, proxied, ownNode, cluster inform
 		registrations = append(registrations, registration{cluster.Networking().V1().ServiceCIDRs().Informer(),
 			handler(opts, st.UpdateServiceCIDR, func(sc *networkingv1.ServiceCIDR) { st.DeleteServiceCIDR(sc.Name) })})
 	}
-	var errs []error
+	var (
+		handlers []cache.ResourceEventHandlerRegistration
+		errs     []error
+	)
 	for _, r := range registrations {
-		if _, err := r.informer.AddEventHandler(r.handler); err != nil {
+		h, err := r.informer.AddEventHandler(r.handler)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("event handler: %w", err))
+			continue
 		}
+		handlers = append(handlers, h)
 	}
-	return errors.Join(errs...)
+	return handlers, errors.Join(errs...)
 }
 
 // registration is an informer and what its events do.

@@ -2,9 +2,9 @@
 // Service proxy: the loop around the pure packages that every proxy needs.
 //
 // A caller gives an Engine a Source, which returns the Ruleset of each IP
-// family (built with ruleset.Builder from its own trackers), and a Backend
-// per family, which applies a Ruleset: iptables.Executor, nftables.Executor,
-// or a data plane of its own. The engine then guarantees:
+// family (StateSource builds them from a state.State, incrementally), and a
+// Backend per family, which applies a Ruleset: iptables.Executor,
+// nftables.Executor, or a data plane of its own. The engine then guarantees:
 //
 //   - coalescing: Request never blocks; requests made while a sync is
 //     pending or running become one later sync, which applies the latest

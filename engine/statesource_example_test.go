@@ -1,0 +1,63 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/state"
+)
+
+// A StateSource builds the Rulesets of a State for an Engine: the
+// ConfigFunc completes each family's Config from the Snapshot (the node,
+// its addresses), and each build warning is reported once, however many
+// syncs follow.
+func ExampleStateSource() {
+	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol}, "node-a", servicemap.Filter{})
+	if err != nil {
+		panic(err)
+	}
+	st.UpdateService(&v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: v1.ServiceSpec{
+			ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"}, ExternalIPs: []string{"198.19.1.1"},
+			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}},
+		},
+	})
+	config := func(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
+		return ruleset.Config{
+			Node:                snap.Node,
+			NodePortAddresses:   fam.NodeAddresses,
+			RestrictExternalIPs: true,
+			AllowedExternalIPs:  []netip.Prefix{netip.MustParsePrefix("198.19.2.0/24")},
+		}, nil
+	}
+	source := engine.NewStateSource(st, config, func(ws []svcproxy.Warning) {
+		for _, w := range ws {
+			fmt.Println("warning:", w)
+		}
+	})
+	e, err := engine.New(engine.Config{
+		Backends: map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: &printBackend{}},
+		Source:   source,
+	})
+	if err != nil {
+		panic(err)
+	}
+	for range 2 {
+		if err := e.Sync(context.Background()); err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// warning: Service default/web: externalIP 198.19.1.1 is not allowed: not served
+	// sync IPv4: 1 Service ports
+	// sync IPv4: 1 Service ports
+}

@@ -1,0 +1,267 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/affinity"
+	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/state"
+)
+
+var serviceOpts = cmp.Options{
+	cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+	cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b }),
+	cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
+	cmp.Comparer(func(a, b affinity.Policy) bool { return a == b }),
+	cmpopts.EquateEmpty(),
+}
+
+// testService is Service ns/name, dual-stack when it has two cluster IPs,
+// with one TCP port 80 and the given externalIPs.
+func testService(name string, clusterIPs []string, externalIPs ...string) *v1.Service {
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+		Spec: v1.ServiceSpec{
+			ClusterIP: clusterIPs[0], ClusterIPs: clusterIPs, ExternalIPs: externalIPs,
+			Ports: []v1.ServicePort{{Name: "p", Port: 80, Protocol: v1.ProtocolTCP}},
+		},
+	}
+}
+
+// testSlice is EndpointSlice ns/<service>-<family> with a ready endpoint
+// on node n1 per address, all of the first one's family.
+func testSlice(service string, addrs ...string) *discovery.EndpointSlice {
+	port, portName, ready, node := int32(8080), "p", true, "n1"
+	es := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Labels: map[string]string{discovery.LabelServiceName: service}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: &portName, Port: &port}},
+	}
+	if netip.MustParseAddr(addrs[0]).Is6() {
+		es.AddressType = discovery.AddressTypeIPv6
+	}
+	es.Name = service + "-" + string(es.AddressType)
+	for _, a := range addrs {
+		es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{a}, NodeName: &node,
+			Conditions: discovery.EndpointConditions{Ready: &ready}})
+	}
+	return es
+}
+
+var (
+	webIPs  = []string{"198.19.0.1", "2001:db8:19::1"}
+	dbIPs   = []string{"198.19.0.2", "2001:db8:19::2"}
+	allowed = []netip.Prefix{netip.MustParsePrefix("198.19.2.0/24"), netip.MustParsePrefix("2001:db8:2::/64")}
+)
+
+// testConfig is a ConfigFunc whose Config the test changes: it gives
+// *base with the Snapshot's node and node addresses, or *err.
+func testConfig(base *ruleset.Config, err *error) engine.ConfigFunc {
+	return func(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
+		cfg := *base
+		cfg.Node, cfg.NodePortAddresses = snap.Node, fam.NodeAddresses
+		var allowedOfFamily []netip.Prefix
+		for _, p := range base.AllowedExternalIPs {
+			if p.Addr().Is4() == (fam.Family == v1.IPv4Protocol) {
+				allowedOfFamily = append(allowedOfFamily, p)
+			}
+		}
+		cfg.AllowedExternalIPs = allowedOfFamily
+		return cfg, *err
+	}
+}
+
+func newTestState(t *testing.T) *state.State {
+	t.Helper()
+	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, "n1", servicemap.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestStateSourceEqualsBuild: after every step, each family's Ruleset
+// equals Build's from the same Snapshot and Config; a Service that did not
+// change is the same *Service as in the previous sync (Update, not Build),
+// unless the Config changed.
+func TestStateSourceEqualsBuild(t *testing.T) {
+	st := newTestState(t)
+	base, cfgErr := ruleset.Config{}, error(nil)
+	src := engine.NewStateSource(st, testConfig(&base, &cfgErr), nil)
+	var prev engine.Desired
+	for _, step := range []struct {
+		name   string
+		change func()
+		// shared: the Service ns/db keeps its *Service.
+		shared bool
+	}{
+		{"first", func() {
+			st.UpdateService(testService("web", webIPs))
+			st.UpdateService(testService("db", dbIPs))
+			st.UpdateSlice(testSlice("web", "198.18.64.1"))
+		}, false},
+		{"endpoints of web change", func() { st.UpdateSlice(testSlice("web", "198.18.64.1", "198.18.64.2")) }, true},
+		{"web gets IPv6 endpoints", func() { st.UpdateSlice(testSlice("web", "2001:db8:64::1")) }, true},
+		{"web is deleted", func() { st.DeleteService("ns", "web") }, true},
+		{"nothing", func() {}, true},
+		{"Config: masquerade all", func() { base.MasqueradeAll = true }, false},
+		{"web comes back", func() { st.UpdateService(testService("web", webIPs)) }, true},
+		{"the Node gets a zone and addresses: Config changes", func() {
+			st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
+				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "198.18.0.1"}}}})
+		}, false},
+		{"db changes", func() { st.UpdateService(testService("db", dbIPs, "198.19.2.1", "2001:db8:2::1")) }, false},
+	} {
+		step.change()
+		snap := st.Snapshot()
+		got, err := src.Build(snap)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		for _, fam := range snap.Families() {
+			cfg, _ := testConfig(&base, &cfgErr)(snap, fam)
+			cfg.Family = fam.Family
+			b, err := ruleset.NewBuilder(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := b.Build(fam.Services, fam.Endpoints)
+			rs := got.Rulesets[fam.Family]
+			if diff := cmp.Diff(values(want.Services()), values(rs.Services()), serviceOpts); diff != "" {
+				t.Errorf("%s, %s: Ruleset (-Build +StateSource):\n%s", step.name, fam.Family, diff)
+			}
+			if ch := ruleset.Diff(want, rs); !ch.Empty() {
+				t.Errorf("%s, %s: differs from Build: %+v", step.name, fam.Family, ch)
+			}
+			if step.shared != (service(rs, "db") == service(prev.Rulesets[fam.Family], "db")) {
+				t.Errorf("%s, %s: ns/db shared with the previous sync: %v, want %v", step.name, fam.Family, !step.shared, step.shared)
+			}
+		}
+		prev = got
+	}
+}
+
+func values(ss []*ruleset.Service) []ruleset.Service {
+	out := make([]ruleset.Service, len(ss))
+	for i, s := range ss {
+		out[i] = *s
+	}
+	return out
+}
+
+// service is the Service ns/name:p of rs, nil when there is none.
+func service(rs *ruleset.Ruleset, name string) *ruleset.Service {
+	if rs == nil {
+		return nil
+	}
+	s, _ := rs.Service(servicemap.PortName{Namespace: "ns", Name: name, Port: "p", Protocol: v1.ProtocolTCP})
+	return s
+}
+
+// TestStateSourceWarnings: a build warning is reported once while the
+// Service and the Config keep giving it, and again once it went away and
+// came back; a build that fails reports nothing.
+func TestStateSourceWarnings(t *testing.T) {
+	st := newTestState(t)
+	base, cfgErr := ruleset.Config{RestrictExternalIPs: true, AllowedExternalIPs: allowed}, error(nil)
+	var got []string
+	src := engine.NewStateSource(st, testConfig(&base, &cfgErr), func(ws []svcproxy.Warning) {
+		if len(ws) == 0 {
+			t.Error("OnWarnings called with no warning")
+		}
+		for _, w := range ws {
+			got = append(got, w.String())
+		}
+	})
+	v4Bad := "Service ns/web: externalIP 198.19.1.1 is not allowed: not served"
+	v6Bad := "Service ns/web: externalIP 2001:db8:1::1 is not allowed: not served"
+	web := func(externalIPs ...string) func() {
+		return func() { st.UpdateService(testService("web", webIPs, externalIPs...)) }
+	}
+	for _, step := range []struct {
+		name   string
+		change func()
+		failed bool
+		want   []string
+	}{
+		{"bad externalIPs of both families", web("198.19.1.1", "2001:db8:1::1"), false, []string{v4Bad, v6Bad}},
+		{"nothing", func() {}, false, nil},
+		{"web's endpoints change", func() { st.UpdateSlice(testSlice("web", "198.18.64.1")) }, false, nil},
+		{"another Service", func() { st.UpdateService(testService("db", dbIPs)) }, false, nil},
+		{"web changes, its bad IPs stay", web("198.19.1.1", "2001:db8:1::1", "198.19.2.1"), false, nil},
+		{"the Config changes, the bad IPs stay bad", func() { base.MasqueradeAll = true }, false, nil},
+		{"the IPv6 one is fixed", web("198.19.1.1"), false, nil},
+		{"the IPv6 one is back", web("198.19.1.1", "2001:db8:1::1"), false, []string{v6Bad}},
+		{"the Config allows them", func() { base.RestrictExternalIPs = false }, false, nil},
+		{"the Config restricts them again", func() { base.RestrictExternalIPs = true }, false, []string{v4Bad, v6Bad}},
+		{"web is deleted", func() { st.DeleteService("ns", "web") }, false, nil},
+		{"web is back, the Config fails", func() { web("198.19.1.1")(); cfgErr = errors.New("no Config") }, true, nil},
+		{"the Config works again", func() { cfgErr = nil }, false, []string{v4Bad}},
+	} {
+		step.change()
+		got = nil
+		_, err := src.Desired(context.Background())
+		if (err != nil) != step.failed {
+			t.Fatalf("%s: error %v, want failure %v", step.name, err, step.failed)
+		}
+		if diff := cmp.Diff(step.want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: warnings reported (-want +got):\n%s", step.name, diff)
+		}
+	}
+}
+
+// TestStateSourceFailedBuild: a build that fails returns an error naming
+// the family and builds nothing: the trigger times of its Snapshot go with
+// the next build that succeeds, which is still an Update from the last
+// success.
+func TestStateSourceFailedBuild(t *testing.T) {
+	st := newTestState(t)
+	base, cfgErr := ruleset.Config{}, error(nil)
+	src := engine.NewStateSource(st, testConfig(&base, &cfgErr), nil)
+	st.UpdateService(testService("db", dbIPs))
+	first, err := src.Desired(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	es := testSlice("web", "198.18.64.1")
+	es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: at.Format(time.RFC3339)}
+	st.UpdateService(testService("web", webIPs))
+	st.UpdateSlice(es)
+	cfgErr = errors.New("no Config")
+	if _, err := src.Desired(context.Background()); err == nil || !errors.Is(err, cfgErr) {
+		t.Fatalf("Desired with a failing ConfigFunc: error %v, want one that wraps %v", err, cfgErr)
+	} else if want := fmt.Sprintf("ruleset config of %s: no Config", v1.IPv4Protocol); err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	cfgErr = nil
+	for i, want := range [][]time.Time{{at}, nil} {
+		d, err := src.Desired(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, d.Triggers, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("build %d after the failure: Triggers (-want +got):\n%s", i+1, diff)
+		}
+		if service(d.Rulesets[v1.IPv4Protocol], "web") == nil {
+			t.Errorf("build %d after the failure: no ns/web", i+1)
+		}
+		if service(d.Rulesets[v1.IPv4Protocol], "db") != service(first.Rulesets[v1.IPv4Protocol], "db") {
+			t.Errorf("build %d after the failure: ns/db was rebuilt, want it shared with the last success", i+1)
+		}
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,7 +45,8 @@ func TestInformersReachTheRules(t *testing.T) {
 	if _, err := source.Watch(ctx, client, state, source.Options{OnChange: func() { changes <- struct{}{} }}); err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{mode: Mode{Render: fakeRender}, opts: &Options{}, log: discardLogger(), state: state, families: []v1.IPFamily{v1.IPv4Protocol}}
+	p := &proxy{mode: Mode{Render: fakeRender}, opts: &Options{}, log: discardLogger()}
+	p.useState(state)
 	render := func() string {
 		var out bytes.Buffer
 		if err := p.dryRun(&out); err != nil {
@@ -135,7 +135,8 @@ func TestInformersFollowServiceCIDRs(t *testing.T) {
 		return err
 	}
 	flag := []netip.Prefix{netip.MustParsePrefix("198.19.200.0/24")}
-	p := &proxy{mode: Mode{Render: render}, opts: &Options{ServiceCIDRs: flag}, log: discardLogger(), state: state, families: []v1.IPFamily{v1.IPv4Protocol}}
+	p := &proxy{mode: Mode{Render: render}, opts: &Options{ServiceCIDRs: flag}, log: discardLogger()}
+	p.useState(state)
 	eventually := func(what, want string) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)

@@ -66,12 +66,12 @@ func (p *proxy) desired(context.Context) (engine.Desired, error) {
 	p.metrics.endpointChangesPending.Set(float64(eps))
 	p.syncingReload = p.reloads.Load() // before the snapshot, which then holds that reload
 	snap := p.state.Snapshot()
-	rulesets, err := p.build(snap)
+	desired, err := p.source.Build(snap)
 	if err != nil {
 		return engine.Desired{}, err
 	}
 	p.nodePortAddrs = p.nodePortAddresses(snap)
-	return engine.Desired{Rulesets: rulesets, Triggers: snap.TriggerTimes}, nil
+	return desired, nil
 }
 
 // onSync logs what a sync did and has the health check node ports follow

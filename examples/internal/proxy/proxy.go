@@ -71,7 +71,6 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	if code := p.start(ctx, stderr); code != exitOK {
 		return code
 	}
-	p.families = p.state.Families()
 	if opts.DryRun {
 		if err := p.dryRun(stdout); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
@@ -116,7 +115,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 		if len(hints) == 0 {
 			hints = nodeAddresses(objs.Nodes, opts.NodeName)
 		}
-		if p.state, err = state.New(opts.families(familyHints(hints)), opts.NodeName, servicemap.Filter{}); err != nil {
+		if err := p.newState(hints); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitBadArgs
 		}
@@ -137,7 +136,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 			hints = nodeAddresses([]*v1.Node{node}, opts.NodeName)
 		}
 	}
-	if p.state, err = state.New(opts.families(familyHints(hints)), opts.NodeName, servicemap.Filter{}); err != nil {
+	if err := p.newState(hints); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitBadArgs
 	}
@@ -150,6 +149,23 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 		p.log.Info("the API server serves no networking.k8s.io/v1 ServiceCIDRs: the Service CIDRs are --service-cluster-ip-range's alone")
 	}
 	return exitOK
+}
+
+// newState makes the proxy's State, for the IP families that the options
+// and the node's addresses (hints) give.
+func (p *proxy) newState(hints []netip.Addr) error {
+	st, err := state.New(p.opts.families(familyHints(hints)), p.opts.NodeName, servicemap.Filter{})
+	if err != nil {
+		return err
+	}
+	p.useState(st)
+	return nil
+}
+
+// useState makes the proxy serve st.
+func (p *proxy) useState(st *state.State) {
+	p.state, p.families = st, st.Families()
+	p.source = engine.NewStateSource(st, p.rulesetConfig, p.logWarnings)
 }
 
 func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) int {
@@ -183,13 +199,12 @@ type proxy struct {
 	// nowhere, as the engine's first sync reads the latest state.
 	eng atomic.Pointer[engine.Engine]
 
+	// source builds the Rulesets of the state.
+	source *engine.StateSource
+
 	// What follows is used by the engine's goroutine only (its Source and
 	// OnSync).
 	//
-	// built is the Ruleset of the last snapshot per family, applied or
-	// not: the next build updates it with the changes since.
-	built        map[v1.IPFamily]*ruleset.Ruleset
-	lastWarnings map[string]bool
 	// nodePortAddrs are the node port addresses of the last snapshot
 	// built, where the health check node ports listen.
 	nodePortAddrs []netip.Addr
@@ -237,9 +252,11 @@ func (p *proxy) allowLocalhostNodePorts() error {
 	return nil
 }
 
-func (p *proxy) builder(f v1.IPFamily, snap state.Snapshot) (*ruleset.Builder, error) {
+// rulesetConfig is the ruleset.Config of one family of snap, as the
+// options say.
+func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
+	f := fam.Family
 	cfg := ruleset.Config{
-		Family:        f,
 		Node:          snap.Node,
 		MasqueradeAll: p.opts.MasqueradeAll,
 		// Manifests come without the EndpointSlice controller: compute the
@@ -255,37 +272,16 @@ func (p *proxy) builder(f v1.IPFamily, snap state.Snapshot) (*ruleset.Builder, e
 	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
 		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
 	}
-	return ruleset.NewBuilder(cfg)
-}
-
-// build computes the Ruleset of every family from one snapshot, rebuilding
-// only the Service ports that changed since the previous one (all of them
-// the first time, and when the ruleset Config changed).
-func (p *proxy) build(snap state.Snapshot) (map[v1.IPFamily]*ruleset.Ruleset, error) {
-	out := map[v1.IPFamily]*ruleset.Ruleset{}
-	var warnings []svcproxy.Warning
-	for _, f := range p.families {
-		b, err := p.builder(f, snap)
-		if err != nil {
-			return nil, err
-		}
-		fam, _ := snap.Family(f)
-		rs, _, w := b.Update(p.built[f], fam.Services, fam.Endpoints)
-		warnings = append(warnings, w...)
-		out[f] = rs
-	}
-	p.built = out
-	p.logBuildWarnings(warnings)
-	return out, nil
+	return cfg, nil
 }
 
 func (p *proxy) dryRun(w io.Writer) error {
-	rulesets, err := p.build(p.state.Snapshot())
+	desired, err := p.source.Desired(context.Background())
 	if err != nil {
 		return err
 	}
 	for _, f := range p.families {
-		if err := p.mode.Render(w, rulesets[f], p.opts); err != nil {
+		if err := p.mode.Render(w, desired.Rulesets[f], p.opts); err != nil {
 			return fmt.Errorf("render %s: %w", f, err)
 		}
 	}
@@ -296,21 +292,6 @@ func (p *proxy) logWarnings(warnings []svcproxy.Warning) {
 	for _, w := range warnings {
 		p.log.Warn(w.String())
 	}
-}
-
-// logBuildWarnings logs the warnings of a build that the previous build did
-// not give, so that a steady bad object is reported once, not every sync (a
-// build warns only about the Service ports it rebuilt: those that changed).
-func (p *proxy) logBuildWarnings(warnings []svcproxy.Warning) {
-	now := map[string]bool{}
-	for _, w := range warnings {
-		s := w.String()
-		if !now[s] && !p.lastWarnings[s] {
-			p.log.Warn(s)
-		}
-		now[s] = true
-	}
-	p.lastWarnings = now
 }
 
 // serve runs the engine, the file watcher and the HTTP servers until ctx

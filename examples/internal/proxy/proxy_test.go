@@ -178,13 +178,12 @@ func TestBadFlagsExit2(t *testing.T) {
 func testProxy(t *testing.T, backend *fakeBackend) (*proxy, *engine.Engine) {
 	t.Helper()
 	p := &proxy{
-		mode:     Mode{Name: "fake", Render: fakeRender},
-		opts:     &Options{NodeName: "n1", SyncPeriod: time.Minute},
-		log:      discardLogger(),
-		metrics:  newMetrics(),
-		state:    ipv4State(),
-		families: []v1.IPFamily{v1.IPv4Protocol},
+		mode:    Mode{Name: "fake", Render: fakeRender},
+		opts:    &Options{NodeName: "n1", SyncPeriod: time.Minute},
+		log:     discardLogger(),
+		metrics: newMetrics(),
 	}
+	p.useState(ipv4State())
 	eng, err := engine.New(p.engineConfig(map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: backend}))
 	if err != nil {
 		t.Fatal(err)

@@ -71,7 +71,7 @@ func buildTest(t *testing.T) []*ruleset.Ruleset {
 	if err := os.WriteFile(filepath.Join(dir, "objects.yaml"), []byte(testManifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	in, err := newInputs("n1", []netip.Addr{netip.MustParseAddr("198.18.0.1")}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := newProxy("n1", []netip.Addr{netip.MustParseAddr("198.18.0.1")}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +79,8 @@ func buildTest(t *testing.T) []*ruleset.Ruleset {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.apply(m)
-	d, err := in.Desired(context.Background())
+	p.apply(m)
+	d, err := p.source.Desired(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,12 @@ package ruleset_test
 
 import (
 	"fmt"
+	"net/netip"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/affinity"
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -53,4 +56,28 @@ func ExampleRuleset_ServedFrontends() {
 	// node port 30080/TCP: the node port of demo/web:http, forward
 	// 198.19.0.10:80/TCP: the cluster IP of demo/web:http, forward
 	// 198.19.0.11:80/TCP: the cluster IP of demo/db:http, reject
+}
+
+// A data plane that picks targets itself chooses the target of each new flow
+// with Choose, which applies the firewall, the origin of the flow and the
+// Service's ClientIP affinity; the caller passes the time and draws x.
+func ExampleRuleset_Choose() {
+	b, _ := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol, Node: topology.Node{Name: "node-a"}})
+	services, eps := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{}), endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	svc := exampleService("web", "198.19.0.10", 0, "")
+	svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+	services.Update(svc)
+	eps.Update(exampleSlice("web", "198.18.1.1", "node-a", "198.18.2.1", "node-b"))
+	svcSnap, _ := services.Snapshot()
+	epSnap, _ := eps.Snapshot()
+	rs, _ := b.Build(svcSnap, epSnap)
+	web, _ := rs.Service(servicemap.PortName{Namespace: "demo", Name: "web", Port: "http", Protocol: v1.ProtocolTCP})
+	var sticky affinity.Table[servicemap.PortName]
+	client, now := ruleset.Source{Addr: netip.MustParseAddr("198.18.32.1")}, time.Unix(0, 0)
+	for _, x := range []float64{0.9, 0.1} {
+		fmt.Printf("x=%.1f: %s\n", x, rs.Choose(&sticky, web, ruleset.KindClusterIP, client, now, x))
+	}
+	// Output:
+	// x=0.9: 198.18.2.1:8080
+	// x=0.1: 198.18.2.1:8080
 }

@@ -14,8 +14,11 @@
 // is short-circuited to the cluster targets; and, for a destination that
 // several ports claim, which one owns it (Ruleset.Owner). Every decision
 // is made there: Ruleset.Decide reads them for one flow, and the iptables
-// and nftables packages only translate them into rules. The conntrack
-// package reads the Ruleset too.
+// and nftables packages only translate them into rules. A data plane that
+// picks targets itself, flow by flow, lists what it serves with
+// Ruleset.ServedFrontends and picks with Ruleset.Choose (firewall, origin
+// and ClientIP affinity included; Pick, for the shares alone). The
+// conntrack package reads the Ruleset too.
 //
 // Builder.Update makes the Ruleset of new snapshots from the previous one by
 // rebuilding only the ServicePorts that differ between the snapshots the

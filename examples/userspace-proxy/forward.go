@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,27 +32,15 @@ type route struct {
 	sticky  *affinity.Table[servicemap.PortName]
 }
 
-// targets are where a new flow from client may go; none when it is dropped.
-func (r *route) targets(client netip.Addr) []ruleset.Choice {
-	if r.svc.Firewalled(r.kind, client) {
-		return nil
-	}
-	return r.rs.Decide(r.svc, r.kind, ruleset.Source{Addr: client, FromNode: r.local[client]}).Targets
+// source is what the Ruleset can tell of a flow from client.
+func (r *route) source(client netip.Addr) ruleset.Source {
+	return ruleset.Source{Addr: client, FromNode: r.local[client]}
 }
 
-// pick returns the target of a new flow from client, by the targets' shares
-// and the Service's affinity; not valid when the flow is dropped.
+// pick returns the target of a new flow from client; not valid when the
+// flow is dropped.
 func (r *route) pick(client netip.Addr) netip.AddrPort {
-	choices := r.targets(client)
-	if len(choices) == 0 {
-		return netip.AddrPort{}
-	}
-	return r.sticky.Choose(r.svc.Name, client, r.svc.Affinity, time.Now(), func(t netip.AddrPort) bool { return offers(choices, t) },
-		func() netip.AddrPort { return ruleset.Pick(choices, rand.Float64()).Endpoint })
-}
-
-func offers(choices []ruleset.Choice, target netip.AddrPort) bool {
-	return slices.ContainsFunc(choices, func(c ruleset.Choice) bool { return c.Endpoint == target })
+	return r.rs.Choose(r.sticky, r.svc, r.kind, r.source(client), time.Now(), rand.Float64())
 }
 
 // listener is the socket of one frontend and the UDP flows it carries, each
@@ -73,7 +60,7 @@ func (l *listener) update(r *route) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for client, up := range l.flows {
-		if r == nil || !offers(r.targets(client.Addr()), up.RemoteAddr().(*net.UDPAddr).AddrPort()) {
+		if r == nil || !r.rs.Offers(r.svc, r.kind, r.source(client.Addr()), up.RemoteAddr().(*net.UDPAddr).AddrPort()) {
 			delete(l.flows, client)
 			up.Close()
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -196,4 +197,45 @@ func (s *StateSource) recordWarnings(results []familyWarnings) []svcproxy.Warnin
 		}
 	}
 	return fresh
+}
+
+// ConfigFrom returns a ConfigFunc that gives base completed for each family
+// from the Snapshot, so that base may hold the addresses and prefixes of
+// both families at once (as a proxy's flags do):
+//
+//   - Family is the family's, and Node the Snapshot's;
+//   - ClusterCIDRs, AllowedExternalIPs and NodePortAddresses are base's of
+//     the family only; when base has no NodePortAddresses of either
+//     family, they are the Node's addresses of the family
+//     (state.Family.NodeAddresses);
+//   - ServiceCIDRs are base's and the Snapshot's (the ServiceCIDR objects)
+//     of the family, sorted, each once.
+func ConfigFrom(base ruleset.Config) ConfigFunc {
+	return func(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
+		cfg := base
+		is4 := fam.Family == v1.IPv4Protocol
+		ofFamily := func(p netip.Prefix) bool { return p.Addr().Is4() == is4 }
+		cfg.Family, cfg.Node = fam.Family, snap.Node
+		cfg.ClusterCIDRs = filter(base.ClusterCIDRs, ofFamily)
+		cfg.AllowedExternalIPs = filter(base.AllowedExternalIPs, ofFamily)
+		cfg.NodePortAddresses = filter(base.NodePortAddresses, func(a netip.Addr) bool { return a.Is4() == is4 })
+		if len(base.NodePortAddresses) == 0 {
+			cfg.NodePortAddresses = slices.Clone(fam.NodeAddresses)
+		}
+		cfg.ServiceCIDRs = append(filter(base.ServiceCIDRs, ofFamily), fam.ServiceCIDRs...)
+		slices.SortFunc(cfg.ServiceCIDRs, netip.Prefix.Compare)
+		cfg.ServiceCIDRs = slices.Compact(cfg.ServiceCIDRs)
+		return cfg, nil
+	}
+}
+
+// filter returns the elements of xs that keep is true for, in a new slice.
+func filter[T any](xs []T, keep func(T) bool) []T {
+	var out []T
+	for _, x := range xs {
+		if keep(x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }

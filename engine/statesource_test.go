@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy"
@@ -20,6 +21,7 @@ import (
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
+	"github.com/svcproxy/svcproxy/topology"
 )
 
 var serviceOpts = cmp.Options{
@@ -263,5 +265,74 @@ func TestStateSourceFailedBuild(t *testing.T) {
 		if service(d.Rulesets[v1.IPv4Protocol], "db") != service(first.Rulesets[v1.IPv4Protocol], "db") {
 			t.Errorf("build %d after the failure: ns/db was rebuilt, want it shared with the last success", i+1)
 		}
+	}
+}
+
+func TestConfigFrom(t *testing.T) {
+	addrs := func(ss ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
+	prefixes := func(ss ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range ss {
+			out = append(out, netip.MustParsePrefix(s))
+		}
+		return out
+	}
+	st := newTestState(t)
+	st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
+			{Type: v1.NodeInternalIP, Address: "198.18.0.1"}, {Type: v1.NodeInternalIP, Address: "2001:db8::1"}}}})
+	st.UpdateServiceCIDR(&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "c"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"198.19.0.0/24", "2001:db8:19::/112"}}})
+	snap := st.Snapshot()
+	dual := ruleset.Config{
+		MasqueradeAll: true, RestrictExternalIPs: true, ComputeHints: true,
+		ClusterCIDRs:       prefixes("198.18.64.0/18", "2001:db8:64::/64"),
+		AllowedExternalIPs: prefixes("2001:db8:2::/64", "198.19.2.0/24"),
+		NodePortAddresses:  addrs("2001:db8::2", "198.18.0.2"),
+		ServiceCIDRs:       prefixes("198.19.0.0/24", "198.19.128.0/24", "2001:db8:19::/112"),
+	}
+	for _, tt := range []struct {
+		name   string
+		base   ruleset.Config
+		family v1.IPFamily
+		want   ruleset.Config
+	}{
+		{"IPv4 of a dual-stack base", dual, v1.IPv4Protocol, ruleset.Config{
+			Family: v1.IPv4Protocol, Node: topology.Node{Name: "n1", Zone: "z"},
+			MasqueradeAll: true, RestrictExternalIPs: true, ComputeHints: true,
+			ClusterCIDRs: prefixes("198.18.64.0/18"), AllowedExternalIPs: prefixes("198.19.2.0/24"),
+			NodePortAddresses: addrs("198.18.0.2"), ServiceCIDRs: prefixes("198.19.0.0/24", "198.19.128.0/24"),
+		}},
+		{"IPv6 of a dual-stack base", dual, v1.IPv6Protocol, ruleset.Config{
+			Family: v1.IPv6Protocol, Node: topology.Node{Name: "n1", Zone: "z"},
+			MasqueradeAll: true, RestrictExternalIPs: true, ComputeHints: true,
+			ClusterCIDRs: prefixes("2001:db8:64::/64"), AllowedExternalIPs: prefixes("2001:db8:2::/64"),
+			NodePortAddresses: addrs("2001:db8::2"), ServiceCIDRs: prefixes("2001:db8:19::/112"),
+		}},
+		{"no node port addresses: the Node's", ruleset.Config{}, v1.IPv6Protocol, ruleset.Config{
+			Family: v1.IPv6Protocol, Node: topology.Node{Name: "n1", Zone: "z"},
+			NodePortAddresses: addrs("2001:db8::1"), ServiceCIDRs: prefixes("2001:db8:19::/112"),
+		}},
+		{"node port addresses of the other family only: none", ruleset.Config{NodePortAddresses: addrs("198.18.0.2")}, v1.IPv6Protocol, ruleset.Config{
+			Family: v1.IPv6Protocol, Node: topology.Node{Name: "n1", Zone: "z"}, ServiceCIDRs: prefixes("2001:db8:19::/112"),
+		}},
+	} {
+		fam, _ := snap.Family(tt.family)
+		got, err := engine.ConfigFrom(tt.base)(snap, fam)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if diff := cmp.Diff(tt.want, got, serviceOpts); diff != "" {
+			t.Errorf("%s: Config (-want +got):\n%s", tt.name, diff)
+		}
+	}
+	if diff := cmp.Diff(addrs("2001:db8::2", "198.18.0.2"), dual.NodePortAddresses, serviceOpts); diff != "" {
+		t.Errorf("ConfigFrom changed its base (-before +after):\n%s", diff)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os/signal"
-	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -48,16 +47,8 @@ func newProxy(nodeName string, nodeIPs []netip.Addr, clusterCIDRs []netip.Prefix
 	if err != nil {
 		return nil, err
 	}
-	config := func(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
-		other := func(a netip.Addr) bool { return a.Is4() != (fam.Family == v1.IPv4Protocol) }
-		cfg := ruleset.Config{Node: snap.Node, NodePortAddresses: fam.NodeAddresses,
-			ClusterCIDRs: slices.DeleteFunc(slices.Clone(clusterCIDRs), func(p netip.Prefix) bool { return other(p.Addr()) })}
-		if len(nodeIPs) > 0 {
-			cfg.NodePortAddresses = slices.DeleteFunc(slices.Clone(nodeIPs), other)
-		}
-		return cfg, nil
-	}
 	p := &proxy{state: st, log: log}
+	config := engine.ConfigFrom(ruleset.Config{NodePortAddresses: nodeIPs, ClusterCIDRs: clusterCIDRs})
 	p.source = engine.NewStateSource(st, config, p.warn)
 	return p, nil
 }

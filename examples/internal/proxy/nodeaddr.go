@@ -51,21 +51,3 @@ func (p *proxy) nodePortAddresses(snap state.Snapshot) []netip.Addr {
 	}
 	return snap.NodeAddresses
 }
-
-// ofFamily returns the addresses or prefixes of xs that are of family f.
-func ofFamily[T netip.Addr | netip.Prefix](xs []T, f v1.IPFamily) []T {
-	var out []T
-	for _, x := range xs {
-		var a netip.Addr
-		switch v := any(x).(type) {
-		case netip.Addr:
-			a = v
-		case netip.Prefix:
-			a = v.Addr()
-		}
-		if a.Is4() == (f == v1.IPv4Protocol) {
-			out = append(out, x)
-		}
-	}
-	return out
-}

@@ -227,13 +227,6 @@ func (p *proxy) request() {
 	}
 }
 
-// unionPrefixes returns the prefixes of a and b, sorted, each once.
-func unionPrefixes(a, b []netip.Prefix) []netip.Prefix {
-	all := slices.Concat(a, b)
-	slices.SortFunc(all, netip.Prefix.Compare)
-	return slices.Compact(all)
-}
-
 // routeLocalnet is the sysctl that lets packets to 127.0.0.0/8 be routed
 // (DNATed to a pod), which NodePorts on 127.0.0.1 need.
 const routeLocalnet = "/proc/sys/net/ipv4/conf/all/route_localnet"
@@ -255,24 +248,22 @@ func (p *proxy) allowLocalhostNodePorts() error {
 // rulesetConfig is the ruleset.Config of one family of snap, as the
 // options say.
 func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
-	f := fam.Family
-	cfg := ruleset.Config{
-		Node:          snap.Node,
+	cfg, err := engine.ConfigFrom(ruleset.Config{
 		MasqueradeAll: p.opts.MasqueradeAll,
 		// Manifests come without the EndpointSlice controller: compute the
 		// hints trafficDistribution asks for.
-		ComputeHints:       p.opts.Manifests != "",
-		LocalhostNodePorts: p.opts.LocalhostNodePorts,
-	}
-	cfg.ClusterCIDRs = ofFamily(p.opts.ClusterCIDRs, f)
-	cfg.RestrictExternalIPs = len(p.opts.AllowedExternalIPs) > 0
-	cfg.AllowedExternalIPs = ofFamily(p.opts.AllowedExternalIPs, f)
-	cfg.ServiceCIDRs = ofFamily(unionPrefixes(p.opts.ServiceCIDRs, snap.ServiceCIDRs), f)
-	cfg.NodePortAddresses = ofFamily(p.nodePortAddresses(snap), f)
-	if cfg.LocalhostNodePorts && f == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
+		ComputeHints:        p.opts.Manifests != "",
+		LocalhostNodePorts:  p.opts.LocalhostNodePorts,
+		ClusterCIDRs:        p.opts.ClusterCIDRs,
+		RestrictExternalIPs: len(p.opts.AllowedExternalIPs) > 0,
+		AllowedExternalIPs:  p.opts.AllowedExternalIPs,
+		ServiceCIDRs:        p.opts.ServiceCIDRs,
+		NodePortAddresses:   p.opts.NodeIPs,
+	})(snap, fam)
+	if cfg.LocalhostNodePorts && fam.Family == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
 		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
 	}
-	return cfg, nil
+	return cfg, err
 }
 
 func (p *proxy) dryRun(w io.Writer) error {

@@ -23,14 +23,10 @@ import (
 // `ip route show table local proto 177` lists them.
 const routeProtocol = 177
 
-// DataPlane serves the Rulesets given to Sync from user space: a socket per
-// frontend, a new upstream connection per TCP connection or UDP flow. Each
-// cluster, external and load-balancer IP it serves gets a route of type
-// local (table local, protocol routeProtocol), so that the kernel delivers
-// its packets to the sockets. Node ports are served on the Ruleset's
-// Config.NodePortAddresses only: with none, on no address (a socket binds
-// addresses, not "every local address"). Its methods must not be called
-// concurrently (the engine calls them from one goroutine at a time).
+// DataPlane is the engine.Backend of both IP families: it serves the
+// Rulesets given to Sync from user space (see the package doc). Node ports
+// are served on Config.NodePortAddresses only: with none, on no address.
+// Its methods must not be called concurrently.
 type DataPlane struct {
 	listeners map[ruleset.Frontend]*listener // by address, protocol and port (Kind 0)
 	sticky    affinity.Table[servicemap.PortName]
@@ -44,12 +40,10 @@ func NewDataPlane() (*DataPlane, error) {
 }
 
 // Sync serves rs, the desired state of one IP family, in place of what the
-// last Sync of that family served. A frontend whose Service rejects every
-// flow gets no socket: the kernel refuses its TCP connections (reset) and
-// UDP datagrams (ICMP port unreachable). Open TCP connections stay open; a
-// UDP flow whose target rs no longer offers its client moves to a new
-// target with its next datagram. A frontend that cannot be bound is
-// reported; every other one is served. Every Sync is a full one.
+// last Sync of that family served: open TCP connections stay open; a UDP
+// flow whose target rs no longer offers its client moves to a new target
+// with its next datagram. A frontend that cannot be bound is reported;
+// every other one is served. Every Sync is a full one.
 func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
 	routes, addrs := frontends(rs)
 	local, err := localAddrs()

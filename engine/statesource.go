@@ -73,7 +73,7 @@ type warnedKey struct {
 // NewStateSource returns a StateSource that builds the Rulesets of st with
 // the Configs that config gives. onWarnings, when not nil, receives the
 // build warnings (never an empty list), from the goroutine that calls
-// Desired or Build.
+// Desired or Build, once the build is done.
 func NewStateSource(st *state.State, config ConfigFunc, onWarnings func([]svcproxy.Warning)) *StateSource {
 	return &StateSource{state: st, config: config, onWarnings: onWarnings,
 		built: map[v1.IPFamily]build{}, warned: map[warnedKey][]svcproxy.Warning{}}
@@ -89,6 +89,15 @@ func (s *StateSource) Desired(context.Context) (Desired, error) {
 // of its health check servers). On error, nothing is built: the next build
 // starts from the same Rulesets.
 func (s *StateSource) Build(snap state.Snapshot) (Desired, error) {
+	d, fresh, err := s.build(snap)
+	if len(fresh) > 0 && s.onWarnings != nil {
+		s.onWarnings(fresh)
+	}
+	return d, err
+}
+
+// build is Build but for reporting the warnings it returns.
+func (s *StateSource) build(snap state.Snapshot) (Desired, []svcproxy.Warning, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.triggers = append(s.triggers, snap.TriggerTimes...)
@@ -97,7 +106,7 @@ func (s *StateSource) Build(snap state.Snapshot) (Desired, error) {
 	for _, fam := range snap.Families() {
 		b, r, err := s.buildFamily(snap, fam)
 		if err != nil {
-			return Desired{}, err
+			return Desired{}, nil, err
 		}
 		next[fam.Family], results = b, append(results, r)
 	}
@@ -106,14 +115,11 @@ func (s *StateSource) Build(snap state.Snapshot) (Desired, error) {
 		d.Rulesets[f] = b.rs
 	}
 	s.built, s.triggers = next, nil
-	if fresh := s.recordWarnings(results); len(fresh) > 0 && s.onWarnings != nil {
-		s.onWarnings(fresh)
-	}
-	return d, nil
+	return d, s.recordWarnings(results), nil
 }
 
-// familyWarnings are the warnings of one family's build, and the Services
-// it rebuilt: nil when it rebuilt all of them.
+// familyWarnings are the warnings of the Services that one family's build
+// rebuilt, and those Services: nil when it rebuilt all of them.
 type familyWarnings struct {
 	family   v1.IPFamily
 	rebuilt  map[types.NamespacedName]bool
@@ -179,9 +185,6 @@ func (s *StateSource) recordWarnings(results []familyWarnings) []svcproxy.Warnin
 		now := map[types.NamespacedName][]svcproxy.Warning{}
 		for _, w := range r.warnings {
 			svc := types.NamespacedName{Namespace: w.Namespace, Name: w.Name}
-			if r.rebuilt != nil && !r.rebuilt[svc] {
-				continue // as at its last build
-			}
 			now[svc] = append(now[svc], w)
 			if !slices.Contains(previous[svc], w) && !slices.Contains(fresh, w) {
 				fresh = append(fresh, w)

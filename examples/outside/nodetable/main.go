@@ -4,14 +4,12 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
-	"github.com/svcproxy/svcproxy/topology"
+	"github.com/svcproxy/svcproxy/state"
 	"github.com/svcproxy/svcproxy/trace"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/netip"
 	"os"
 	"slices"
@@ -23,23 +21,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: nodetable MANIFESTS NODE; error:", err)
 		os.Exit(2)
 	}
-	nodes := slices.DeleteFunc(objs.Nodes, func(n *v1.Node) bool { return n.Name != os.Args[2] })
-	node := topology.NodeFromObject(append(nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: os.Args[2]}})[0]) // without zone if absent
-	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		outside := map[v1.IPFamily]netip.Addr{v1.IPv4Protocol: netip.IPv4Unspecified(), v1.IPv6Protocol: netip.IPv6Unspecified()}[family]
-		services, eps := servicemap.NewTracker(family, servicemap.Filter{}), endpoints.NewTracker(family, servicemap.Filter{})
-		for _, svc := range objs.Services {
-			_, w := services.Update(svc)
-			warnings = append(warnings, w...)
-		}
-		for _, es := range objs.EndpointSlices {
-			_, w := eps.Update(es)
-			warnings = append(warnings, w...)
-		}
-		builder, _ := ruleset.NewBuilder(ruleset.Config{Family: family, Node: node}) // a valid Config
-		svcSnap, _ := services.Snapshot()
-		epSnap, _ := eps.Snapshot()
-		rs, _ := builder.Build(svcSnap, epSnap) // warns only about externalIPs that Config restricts
+	st, _ := state.New([]v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, os.Args[2], servicemap.Filter{}) // valid arguments
+	warnings = append(warnings, st.Replace(state.Objects{Services: objs.Services, EndpointSlices: objs.EndpointSlices, Nodes: objs.Nodes})...)
+	snap := st.Snapshot()
+	for _, fam := range snap.Families() {
+		outside := map[v1.IPFamily]netip.Addr{v1.IPv4Protocol: netip.IPv4Unspecified(), v1.IPv6Protocol: netip.IPv6Unspecified()}[fam.Family]
+		builder, _ := ruleset.NewBuilder(ruleset.Config{Family: fam.Family, Node: snap.Node}) // a valid Config
+		rs, _ := builder.Build(fam.Services, fam.Endpoints)                                   // warns only about externalIPs that Config restricts
 		for _, s := range rs.Services() {
 			for _, f := range slices.DeleteFunc(s.Frontends(), func(f ruleset.Frontend) bool { return f.Port == 0 }) {
 				dst := netip.AddrPortFrom(cmp.Or(f.Addr, outside), f.Port) // a node port: on any node address
@@ -52,9 +40,7 @@ func main() {
 			}
 		}
 	}
-	for i, w := range warnings {
-		if !slices.Contains(warnings[:i], w) { // once, not once per family
-			fmt.Fprintln(os.Stderr, "warning:", w)
-		}
+	for _, w := range warnings { // each once, not once per family
+		fmt.Fprintln(os.Stderr, "warning:", w)
 	}
 }

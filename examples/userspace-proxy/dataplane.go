@@ -46,14 +46,8 @@ func NewDataPlane() (*DataPlane, error) {
 // every other one is served. Every Sync is a full one.
 func (d *DataPlane) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
 	routes, addrs := frontends(rs)
-	local, err := localAddrs()
-	routed := addrs[:0]
-	for _, ip := range addrs {
-		if !local[ip] {
-			routed, local[ip] = append(routed, ip), true
-		}
-	}
-	errs := []error{err, syncRoutes(rs.Config().Family, routed)}
+	local, err := syncRoutes(rs.Config().Family, addrs)
+	errs := []error{err}
 	d.sticky.Expire(time.Now())
 	for f, l := range d.listeners {
 		if f.Addr.Is4() == (rs.Config().Family == v1.IPv4Protocol) && (routes[f] == nil || routes[f].refused) {
@@ -122,7 +116,9 @@ func (d *DataPlane) Close() error {
 	for f, l := range d.listeners {
 		d.stop(f, l)
 	}
-	return errors.Join(syncRoutes(v1.IPv4Protocol, nil), syncRoutes(v1.IPv6Protocol, nil))
+	_, err4 := syncRoutes(v1.IPv4Protocol, nil)
+	_, err6 := syncRoutes(v1.IPv6Protocol, nil)
+	return errors.Join(err4, err6)
 }
 
 // frontends lists the TCP and UDP frontends of rs to listen on (address,
@@ -149,53 +145,48 @@ func frontends(rs *ruleset.Ruleset) (map[ruleset.Frontend]*route, []netip.Addr) 
 }
 
 // syncRoutes makes the local routes of family that the data plane owns
-// exactly those to want.
-func syncRoutes(family v1.IPFamily, want []netip.Addr) error {
+// exactly those to the addresses of want that are not the node's own
+// already. It returns the addresses of family local to the node then: the
+// node's and those of the routes, from which flows come from the node.
+func syncRoutes(family v1.IPFamily, want []netip.Addr) (map[netip.Addr]bool, error) {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
-		return fmt.Errorf("finding lo: %w", err)
+		return nil, fmt.Errorf("finding lo: %w", err)
 	}
 	nlFamily := map[v1.IPFamily]int{v1.IPv4Protocol: netlink.FAMILY_V4, v1.IPv6Protocol: netlink.FAMILY_V6}[family]
-	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL, Protocol: routeProtocol}
-	have, err := netlink.RouteListFiltered(nlFamily, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+	filter := &netlink.Route{Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL}
+	have, err := netlink.RouteListFiltered(nlFamily, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
 	if err != nil {
-		return fmt.Errorf("listing the local routes: %w", err)
+		return nil, fmt.Errorf("listing the local routes: %w", err)
 	}
-	missing := map[netip.Addr]bool{}
-	for _, ip := range want {
-		missing[ip] = true
+	local, owned := map[netip.Addr]bool{}, map[netip.Addr]netlink.Route{}
+	for _, r := range have {
+		if r.Dst == nil {
+			continue
+		}
+		if ip, _ := netip.AddrFromSlice(r.Dst.IP); r.Protocol == routeProtocol {
+			owned[ip.Unmap()] = r
+		} else {
+			local[ip.Unmap()] = true
+		}
 	}
 	var errs []error
-	for _, r := range have {
-		if ip, _ := netip.AddrFromSlice(r.Dst.IP); missing[ip.Unmap()] {
-			delete(missing, ip.Unmap())
-		} else if err := netlink.RouteDel(&r); err != nil {
+	for _, ip := range want {
+		if _, ok := owned[ip]; ok && !local[ip] {
+			delete(owned, ip) // kept
+		} else if !local[ip] {
+			r := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: netlink.NewIPNet(ip.AsSlice()), Table: unix.RT_TABLE_LOCAL,
+				Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST, Protocol: routeProtocol}
+			if err := netlink.RouteAdd(r); err != nil {
+				errs = append(errs, fmt.Errorf("adding a local route to %s: %w", ip, err))
+			}
+		}
+		local[ip] = true
+	}
+	for ip, r := range owned {
+		if err := netlink.RouteDel(&r); err != nil {
 			errs = append(errs, fmt.Errorf("removing the route to %s: %w", ip, err))
 		}
 	}
-	for ip := range missing {
-		r := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: netlink.NewIPNet(ip.AsSlice()), Table: unix.RT_TABLE_LOCAL,
-			Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST, Protocol: routeProtocol}
-		if err := netlink.RouteAdd(r); err != nil {
-			errs = append(errs, fmt.Errorf("adding a local route to %s: %w", ip, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// localAddrs are the node's addresses. Traffic from them, or from the
-// Service addresses that the data plane's routes make local, comes from the
-// node; those that already are local need no route.
-func localAddrs() (map[netip.Addr]bool, error) {
-	local := map[netip.Addr]bool{}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return local, fmt.Errorf("listing the node's addresses: %w", err)
-	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			local[p.Addr().Unmap()] = true
-		}
-	}
-	return local, nil
+	return local, errors.Join(errs...)
 }

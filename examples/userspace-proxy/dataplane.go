@@ -74,20 +74,19 @@ func (d *DataPlane) listen(ctx context.Context, f ruleset.Frontend, r *route) er
 	}}
 	l, addr := &listener{flows: map[netip.AddrPort]*net.UDPConn{}}, netip.AddrPortFrom(f.Addr, f.Port).String()
 	l.route.Store(r)
+	var err error
 	if f.Protocol == v1.ProtocolTCP {
-		ln, err := lc.Listen(ctx, "tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listening on %s: %w", f, err)
-		}
-		l.sock = ln
+		l.sock, err = lc.Listen(ctx, "tcp", addr)
+	} else {
+		l.sock, err = lc.ListenPacket(ctx, "udp", addr)
+	}
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", f, err)
+	}
+	if ln, ok := l.sock.(net.Listener); ok {
 		go l.serveTCP(ln)
 	} else {
-		pc, err := lc.ListenPacket(ctx, "udp", addr)
-		if err != nil {
-			return fmt.Errorf("listening on %s: %w", f, err)
-		}
-		l.sock = pc
-		go l.serveUDP(pc.(*net.UDPConn))
+		go l.serveUDP(l.sock.(*net.UDPConn))
 	}
 	d.listeners[f] = l
 	return nil

@@ -62,9 +62,21 @@ type NodePortServers struct {
 }
 
 type healthServer struct {
-	server  *http.Server
-	service servicemap.PortName
-	local   int
+	server *http.Server
+	// listeners are closed by stop itself: the server closes only those
+	// its Serve goroutines have begun to serve.
+	listeners []net.Listener
+	service   servicemap.PortName
+	local     int
+}
+
+// stop closes the server's sockets, so that no connection to them is
+// accepted once it returns, and then the server.
+func (hs *healthServer) stop() {
+	for _, ln := range hs.listeners {
+		ln.Close()
+	}
+	hs.server.Close()
 }
 
 // NewNodePortServers returns NodePortServers with none running. With
@@ -85,7 +97,8 @@ type Report struct {
 }
 
 // Update starts, updates and stops servers to match the rulesets, each
-// listening on addrs. When addrs change, every server is restarted.
+// listening on addrs. When addrs change, every server is restarted. Once it
+// returns, a server it stopped accepts no connection.
 func (h *NodePortServers) Update(rulesets map[v1.IPFamily]*ruleset.Ruleset, addrs []netip.Addr) Report {
 	var report Report
 	want := h.wanted(rulesets, &report)
@@ -97,7 +110,7 @@ func (h *NodePortServers) Update(rulesets map[v1.IPFamily]*ruleset.Ruleset, addr
 	}
 	for port, hs := range h.servers {
 		if _, ok := want[port]; !ok {
-			hs.server.Close()
+			hs.stop()
 			delete(h.servers, port)
 		}
 	}
@@ -163,6 +176,7 @@ func (h *NodePortServers) start(port uint16, w *healthServer) []error {
 			errs = append(errs, fmt.Errorf("health check node port %d of %s: %w", port, w.service, err))
 			continue
 		}
+		w.listeners = append(w.listeners, ln)
 		go w.server.Serve(ln)
 	}
 	return errs
@@ -229,7 +243,7 @@ func (h *NodePortServers) Close() {
 // closeLocked stops every server; h.mu is held.
 func (h *NodePortServers) closeLocked() {
 	for port, hs := range h.servers {
-		hs.server.Close()
+		hs.stop()
 		delete(h.servers, port)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -140,6 +141,27 @@ func TestHealthServersListenOnNodeAddressesOnly(t *testing.T) {
 			if got := answers(t, netip.AddrPortFrom(a, uint16(port))); got != want {
 				t.Errorf("node addresses %v: %s:%d answers %v, want %v", tt.addrs, a, port, got, want)
 			}
+		}
+	}
+}
+
+// TestHealthServersStoppedAcceptNothing: once Update has stopped a server,
+// its port refuses connections, also when the server had no time to begin
+// serving (one thread: its goroutine has not run yet).
+func TestHealthServersStoppedAcceptNothing(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	port := freeLoopbackPort(t)
+	src := newRulesetSource(t)
+	h := NewNodePortServers(false)
+	defer h.Close()
+	src.services.Update(localLB("lb", "198.19.0.1", port))
+	rulesets := src.build()
+	addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))
+	for i := range 20 {
+		h.Update(rulesets, []netip.Addr{addr.Addr()})
+		h.Update(rulesets, nil)
+		if answers(t, addr) {
+			t.Fatalf("round %d: %s answers after its server was stopped", i, addr)
 		}
 	}
 }

@@ -193,9 +193,9 @@ func (r *latencyRun) measureWindow(res triggerResolution, version int, before hi
 	log := r.proxy.log.String()
 	syncs := syncsIn(parseSyncs(log), start, time.Now())
 	delta := after.minus(before)
-	t.Logf("%s-proxy, %d Services, trigger times in %s: %d changes at %d/s over %v: %d observations, network-programming latency p50 %.3fs, p99 %.3fs (buckets ×2 from 1 ms; within 1.024 s: %s, within 2.048 s: %s)",
+	t.Logf("%s-proxy, %d Services, trigger times in %s: %d changes at %d/s over %v: %d observations, network-programming latency p50 %.3fs, p99 %.3fs (kube-proxy's buckets; within 1 s: %s, within 2 s: %s)",
 		r.backend, r.spec.Services-1, res.name, len(changes), changesPerSecond, r.window, delta.count,
-		delta.quantile(0.5), delta.quantile(0.99), delta.fractionWithin(1.024), delta.fractionWithin(2.048))
+		delta.quantile(0.5), delta.quantile(0.99), delta.fractionWithin(1), delta.fractionWithin(2))
 	t.Logf("%s-proxy, trigger times in %s: %s", r.backend, res.name, summarizeSyncs(syncs))
 	t.Logf("%s-proxy, trigger times in %s, per change (the test's watch, the proxy's synced lines): %s",
 		r.backend, res.name, breakdown(changes, delivered, syncs))

@@ -109,3 +109,37 @@ type observed struct {
 	Count uint64
 	Sum   float64
 }
+
+// TestNetworkProgrammingBuckets: the latency histogram has kube-proxy's
+// bucket bounds, so that an objective in whole seconds is read at a bound.
+func TestNetworkProgrammingBuckets(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: &fakeBackend{}}, Source: newWorld(t), Registerer: reg}); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []float64
+	for _, mf := range families {
+		if mf.GetName() == "kubeproxy_network_programming_duration_seconds" {
+			for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
+				got = append(got, b.GetUpperBound())
+			}
+		}
+	}
+	want := []float64{0.25, 0.5}
+	for s := 1; s <= 59; s++ {
+		want = append(want, float64(s))
+	}
+	for s := 60; s <= 115; s += 5 {
+		want = append(want, float64(s))
+	}
+	for s := 120; s <= 300; s += 30 {
+		want = append(want, float64(s))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("bucket bounds (-want +got):\n%s", diff)
+	}
+}

@@ -3,16 +3,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"math"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,14 +51,18 @@ const (
 //   - the time from the proxy's start to its first synced log line, and that
 //     first full sync's duration (the difference is the informers' initial
 //     list and sync, and the build of the first snapshot);
-//   - the p50 and p99 of kubeproxy_network_programming_duration_seconds over
+//   - after one warm-up change has been observed, two windows of
 //     changesPerSecond EndpointSlice changes a second for
-//     SVCPROXY_SCALE_WINDOW (default 60s), with --min-sync-period 1s.
+//     SVCPROXY_SCALE_WINDOW (default 60s) each, with --min-sync-period 1s,
+//     and for each the p50 and p99 of
+//     kubeproxy_network_programming_duration_seconds over its changes.
 //
-// Each change sets the EndpointSlice's last-change-trigger-time annotation to
-// the time of the change in RFC 3339, whole seconds, as the EndpointSlice
-// controller writes the pod times it takes it from: a latency is measured
-// from up to 1 s before the change, so it is overstated by [0, 1) s.
+// The two windows differ in the trigger times written (see
+// triggerResolutions): in whole seconds, as Kubernetes writes them, which
+// overstates every latency by [0, 1) s; and with nanoseconds, which gives
+// the proxy's own latency. Each window also reports where the time went,
+// per change, from the test's own watch of the EndpointSlices and the
+// proxy's synced log lines (see breakdown).
 //
 // It is not part of the default run (build tag "scale", root, the API-server
 // binaries):
@@ -74,7 +73,7 @@ func TestNetworkProgrammingLatency(t *testing.T) {
 	n := envInt(t, "SVCPROXY_SCALE_N", 10000)
 	window := envDuration(t, "SVCPROXY_SCALE_WINDOW", time.Minute)
 	if n+1 > scalegen.MaxServices || n <= changesPerSecond*int(window.Seconds()) {
-		t.Fatalf("SVCPROXY_SCALE_N=%d: want %d to %d (each change, and the warm-up, on its own Service)", n, changesPerSecond*int(window.Seconds())+1, scalegen.MaxServices-1)
+		t.Fatalf("SVCPROXY_SCALE_N=%d: want %d to %d (each change of a window, and the warm-up, on its own Service)", n, changesPerSecond*int(window.Seconds())+1, scalegen.MaxServices-1)
 	}
 	apiserver.Require(t)
 	c := netns.NewCluster(t, netns.ClusterSpec{})
@@ -85,33 +84,125 @@ func TestNetworkProgrammingLatency(t *testing.T) {
 	createScaleObjects(t, client, spec)
 	t.Logf("created %d Services and %d EndpointSlices (%d endpoints) with %d writers in %v",
 		n, n, n*scalegen.DefaultEndpoints, creationWriters, time.Since(start).Round(time.Millisecond))
-	kubeconfig := api.Kubeconfig(api.Token(proxyUser))
 	version := 0
-	forEachBackend(t, func(t *testing.T, backend string) {
-		p, sinceStart, firstSync := startLatencyProxy(t, c, backend, kubeconfig)
-		t.Logf("%s-proxy, %d Services: first synced line %v after start; that first full sync took %s (informers' initial sync and first build: %v)",
-			backend, n, sinceStart.Round(time.Millisecond), firstSync, informerSync(sinceStart, firstSync))
-		metrics := metricsClient(c.Node.NS)
-		metricsURL := fmt.Sprintf("http://%s/metrics", netip.AddrPortFrom(c.Node.IPv4, metricsPort))
-		version++
-		first := scrapeHistogram(t, metrics, metricsURL)
-		warmUp(t, client, spec, version)
-		waitObservations(t, metrics, metricsURL, first.count+1, 30*time.Second)
-		before := waitSettled(t, metrics, metricsURL, 30*time.Second)
-		t.Logf("%s-proxy: %d observations before the changes (the created slices' trigger times and the warm-up change)", backend, before.count)
-		changes := changeEndpoints(t, client, spec, version, window)
-		after := waitObservations(t, metrics, metricsURL, before.count+uint64(changes), 60*time.Second)
-		delta := after.minus(before)
-		t.Logf("%s-proxy, %d Services, %d changes at %d/s over %v: %d observations, network-programming latency p50 %.3fs, p99 %.3fs (buckets ×2 from 1 ms); syncs during the changes %v",
-			backend, n, changes, changesPerSecond, window, delta.count, delta.quantile(0.5), delta.quantile(0.99), syncDurations(p.log.String()))
-		if delta.count < uint64(changes) {
-			t.Errorf("%d observations for %d changes", delta.count, changes)
-		}
-		if err := p.proc.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		cleanupWithin(t, c, backend, 5*time.Minute)
-	})
+	for i, backend := range latencyBackends {
+		t.Run(backend, func(t *testing.T) {
+			measureBackend(t, c, api, spec, window, backend, &version)
+			if i < len(latencyBackends)-1 {
+				cleanupWithin(t, c, backend, 5*time.Minute)
+			}
+		})
+	}
+}
+
+// latencyBackends are the backends measured, in order: iptables last, as
+// its --cleanup at 10,000 Services takes longer than the test allows (the
+// namespace goes at the end with everything in it).
+var latencyBackends = []string{"nftables", "nftables-flat", "iptables"}
+
+// measureBackend starts the backend's proxy against the API server, reports
+// its start, warms it up, measures each window of triggerResolutions (the
+// revisions of the slices from *version + 1) and stops it.
+func measureBackend(t *testing.T, c *netns.Cluster, api *apiserver.Server, spec scalegen.Spec, window time.Duration, backend string, version *int) {
+	n := spec.Services - 1
+	kubeconfig := api.Kubeconfig(api.Token(proxyUser))
+	client := api.Client()
+	p, sinceStart, firstSync := startLatencyProxy(t, c, backend, kubeconfig)
+	t.Logf("%s-proxy, %d Services: first synced line %v after start; that first full sync took %s (informers' initial sync and first build: %v)",
+		backend, n, sinceStart.Round(time.Millisecond), firstSync, informerSync(sinceStart, firstSync))
+	run := &latencyRun{t: t, backend: backend, client: client, spec: spec, window: window, proxy: p,
+		metrics: metricsClient(c.Node.NS), metricsURL: fmt.Sprintf("http://%s/metrics", netip.AddrPortFrom(c.Node.IPv4, metricsPort))}
+	*version++
+	before := run.warmUp(*version)
+	for _, res := range triggerResolutions {
+		*version++
+		before = run.measureWindow(res, *version, before)
+	}
+	if err := p.proc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// triggerResolution is how a window writes the trigger times.
+type triggerResolution struct {
+	name   string
+	layout string
+}
+
+// triggerResolutions are the two windows' trigger times: in whole seconds,
+// as the EndpointSlice controller writes the pod times it takes them from
+// (each latency then counts from up to 1 s before the change), and with
+// nanoseconds (the proxy's own latency: from the change to the end of the
+// sync that programmed it).
+var triggerResolutions = []triggerResolution{
+	{"whole seconds (as Kubernetes writes them)", time.RFC3339},
+	{"nanoseconds (the proxy's own latency)", time.RFC3339Nano},
+}
+
+// latencyRun is one backend's proxy under measurement.
+type latencyRun struct {
+	t          *testing.T
+	backend    string
+	client     kubernetes.Interface
+	spec       scalegen.Spec
+	window     time.Duration
+	proxy      *proxy
+	metrics    *http.Client
+	metricsURL string
+}
+
+// warmUp changes the EndpointSlice of the last Service (which the windows
+// do not change) to its revision version and waits, at most 5 minutes, until
+// that change is the one observation: the created slices' trigger times
+// predate the proxy and are not observed, so the first sync's work is over
+// once a later change has been programmed. It returns the settled scrape.
+func (r *latencyRun) warmUp(version int) histogram {
+	t := r.t
+	t.Helper()
+	es := withTriggerTime(r.spec.ChangedSlice(r.spec.Services-1, version), time.Now(), time.RFC3339Nano)
+	es.APIVersion, es.Kind = "discovery.k8s.io/v1", "EndpointSlice"
+	if err := apply(r.client, es); err != nil {
+		t.Fatalf("warm-up change: %v", err)
+	}
+	const timeout = 5 * time.Minute
+	if h := waitObservations(t, r.metrics, r.metricsURL, 1, timeout); h.count < 1 {
+		t.Fatalf("%s-proxy: the warm-up change was not observed within %v", r.backend, timeout)
+	}
+	before := waitSettled(t, r.metrics, r.metricsURL, 30*time.Second)
+	if before.count != 1 {
+		t.Errorf("%s-proxy: %d observations before the windows, want 1 (the warm-up change): changes made before the proxy started are not observed", r.backend, before.count)
+	}
+	return before
+}
+
+// measureWindow makes one window's changes with trigger times of res and
+// reports the latencies observed since before, and where the time went; it
+// returns the settled scrape after the window.
+func (r *latencyRun) measureWindow(res triggerResolution, version int, before histogram) histogram {
+	t := r.t
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	deliveries := watchSlices(ctx, t, r.client)
+	start := time.Now()
+	changes := changeEndpoints(t, r.client, r.spec, version, r.window, res.layout)
+	want := before.count + uint64(len(changes))
+	waitObservations(t, r.metrics, r.metricsURL, want, 60*time.Second)
+	after := waitSettled(t, r.metrics, r.metricsURL, 30*time.Second)
+	cancel()
+	delivered := deliveries.wait()
+	log := r.proxy.log.String()
+	syncs := syncsIn(parseSyncs(log), start, time.Now())
+	delta := after.minus(before)
+	t.Logf("%s-proxy, %d Services, trigger times in %s: %d changes at %d/s over %v: %d observations, network-programming latency p50 %.3fs, p99 %.3fs (kube-proxy's buckets; within 1 s: %s, within 2 s: %s)",
+		r.backend, r.spec.Services-1, res.name, len(changes), changesPerSecond, r.window, delta.count,
+		delta.quantile(0.5), delta.quantile(0.99), delta.fractionWithin(1), delta.fractionWithin(2))
+	t.Logf("%s-proxy, trigger times in %s: %s", r.backend, res.name, summarizeSyncs(syncs))
+	t.Logf("%s-proxy, trigger times in %s, per change (the test's watch, the proxy's synced lines): %s",
+		r.backend, res.name, breakdown(changes, delivered, syncs))
+	if delta.count != uint64(len(changes)) {
+		t.Errorf("%s-proxy: %d observations for %d changes; %s", r.backend, delta.count, len(changes), missingReport(changes, delivered, syncs, log))
+	}
+	return after
 }
 
 // cleanupWithin runs the backend's proxy with --cleanup in the node
@@ -227,57 +318,52 @@ func createService(ctx context.Context, client kubernetes.Interface, spec scaleg
 	if _, err := client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating Service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
-	es := withTriggerTime(spec.Slice(i), time.Now())
+	es := withTriggerTime(spec.Slice(i), time.Now(), time.RFC3339)
 	if _, err := client.DiscoveryV1().EndpointSlices(es.Namespace).Create(ctx, es, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating EndpointSlice %s/%s: %w", es.Namespace, es.Name, err)
 	}
 	return nil
 }
 
-// withTriggerTime sets es's last-change-trigger-time annotation to at, in
-// RFC 3339 with whole seconds.
-func withTriggerTime(es *discovery.EndpointSlice, at time.Time) *discovery.EndpointSlice {
+// withTriggerTime sets es's last-change-trigger-time annotation to at,
+// formatted with layout (time.RFC3339 truncates to whole seconds).
+func withTriggerTime(es *discovery.EndpointSlice, at time.Time, layout string) *discovery.EndpointSlice {
 	if es.Annotations == nil {
 		es.Annotations = map[string]string{}
 	}
-	es.Annotations[v1.EndpointsLastChangeTriggerTime] = at.UTC().Format(time.RFC3339)
+	es.Annotations[v1.EndpointsLastChangeTriggerTime] = at.UTC().Format(layout)
 	return es
 }
 
 // changeEndpoints changes the EndpointSlices of Services 1, 2, … to their
-// revision version (1 or more: each call gives a new one), changesPerSecond
-// a second for window, and returns the number of changes made.
-func changeEndpoints(t *testing.T, client kubernetes.Interface, spec scalegen.Spec, version int, window time.Duration) int {
+// revision version (1 or more: each call gives a new one, which changes
+// their endpoints), changesPerSecond a second for window, with trigger
+// times formatted with layout, and returns the changes made.
+func changeEndpoints(t *testing.T, client kubernetes.Interface, spec scalegen.Spec, version int, window time.Duration, layout string) []change {
 	t.Helper()
 	total := changesPerSecond * int(window.Seconds())
 	tick := time.NewTicker(time.Second / changesPerSecond)
 	defer tick.Stop()
 	start := time.Now()
+	changes := make([]change, 0, total)
 	for i := 1; i <= total; i++ {
 		<-tick.C
-		es := withTriggerTime(spec.ChangedSlice(i, version), time.Now())
+		made := time.Now()
+		es := withTriggerTime(spec.ChangedSlice(i, version), made, layout)
 		es.APIVersion, es.Kind = "discovery.k8s.io/v1", "EndpointSlice"
+		trigger, err := time.Parse(time.RFC3339Nano, es.Annotations[v1.EndpointsLastChangeTriggerTime])
+		if err != nil {
+			t.Fatalf("change %d: %v", i, err)
+		}
 		if err := apply(client, es); err != nil {
 			t.Fatalf("change %d: %v", i, err)
 		}
+		changes = append(changes, change{slice: es.Namespace + "/" + es.Name, made: made, trigger: trigger, applied: time.Now()})
 	}
 	if late := time.Since(start) - window; late > window/10 {
 		t.Logf("the changes took %v longer than %v: the rate was below %d/s", late.Round(time.Millisecond), window, changesPerSecond)
 	}
-	return total
-}
-
-// warmUp changes the EndpointSlice of the last Service (which
-// changeEndpoints does not change) to its revision version, so that a sync
-// follows the first one before the measurement: a created slice that the
-// informers delivered after the first sync is then observed before it.
-func warmUp(t *testing.T, client kubernetes.Interface, spec scalegen.Spec, version int) {
-	t.Helper()
-	es := withTriggerTime(spec.ChangedSlice(spec.Services-1, version), time.Now())
-	es.APIVersion, es.Kind = "discovery.k8s.io/v1", "EndpointSlice"
-	if err := apply(client, es); err != nil {
-		t.Fatalf("warm-up change: %v", err)
-	}
+	return changes
 }
 
 // startLatencyProxy runs the backend's proxy on the node against the API
@@ -334,130 +420,4 @@ func startLatencyProxy(t *testing.T, c *netns.Cluster, backend, kubeconfig strin
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
-
-// metricsClient is an HTTP client that dials from inside ns.
-func metricsClient(ns *netns.NS) *http.Client {
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, address string) (net.Conn, error) {
-			remote, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return nil, fmt.Errorf("dialling %s: %w", address, err)
-			}
-			return ns.Dial("tcp", netip.AddrPort{}, remote, 5*time.Second)
-		},
-	}}
-}
-
-// histogram is a Prometheus histogram as scraped: cumulative counts by
-// upper bound, in increasing order of bound.
-type histogram struct {
-	bounds []float64
-	counts []uint64
-	count  uint64
-}
-
-var bucketLine = regexp.MustCompile(`^` + programmingMetric + `_bucket\{le="([^"]+)"\} (\d+)$`)
-
-// scrapeHistogram reads programmingMetric from the /metrics at url.
-func scrapeHistogram(t *testing.T, client *http.Client, url string) histogram {
-	t.Helper()
-	resp, err := client.Get(url)
-	if err != nil {
-		t.Fatalf("scraping %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	var h histogram
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		m := bucketLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		bound, err1 := strconv.ParseFloat(m[1], 64)
-		count, err2 := strconv.ParseUint(m[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("scraping %s: bad bucket line %q", url, sc.Text())
-		}
-		h.bounds, h.counts = append(h.bounds, bound), append(h.counts, count)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("scraping %s: %v", url, err)
-	}
-	if len(h.counts) == 0 || !slices.IsSorted(h.bounds) || !math.IsInf(h.bounds[len(h.bounds)-1], 1) {
-		t.Fatalf("scraping %s: no well-formed %s histogram (bounds %v)", url, programmingMetric, h.bounds)
-	}
-	h.count = h.counts[len(h.counts)-1]
-	return h
-}
-
-// waitObservations scrapes every 500 ms, for at most timeout, until the
-// histogram holds at least want observations, and returns the last scrape.
-func waitObservations(t *testing.T, client *http.Client, url string, want uint64, timeout time.Duration) histogram {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		h := scrapeHistogram(t, client, url)
-		if h.count >= want || time.Now().After(deadline) {
-			return h
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
-
-// waitSettled scrapes every second, for at most timeout, until two scrapes
-// in a row hold the same number of observations (those of the first sync
-// may be made after its synced line), and returns the last scrape.
-func waitSettled(t *testing.T, client *http.Client, url string, timeout time.Duration) histogram {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := scrapeHistogram(t, client, url)
-	for time.Now().Before(deadline) {
-		time.Sleep(time.Second)
-		h := scrapeHistogram(t, client, url)
-		if h.count == last.count {
-			return h
-		}
-		last = h
-	}
-	t.Fatalf("%s did not settle within %v", programmingMetric, timeout)
-	return last
-}
-
-// minus is the histogram of the observations made between before and h.
-func (h histogram) minus(before histogram) histogram {
-	d := histogram{bounds: h.bounds, counts: make([]uint64, len(h.counts)), count: h.count - before.count}
-	for i := range h.counts {
-		d.counts[i] = h.counts[i] - before.counts[i]
-	}
-	return d
-}
-
-// quantile estimates the q-quantile as Prometheus' histogram_quantile does:
-// linearly inside the bucket that holds it (from 0 for the first bucket);
-// the largest finite bound when it falls in the +Inf bucket; NaN with no
-// observations.
-func (h histogram) quantile(q float64) float64 {
-	if h.count == 0 {
-		return math.NaN()
-	}
-	rank := q * float64(h.count)
-	for i, c := range h.counts {
-		if float64(c) < rank {
-			continue
-		}
-		if math.IsInf(h.bounds[i], 1) {
-			return h.bounds[i-1]
-		}
-		lower, below := 0.0, uint64(0)
-		if i > 0 {
-			lower, below = h.bounds[i-1], h.counts[i-1]
-		}
-		inBucket := c - below
-		if inBucket == 0 {
-			return lower
-		}
-		return lower + (h.bounds[i]-lower)*(rank-float64(below))/float64(inBucket)
-	}
-	return h.bounds[len(h.bounds)-2]
 }

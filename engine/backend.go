@@ -57,5 +57,8 @@ type Desired struct {
 	// EndpointSlices' endpoints.kubernetes.io/last-change-trigger-time
 	// annotations say), for the network programming latency metric; each
 	// is observed once, by the first sync that succeeds after it is given.
+	// As in kube-proxy, a time before the Engine was made (New) is not
+	// observed: it measures how long the change waited for the proxy to
+	// start, not how long the proxy took to program it.
 	Triggers []time.Time
 }

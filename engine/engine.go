@@ -109,6 +109,9 @@ type Engine struct {
 	families []v1.IPFamily
 	metrics  *metrics
 	loop     *loop
+	// started is when New made the Engine: change times before it are
+	// not observed.
+	started time.Time
 
 	// runMu makes syncs run one at a time; it guards what follows.
 	runMu sync.Mutex
@@ -157,7 +160,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	now := e.clock.Now()
-	e.lastSuccess, e.lastForcedFull = now, now
+	e.started, e.lastSuccess, e.lastForcedFull = now, now, now
 	e.loop = newLoop(cfg.MinSyncPeriod, cfg.SyncPeriod, cfg.RetryInterval, e.clock, e.run)
 	return e, nil
 }
@@ -292,7 +295,7 @@ func (e *Engine) record(ev *SyncEvent) {
 	e.metrics.lastSync.Set(float64(ev.End.Unix()))
 	e.setHealth(false, ev.End)
 	for _, t := range e.triggers {
-		if !t.After(ev.End) {
+		if !t.Before(e.started) && !t.After(ev.End) {
 			e.metrics.programmingDuration.Observe(ev.End.Sub(t).Seconds())
 		}
 	}

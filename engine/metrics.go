@@ -29,6 +29,17 @@ func syncHistogram(name, help string) prometheus.Histogram {
 	})
 }
 
+// programmingBuckets are kube-proxy's bounds of the network-programming
+// latency histogram: 0.25 and 0.5 s, every second from 1 to 59 s, every 5 s
+// from 60 to 115 s and every 30 s from 120 to 300 s. An objective such as
+// "p99 ≤ 2 s" or "≤ 30 s" is then read at a bound.
+func programmingBuckets() []float64 {
+	b := []float64{0.25, 0.5}
+	b = append(b, prometheus.LinearBuckets(1, 1, 59)...)
+	b = append(b, prometheus.LinearBuckets(60, 5, 12)...)
+	return append(b, prometheus.LinearBuckets(120, 30, 7)...)
+}
+
 func counter(subsystem, name, help string) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Subsystem: subsystem, Name: name, Help: help})
 }
@@ -47,7 +58,7 @@ func newMetrics() *metrics {
 		programmingDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: "kubeproxy", Name: "network_programming_duration_seconds",
 			Help:    "In Cluster Network Programming Latency in seconds",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
+			Buckets: programmingBuckets(),
 		}),
 		syncFailures:      counter("kubeproxy", "sync_proxy_rules_failures_total", "Syncs that failed to apply the rules"),
 		periodicFullSyncs: counter("svcproxy", "sync_periodic_full_total", "Syncs made full once a full sync period, to rewrite everything"),

@@ -25,9 +25,10 @@ type Snapshot struct {
 	// once.
 	ServiceCIDRs []netip.Prefix
 	// TriggerTimes are the EndpointSlices' last-change-trigger-times
-	// recorded since the previous Snapshot (the latest per slice), sorted:
-	// each is in one Snapshot only, so a caller whose sync fails keeps them
-	// for the next one.
+	// recorded since the previous Snapshot (every one of a slice that
+	// changed more than once, none of a slice deleted since), sorted: each
+	// is in one Snapshot only, so a caller whose sync fails keeps them for
+	// the next one.
 	TriggerTimes []time.Time
 	families     []Family
 }
@@ -68,8 +69,8 @@ func (s *State) Snapshot() Snapshot {
 	}
 	slices.SortFunc(snap.ServiceCIDRs, netip.Prefix.Compare)
 	snap.ServiceCIDRs = slices.Compact(snap.ServiceCIDRs)
-	for key, at := range s.triggerTimes {
-		snap.TriggerTimes = append(snap.TriggerTimes, at)
+	for key, times := range s.triggerTimes {
+		snap.TriggerTimes = append(snap.TriggerTimes, times...)
 		delete(s.triggerTimes, key)
 	}
 	slices.SortFunc(snap.TriggerTimes, time.Time.Compare)

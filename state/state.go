@@ -37,9 +37,13 @@ type State struct {
 	// knownServices and knownSlices are the objects recorded and not
 	// deleted, for Replace to turn a full set into deletes.
 	knownServices, knownSlices map[types.NamespacedName]bool
-	// triggerTimes holds, per EndpointSlice, the last-change-trigger-time
-	// recorded since the last Snapshot.
-	triggerTimes map[types.NamespacedName]time.Time
+	// triggerTimes holds, per EndpointSlice, the last-change-trigger-times
+	// recorded since the last Snapshot, in the order recorded.
+	triggerTimes map[types.NamespacedName][]time.Time
+	// lastTrigger holds, per EndpointSlice known, the last
+	// last-change-trigger-time recorded: the same time again (a relist, a
+	// manifest reload) is not a new change.
+	lastTrigger map[types.NamespacedName]time.Time
 	// serviceCIDRs holds the CIDRs of each ServiceCIDR object, by name.
 	serviceCIDRs map[string][]netip.Prefix
 	// reported holds, per object, the warnings its last event gave.
@@ -61,7 +65,8 @@ func New(families []v1.IPFamily, nodeName string, filter servicemap.Filter) (*St
 		slices:        map[v1.IPFamily]*endpoints.Tracker{},
 		knownServices: map[types.NamespacedName]bool{},
 		knownSlices:   map[types.NamespacedName]bool{},
-		triggerTimes:  map[types.NamespacedName]time.Time{},
+		triggerTimes:  map[types.NamespacedName][]time.Time{},
+		lastTrigger:   map[types.NamespacedName]time.Time{},
 		serviceCIDRs:  map[string][]netip.Prefix{},
 		reported:      map[objectKey][]svcproxy.Warning{},
 	}
@@ -127,7 +132,10 @@ func (s *State) deleteService(key types.NamespacedName) {
 }
 
 // UpdateSlice records an added or changed EndpointSlice, and its
-// last-change-trigger-time annotation if it has one.
+// last-change-trigger-time annotation (RFC 3339, with or without fractions
+// of a second) when it has one that differs from the one it last had: each
+// such time is handed out by the next Snapshot, as kube-proxy observes
+// every change of a slice between two syncs, not only the last.
 func (s *State) UpdateSlice(es *discovery.EndpointSlice) []svcproxy.Warning {
 	if es == nil {
 		return nil
@@ -151,10 +159,20 @@ func (s *State) updateSlice(es *discovery.EndpointSlice) []svcproxy.Warning {
 			warnings = append(warnings, svcproxy.Warning{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name,
 				Reason: fmt.Sprintf("annotation %s %q is not an RFC 3339 time: ignored", v1.EndpointsLastChangeTriggerTime, at)})
 		} else {
-			s.triggerTimes[key] = t
+			s.recordTrigger(key, t)
 		}
 	}
 	return s.report(objectKey{"EndpointSlice", key}, warnings)
+}
+
+// recordTrigger records the trigger time t of the slice key unless it is
+// the one the slice last had.
+func (s *State) recordTrigger(key types.NamespacedName, t time.Time) {
+	if last, ok := s.lastTrigger[key]; ok && last.Equal(t) {
+		return
+	}
+	s.lastTrigger[key] = t
+	s.triggerTimes[key] = append(s.triggerTimes[key], t)
 }
 
 // DeleteSlice records that the EndpointSlice namespace/name is gone.
@@ -169,6 +187,10 @@ func (s *State) deleteSlice(key types.NamespacedName) {
 		s.slices[f].Delete(key.Namespace, key.Name)
 	}
 	delete(s.knownSlices, key)
+	// A deleted slice's trigger time is that of its last update, not of
+	// the delete: kube-proxy does not observe it either.
+	delete(s.triggerTimes, key)
+	delete(s.lastTrigger, key)
 	s.report(objectKey{"EndpointSlice", key}, nil)
 }
 

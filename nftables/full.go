@@ -5,6 +5,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -41,12 +42,13 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 		exists[name] = true
 	}
 	mayExist := func(chain string) bool { return existing == nil || exists[chain] }
-	r.fixed(tx, mayExist, false)
+	w := r.knftWriter(tx)
+	r.fixed(w, mayExist, false)
 	st := newFullState(r, rs, &res, mayExist)
-	st.services(tx, rs.Services())
+	st.services(w, rs.Services())
 
 	if existing != nil {
-		st.removeUnrendered(tx, existing)
+		st.removeUnrendered(w, existing)
 	}
 	return res, nil
 }
@@ -59,16 +61,26 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 // only the Service ports added so far: use it for a first sync only.
 // chunk < 1 means one transaction for everything.
 func RenderNew(newTx func() *knftables.Transaction, rs *ruleset.Ruleset, opts Options, chunk int) ([]*knftables.Transaction, Result, error) {
-	return renderNew(newTx, rs, opts, chunk)
+	var txs []*knftables.Transaction
+	_, res, err := renderNew(func(r *renderer) knftWriter {
+		txs = append(txs, newTx())
+		return r.knftWriter(txs[len(txs)-1])
+	}, rs, opts, chunk)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return txs, res, nil
 }
 
-func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, chunk int) ([]T, Result, error) {
+// renderNew is RenderNew into the transactions that newTx makes for the
+// renderer.
+func renderNew[T txWriter](newTx func(*renderer) T, rs *ruleset.Ruleset, opts Options, chunk int) ([]T, Result, error) {
 	r, err := newRenderer(rs.Config(), opts)
 	if err != nil {
 		return nil, Result{}, err
 	}
 	var res Result
-	tx := newTx()
+	tx := newTx(r)
 	r.fixed(tx, func(string) bool { return false }, false)
 	txs := []T{tx}
 	st := newFullState(r, rs, &res, func(string) bool { return false })
@@ -78,7 +90,7 @@ func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, ch
 	}
 	for start := 0; start < len(all); start += chunk {
 		if start > 0 || len(all) > chunk {
-			tx = newTx()
+			tx = newTx(r)
 			txs = append(txs, tx)
 		}
 		st.services(tx, all[start:min(start+chunk, len(all))])
@@ -119,23 +131,20 @@ func (st *fullState) removeUnrendered(tx txWriter, existing map[string][]string)
 		rendered["chain "+name] = true
 	}
 	for _, bc := range baseChains {
-		rendered["chain "+bc.name] = true
+		rendered["chain "+bc.Name] = true
 	}
 	for _, name := range sortedCopy(existing["chain"]) {
 		if !rendered["chain "+name] {
-			tx.Flush(r.chain(name))
+			tx.write(chainOp(opFlush, chainRef(name)))
 			st.res.Stale = append(st.res.Stale, name)
 		}
 	}
 	// Anonymous sets ("__set0") belong to rules, not to us.
-	for _, name := range sortedCopy(existing["set"]) {
-		if !rendered["set "+name] && !strings.HasPrefix(name, "__") {
-			tx.Delete(&knftables.Set{Family: r.family, Table: r.table, Name: name})
-		}
-	}
-	for _, name := range sortedCopy(existing["map"]) {
-		if !rendered["map "+name] && !strings.HasPrefix(name, "__") {
-			tx.Delete(&knftables.Map{Family: r.family, Table: r.table, Name: name})
+	for _, kind := range []string{"set", "map"} {
+		for _, name := range sortedCopy(existing[kind]) {
+			if !rendered[kind+" "+name] && !strings.HasPrefix(name, "__") {
+				tx.write(setOp(opDelete, &model.Set{Name: name}, kind == "map"))
+			}
 		}
 	}
 }
@@ -150,19 +159,20 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 			continue
 		}
 		for _, set := range r.affinitySets(s) {
-			tx.Add(r.set(set))
-			st.rendered["set "+set.name] = true
+			tx.write(setOp(opAdd, set, false))
+			st.rendered["set "+set.Name] = true
 		}
 		chains := r.chains(s)
-		for _, c := range chains {
-			tx.Add(r.chain(c.name))
-			if st.flush(c.name) {
-				tx.Flush(r.chain(c.name))
+		for i := range chains {
+			c := &chains[i].decl
+			tx.write(chainOp(opAdd, c))
+			if st.flush(c.Name) {
+				tx.write(chainOp(opFlush, c))
 			}
-			st.rendered["chain "+c.name] = true
+			st.rendered["chain "+c.Name] = true
 		}
-		for _, c := range chains {
-			r.writeRules(tx, c)
+		for i := range chains {
+			r.writeRules(tx, &chains[i])
 		}
 		r.elements(s, func(k elemKey, v verdict, kind ruleset.FrontendKind) {
 			if !owns(st.rs, s, k, kind) {

@@ -72,6 +72,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Family is the address family of a table.
@@ -130,19 +131,32 @@ type Set struct {
 	Value    []Expr
 	Interval bool
 	Comment  string
+	// KeyType and ValueType declare the set by nft's type names instead
+	// (`type ipv4_addr . inet_proto . inet_service : verdict`); Key and
+	// Value are then nil.
+	KeyType, ValueType []Type
+	// Dynamic lets rules add elements (`flags dynamic`).
+	Dynamic bool
+	// Timeout, when not zero, is the lifetime of elements that rules add
+	// (`flags timeout`; `timeout 10800s`), in whole seconds.
+	Timeout time.Duration
 }
 
 // IsMap reports whether s is a map.
-func (s *Set) IsMap() bool { return len(s.Value) > 0 }
+func (s *Set) IsMap() bool { return len(s.Value) > 0 || len(s.ValueType) > 0 }
 
 // Element is one element of a named set or map: one Datum per field of the
-// set's Key (and of its Value for a map). In an interval set, the last key
-// field may be a prefix.
+// set's Key (and of its Value for a data map, or a Verdict for a verdict
+// map). In an interval set, the last key field may be a prefix.
 type Element struct {
 	Set     string
 	Key     []Datum
 	Value   []Datum
 	Comment string
+	// Verdict is the value of an element of a verdict map (Value nil).
+	// Renderers may share one Verdict between elements: it is not
+	// modified.
+	Verdict *Verdict
 }
 
 // Datum is one field of an element key or value.

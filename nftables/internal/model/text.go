@@ -172,9 +172,12 @@ func elementStrings(e Element) []string {
 	return out
 }
 
+// optional is s, or nil for "". It allocates only for a non-empty s.
 func optional(s string) *string {
 	if s == "" {
 		return nil
 	}
-	return &s
+	p := new(string)
+	*p = s
+	return p
 }

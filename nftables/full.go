@@ -44,7 +44,7 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 	mayExist := func(chain string) bool { return existing == nil || exists[chain] }
 	w := r.knftWriter(tx)
 	r.fixed(w, mayExist, false)
-	st := newFullState(r, rs, &res, mayExist)
+	st := newFullState(r, rs, &res, mayExist, existing != nil)
 	st.services(w, rs.Services())
 
 	if existing != nil {
@@ -83,7 +83,7 @@ func renderNew[T txWriter](newTx func(*renderer) T, rs *ruleset.Ruleset, opts Op
 	tx := newTx(r)
 	r.fixed(tx, func(string) bool { return false }, false)
 	txs := []T{tx}
-	st := newFullState(r, rs, &res, func(string) bool { return false })
+	st := newFullState(r, rs, &res, func(string) bool { return false }, false)
 	all := rs.Services()
 	if chunk < 1 {
 		chunk = max(len(all), 1)
@@ -101,11 +101,13 @@ func renderNew[T txWriter](newTx func(*renderer) T, rs *ruleset.Ruleset, opts Op
 // fullState is what the services of a full render of rs share: who claimed
 // each element, which objects were written.
 type fullState struct {
-	r        *renderer
-	rs       *ruleset.Ruleset
-	res      *Result
-	flush    func(chain string) bool
-	claims   map[elemKey]*ruleset.Service
+	r      *renderer
+	rs     *ruleset.Ruleset
+	res    *Result
+	flush  func(chain string) bool
+	claims map[elemKey]*ruleset.Service
+	// rendered are the chains and sets written ("chain NAME", "set
+	// NAME"), for removeUnrendered; nil when nothing is to be removed.
 	rendered map[string]bool
 	// inTable are the elements the maps and sets hold already, when they
 	// are not flushed (renderResync): each is replaced, by a delete and an
@@ -113,13 +115,23 @@ type fullState struct {
 	inTable map[elemKey]bool
 }
 
-func newFullState(r *renderer, rs *ruleset.Ruleset, res *Result, flush func(string) bool) *fullState {
-	return &fullState{r: r, rs: rs, res: res, flush: flush, claims: map[elemKey]*ruleset.Service{}, rendered: map[string]bool{}}
+// newFullState is the state of a full render of rs. removeUnrendered
+// names what it will be given, if anything: the objects of a table that
+// exists, of which those the render does not write are removed.
+func newFullState(r *renderer, rs *ruleset.Ruleset, res *Result, flush func(string) bool, removeUnrendered bool) *fullState {
+	st := &fullState{r: r, rs: rs, res: res, flush: flush,
+		// About three elements per Service port: its cluster IP's, its
+		// map element, an external one.
+		claims: make(map[elemKey]*ruleset.Service, 3*len(rs.Services()))}
+	if removeUnrendered {
+		st.rendered = map[string]bool{}
+	}
+	return st
 }
 
 // removeUnrendered flushes the chains of existing (see Render) that st did
 // not write, reporting them as stale, and deletes its sets and maps that st
-// did not write.
+// did not write. st must have been made to remove them (newFullState).
 func (st *fullState) removeUnrendered(tx txWriter, existing map[string][]string) {
 	r := st.r
 	rendered := st.rendered
@@ -160,7 +172,9 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 		}
 		for _, set := range r.affinitySets(s) {
 			tx.write(setOp(opAdd, set, false))
-			st.rendered["set "+set.Name] = true
+			if st.rendered != nil {
+				st.rendered["set "+set.Name] = true
+			}
 		}
 		chains := r.chains(s)
 		for i := range chains {
@@ -169,7 +183,9 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 			if st.flush(c.Name) {
 				tx.write(chainOp(opFlush, c))
 			}
-			st.rendered["chain "+c.Name] = true
+			if st.rendered != nil {
+				st.rendered["chain "+c.Name] = true
+			}
 		}
 		for i := range chains {
 			r.writeRules(tx, &chains[i])

@@ -45,7 +45,7 @@ func renderResync[T txWriter](newTx func(*renderer) T, rs *ruleset.Ruleset, opts
 	tx := newTx(r)
 	r.fixed(tx, mayExist, true)
 	txs := []T{tx}
-	st := newFullState(r, rs, &res, mayExist)
+	st := newFullState(r, rs, &res, mayExist, true)
 	st.inTable = inTable
 	all := rs.Services()
 	if chunk < 1 {

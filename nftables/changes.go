@@ -6,6 +6,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -29,11 +30,13 @@ import (
 // It returns ErrFullSyncNeeded when old is nil or was built with another
 // Config. It is pure: it only appends to tx.
 func RenderChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
-	return renderChanges(tx, old, new, opts, deleteChains)
+	return renderChanges(func(r *renderer) txWriter { return r.knftWriter(tx) }, old, new, opts, deleteChains)
 }
 
-func renderChanges(tx txWriter, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
-	_, res, err := renderChangesChunked(func() txWriter { return tx }, old, new, opts, deleteChains, 0)
+// renderChanges is RenderChanges into the transaction that tx makes for
+// the renderer.
+func renderChanges(tx func(*renderer) txWriter, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
+	_, res, err := renderChangesChunked(tx, old, new, opts, deleteChains, 0)
 	return res, err
 }
 
@@ -46,7 +49,7 @@ func renderChanges(tx txWriter, old, new *ruleset.Ruleset, opts Options, deleteC
 // transaction, which may then hold more than chunk ports. The stale chains
 // of deleteChains are deleted by the last transaction. With one
 // transaction, the operations are RenderChanges' own.
-func renderChangesChunked[T txWriter](newTx func() T, old, new *ruleset.Ruleset, opts Options, deleteChains []string, chunk int) ([]T, Result, error) {
+func renderChangesChunked[T txWriter](newTx func(*renderer) T, old, new *ruleset.Ruleset, opts Options, deleteChains []string, chunk int) ([]T, Result, error) {
 	var res Result
 	p, err := planChanges(old, new, opts, &res)
 	if err != nil {
@@ -54,7 +57,7 @@ func renderChangesChunked[T txWriter](newTx func() T, old, new *ruleset.Ruleset,
 	}
 	var txs []T
 	for _, c := range p.chunks(chunk) {
-		tx := newTx()
+		tx := newTx(p.r)
 		txs = append(txs, tx)
 		p.write(tx, c.changes, c.keys, &res)
 	}
@@ -146,7 +149,7 @@ type portChange struct {
 	// or not rendered (an unsafe name).
 	newService           *ruleset.Service
 	oldChains, newChains []chainDef
-	oldSets, newSets     []setDef
+	oldSets, newSets     []*model.Set
 	// recreated: an affinity set changes (its timeout), so it is deleted
 	// and added again, and every chain that refers to it must be flushed
 	// first and written again.
@@ -239,7 +242,7 @@ func (p *changePlan) portChange(old *ruleset.Ruleset, name servicemap.PortName, 
 	}
 	oldSets := setsByName(c.oldSets)
 	for _, set := range c.newSets {
-		if o, ok := oldSets[set.name]; ok && o != set {
+		if o, ok := oldSets[set.Name]; ok && !sameSet(o, set) {
 			c.recreated = true
 		}
 	}
@@ -269,14 +272,15 @@ func (p *changePlan) write(tx txWriter, changes []portChange, keys []elemKey, re
 // away; those that go away are stale.
 func (p *changePlan) flushChangedChains(tx txWriter, c *portChange, res *Result) {
 	newChains := chainsByName(c.newChains)
-	for _, oc := range c.oldChains {
-		nc, kept := newChains[oc.name]
+	for i := range c.oldChains {
+		oc := &c.oldChains[i]
+		nc, kept := newChains[oc.decl.Name]
 		if kept && !c.recreated && slices.EqualFunc(oc.rules, nc.rules, sameRule) {
 			continue
 		}
-		tx.Flush(p.r.chain(oc.name))
+		tx.write(chainOp(opFlush, &oc.decl))
 		if !kept {
-			res.Stale = append(res.Stale, oc.name)
+			res.Stale = append(res.Stale, oc.decl.Name)
 		}
 	}
 }
@@ -297,8 +301,8 @@ func (p *changePlan) deleteChangedElements(tx txWriter, keys []elemKey) {
 func (p *changePlan) deleteChangedSets(tx txWriter, c *portChange) {
 	newSets := setsByName(c.newSets)
 	for _, s := range c.oldSets {
-		if n, ok := newSets[s.name]; !ok || n != s {
-			tx.Delete(&knftables.Set{Family: p.r.family, Table: p.r.table, Name: s.name})
+		if n, ok := newSets[s.Name]; !ok || !sameSet(n, s) {
+			tx.write(setOp(opDelete, s, false))
 		}
 	}
 }
@@ -310,20 +314,21 @@ func (p *changePlan) addNewObjects(tx txWriter, c *portChange, res *Result) {
 	r := p.r
 	oldSets := setsByName(c.oldSets)
 	for _, s := range c.newSets {
-		if o, ok := oldSets[s.name]; !ok || o != s {
-			tx.Add(r.set(s))
+		if o, ok := oldSets[s.Name]; !ok || !sameSet(o, s) {
+			tx.write(setOp(opAdd, s, false))
 		}
 	}
 	// A chain the old state did not use does not exist, or is a stale
 	// one, flushed already.
 	oldChains := chainsByName(c.oldChains)
-	for _, nc := range c.newChains {
-		if _, ok := oldChains[nc.name]; !ok {
-			tx.Add(r.chain(nc.name))
+	for i := range c.newChains {
+		if _, ok := oldChains[c.newChains[i].decl.Name]; !ok {
+			tx.write(chainOp(opAdd, &c.newChains[i].decl))
 		}
 	}
-	for _, nc := range c.newChains {
-		oc, ok := oldChains[nc.name]
+	for i := range c.newChains {
+		nc := &c.newChains[i]
+		oc, ok := oldChains[nc.decl.Name]
 		if ok && !c.recreated && slices.EqualFunc(oc.rules, nc.rules, sameRule) {
 			continue
 		}
@@ -365,7 +370,7 @@ func (p *changePlan) deleteStaleChains(tx txWriter, deleteChains []string, res *
 		if stale[name] || usedBy(p.r, p.new, name) {
 			continue
 		}
-		tx.Delete(p.r.chain(name))
+		tx.write(chainOp(opDelete, chainRef(name)))
 		res.Deleted = append(res.Deleted, name)
 	}
 }
@@ -375,14 +380,14 @@ func (p *changePlan) deleteStaleChains(tx txWriter, deleteChains []string, res *
 func usedBy(r *renderer, rs *ruleset.Ruleset, chain string) bool {
 	name, ok := serviceOfChain(chain)
 	if !ok {
-		return slices.Contains(fixedChains, chain) || slices.ContainsFunc(baseChains[:], func(b baseChain) bool { return b.name == chain })
+		return slices.Contains(fixedChains, chain) || slices.ContainsFunc(baseChains[:], func(b model.Chain) bool { return b.Name == chain })
 	}
 	s, ok := rs.Service(name)
 	if !ok {
 		return false
 	}
 	for _, c := range r.chains(s) {
-		if c.name == chain {
+		if c.decl.Name == chain {
 			return true
 		}
 	}

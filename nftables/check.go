@@ -88,7 +88,7 @@ func (e *Executor) checkNames(ctx context.Context, chains, sets []string) (strin
 func baseChainNames() []string {
 	names := make([]string, len(baseChains))
 	for i, b := range baseChains {
-		names[i] = b.name
+		names[i] = b.Name
 	}
 	return names
 }

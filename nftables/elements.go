@@ -3,8 +3,6 @@ package nftables
 import (
 	"cmp"
 	"net/netip"
-	"strconv"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
@@ -158,76 +156,68 @@ func routeVerdict(route ruleset.Route) verdict {
 	return verdictNone
 }
 
-// addElement adds the element of k that c claims; an opRecorder also
-// records its key and verdict as typed values, which the netlink path
-// encodes.
+// elementBox holds an element with its key and verdict: one allocation.
+type elementBox struct {
+	elem    model.Element
+	key     [3]model.Datum
+	verdict model.Verdict
+}
+
+// newElement is the element of k in its map or set, without a verdict.
+func (r *renderer) newElement(k elemKey) *elementBox {
+	b := &elementBox{}
+	b.elem.Set = containerNames[k.in]
+	switch {
+	case k.in == inClusterIPs:
+		b.key[0] = model.Addr(k.addr)
+		b.elem.Key = b.key[:1]
+	case k.addr.IsValid():
+		b.key = [3]model.Datum{model.Addr(k.addr), model.Proto(protoNumber(k.proto)), model.Port(k.port)}
+		b.elem.Key = b.key[:]
+	default:
+		b.key[0], b.key[1] = model.Proto(protoNumber(k.proto)), model.Port(k.port)
+		b.elem.Key = b.key[:2]
+	}
+	return b
+}
+
+// addElement adds the element of k that c claims.
 func (r *renderer) addElement(tx txWriter, k elemKey, c claim) {
-	v, isMap := elementVerdict(c)
-	e := r.elementKey(k)
-	if isMap {
-		e.Value = []string{v.String()}
+	b := r.newElement(k)
+	if k.in != inClusterIPs {
+		b.verdict = elementVerdict(c)
+		b.elem.Verdict = &b.verdict
 	}
 	if c.verdict == verdictReject || c.verdict == verdictDrop {
 		// "namespace/name:port" may reach 143 bytes; nft refuses comments
 		// over 128, and with them the whole transaction.
 		name := c.owner.Name.String()
-		e.Comment = ptr(name[:min(len(name), knftables.CommentLengthMax)])
+		b.elem.Comment = name[:min(len(name), knftables.CommentLengthMax)]
 	}
-	if rec, ok := tx.(*opRecorder); ok {
-		rec.ops = append(rec.ops, op{verb: opAdd, obj: e, elem: &typedElement{key: k, verdict: v}})
-		return
-	}
-	tx.Add(e)
+	tx.write(elementOp(opAdd, &b.elem, k.in != inClusterIPs))
 }
 
-// deleteElement deletes the element of k; an opRecorder also records its
-// key as a typed value.
+// deleteElement deletes the element of k.
 func (r *renderer) deleteElement(tx txWriter, k elemKey) {
-	e := r.elementKey(k)
-	if rec, ok := tx.(*opRecorder); ok {
-		rec.ops = append(rec.ops, op{verb: opDelete, obj: e, elem: &typedElement{key: k}})
-		return
-	}
-	tx.Delete(e)
+	tx.write(elementOp(opDelete, &r.newElement(k).elem, k.in != inClusterIPs))
 }
 
-// elementVerdict is the verdict of the map element that c claims; false
-// for a set element.
-func elementVerdict(c claim) (model.Verdict, bool) {
-	base := ServiceChainBase(c.owner.Name)
+// elementVerdict is the verdict of the map element that c claims.
+func elementVerdict(c claim) model.Verdict {
+	var prefix string
 	switch c.verdict {
 	case verdictCluster:
-		return model.Goto(prefixService + base), true
+		prefix = prefixService
 	case verdictLocal:
-		return model.Goto(prefixLocal + base), true
+		prefix = prefixLocal
 	case verdictExternal:
-		return model.Goto(prefixExternal + base), true
+		prefix = prefixExternal
 	case verdictFirewall:
-		return model.Goto(prefixFirewall + base), true
+		prefix = prefixFirewall
 	case verdictReject:
-		return model.Goto(chainReject), true
-	case verdictDrop:
-		return model.Drop, true
+		return model.Goto(chainReject)
+	default: // verdictDrop
+		return model.Drop
 	}
-	return model.Verdict{}, false
-}
-
-// elementKey renders an element with its key only, for a delete.
-func (r *renderer) elementKey(k elemKey) *knftables.Element {
-	e := &knftables.Element{Family: r.family, Table: r.table}
-	name := containerNames[k.in]
-	if k.in == inClusterIPs {
-		e.Set = name
-		e.Key = []string{k.addr.String()}
-		return e
-	}
-	e.Map = name
-	proto := strings.ToLower(string(k.proto))
-	port := strconv.Itoa(int(k.port))
-	if k.addr.IsValid() {
-		e.Key = []string{k.addr.String(), proto, port}
-	} else {
-		e.Key = []string{proto, port}
-	}
-	return e
+	return model.Goto(prefix + ServiceChainBase(c.owner.Name))
 }

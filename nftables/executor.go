@@ -362,7 +362,7 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 	if e.nl != nil {
 		chunk = e.cfg.ChangeChunk
 	}
-	chunks, rendered, err := renderChangesChunked(func() *opRecorder { return &opRecorder{} }, e.last, rs, e.cfg.Options, deletable, chunk)
+	chunks, rendered, err := renderChangesChunked(newRecorder, e.last, rs, e.cfg.Options, deletable, chunk)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -432,7 +432,7 @@ func (e *Executor) apply(ctx context.Context, ops *opRecorder, what string) (net
 		notNetlink = err
 	}
 	tx := e.nft.NewTransaction()
-	ops.replay(tx)
+	ops.replay(knftWriter{tx: tx, table: tableRef(e.cfg.Family, e.table)})
 	if err := e.nft.Run(ctx, tx); err != nil {
 		return false, notNetlink, fmt.Errorf("nftables: %s: %w", what, err)
 	}
@@ -474,7 +474,7 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 	// writes; the others hold Service ports only, which go over netlink
 	// when the Executor has a socket, without nft reading the growing table
 	// before each one.
-	chunks, rendered, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
+	chunks, rendered, err := renderNew(newRecorder, rs, e.cfg.Options, e.cfg.FirstSyncChunk)
 	if err != nil {
 		return outcome{full: true}, err
 	}
@@ -539,7 +539,7 @@ func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map
 		}
 		elements = append(elements, elems...)
 	}
-	chunks, rendered, err := renderResync(func() *opRecorder { return &opRecorder{} }, rs, e.cfg.Options, existing, elements, e.cfg.FirstSyncChunk)
+	chunks, rendered, err := renderResync(newRecorder, rs, e.cfg.Options, existing, elements, e.cfg.FirstSyncChunk)
 	if err != nil {
 		return outcome{}, fmt.Errorf("%w: %w", errNoResync, err)
 	}

@@ -42,11 +42,11 @@ func CheckFrontends(rs *ruleset.Ruleset) error {
 // and the error of either.
 func NetlinkChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, int, error) {
 	var ops opRecorder
-	res, err := renderChanges(&ops, old, new, opts, deleteChains)
+	res, err := renderChanges(func(*renderer) txWriter { return &ops }, old, new, opts, deleteChains)
 	if err != nil {
 		return res, 0, err
 	}
-	ops.replay(tx)
+	ops.replay(knftWriter{tx: tx, table: tableRef(new.Config().Family, cmp.Or(opts.Table, DefaultTable))})
 	b, err := netlinkBatch(Family(new.Config().Family), cmp.Or(opts.Table, DefaultTable), ops.ops, "")
 	if err != nil {
 		return res, 0, err
@@ -59,7 +59,7 @@ func NetlinkChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts O
 // Service ports, which it sends over netlink) with netlinkBatch: the number
 // of chunks, and the first error.
 func NetlinkFirstSync(rs *ruleset.Ruleset, opts Options, chunk int) (int, error) {
-	chunks, _, err := renderNew(func() *opRecorder { return &opRecorder{} }, rs, opts, chunk)
+	chunks, _, err := renderNew(newRecorder, rs, opts, chunk)
 	if err != nil {
 		return 0, err
 	}
@@ -80,14 +80,22 @@ func EncodeRule(family knftables.Family, stmts []model.Stmt) ([]nftnl.Expr, erro
 // RenderResync exposes renderResync to the tests, with knftables
 // transactions.
 func RenderResync(newTx func() *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existing map[string][]string, elements []*knftables.Element, chunk int) ([]*knftables.Transaction, Result, error) {
-	return renderResync(newTx, rs, opts, existing, elements, chunk)
+	var txs []*knftables.Transaction
+	_, res, err := renderResync(func(r *renderer) knftWriter {
+		txs = append(txs, newTx())
+		return r.knftWriter(txs[len(txs)-1])
+	}, rs, opts, existing, elements, chunk)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return txs, res, nil
 }
 
 // ResyncEncodes renders a chunked resync as the Executor does and encodes
 // every transaction but the first (the fixed objects, through nft) with
 // netlinkBatch.
 func ResyncEncodes(rs *ruleset.Ruleset, opts Options, existing map[string][]string, elements []*knftables.Element, chunk int) error {
-	chunks, _, err := renderResync(func() *opRecorder { return &opRecorder{} }, rs, opts, existing, elements, chunk)
+	chunks, _, err := renderResync(newRecorder, rs, opts, existing, elements, chunk)
 	if err != nil {
 		return err
 	}
@@ -104,7 +112,7 @@ func ResyncEncodes(rs *ruleset.Ruleset, opts Options, existing map[string][]stri
 // after checking that every transaction is encodable for netlink. It also
 // names the Service ports each transaction changes.
 func ChunkedChanges(newTx func() *knftables.Transaction, old, new *ruleset.Ruleset, opts Options, deleteChains []string, chunk int) ([]*knftables.Transaction, [][]servicemap.PortName, Result, error) {
-	recorded, res, err := renderChangesChunked(func() *opRecorder { return &opRecorder{} }, old, new, opts, deleteChains, chunk)
+	recorded, res, err := renderChangesChunked(newRecorder, old, new, opts, deleteChains, chunk)
 	if err != nil {
 		return nil, nil, res, err
 	}
@@ -114,7 +122,7 @@ func ChunkedChanges(newTx func() *knftables.Transaction, old, new *ruleset.Rules
 			return nil, nil, res, fmt.Errorf("transaction %d of %d: %w", i+1, len(recorded), err)
 		}
 		txs[i] = newTx()
-		ops.replay(txs[i])
+		ops.replay(knftWriter{tx: txs[i], table: tableRef(new.Config().Family, cmp.Or(opts.Table, DefaultTable))})
 	}
 	var ignored Result
 	p, err := planChanges(old, new, opts, &ignored)

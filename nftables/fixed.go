@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 )
@@ -13,23 +12,17 @@ import (
 // source-range firewall before DNAT, on the Service addresses; the
 // endpoint and cluster-IP checks at filter priority, after DNAT, so that
 // traffic DNATed to an endpoint (a short-circuit, say) is not refused by
-// the entry of the address it was sent to; DNAT and SNAT.
-type baseChain struct {
-	name     string
-	kind     knftables.BaseChainType
-	hook     knftables.BaseChainHook
-	priority knftables.BaseChainPriority
-}
-
-var baseChains = [...]baseChain{
-	{chainFilterPreroutingPre, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
-	{chainFilterOutputPre, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-10"},
-	{chainFilterInput, knftables.FilterType, knftables.InputHook, knftables.FilterPriority},
-	{chainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority},
-	{chainFilterOutput, knftables.FilterType, knftables.OutputHook, knftables.FilterPriority},
-	{chainNATPrerouting, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority},
-	{chainNATOutput, knftables.NATType, knftables.OutputHook, knftables.DNATPriority},
-	{chainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
+// the entry of the address it was sent to; DNAT and SNAT. They are shared:
+// nothing modifies them.
+var baseChains = [...]model.Chain{
+	{Name: chainFilterPreroutingPre, Base: &model.Hook{Type: "filter", Hook: "prerouting", Priority: "dstnat-10"}},
+	{Name: chainFilterOutputPre, Base: &model.Hook{Type: "filter", Hook: "output", Priority: "dstnat-10"}},
+	{Name: chainFilterInput, Base: &model.Hook{Type: "filter", Hook: "input", Priority: "filter"}},
+	{Name: chainFilterForward, Base: &model.Hook{Type: "filter", Hook: "forward", Priority: "filter"}},
+	{Name: chainFilterOutput, Base: &model.Hook{Type: "filter", Hook: "output", Priority: "filter"}},
+	{Name: chainNATPrerouting, Base: &model.Hook{Type: "nat", Hook: "prerouting", Priority: "dstnat"}},
+	{Name: chainNATOutput, Base: &model.Hook{Type: "nat", Hook: "output", Priority: "dstnat"}},
+	{Name: chainNATPostrouting, Base: &model.Hook{Type: "nat", Hook: "postrouting", Priority: "srcnat"}},
 }
 
 // fixedChains are the regular chains every table has.
@@ -75,7 +68,7 @@ func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool, keepElem
 	if r.table != DefaultTable {
 		comment = "Service proxy rules"
 	}
-	tx.Add(&knftables.Table{Family: r.family, Name: r.table, Comment: &comment})
+	tx.write(op{verb: opAdd, kind: kindTable, table: &model.Table{Family: r.tableRef.Family, Name: r.table, Comment: comment}})
 	r.addFixedChains(tx, mayExist)
 	r.addFixedContainers(tx, keepElements)
 	r.addFixedRules(tx)
@@ -86,50 +79,50 @@ func (r *renderer) fixed(tx txWriter, mayExist func(chain string) bool, keepElem
 // that a changed hook or priority applies: nft refuses to change them on
 // an existing chain), and the regular fixed chains, flushed.
 func (r *renderer) addFixedChains(tx txWriter, mayExist func(chain string) bool) {
-	for _, bc := range baseChains {
-		if mayExist(bc.name) {
-			tx.Add(r.chain(bc.name))
-			tx.Delete(r.chain(bc.name))
+	for i := range baseChains {
+		c := &baseChains[i]
+		if mayExist(c.Name) {
+			ref := chainRef(c.Name)
+			tx.write(chainOp(opAdd, ref))
+			tx.write(chainOp(opDelete, ref))
 		}
-		c := r.chain(bc.name)
-		c.Type, c.Hook, c.Priority = ptr(bc.kind), ptr(bc.hook), ptr(bc.priority)
-		tx.Add(c)
+		tx.write(chainOp(opAdd, c))
 	}
 	for _, name := range fixedChains {
-		c := r.chain(name)
+		c := chainRef(name)
 		if name == chainReject {
-			c.Comment = ptr("helper for @no-endpoint-services / @no-endpoint-nodeports")
+			c.Comment = "helper for @no-endpoint-services / @no-endpoint-nodeports"
 		}
-		tx.Add(c)
-		tx.Flush(r.chain(name))
+		tx.write(chainOp(opAdd, c))
+		tx.write(chainOp(opFlush, c))
 	}
 }
 
 // addFixedContainers adds the maps and sets, flushed unless keepElements
 // (nodeport-ips, whose elements come from the Config, always).
 func (r *renderer) addFixedContainers(tx txWriter, keepElements bool) {
-	addMap := func(name, typ, comment string) {
-		tx.Add(&knftables.Map{Family: r.family, Table: r.table, Name: name, Type: typ, Comment: &comment})
-		if !keepElements {
-			tx.Flush(&knftables.Map{Family: r.family, Table: r.table, Name: name})
-		}
-	}
-	addSet := func(name, comment string, flush bool) {
-		tx.Add(&knftables.Set{Family: r.family, Table: r.table, Name: name, Type: r.addrType, Comment: &comment})
+	addrProtoPort := []model.Type{r.addrType[0], model.TypeInetProto, model.TypeInetService}
+	protoPort := []model.Type{model.TypeInetProto, model.TypeInetService}
+	verdict := []model.Type{model.TypeVerdict}
+	add := func(s *model.Set, flush bool) {
+		tx.write(setOp(opAdd, s, s.IsMap()))
 		if flush {
-			tx.Flush(&knftables.Set{Family: r.family, Table: r.table, Name: name})
+			tx.write(setOp(opFlush, s, s.IsMap()))
 		}
 	}
-	addrProtoPort := r.addrType + " . inet_proto . inet_service : verdict"
-	addSet(setClusterIPs, "Active ClusterIPs", !keepElements)
+	add(&model.Set{Name: setClusterIPs, KeyType: r.addrType, Comment: "Active ClusterIPs"}, !keepElements)
 	if len(r.cfg.NodePortAddresses) > 0 {
-		addSet(setNodePortIPs, "IPs that accept NodePort traffic", true)
+		add(&model.Set{Name: setNodePortIPs, KeyType: r.addrType, Comment: "IPs that accept NodePort traffic"}, true)
 	}
-	addMap(mapNoEndpointServices, addrProtoPort, "vmap to drop or reject packets to services with no endpoints")
-	addMap(mapNoEndpointNodePorts, "inet_proto . inet_service : verdict", "vmap to drop or reject packets to service nodeports with no endpoints")
-	addMap(mapFirewallIPs, addrProtoPort, "destinations that are subject to LoadBalancerSourceRanges")
-	addMap(mapServiceIPs, addrProtoPort, "ClusterIP, ExternalIP and LoadBalancer IP traffic")
-	addMap(mapServiceNodePorts, "inet_proto . inet_service : verdict", "NodePort traffic")
+	for _, m := range []*model.Set{
+		{Name: mapNoEndpointServices, KeyType: addrProtoPort, ValueType: verdict, Comment: "vmap to drop or reject packets to services with no endpoints"},
+		{Name: mapNoEndpointNodePorts, KeyType: protoPort, ValueType: verdict, Comment: "vmap to drop or reject packets to service nodeports with no endpoints"},
+		{Name: mapFirewallIPs, KeyType: addrProtoPort, ValueType: verdict, Comment: "destinations that are subject to LoadBalancerSourceRanges"},
+		{Name: mapServiceIPs, KeyType: addrProtoPort, ValueType: verdict, Comment: "ClusterIP, ExternalIP and LoadBalancer IP traffic"},
+		{Name: mapServiceNodePorts, KeyType: protoPort, ValueType: verdict, Comment: "NodePort traffic"},
+	} {
+		add(m, !keepElements)
+	}
 }
 
 // addFixedRules adds the rules of the fixed chains but the node-port ones:
@@ -191,7 +184,8 @@ func (r *renderer) addNodePortRules(tx txWriter) {
 		if a.IsLoopback() && !r.localhostNodePorts() {
 			continue
 		}
-		tx.Add(&knftables.Element{Family: r.family, Table: r.table, Set: setNodePortIPs, Key: []string{a.String()}})
+		e := &model.Element{Set: setNodePortIPs, Key: []model.Datum{model.Addr(a)}}
+		tx.write(elementOp(opAdd, e, false))
 	}
 }
 

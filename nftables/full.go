@@ -5,6 +5,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -41,12 +42,13 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 		exists[name] = true
 	}
 	mayExist := func(chain string) bool { return existing == nil || exists[chain] }
-	r.fixed(tx, mayExist, false)
-	st := newFullState(r, rs, &res, mayExist)
-	st.services(tx, rs.Services())
+	w := r.knftWriter(tx)
+	r.fixed(w, mayExist, false)
+	st := newFullState(r, rs, &res, mayExist, existing != nil)
+	st.services(w, rs.Services())
 
 	if existing != nil {
-		st.removeUnrendered(tx, existing)
+		st.removeUnrendered(w, existing)
 	}
 	return res, nil
 }
@@ -59,26 +61,36 @@ func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options, existi
 // only the Service ports added so far: use it for a first sync only.
 // chunk < 1 means one transaction for everything.
 func RenderNew(newTx func() *knftables.Transaction, rs *ruleset.Ruleset, opts Options, chunk int) ([]*knftables.Transaction, Result, error) {
-	return renderNew(newTx, rs, opts, chunk)
+	var txs []*knftables.Transaction
+	_, res, err := renderNew(func(r *renderer) knftWriter {
+		txs = append(txs, newTx())
+		return r.knftWriter(txs[len(txs)-1])
+	}, rs, opts, chunk)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return txs, res, nil
 }
 
-func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, chunk int) ([]T, Result, error) {
+// renderNew is RenderNew into the transactions that newTx makes for the
+// renderer.
+func renderNew[T txWriter](newTx func(*renderer) T, rs *ruleset.Ruleset, opts Options, chunk int) ([]T, Result, error) {
 	r, err := newRenderer(rs.Config(), opts)
 	if err != nil {
 		return nil, Result{}, err
 	}
 	var res Result
-	tx := newTx()
+	tx := newTx(r)
 	r.fixed(tx, func(string) bool { return false }, false)
 	txs := []T{tx}
-	st := newFullState(r, rs, &res, func(string) bool { return false })
+	st := newFullState(r, rs, &res, func(string) bool { return false }, false)
 	all := rs.Services()
 	if chunk < 1 {
 		chunk = max(len(all), 1)
 	}
 	for start := 0; start < len(all); start += chunk {
 		if start > 0 || len(all) > chunk {
-			tx = newTx()
+			tx = newTx(r)
 			txs = append(txs, tx)
 		}
 		st.services(tx, all[start:min(start+chunk, len(all))])
@@ -89,11 +101,13 @@ func renderNew[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, ch
 // fullState is what the services of a full render of rs share: who claimed
 // each element, which objects were written.
 type fullState struct {
-	r        *renderer
-	rs       *ruleset.Ruleset
-	res      *Result
-	flush    func(chain string) bool
-	claims   map[elemKey]*ruleset.Service
+	r      *renderer
+	rs     *ruleset.Ruleset
+	res    *Result
+	flush  func(chain string) bool
+	claims map[elemKey]*ruleset.Service
+	// rendered are the chains and sets written ("chain NAME", "set
+	// NAME"), for removeUnrendered; nil when nothing is to be removed.
 	rendered map[string]bool
 	// inTable are the elements the maps and sets hold already, when they
 	// are not flushed (renderResync): each is replaced, by a delete and an
@@ -101,13 +115,23 @@ type fullState struct {
 	inTable map[elemKey]bool
 }
 
-func newFullState(r *renderer, rs *ruleset.Ruleset, res *Result, flush func(string) bool) *fullState {
-	return &fullState{r: r, rs: rs, res: res, flush: flush, claims: map[elemKey]*ruleset.Service{}, rendered: map[string]bool{}}
+// newFullState is the state of a full render of rs. removeUnrendered
+// names what it will be given, if anything: the objects of a table that
+// exists, of which those the render does not write are removed.
+func newFullState(r *renderer, rs *ruleset.Ruleset, res *Result, flush func(string) bool, removeUnrendered bool) *fullState {
+	st := &fullState{r: r, rs: rs, res: res, flush: flush,
+		// About three elements per Service port: its cluster IP's, its
+		// map element, an external one.
+		claims: make(map[elemKey]*ruleset.Service, 3*len(rs.Services()))}
+	if removeUnrendered {
+		st.rendered = map[string]bool{}
+	}
+	return st
 }
 
 // removeUnrendered flushes the chains of existing (see Render) that st did
 // not write, reporting them as stale, and deletes its sets and maps that st
-// did not write.
+// did not write. st must have been made to remove them (newFullState).
 func (st *fullState) removeUnrendered(tx txWriter, existing map[string][]string) {
 	r := st.r
 	rendered := st.rendered
@@ -119,23 +143,20 @@ func (st *fullState) removeUnrendered(tx txWriter, existing map[string][]string)
 		rendered["chain "+name] = true
 	}
 	for _, bc := range baseChains {
-		rendered["chain "+bc.name] = true
+		rendered["chain "+bc.Name] = true
 	}
 	for _, name := range sortedCopy(existing["chain"]) {
 		if !rendered["chain "+name] {
-			tx.Flush(r.chain(name))
+			tx.write(chainOp(opFlush, chainRef(name)))
 			st.res.Stale = append(st.res.Stale, name)
 		}
 	}
 	// Anonymous sets ("__set0") belong to rules, not to us.
-	for _, name := range sortedCopy(existing["set"]) {
-		if !rendered["set "+name] && !strings.HasPrefix(name, "__") {
-			tx.Delete(&knftables.Set{Family: r.family, Table: r.table, Name: name})
-		}
-	}
-	for _, name := range sortedCopy(existing["map"]) {
-		if !rendered["map "+name] && !strings.HasPrefix(name, "__") {
-			tx.Delete(&knftables.Map{Family: r.family, Table: r.table, Name: name})
+	for _, kind := range []string{"set", "map"} {
+		for _, name := range sortedCopy(existing[kind]) {
+			if !rendered[kind+" "+name] && !strings.HasPrefix(name, "__") {
+				tx.write(setOp(opDelete, &model.Set{Name: name}, kind == "map"))
+			}
 		}
 	}
 }
@@ -150,19 +171,24 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 			continue
 		}
 		for _, set := range r.affinitySets(s) {
-			tx.Add(r.set(set))
-			st.rendered["set "+set.name] = true
+			tx.write(setOp(opAdd, set, false))
+			if st.rendered != nil {
+				st.rendered["set "+set.Name] = true
+			}
 		}
 		chains := r.chains(s)
-		for _, c := range chains {
-			tx.Add(r.chain(c.name))
-			if st.flush(c.name) {
-				tx.Flush(r.chain(c.name))
+		for i := range chains {
+			c := &chains[i].decl
+			tx.write(chainOp(opAdd, c))
+			if st.flush(c.Name) {
+				tx.write(chainOp(opFlush, c))
 			}
-			st.rendered["chain "+c.name] = true
+			if st.rendered != nil {
+				st.rendered["chain "+c.Name] = true
+			}
 		}
-		for _, c := range chains {
-			r.writeRules(tx, c)
+		for i := range chains {
+			r.writeRules(tx, &chains[i])
 		}
 		r.elements(s, func(k elemKey, v verdict, kind ruleset.FrontendKind) {
 			if !owns(st.rs, s, k, kind) {

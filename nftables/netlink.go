@@ -1,16 +1,15 @@
 package nftables
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 )
 
@@ -51,105 +50,98 @@ func newEncoder(family knftables.Family) encoder {
 // op encodes one operation into b; it returns an error for any operation
 // outside what the netlink path knows.
 func (enc encoder) op(b *nftnl.Batch, o op) error {
-	switch obj := o.obj.(type) {
-	case *knftables.Chain:
-		if obj.Type != nil || obj.Hook != nil || obj.Comment != nil {
-			return fmt.Errorf("base chain or chain comment %s", obj.Name)
-		}
-		switch o.verb {
-		case opAdd:
-			b.AddChain(obj.Name)
-		case opFlush:
-			b.FlushChain(obj.Name)
-		case opDelete:
-			b.DelChain(obj.Name)
-		}
-		return nil
-	case *knftables.Rule:
-		if o.verb != opAdd || obj.Index != nil || obj.Handle != nil {
-			return fmt.Errorf("rule operation other than append in chain %s", obj.Chain)
-		}
-		if o.stmts == nil {
-			return fmt.Errorf("rule %q without its statements", obj.Rule)
-		}
-		exprs, err := enc.rule(o.stmts)
+	switch o.kind {
+	case kindChain:
+		return enc.chain(b, o)
+	case kindRule:
+		exprs, err := enc.rule(o.rule.rule.Stmts)
 		if err != nil {
-			return fmt.Errorf("rule %q: %w", obj.Rule, err)
+			return fmt.Errorf("rule %q: %w", o.rule.text, err)
 		}
-		comment := ""
-		if obj.Comment != nil {
-			comment = *obj.Comment
-		}
-		b.AddRule(obj.Chain, exprs, comment)
+		b.AddRule(o.chain.Name, exprs, o.rule.rule.Comment)
 		return nil
-	case *knftables.Set:
+	case kindSet:
 		switch o.verb {
 		case opAdd:
-			s, err := enc.affinitySet(obj)
+			s, err := enc.affinitySet(o.set)
 			if err != nil {
 				return err
 			}
 			b.AddSet(s)
 		case opDelete:
-			b.DelSet(obj.Name)
+			b.DelSet(o.set.Name)
 		default:
-			return fmt.Errorf("flush of set %s", obj.Name)
+			return fmt.Errorf("flush of set %s", o.set.Name)
 		}
 		return nil
-	case *knftables.Map:
+	case kindMap:
 		if o.verb != opDelete {
-			return fmt.Errorf("map %s other than a delete", obj.Name)
+			return fmt.Errorf("map %s other than a delete", o.set.Name)
 		}
-		b.DelSet(obj.Name)
+		b.DelSet(o.set.Name)
 		return nil
-	case *knftables.Element:
-		return enc.element(b, o, obj)
+	case kindSetElement, kindMapElement:
+		return enc.element(b, o)
 	}
-	return fmt.Errorf("object %T", o.obj)
+	return fmt.Errorf("operation on the table")
+}
+
+// chain encodes an add, flush or delete of a regular chain.
+func (enc encoder) chain(b *nftnl.Batch, o op) error {
+	c := o.chain
+	if o.verb == opAdd && (c.Base != nil || c.Comment != "") {
+		return fmt.Errorf("base chain or chain comment %s", c.Name)
+	}
+	switch o.verb {
+	case opAdd:
+		b.AddChain(c.Name)
+	case opFlush:
+		b.FlushChain(c.Name)
+	case opDelete:
+		b.DelChain(c.Name)
+	}
+	return nil
 }
 
 // element encodes an add or a delete of a map or set element from its
 // typed key and verdict.
-func (enc encoder) element(b *nftnl.Batch, o op, obj *knftables.Element) error {
-	name := obj.Set + obj.Map
-	if o.elem == nil {
-		return fmt.Errorf("element of %s without its typed key", name)
-	}
-	key, err := enc.elementKey(o.elem.key)
+func (enc encoder) element(b *nftnl.Batch, o op) error {
+	e := o.elem
+	key, err := enc.elementKey(e.Key)
 	if err != nil {
-		return fmt.Errorf("element of %s: %w", name, err)
+		return fmt.Errorf("element of %s: %w", e.Set, err)
 	}
 	switch o.verb {
 	case opAdd:
-		e := nftnl.Element{Key: key}
-		if obj.Map != "" {
-			v, err := netlinkVerdict(o.elem.verdict)
+		if len(e.Value) > 0 || (e.Verdict != nil) != (o.kind == kindMapElement) {
+			return fmt.Errorf("element of %s: value other than a verdict of a verdict map", e.Set)
+		}
+		ne := nftnl.Element{Key: key, Comment: e.Comment}
+		if e.Verdict != nil {
+			v, err := netlinkVerdict(*e.Verdict)
 			if err != nil {
-				return fmt.Errorf("element of %s: %w", name, err)
+				return fmt.Errorf("element of %s: %w", e.Set, err)
 			}
-			e.Verdict = &v
+			ne.Verdict = &v
 		}
-		if obj.Comment != nil {
-			e.Comment = *obj.Comment
-		}
-		b.AddElements(name, []nftnl.Element{e})
+		b.AddElements(e.Set, []nftnl.Element{ne})
 	case opDelete:
-		b.DelElements(name, [][]byte{key})
+		b.DelElements(e.Set, [][]byte{key})
 	default:
-		return fmt.Errorf("flush of an element of %s", name)
+		return fmt.Errorf("flush of an element of %s", e.Set)
 	}
 	return nil
 }
 
 // affinitySet encodes the sets that RenderChanges adds: per-endpoint
-// affinity sets of client addresses, with a timeout.
-func (enc encoder) affinitySet(s *knftables.Set) (nftnl.Set, error) {
-	wantType := "ipv4_addr"
+// affinity sets of client addresses, with a timeout in whole milliseconds.
+func (enc encoder) affinitySet(s *model.Set) (nftnl.Set, error) {
+	addr := model.TypeIPv4Addr
 	if enc.v6 {
-		wantType = "ipv6_addr"
+		addr = model.TypeIPv6Addr
 	}
-	if s.Type != wantType || s.TypeOf != "" || s.Timeout == nil || s.Comment != nil || s.Size != nil || s.Policy != nil ||
-		!slices.Equal(s.Flags, []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}) || s.Timeout.Truncate(time.Millisecond) != *s.Timeout {
+	if !slices.Equal(s.KeyType, []model.Type{addr}) || len(s.Key)+len(s.Value)+len(s.ValueType) > 0 || s.Interval ||
+		!s.Dynamic || s.Timeout <= 0 || s.Comment != "" || s.Timeout.Truncate(time.Millisecond) != s.Timeout {
 		return nftnl.Set{}, fmt.Errorf("set %s other than an affinity set", s.Name)
 	}
 	return nftnl.Set{
@@ -203,24 +195,18 @@ func familyAddr(a netip.Addr, v6 bool) bool {
 	return a.Is6() == v6 && a.Zone() == "" && !a.Is4In6()
 }
 
-// elementKey encodes the keys of the backend's maps and sets: an
-// address (cluster-ips), protocol . port (the node-port maps) or
-// address . protocol . port, each field padded to 4 bytes.
-func (enc encoder) elementKey(k elemKey) ([]byte, error) {
-	var key []byte
-	if k.addr.IsValid() {
-		if !familyAddr(k.addr, enc.v6) {
-			return nil, fmt.Errorf("address %s in a table of family %s", k.addr, enc.ipX())
+// elementKey encodes the key of an element of the backend's maps and
+// sets: an address (cluster-ips), protocol . port (the node-port maps) or
+// address . protocol . port, each field padded to 4 bytes. An address of
+// the other family is an error.
+func (enc encoder) elementKey(key []model.Datum) ([]byte, error) {
+	if len(key) == 0 {
+		return nil, fmt.Errorf("empty key")
+	}
+	for _, d := range key {
+		if p, ok := d.AsPrefix(); ok && (!familyAddr(p.Addr(), enc.v6) || p.Bits() != p.Addr().BitLen()) {
+			return nil, fmt.Errorf("address %s in a table of family %s", d, enc.ipX())
 		}
-		key = k.addr.AsSlice()
 	}
-	if k.in == inClusterIPs {
-		return key, nil
-	}
-	proto, ok := protoNumbers[strings.ToLower(string(k.proto))]
-	if !ok {
-		return nil, fmt.Errorf("protocol %q", k.proto)
-	}
-	key = append(key, proto, 0, 0, 0)
-	return append(binary.BigEndian.AppendUint16(key, k.port), 0, 0), nil
+	return model.KeyBytes(key), nil
 }

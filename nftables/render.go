@@ -61,11 +61,13 @@ func Family(f v1.IPFamily) knftables.Family {
 
 // renderer holds what every rendering of one Ruleset Config needs.
 type renderer struct {
-	cfg       ruleset.Config
-	opts      Options
-	family    knftables.Family
-	table     string
-	addrType  string        // "ipv4_addr" or "ipv6_addr"
+	cfg   ruleset.Config
+	opts  Options
+	table string
+	// tableRef is the table's family and name, which the knftables
+	// objects of the operations name.
+	tableRef  *model.Table
+	addrType  []model.Type  // the family's address type, as a set key
 	saddr     model.Field   // the family's source address
 	daddr     model.Field   // the family's destination address
 	podNets   []model.Datum // the cluster CIDRs
@@ -78,18 +80,18 @@ func newRenderer(cfg ruleset.Config, opts Options) (*renderer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("nftables: ruleset config: %w", err)
 	}
-	r := &renderer{cfg: cfg, opts: opts, family: Family(cfg.Family), table: opts.Table}
+	r := &renderer{cfg: cfg, opts: opts, table: opts.Table}
 	if r.table == "" {
 		r.table = DefaultTable
 	}
 	if !validTableName(r.table) {
 		return nil, fmt.Errorf("nftables: invalid table name %q", r.table)
 	}
-	is6 := cfg.Family == v1.IPv6Protocol
-	r.addrType, r.localhost = "ipv4_addr", model.Prefix(netip.MustParsePrefix("127.0.0.0/8"))
+	r.tableRef = tableRef(cfg.Family, r.table)
+	r.addrType, r.localhost = []model.Type{model.TypeIPv4Addr}, model.Prefix(netip.MustParsePrefix("127.0.0.0/8"))
 	r.saddr, r.daddr = model.IPSaddr, model.IPDaddr
-	if is6 {
-		r.addrType, r.localhost = "ipv6_addr", model.Addr(netip.IPv6Loopback())
+	if cfg.Family == v1.IPv6Protocol {
+		r.addrType, r.localhost = []model.Type{model.TypeIPv6Addr}, model.Addr(netip.IPv6Loopback())
 		r.saddr, r.daddr = model.IP6Saddr, model.IP6Daddr
 	}
 	for _, p := range cfg.ClusterCIDRs {
@@ -122,16 +124,5 @@ func sortedCopy(s []string) []string {
 	return s
 }
 
-func (r *renderer) chain(name string) *knftables.Chain {
-	return &knftables.Chain{Family: r.family, Table: r.table, Name: name}
-}
-
-func (r *renderer) rule(chain, rule string, comment string) *knftables.Rule {
-	ru := &knftables.Rule{Family: r.family, Table: r.table, Chain: chain, Rule: rule}
-	if comment != "" {
-		ru.Comment = &comment
-	}
-	return ru
-}
-
-func ptr[T any](v T) *T { return &v }
+// chainRef is the chain of that name, for a flush or a delete.
+func chainRef(name string) *model.Chain { return &model.Chain{Name: name} }

@@ -21,7 +21,7 @@ import (
 // use. existing lists the table's objects, as for Render; elements are
 // those of its maps and sets (knftables' ListElements). An element it
 // cannot read is an error: Render then does the same in one transaction.
-func renderResync[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options, existing map[string][]string, elements []*knftables.Element, chunk int) ([]T, Result, error) {
+func renderResync[T txWriter](newTx func(*renderer) T, rs *ruleset.Ruleset, opts Options, existing map[string][]string, elements []*knftables.Element, chunk int) ([]T, Result, error) {
 	r, err := newRenderer(rs.Config(), opts)
 	if err != nil {
 		return nil, Result{}, err
@@ -42,21 +42,21 @@ func renderResync[T txWriter](newTx func() T, rs *ruleset.Ruleset, opts Options,
 	}
 	mayExist := func(chain string) bool { return exists[chain] }
 	var res Result
-	tx := newTx()
+	tx := newTx(r)
 	r.fixed(tx, mayExist, true)
 	txs := []T{tx}
-	st := newFullState(r, rs, &res, mayExist)
+	st := newFullState(r, rs, &res, mayExist, true)
 	st.inTable = inTable
 	all := rs.Services()
 	if chunk < 1 {
 		chunk = max(len(all), 1)
 	}
 	for start := 0; start < len(all); start += chunk {
-		tx = newTx()
+		tx = newTx(r)
 		txs = append(txs, tx)
 		st.services(tx, all[start:min(start+chunk, len(all))])
 	}
-	tx = newTx()
+	tx = newTx(r)
 	txs = append(txs, tx)
 	for _, k := range slices.SortedFunc(maps.Keys(inTable), elemKey.compare) {
 		if _, rendered := st.claims[k]; !rendered {

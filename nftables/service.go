@@ -4,10 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"time"
-
-	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
@@ -15,9 +12,9 @@ import (
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
-// chainDef is one per-service chain and its rules.
+// chainDef is one per-service chain, its declaration and its rules.
 type chainDef struct {
-	name  string
+	decl  model.Chain
 	rules []ruleDef
 }
 
@@ -31,86 +28,73 @@ var (
 	}
 )
 
-// ruleDef is one rule: its statements and, printed once, their nft text.
+// ruleDef is one rule: its statements and comment and, printed once, its
+// text.
 type ruleDef struct {
-	stmts         []model.Stmt
-	text, comment string
+	rule model.Rule
+	text string
 }
 
 // newRule is the rule of stmts, with an optional comment. Its text is
 // printed in the renderer's scratch buffer.
 func (r *renderer) newRule(comment string, stmts ...model.Stmt) ruleDef {
-	r.scratch = model.Rule{Stmts: stmts}.AppendText(r.scratch[:0])
-	return ruleDef{stmts: stmts, text: string(r.scratch), comment: comment}
+	ru := model.Rule{Stmts: stmts, Comment: comment}
+	r.scratch = ru.AppendText(r.scratch[:0])
+	return ruleDef{rule: ru, text: string(r.scratch)}
 }
 
 // sameRule reports whether two rules have the same text and comment.
-func sameRule(a, b ruleDef) bool { return a.text == b.text && a.comment == b.comment }
+func sameRule(a, b ruleDef) bool { return a.text == b.text && a.rule.Comment == b.rule.Comment }
 
 // writeRules appends the rules of c.
-func (r *renderer) writeRules(tx txWriter, c chainDef) {
-	for _, ru := range c.rules {
-		r.writeRule(tx, c.name, ru)
+func (r *renderer) writeRules(tx txWriter, c *chainDef) {
+	for i := range c.rules {
+		tx.write(ruleOp(&c.decl, &c.rules[i]))
 	}
 }
 
 // addRule appends the rule of stmts, with an optional comment, to chain.
 func (r *renderer) addRule(tx txWriter, chain, comment string, stmts ...model.Stmt) {
-	r.writeRule(tx, chain, r.newRule(comment, stmts...))
+	ru := r.newRule(comment, stmts...)
+	tx.write(ruleOp(chainRef(chain), &ru))
 }
 
-// writeRule appends ru to chain; an opRecorder also records its
-// statements, which the netlink path encodes.
-func (r *renderer) writeRule(tx txWriter, chain string, ru ruleDef) {
-	obj := r.rule(chain, ru.text, ru.comment)
-	if rec, ok := tx.(*opRecorder); ok {
-		rec.addRule(obj, ru.stmts)
-		return
-	}
-	tx.Add(obj)
-}
-
-func chainsByName(cs []chainDef) map[string]chainDef {
-	m := make(map[string]chainDef, len(cs))
-	for _, c := range cs {
-		m[c.name] = c
+func chainsByName(cs []chainDef) map[string]*chainDef {
+	m := make(map[string]*chainDef, len(cs))
+	for i := range cs {
+		m[cs[i].decl.Name] = &cs[i]
 	}
 	return m
 }
 
-// setDef is one affinity set.
-type setDef struct {
-	name    string
-	timeout int32
+// affinitySet is the set of an affinity set, which remembers clients for
+// timeout seconds.
+func (r *renderer) affinitySet(name string, timeout int32) *model.Set {
+	// "dynamic" too: some kernels add it to sets updated from the packet
+	// path, and an add without it would then fail.
+	return &model.Set{Name: name, KeyType: r.addrType, Dynamic: true, Timeout: time.Duration(timeout) * time.Second}
 }
 
-func setsByName(ss []setDef) map[string]setDef {
-	m := make(map[string]setDef, len(ss))
+func setsByName(ss []*model.Set) map[string]*model.Set {
+	m := make(map[string]*model.Set, len(ss))
 	for _, s := range ss {
-		m[s.name] = s
+		m[s.Name] = s
 	}
 	return m
 }
 
-func (r *renderer) set(s setDef) *knftables.Set {
-	return &knftables.Set{
-		Family: r.family, Table: r.table, Name: s.name, Type: r.addrType,
-		// "dynamic" too: some kernels add it to sets updated from the
-		// packet path, and an add without it would then fail.
-		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
-		Timeout: ptr(time.Duration(s.timeout) * time.Second),
-	}
-}
+// sameSet reports whether two affinity sets are declared alike.
+func sameSet(a, b *model.Set) bool { return a.Name == b.Name && a.Timeout == b.Timeout }
 
 // affinitySets are the per-endpoint sets of a ClientIP-affinity Service
 // port, which remember the clients each endpoint has served.
-func (r *renderer) affinitySets(s *ruleset.Service) []setDef {
+func (r *renderer) affinitySets(s *ruleset.Service) []*model.Set {
 	if !s.Affinity.Enabled() {
 		return nil
 	}
-	sets := make([]setDef, len(s.Endpoints))
+	sets := make([]*model.Set, len(s.Endpoints))
 	for i := range s.Endpoints {
-		sets[i] = setDef{prefixAffinity + EndpointChainBase(s.Name, s.Endpoints[i].AddrPort()), s.Affinity.Seconds()}
+		sets[i] = r.affinitySet(prefixAffinity+EndpointChainBase(s.Name, s.Endpoints[i].AddrPort()), s.Affinity.Seconds())
 	}
 	return sets
 }
@@ -153,7 +137,7 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 func (r *renderer) clusterIPMasquerade(s *ruleset.Service) []model.Stmt {
 	toClusterIP := []model.Stmt{
 		model.Equal{Field: r.daddr, Value: model.Addr(s.ClusterIP)},
-		model.DportEq{Proto: protoNumbers[strings.ToLower(string(s.Name.Protocol))], Port: s.Port},
+		model.DportEq{Proto: protoNumber(s.Name.Protocol), Port: s.Port},
 	}
 	switch s.ClusterIPMasquerade {
 	case ruleset.MasqueradeAll:
@@ -171,7 +155,7 @@ func (r *renderer) clusterIPMasquerade(s *ruleset.Service) []model.Stmt {
 // route's chain.
 func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
 	clusterChain := prefixService + base
-	c := chainDef{name: prefixExternal + base}
+	c := chainDef{decl: model.Chain{Name: prefixExternal + base}}
 	ext := s.ExternalTraffic
 	if ext.ShortCircuit && len(r.podNets) > 0 {
 		c.rules = append(c.rules, r.newRule("short-circuit pod traffic", model.AddrIn{Field: r.saddr, Values: r.podNets}, model.Goto(clusterChain)))
@@ -207,7 +191,7 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 		}
 	}
 	return chainDef{
-		name:  prefixFirewall + base,
+		decl:  model.Chain{Name: prefixFirewall + base},
 		rules: []ruleDef{r.newRule("", model.AddrIn{Field: r.saddr, Values: sources, Braces: true, Neg: true}, model.Drop)},
 	}
 }
@@ -216,8 +200,8 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 // endpointBase: hairpin masquerade (a pod that reaches itself through the
 // Service), the affinity set's update, DNAT.
 func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string) chainDef {
-	proto := protoNumbers[strings.ToLower(string(s.Name.Protocol))]
-	c := chainDef{name: prefixEndpoint + endpointBase, rules: make([]ruleDef, 0, 3)}
+	proto := protoNumber(s.Name.Protocol)
+	c := chainDef{decl: model.Chain{Name: prefixEndpoint + endpointBase}, rules: make([]ruleDef, 0, 3)}
 	// The statements of all the chain's rules share one array.
 	stmts := append(make([]model.Stmt, 0, 5), model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, jumpMarkMasq)
 	c.rules = append(c.rules, r.newRule("", stmts[0:2:2]...))
@@ -236,7 +220,7 @@ func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, en
 // are the EndpointChainBase of each of s.Endpoints; masquerade is the
 // rule that internal traffic reaching this chain starts with, if any.
 func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []string, targets []ruleset.Target, masquerade []model.Stmt, internal bool) chainDef {
-	c := chainDef{name: name}
+	c := chainDef{decl: model.Chain{Name: name}}
 	if internal && masquerade != nil {
 		c.rules = append(c.rules, r.newRule("", masquerade...))
 	}

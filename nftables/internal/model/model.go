@@ -1,8 +1,42 @@
-// Package model is a typed representation of one nftables table: its
-// chains (base chains with their hook, type and priority), rules as lists of
-// typed statements over typed expressions, named sets and maps (typeof keys
-// and values, concatenations, interval flags) and their elements. A renderer
-// builds a Table; the package writes it three ways:
+// Package model is a typed representation of nftables tables, into which
+// both layouts of the nftables backend are rendered, and from which their
+// nft text and netlink messages are made.
+//
+// # What is on the model
+//
+// Everything either layout writes:
+//
+//   - the table: family, name, comment (Table);
+//   - chains: base chains with their type, hook and priority, regular
+//     chains, comments (Chain, Hook);
+//   - rules: lists of typed statements (Stmt) over typed expressions (Expr:
+//     packet fields, numgen, concatenations), with comments (Rule);
+//   - named sets and maps (Set), declared by the expressions their keys and
+//     values come from (Key, Value: nft's typeof, which the flat layout
+//     needs, a numgen field having no type name) or by type names
+//     (KeyType, ValueType: kube-proxy's `type ipv4_addr . inet_proto .
+//     inet_service : verdict`), with interval, dynamic and timeout flags,
+//     the timeout, comments;
+//   - elements (Element): keys and data values of typed fields (Datum:
+//     addresses, prefixes for intervals, protocols, ports, integers; a
+//     concatenation is a list of them), verdicts of verdict maps (`goto
+//     service-…`, `drop`), comments.
+//
+// The flat layout renders a whole Table. Kube-proxy's layout (the default;
+// nftables/render.go and the files it calls) renders transactions that
+// also flush and delete, which a Table cannot say: a list of operations on
+// these same objects (nftables/ops.go), each made into a knftables object
+// by this package (TableObject, ChainObject, SetObject, PrintedRuleObject,
+// ElementObject, and for flushes and deletes ChainName, SetName and
+// ElementKey) or encoded for netlink from its typed values.
+//
+// No rule or element text is built by concatenating strings that
+// something later splits again: every field of an element and every
+// expression of a rule is a value with a type, printed once. Comments
+// cannot end their string: a double quote in one is written as a single
+// quote.
+//
+// # Writers
 //
 //   - Objects: knftables objects (the nft text of knftables transactions,
 //     --dry-run and knftables' Fake);
@@ -11,56 +45,41 @@
 //   - Conn: element additions and deletions as netlink messages, through
 //     github.com/google/nftables.
 //
-// No rule text is built by concatenating strings that something later splits
-// again: every field of an element and every expression of a rule is a value
-// with a type, printed once. Comments cannot end their string: a double
-// quote in one is written as a single quote.
+// # Netlink: which encoder, and why
 //
-// # Netlink encoding
-//
-// Elements are what changes at scale (a Service change in the flat layout is
-// a few elements), and they go over netlink. The encoder is
+// The flat layout's elements, what changes at scale there (a Service
+// change is a few elements), are encoded by Conn with
 // github.com/google/nftables, already in the build, which writes
-// concatenated keys, the last key of concatenated ranges (KeyEnd) and element
-// comments as nft does; TestKernelFlatNetlinkMatchesNFT checks that a table
-// whose elements it wrote lists exactly as one written by nft -f. Measured
-// with BenchmarkKernelFlatElement (one element added then deleted, two
-// transactions, in a loaded flat table; BENCHMARKS.md, "nftables: the flat
-// layout") it took 85–176 µs per pair where our own
-// nftables/internal/nftnl took 112–254 µs, at 1,000 and 10,000 Services
-// alike; and nftnl would have needed extending for the flat layout's
-// statements, which google/nftables has.
-//
-// Sets, chains and rules are written with nft. github.com/google/nftables
+// concatenated keys, the last key of concatenated ranges (KeyEnd) and
+// element comments as nft does; TestKernelFlatNetlinkMatchesNFT checks
+// that a table whose elements it wrote lists exactly as one written by nft
+// -f. It was chosen by measurement: with BenchmarkKernelFlatElement (one
+// element added then deleted, two transactions, in a loaded flat table;
+// BENCHMARKS.md, "nftables: the flat layout") it took 85–176 µs per pair
+// where our own nftables/internal/nftnl took 112–254 µs, at 1,000 and
+// 10,000 Services alike; and nftnl would have needed extending for the
+// flat layout's statements, which google/nftables has. The flat layout's
+// sets, chains and rules are written with nft: github.com/google/nftables
 // computes a set's user data itself and has no typeof in it, so a set it
-// creates would list as "type …" where nft's lists as "typeof …", and the
-// flat layout's maps need typeof (a numgen field has no type name); its
-// rules change only when an endpoint count appears or goes. Elements of
-// one-field interval sets (configuration: pod networks, Service ranges)
+// created would list as "type …" where the flat layout's maps need typeof;
+// its rules change only when an endpoint count appears or goes. Elements
+// of one-field interval sets (configuration: pod networks, Service ranges)
 // also stay with nft, which writes them as pairs of interval ends; Conn
-// refuses them.
+// refuses them, and verdicts, which the flat layout has none of.
 //
-// # Kube-proxy's layout
-//
-// The default layout (nftables/render.go and the files it calls) builds
-// its rules from this package's statements: every rule's text is
-// Rule.String of them, and its knftables Rule carries that text. Its
-// netlink path (nftables/netlink.go) encodes the same typed statements,
-// and elements from their typed keys and verdicts, with
-// nftables/internal/nftnl, not with github.com/google/nftables and not
-// from parsed text. The reason is the listing guarantee, not speed: an
-// incremental transaction of that layout adds chains, rules whose
-// anonymous sets (`ip saddr != { … }`, `numgen random mod N vmap { … }`)
-// carry user data that nft reads back to print them, and affinity sets;
-// nftnl writes those as nft 1.0.6 does (TestNetlinkMatchesNFT), where
-// github.com/google/nftables computes its own set user data. The speed
-// measured above for one element (google/nftables 85–176 µs, nftnl
-// 112–254 µs per pair of transactions) differs by well under a
+// Kube-proxy's layout is encoded, from the same typed statements, sets and
+// elements, by nftables/internal/nftnl (nftables/netlink.go), not by
+// github.com/google/nftables. The reason is the listing guarantee, not
+// speed: an incremental transaction of that layout adds chains, rules
+// whose anonymous sets (`ip saddr != { … }`, `numgen random mod N vmap
+// { … }`) carry user data that nft reads back to print them, affinity
+// sets and verdict-map elements, all in one transaction, so one encoder
+// must write them all; nftnl writes that user data as nft 1.0.6 does
+// (TestNetlinkMatchesNFT), where github.com/google/nftables computes its
+// own (no typeof of the key, the byte order of a numgen map's key).
+// The speed measured above for one element differs by well under a
 // millisecond, against the 120–350 ms that the kernel spends on any
 // transaction of that layout that adds a rule or a jump (BENCHMARKS.md).
-// Its chains, sets and maps are declared as knftables objects by
-// the renderer (type rather than typeof, timeouts), and its map elements'
-// text is written there too; Table and Set do not hold them.
 //
 // The package is internal: only the nftables renderers use it. It holds no
 // policy, and does no I/O but in Conn.
@@ -72,6 +91,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Family is the address family of a table.
@@ -130,19 +150,32 @@ type Set struct {
 	Value    []Expr
 	Interval bool
 	Comment  string
+	// KeyType and ValueType declare the set by nft's type names instead
+	// (`type ipv4_addr . inet_proto . inet_service : verdict`); Key and
+	// Value are then nil.
+	KeyType, ValueType []Type
+	// Dynamic lets rules add elements (`flags dynamic`).
+	Dynamic bool
+	// Timeout, when not zero, is the lifetime of elements that rules add
+	// (`flags timeout`; `timeout 10800s`), in whole seconds.
+	Timeout time.Duration
 }
 
 // IsMap reports whether s is a map.
-func (s *Set) IsMap() bool { return len(s.Value) > 0 }
+func (s *Set) IsMap() bool { return len(s.Value) > 0 || len(s.ValueType) > 0 }
 
 // Element is one element of a named set or map: one Datum per field of the
-// set's Key (and of its Value for a map). In an interval set, the last key
-// field may be a prefix.
+// set's Key (and of its Value for a data map, or a Verdict for a verdict
+// map). In an interval set, the last key field may be a prefix.
 type Element struct {
 	Set     string
 	Key     []Datum
 	Value   []Datum
 	Comment string
+	// Verdict is the value of an element of a verdict map (Value nil).
+	// Renderers may share one Verdict between elements: it is not
+	// modified.
+	Verdict *Verdict
 }
 
 // Datum is one field of an element key or value.

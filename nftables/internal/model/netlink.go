@@ -49,6 +49,9 @@ func (c *Conn) Send(b ElementBatch) error {
 		if !b.Table.netlinkEncodes(e.Set) {
 			return fmt.Errorf("elements of set %s are not encoded for netlink", e.Set)
 		}
+		if e.Verdict != nil {
+			return fmt.Errorf("element of %s: verdicts are not encoded for netlink", e.Set)
+		}
 	}
 	for _, group := range groupBySet(b.Del) {
 		s := &gnft.Set{Table: gt, Name: group[0].Set}

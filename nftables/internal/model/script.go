@@ -63,15 +63,13 @@ func (t *Table) writeDefinitions(b *strings.Builder) {
 	b.WriteString("add table " + fam + "\ndelete table " + fam + "\n")
 	b.WriteString("add table " + fam + " {" + commentClause(t.Comment) + " }\n")
 	for _, s := range t.Sets {
-		kind, typeOf := "set", Concat(s.Key).String()
+		kind := "set"
 		if s.IsMap() {
-			kind, typeOf = "map", typeOf+" : "+Concat(s.Value).String()
+			kind = "map"
 		}
-		b.WriteString("add " + kind + " " + fam + " " + s.Name + " { typeof " + typeOf + " ;")
-		if s.Interval {
-			b.WriteString(" flags interval ;")
-		}
-		b.WriteString(commentClause(s.Comment) + " }\n")
+		b.WriteString("add " + kind + " " + fam + " " + s.Name + " {")
+		s.writeBody(b)
+		b.WriteString(" }\n")
 	}
 	for _, c := range t.Chains {
 		b.WriteString("add chain " + fam + " " + c.Name + " {")
@@ -116,6 +114,9 @@ func (t *Table) writeElements(b *strings.Builder, fam string) {
 			}
 			if len(e.Value) > 0 {
 				line = appendData(append(line, " : "...), e.Value)
+			}
+			if e.Verdict != nil {
+				line = e.Verdict.appendText(append(line, " : "...))
 			}
 		}
 		b.Write(append(line, " }\n"...))

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"time"
+
 	"sigs.k8s.io/knftables"
 )
 
@@ -9,7 +11,7 @@ import (
 // Added to a knftables.Transaction they make the `nft -f` script of the
 // table.
 func (t *Table) Objects() []knftables.Object {
-	objs := []knftables.Object{&knftables.Table{Family: t.knftFamily(), Name: t.Name, Comment: optional(t.Comment)}}
+	objs := []knftables.Object{t.TableObject()}
 	for _, s := range t.Sets {
 		objs = append(objs, t.SetObject(s))
 	}
@@ -27,18 +29,40 @@ func (t *Table) Objects() []knftables.Object {
 
 func (t *Table) knftFamily() knftables.Family { return knftables.Family(t.Family.String()) }
 
+// TableObject is the knftables Table that declares t (without what it
+// holds).
+func (t *Table) TableObject() *knftables.Table {
+	return &knftables.Table{Family: t.knftFamily(), Name: t.Name, Comment: optional(t.Comment)}
+}
+
 // SetObject is the knftables Set or Map that declares s.
 func (t *Table) SetObject(s *Set) knftables.Object {
-	var flags []knftables.SetFlag
-	if s.Interval {
-		flags = []knftables.SetFlag{knftables.IntervalFlag}
+	keyword, types := s.declaration()
+	var typ, typeOf string
+	if keyword == "type" {
+		typ = types
+	} else {
+		typeOf = types
+	}
+	var timeout *time.Duration
+	if s.Timeout != 0 {
+		timeout = &s.Timeout
 	}
 	if s.IsMap() {
 		return &knftables.Map{Family: t.knftFamily(), Table: t.Name, Name: s.Name,
-			TypeOf: Concat(s.Key).String() + " : " + Concat(s.Value).String(), Flags: flags, Comment: optional(s.Comment)}
+			Type: typ, TypeOf: typeOf, Flags: s.flags(), Timeout: timeout, Comment: optional(s.Comment)}
 	}
 	return &knftables.Set{Family: t.knftFamily(), Table: t.Name, Name: s.Name,
-		TypeOf: Concat(s.Key).String(), Flags: flags, Comment: optional(s.Comment)}
+		Type: typ, TypeOf: typeOf, Flags: s.flags(), Timeout: timeout, Comment: optional(s.Comment)}
+}
+
+// SetName is the knftables Set (or, if isMap, Map) of that name, without a
+// declaration: what a flush or a delete names.
+func (t *Table) SetName(name string, isMap bool) knftables.Object {
+	if isMap {
+		return &knftables.Map{Family: t.knftFamily(), Table: t.Name, Name: name}
+	}
+	return &knftables.Set{Family: t.knftFamily(), Table: t.Name, Name: name}
 }
 
 // ChainObject is the knftables Chain that declares c (without its rules).
@@ -49,6 +73,18 @@ func (t *Table) ChainObject(c *Chain) *knftables.Chain {
 		kc.Type, kc.Hook, kc.Priority = &typ, &hook, &prio
 	}
 	return kc
+}
+
+// ChainName is the knftables Chain of that name, without a declaration:
+// what a flush or a delete names.
+func (t *Table) ChainName(name string) *knftables.Chain {
+	return &knftables.Chain{Family: t.knftFamily(), Table: t.Name, Name: name}
+}
+
+// PrintedRuleObject is the knftables Rule of r in chain, whose text, r's
+// String, the caller printed already.
+func (t *Table) PrintedRuleObject(chain string, r Rule, text string) *knftables.Rule {
+	return &knftables.Rule{Family: t.knftFamily(), Table: t.Name, Chain: chain, Rule: text, Comment: optional(r.Comment)}
 }
 
 // RuleObjects are the knftables Rules of c, in order.
@@ -80,26 +116,68 @@ func (r Rule) AppendText(b []byte) []byte {
 
 // ElementObject is the knftables Element of e.
 func (t *Table) ElementObject(e Element) *knftables.Element {
-	ke := &knftables.Element{Family: t.knftFamily(), Table: t.Name, Key: datumStrings(e.Key), Comment: optional(e.Comment)}
-	if len(e.Value) > 0 {
-		ke.Map, ke.Value = e.Set, datumStrings(e.Value)
+	ke := &knftables.Element{Family: t.knftFamily(), Table: t.Name, Comment: optional(e.Comment)}
+	fields := elementStrings(e)
+	ke.Key = fields[:len(e.Key):len(e.Key)]
+	switch {
+	case e.Verdict != nil, len(e.Value) > 0:
+		ke.Map, ke.Value = e.Set, fields[len(e.Key):]
+	default:
+		ke.Set = e.Set
+	}
+	return ke
+}
+
+// ElementKey is the knftables Element of e's key alone, in the set or (if
+// isMap) the map e.Set: what a delete names.
+func (t *Table) ElementKey(e Element, isMap bool) *knftables.Element {
+	ke := &knftables.Element{Family: t.knftFamily(), Table: t.Name}
+	ke.Key = elementStrings(Element{Key: e.Key})
+	if isMap {
+		ke.Map = e.Set
 	} else {
 		ke.Set = e.Set
 	}
 	return ke
 }
 
-func datumStrings(ds []Datum) []string {
-	out := make([]string, len(ds))
-	for i, d := range ds {
-		out[i] = d.String()
+// elementStrings are the fields of e's key, then those of its value (or
+// its verdict), as nft prints them: substrings of one string, printed in
+// one buffer.
+func elementStrings(e Element) []string {
+	n := len(e.Key) + len(e.Value)
+	if e.Verdict != nil {
+		n++
+	}
+	var buf [96]byte
+	var endBuf [8]int
+	b, ends := buf[:0], endBuf[:0]
+	for _, ds := range [2][]Datum{e.Key, e.Value} {
+		for _, d := range ds {
+			b = d.appendTo(b)
+			ends = append(ends, len(b))
+		}
+	}
+	if e.Verdict != nil {
+		b = e.Verdict.appendText(b)
+		ends = append(ends, len(b))
+	}
+	all := string(b)
+	out := make([]string, n)
+	start := 0
+	for i, end := range ends {
+		out[i] = all[start:end]
+		start = end
 	}
 	return out
 }
 
+// optional is s, or nil for "". It allocates only for a non-empty s.
 func optional(s string) *string {
 	if s == "" {
 		return nil
 	}
-	return &s
+	p := new(string)
+	*p = s
+	return p
 }

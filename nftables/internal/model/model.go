@@ -129,7 +129,11 @@ type Set struct {
 	Key      []Expr
 	Value    []Expr
 	Interval bool
-	Comment  string
+	// Dynamic makes a map that the packet path fills (UpdateMap) and
+	// whose elements expire (flags dynamic,timeout); its elements are not
+	// part of the Table.
+	Dynamic bool
+	Comment string
 }
 
 // IsMap reports whether s is a map.

@@ -71,6 +71,9 @@ func (t *Table) writeDefinitions(b *strings.Builder) {
 		if s.Interval {
 			b.WriteString(" flags interval ;")
 		}
+		if s.Dynamic {
+			b.WriteString(" flags dynamic,timeout ;")
+		}
 		b.WriteString(commentClause(s.Comment) + " }\n")
 	}
 	for _, c := range t.Chains {

@@ -33,6 +33,9 @@ func (t *Table) SetObject(s *Set) knftables.Object {
 	if s.Interval {
 		flags = []knftables.SetFlag{knftables.IntervalFlag}
 	}
+	if s.Dynamic {
+		flags = append(flags, knftables.DynamicFlag, knftables.TimeoutFlag)
+	}
 	if s.IsMap() {
 		return &knftables.Map{Family: t.knftFamily(), Table: t.Name, Name: s.Name,
 			TypeOf: Concat(s.Key).String() + " : " + Concat(s.Value).String(), Flags: flags, Comment: optional(s.Comment)}

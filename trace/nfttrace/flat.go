@@ -14,6 +14,10 @@ const (
 	setFlatFirewall            = "firewall"
 	prefixShortCircuit         = "shortcircuit-"
 	prefixNodePortShortCircuit = "nodeport-shortcircuit-"
+	// A DNAT in these chains (an affinity map's, whose name tells no
+	// group) short-circuits too.
+	chainShortCircuit         = "shortcircuit"
+	chainNodePortShortCircuit = "nodeport-shortcircuit"
 )
 
 // dnatMap translates b's destination to the address and port that e's data
@@ -41,7 +45,9 @@ func (ev *evaluation) dnatMap(b *branch, e *expr, step *Step) (bool, *verdict, e
 		}
 	}
 	ev.noteSetElement(b, e, el)
-	if strings.HasPrefix(e.set.name, prefixShortCircuit) || strings.HasPrefix(e.set.name, prefixNodePortShortCircuit) {
+	chain := b.stack[len(b.stack)-1].c.name
+	if strings.HasPrefix(e.set.name, prefixShortCircuit) || strings.HasPrefix(e.set.name, prefixNodePortShortCircuit) ||
+		chain == chainShortCircuit || chain == chainNodePortShortCircuit {
 		b.shortCircuit = true
 	}
 	return ev.dnatTo(b, dnatTo(el))

@@ -276,6 +276,9 @@ func jsonExpr(v map[string]any) (string, error) {
 		case "payload":
 			return fmt.Sprintf("%v %v", b["protocol"], b["field"]), nil
 		case "meta", "ct":
+			if dir, ok := b["dir"].(string); ok {
+				return fmt.Sprintf("%s %s %v", k, dir, b["key"]), nil
+			}
 			return fmt.Sprintf("%s %v", k, b["key"]), nil
 		case "fib":
 			flags, _ := b["flags"].([]any)
@@ -308,6 +311,11 @@ func jsonExpr(v map[string]any) (string, error) {
 // jsonStatement writes a statement or verdict of a rule (or a map's
 // verdict).
 func jsonStatement(e any) (string, error) {
+	if text, ok := e.(string); ok {
+		// nft 1.0.6 has no JSON for a dynamic map's statement
+		// (`update @m { … : … }`) and writes it as its text.
+		return text, nil
+	}
 	obj, ok := e.(map[string]any)
 	if !ok || len(obj) != 1 {
 		return "", fmt.Errorf("unknown statement %v", e)

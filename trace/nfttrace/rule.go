@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // selKind is what a selector reads from the packet.
@@ -18,6 +19,10 @@ const (
 	selSport
 	selMark
 	selNumgen
+	// selOrigDaddr and selOrigDport read the destination the flow had
+	// before any NAT (`ct original ip daddr`, `ct original proto-dst`).
+	selOrigDaddr
+	selOrigDport
 )
 
 // selector reads one value from the packet: `ip daddr`, `meta l4proto`,
@@ -41,7 +46,8 @@ const (
 	exprFib                         // fib saddr|daddr type [!=] local
 	exprCtNew                       // ct state [!=] STATES
 	exprMarkSet                     // meta mark set meta mark OP VALUE | VALUE
-	exprUpdate                      // update|add @SET { SELECTOR }
+	exprUpdate                      // update|add @SET { SELECTORS [timeout T] [: SELECTORS] }
+	exprDelete                      // delete @MAP { SELECTORS : SELECTORS }
 	exprDnat                        // dnat [ip|ip6] to ADDR[:PORT]
 	exprDnatMap                     // dnat [ip|ip6] to SELECTORS map @MAP
 	exprCtDNAT                      // ct status [!=] dnat
@@ -63,6 +69,10 @@ type expr struct {
 	markOp       string // "set", "or", "xor", "and"
 	markVal      uint64
 	dnat         netip.AddrPort // port 0: keep the destination port
+	// update and delete: the selectors of a map element's value, and the
+	// element's timeout (0: the set's own).
+	vals    []selector
+	timeout time.Duration
 }
 
 // rule is one rule: expressions in order, then a verdict.
@@ -141,6 +151,8 @@ func (p *ruleParser) statement() error {
 		return nil
 	case w.is("fib"):
 		return p.fib()
+	case w.is("ct") && p.peek(1).is("original"):
+		return p.relational()
 	case w.is("ct"):
 		return p.ct()
 	case w.is("dnat"):
@@ -159,7 +171,7 @@ func (p *ruleParser) statement() error {
 		}
 		p.r.exprs = append(p.r.exprs, expr{kind: exprCounter})
 		return nil
-	case w.is("update") || w.is("add"):
+	case w.is("update") || w.is("add") || w.is("delete"):
 		return p.update()
 	}
 	return p.relational()
@@ -167,6 +179,9 @@ func (p *ruleParser) statement() error {
 
 // selector reads one selector at p.i.
 func (p *ruleParser) selector() (selector, error) {
+	if p.peek(0).is("ct") && p.peek(1).is("original") {
+		return p.ctOriginal()
+	}
 	w, f := p.peek(0).text, p.peek(1).text
 	p.i += 2
 	switch {
@@ -395,21 +410,76 @@ func (p *ruleParser) dnat() error {
 	return nil
 }
 
-// update reads "update|add @SET { SELECTOR }".
+// ctOriginal reads "ct original ip daddr", "ct original ip6 daddr" or
+// "ct original proto-dst" at p.i.
+func (p *ruleParser) ctOriginal() (selector, error) {
+	w, f := p.peek(2).text, p.peek(3).text
+	switch {
+	case w == "proto-dst":
+		p.i += 3
+		return selector{kind: selOrigDport, typ: typePort}, nil
+	case (w == "ip" || w == "ip6") && f == "daddr" && w == p.family:
+		p.i += 4
+		typ := typeIPv4
+		if w == "ip6" {
+			typ = typeIPv6
+		}
+		return selector{kind: selOrigDaddr, typ: typ}, nil
+	}
+	return selector{}, fmt.Errorf("unknown expression %q", "ct original "+w)
+}
+
+// update reads "update|add @SET { SELECTORS [timeout T] [: SELECTORS] }"
+// or "delete @MAP { SELECTORS : SELECTORS }".
 func (p *ruleParser) update() error {
-	name := p.peek(1).text
+	kind, name := exprUpdate, p.peek(1).text
+	if p.peek(0).is("delete") {
+		kind = exprDelete
+	}
 	if len(name) < 2 || name[0] != '@' || !p.peek(2).is("{") {
-		return fmt.Errorf("want \"update @SET { KEY }\"")
+		return fmt.Errorf("want \"%s @SET { KEY }\"", p.peek(0).text)
 	}
 	p.i += 3
-	s, err := p.selector()
-	if err != nil {
+	e := expr{kind: kind, setName: name[1:]}
+	var err error
+	if e.sels, err = p.selectorList(); err != nil {
 		return err
 	}
+	if p.peek(0).is("timeout") {
+		if e.timeout, err = parseDuration(p.peek(1).text); err != nil || kind == exprDelete {
+			return fmt.Errorf("timeout %q", p.peek(1).text)
+		}
+		p.i += 2
+	}
+	if p.peek(0).is(":") {
+		p.i++
+		if e.vals, err = p.selectorList(); err != nil {
+			return err
+		}
+	}
 	if !p.peek(0).is("}") {
-		return fmt.Errorf("update keys other than one selector are not supported")
+		return fmt.Errorf("want \"}\" after the element, have %q", p.peek(0).text)
 	}
 	p.i++
-	p.r.exprs = append(p.r.exprs, expr{kind: exprUpdate, sels: []selector{s}, setName: name[1:]})
+	p.r.exprs = append(p.r.exprs, e)
 	return nil
+}
+
+// selectorList reads "SELECTOR [. SELECTOR ...]".
+func (p *ruleParser) selectorList() ([]selector, error) {
+	var sels []selector
+	for {
+		s, err := p.selector()
+		if err != nil {
+			return nil, err
+		}
+		if s.kind == selNumgen {
+			return nil, fmt.Errorf("numgen in a dynamic set's element")
+		}
+		sels = append(sels, s)
+		if !p.peek(0).is(".") {
+			return sels, nil
+		}
+		p.i++
+	}
 }

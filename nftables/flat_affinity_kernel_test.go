@@ -1,0 +1,154 @@
+//go:build linux
+
+package nftables_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/nftables"
+)
+
+// TestKernelFlatAffinity sends real TCP connections through the flat
+// layout's ClientIP affinity (IPv4): each client stays on one endpoint of a
+// cluster IP; after its endpoint is replaced (an element-only change over
+// netlink, or through nft when the count of local endpoints changes), a
+// client bound to it reaches it no more and is bound to a
+// current endpoint, while a client bound to another endpoint keeps it; an
+// external client of an external IP under externalTrafficPolicy Local
+// stays on one local endpoint. The affinity map holds one entry per client
+// and frontend.
+func TestKernelFlatAffinity(t *testing.T) {
+	netns.Require(t, "nft")
+	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 3, RemotePods: 1, Clients: 2})
+	c.StartEcho(8080)
+	nft := c.Node.ToolOnPath(t, "nft")
+	local0, local1, local2, remote := c.Pods[0], c.Pods[1], c.Pods[2], c.Pods[3]
+	cfg := config4()
+	cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR4}
+	endpoints := func(hosts ...*netns.Host) []ep {
+		var eps []ep
+		for _, h := range hosts {
+			n := node
+			if h == remote {
+				n = "node-b"
+			}
+			eps = append(eps, ep{ip: h.IPv4.String(), node: n})
+		}
+		return eps
+	}
+	w := newWorld(t, cfg)
+	w.add(svc("ns1", "sticky", "198.19.0.10", externalIPs("198.19.200.10"), externalLocal, affinity(600)),
+		slice("ns1", "sticky", 8080, endpoints(local0, local1, remote)...))
+	rs := w.build()
+	fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultFlatTable)
+	tx := fake.NewTransaction()
+	st, res := nftables.RenderFlat(tx, rs, nftables.Options{})
+	if len(res.Warnings) > 0 {
+		t.Fatalf("warnings: %v", res.Warnings)
+	}
+	runScript(t, c.Node, nft, tx.String())
+
+	clusterIP, externalIP := netip.MustParseAddrPort("198.19.0.10:80"), netip.MustParseAddrPort("198.19.200.10:80")
+	bound := map[string]string{}
+	for _, client := range c.Clients {
+		bound[client.Label] = stickTo(t, client, clusterIP)
+	}
+	if got := stickTo(t, c.Clients[0], externalIP); got != local0.Label && got != local1.Label {
+		t.Errorf("%s → %s (Local) stays on %s, want a local endpoint", c.Clients[0].Label, externalIP, got)
+	}
+	if n := affinityEntries(t, c.Node, nft); n != 3 {
+		t.Errorf("affinity map holds %d entries, want 3 (two clients of the cluster IP, one of the external IP)", n)
+	}
+
+	// Replace client 0's endpoint by local2.
+	gone := bound[c.Clients[0].Label]
+	kept := []*netns.Host{local2}
+	for _, h := range []*netns.Host{local0, local1, remote} {
+		if h.Label != gone {
+			kept = append(kept, h)
+		}
+	}
+	w.add(slice("ns1", "sticky", 8080, endpoints(kept...)...))
+	next := w.update(rs)
+	tx = fake.NewTransaction()
+	ch, err := nftables.RenderFlatChanges(tx, st, rs, next)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case ch.ElementsOnly:
+		applyOverNetlink(t, c.Node, ch)
+	default: // a remote endpoint replaced by a local one: the local count changes
+		runScript(t, c.Node, nft, tx.String())
+	}
+	if got := stickTo(t, c.Clients[0], clusterIP); got == gone {
+		t.Errorf("%s reaches %s after it was removed", c.Clients[0].Label, gone)
+	}
+	if other := bound[c.Clients[1].Label]; other != gone {
+		if got := stickTo(t, c.Clients[1], clusterIP); got != other {
+			t.Errorf("%s moved from %s to %s, whose endpoint stayed", c.Clients[1].Label, other, got)
+		}
+	}
+	runScript(t, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+}
+
+// stickTo connects 12 times from client to dst and returns the one
+// endpoint they all reached; it fails the test when they reached several.
+// Each connection may take a SYN retransmission: the first after its
+// endpoint went is dropped.
+func stickTo(t *testing.T, client *netns.Host, dst netip.AddrPort) string {
+	t.Helper()
+	got := map[string]int{}
+	var last string
+	for range 12 {
+		r, err := client.TCP(dst, 4*time.Second)
+		if err != nil {
+			t.Fatalf("%s → %s: %v", client.Label, dst, err)
+		}
+		got[r.Identity]++
+		last = r.Identity
+	}
+	if len(got) != 1 {
+		t.Fatalf("%s → %s reached %v, want one endpoint", client.Label, dst, got)
+	}
+	return last
+}
+
+// affinityEntries counts the elements of the IPv4 affinity map of TCP.
+func affinityEntries(t *testing.T, h *netns.Host, nft string) int {
+	t.Helper()
+	out, err := h.Run(context.Background(), nft, "-j", "list", "map", "ip", nftables.DefaultFlatTable, "affinity-tcp")
+	if err != nil {
+		t.Fatalf("nft list map: %v\n%s", err, out)
+	}
+	return countJSONElements(t, out)
+}
+
+// countJSONElements counts the elements of the one set or map that
+// `nft -j list map` printed.
+func countJSONElements(t *testing.T, out string) int {
+	t.Helper()
+	var listing struct {
+		Nftables []struct {
+			Map *struct {
+				Elem []json.RawMessage `json:"elem"`
+			} `json:"map"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal([]byte(out), &listing); err != nil {
+		t.Fatalf("nft -j list map: %v\n%s", err, out)
+	}
+	for _, o := range listing.Nftables {
+		if o.Map != nil {
+			return len(o.Map.Elem)
+		}
+	}
+	t.Fatalf("nft -j list map printed no map:\n%s", out)
+	return 0
+}

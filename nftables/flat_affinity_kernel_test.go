@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
@@ -23,7 +24,8 @@ import (
 // current endpoint, while a client bound to another endpoint keeps it; an
 // external client of an external IP under externalTrafficPolicy Local
 // stays on one local endpoint. The affinity map holds one entry per client
-// and frontend.
+// and frontend. Turning affinity off and on again (its chains, maps and
+// sets go and come back) goes through nft.
 func TestKernelFlatAffinity(t *testing.T) {
 	netns.Require(t, "nft")
 	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 3, RemotePods: 1, Clients: 2})
@@ -94,6 +96,27 @@ func TestKernelFlatAffinity(t *testing.T) {
 		if got := stickTo(t, c.Clients[1], clusterIP); got != other {
 			t.Errorf("%s moved from %s to %s, whose endpoint stayed", c.Clients[1].Label, other, got)
 		}
+	}
+
+	// Affinity off, then on again: its chains, maps and sets go and come
+	// back through nft, in transactions the kernel takes.
+	for _, on := range []bool{false, true} {
+		mods := []func(*v1.Service){externalIPs("198.19.200.10"), externalLocal}
+		if on {
+			mods = append(mods, affinity(600))
+		}
+		w.add(svc("ns1", "sticky", "198.19.0.10", mods...))
+		after := w.update(next)
+		tx = fake.NewTransaction()
+		if ch, err = nftables.RenderFlatChanges(tx, st, next, after); err != nil || ch.ElementsOnly {
+			t.Fatalf("affinity on %v: err %v, elements only %v", on, err, ch.ElementsOnly)
+		}
+		runScript(t, c.Node, nft, tx.String())
+		next = after
+	}
+	stickTo(t, c.Clients[0], clusterIP)
+	if n := affinityEntries(t, c.Node, nft); n != 1 {
+		t.Errorf("affinity map holds %d entries after it came back, want 1", n)
 	}
 	runScript(t, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
 }

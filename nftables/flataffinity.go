@@ -389,10 +389,11 @@ func affinityChanged(before, after map[affinityClass]int) bool {
 // holds (those that exist already stay as they are), before elements go
 // into them.
 func (st *FlatState) addAffinityObjects(tx *knftables.Transaction, t *model.Table) {
-	for _, s := range st.r.affinitySets(newAffinityUse(st.affinity)) {
+	u := newAffinityUse(st.affinity)
+	for _, s := range st.r.affinitySets(u) {
 		tx.Add(t.SetObject(s))
 	}
-	for _, c := range st.r.affinityChains(newAffinityUse(st.affinity)) {
+	for _, c := range st.r.affinityChains(u) {
 		tx.Add(t.ChainObject(c))
 	}
 }

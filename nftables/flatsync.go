@@ -14,8 +14,9 @@ import (
 
 // FlatState is what the flat layout's incremental render knows about the
 // table it writes: the endpoint counts in use per target group and
-// protocol, and the hairpin addresses, each with the number of Service
-// ports that use it.
+// protocol, the hairpin addresses and the affinity classes (group,
+// protocol, timeout), each with the number of Service ports (or frontends)
+// that use it.
 // RenderFlat, FlatScript and FlatFirstSync make it; RenderFlatChanges
 // updates it in place, so after a transaction that failed the caller
 // renders the whole table again.

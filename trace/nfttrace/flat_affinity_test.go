@@ -10,6 +10,16 @@ import (
 	"github.com/svcproxy/svcproxy/trace"
 )
 
+// flatAffinityPackets reach every kind of outcome of the flat affinity
+// demo table (see TestEvaluateFlatAffinity).
+var flatAffinityPackets = []string{
+	"tcp 198.18.9.1:40000 -> 198.19.0.10:80",            // sticky: listed entry
+	"tcp 198.18.9.2:40000 -> 198.19.0.10:80",            // sticky: listed entry to a removed endpoint
+	"tcp 198.18.9.3:40000 -> 198.19.200.1:80",           // external IP, Local: listed entry to a remote endpoint
+	"tcp 198.18.64.9:40000 -> 198.19.200.1:80 from pod", // external IP from a pod: short-circuit
+	"tcp 198.18.9.1:40000 -> 198.19.0.11:80",            // web: no affinity
+}
+
 // TestEvaluateFlatAffinity: ClientIP affinity in the flat layout
 // (testdata/flat-affinity*.nft: sticky in namespace ns1, 600 s, cluster
 // IP 198.19.0.10, node port 30080 and external IP 198.19.200.1 under
@@ -33,16 +43,16 @@ func TestEvaluateFlatAffinity(t *testing.T) {
 		packet         string
 		rendered, held trace.Outcome
 	}{
-		{"tcp 198.18.9.1:40000 -> 198.19.0.10:80", outside,
+		{flatAffinityPackets[0], outside,
 			trace.Outcome{Result: trace.Forwarded, Service: sticky, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.65.2:8080", 1, true)}, Masquerade: true, Affinity: tenMinutes}},
-		{"tcp 198.18.9.2:40000 -> 198.19.0.10:80", outside,
+		{flatAffinityPackets[1], outside,
 			trace.Outcome{Result: trace.Dropped, Service: sticky, Kind: ruleset.KindClusterIP}},
-		{"tcp 198.18.9.3:40000 -> 198.19.200.1:80",
+		{flatAffinityPackets[2],
 			trace.Outcome{Result: trace.Forwarded, Service: sticky, Kind: ruleset.KindExternalIP, Targets: []ruleset.Choice{choice("198.18.64.2:8080", 1, false)}, Affinity: tenMinutes},
 			trace.Outcome{Result: trace.Dropped, Service: sticky, Kind: ruleset.KindExternalIP}},
-		{"tcp 198.18.64.9:40000 -> 198.19.200.1:80 from pod",
+		{flatAffinityPackets[3],
 			trace.Outcome{Result: trace.Forwarded, Service: sticky, Kind: ruleset.KindExternalIP, Targets: both(false), ShortCircuit: true, Affinity: tenMinutes}, trace.Outcome{}},
-		{"tcp 198.18.9.1:40000 -> 198.19.0.11:80",
+		{flatAffinityPackets[4],
 			trace.Outcome{Result: trace.Forwarded, Service: web, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.64.3:8080", 1, true)}, Masquerade: true}, trace.Outcome{}},
 	}
 	for _, name := range []string{"flat-affinity.nft", "flat-affinity-listed.nft", "flat-affinity-listed.json"} {

@@ -50,6 +50,13 @@ import (
 // too), not to the Service port across its frontends. A full sync replaces
 // the table, and with it the clients' entries.
 
+// affinityMapSize bounds the clients of all frontends of one protocol
+// that an affinity map holds. The kernel's default for a dynamic set,
+// 65,535, is what kube-proxy's layout has per endpoint; here one map holds
+// the entries of every frontend. Beyond the bound a new client is served
+// without affinity until entries expire.
+const affinityMapSize = 1 << 20
+
 // affinityClass is what a frontend with affinity needs from the table
 // beyond its own elements: the group whose chain looks its clients up,
 // its protocol, and its timeout in seconds.
@@ -188,7 +195,7 @@ func (r *flatRenderer) affinitySets(u affinityUse) []*model.Set {
 	var sets []*model.Set
 	for _, p := range u.protos {
 		sets = append(sets, &model.Set{Name: affinityMapName(p), Key: append([]model.Expr{r.saddr}, addr...),
-			Value: []model.Expr{r.daddr, dportField(p)}, Dynamic: true, Comment: "the endpoints of clients with ClientIP affinity (written by the packet path)"})
+			Value: []model.Expr{r.daddr, dportField(p)}, Dynamic: true, Size: affinityMapSize, Comment: "the endpoints of clients with ClientIP affinity (written by the packet path)"})
 	}
 	for g := range numGroups {
 		for _, p := range u.gates[g] {

@@ -30,13 +30,13 @@ func TestDynamicStatementText(t *testing.T) {
 }
 
 // TestDynamicMapDeclaration: a dynamic map is declared with the flags
-// dynamic and timeout, in a script and as a knftables object, and holds no
-// elements of the table's.
+// dynamic and timeout and its size, in a script and as a knftables object,
+// and holds no elements of the table's.
 func TestDynamicMapDeclaration(t *testing.T) {
 	tb := &Table{Family: IPv4, Name: "t", Sets: []*Set{{
-		Name: "affinity-tcp", Key: []Expr{IPSaddr, IPDaddr, L4Proto, THDport}, Value: []Expr{IPDaddr, TCPDport}, Dynamic: true,
+		Name: "affinity-tcp", Key: []Expr{IPSaddr, IPDaddr, L4Proto, THDport}, Value: []Expr{IPDaddr, TCPDport}, Dynamic: true, Size: 1 << 20,
 	}}}
-	want := "add map ip t affinity-tcp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; }"
+	want := "add map ip t affinity-tcp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; size 1048576 ; }"
 	if got := scriptLine(tb.Script(), "add map "); got != want {
 		t.Errorf("script declares %q, want %q", got, want)
 	}
@@ -46,6 +46,9 @@ func TestDynamicMapDeclaration(t *testing.T) {
 	}
 	if diff := cmp.Diff([]knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, m.Flags); diff != "" {
 		t.Errorf("knftables flags (-want +got):\n%s", diff)
+	}
+	if m.Size == nil || *m.Size != 1<<20 {
+		t.Errorf("knftables size %v, want 1048576", m.Size)
 	}
 	if len(tb.NetlinkElements()) != 0 || strings.Contains(tb.Definitions(), "add element") {
 		t.Errorf("a table without elements writes some:\n%s", tb.Definitions())

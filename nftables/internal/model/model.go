@@ -133,6 +133,9 @@ type Set struct {
 	// whose elements expire (flags dynamic,timeout); its elements are not
 	// part of the Table.
 	Dynamic bool
+	// Size bounds the number of elements (0: the kernel's default, 65,535
+	// for a dynamic set); the packet path adds none beyond it.
+	Size    uint32
 	Comment string
 }
 

@@ -74,6 +74,9 @@ func (t *Table) writeDefinitions(b *strings.Builder) {
 		if s.Dynamic {
 			b.WriteString(" flags dynamic,timeout ;")
 		}
+		if s.Size > 0 {
+			b.WriteString(" size " + strconv.FormatUint(uint64(s.Size), 10) + " ;")
+		}
 		b.WriteString(commentClause(s.Comment) + " }\n")
 	}
 	for _, c := range t.Chains {

@@ -36,12 +36,17 @@ func (t *Table) SetObject(s *Set) knftables.Object {
 	if s.Dynamic {
 		flags = append(flags, knftables.DynamicFlag, knftables.TimeoutFlag)
 	}
+	var size *uint64
+	if s.Size > 0 {
+		n := uint64(s.Size)
+		size = &n
+	}
 	if s.IsMap() {
 		return &knftables.Map{Family: t.knftFamily(), Table: t.Name, Name: s.Name,
-			TypeOf: Concat(s.Key).String() + " : " + Concat(s.Value).String(), Flags: flags, Comment: optional(s.Comment)}
+			TypeOf: Concat(s.Key).String() + " : " + Concat(s.Value).String(), Flags: flags, Size: size, Comment: optional(s.Comment)}
 	}
 	return &knftables.Set{Family: t.knftFamily(), Table: t.Name, Name: s.Name,
-		TypeOf: Concat(s.Key).String(), Flags: flags, Comment: optional(s.Comment)}
+		TypeOf: Concat(s.Key).String(), Flags: flags, Size: size, Comment: optional(s.Comment)}
 }
 
 // ChainObject is the knftables Chain that declares c (without its rules).

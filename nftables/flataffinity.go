@@ -40,7 +40,8 @@ import (
 //     frontend). A flow to an endpoint that is no longer a target (a
 //     remembered endpoint that was removed, or that is not a target for
 //     that source any more) is dropped and the client's entry deleted:
-//     the client's next attempt gets a fresh choice. A removed endpoint
+//     the client's next attempt (for TCP, the SYN's retransmission) gets
+//     a fresh choice. A removed endpoint
 //     thus receives no new connection, and a client keeps its endpoint for
 //     its timeout after its last new connection while the endpoint stays a
 //     target.

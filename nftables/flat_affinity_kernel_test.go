@@ -175,3 +175,45 @@ func countJSONElements(t *testing.T, out string) int {
 	t.Fatalf("nft -j list map printed no map:\n%s", out)
 	return 0
 }
+
+// TestKernelFlatAffinityTimeout: a client's entry lasts its Service's
+// timeout after its last new connection, not after its first: with a
+// timeout of 2 s, four connections 1.2 s apart keep it (and the client on
+// one endpoint) 4.8 s after the first; 2.5 s without one expire it.
+func TestKernelFlatAffinityTimeout(t *testing.T) {
+	netns.Require(t, "nft")
+	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 2, Clients: 1})
+	c.StartEcho(8080)
+	nft := c.Node.ToolOnPath(t, "nft")
+	cfg := config4()
+	cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR4}
+	w := newWorld(t, cfg)
+	w.add(svc("ns1", "sticky", "198.19.0.10", affinity(2)),
+		slice("ns1", "sticky", 8080, ep{ip: c.Pods[0].IPv4.String(), node: node}, ep{ip: c.Pods[1].IPv4.String(), node: node}))
+	tx := knftables.NewFake(knftables.IPv4Family, nftables.DefaultFlatTable).NewTransaction()
+	nftables.RenderFlat(tx, w.build(), nftables.Options{})
+	runScript(t, c.Node, nft, tx.String())
+	defer runScript(t, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+
+	dst := netip.MustParseAddrPort("198.19.0.10:80")
+	first := ""
+	for i := range 4 {
+		r, err := c.Clients[0].TCP(dst, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == "" {
+			first = r.Identity
+		} else if r.Identity != first {
+			t.Fatalf("connection %d reached %s, the first %s: the entry expired 2 s after the first connection, not the last", i, r.Identity, first)
+		}
+		time.Sleep(1200 * time.Millisecond)
+	}
+	if n := affinityEntries(t, c.Node, nft); n != 1 {
+		t.Fatalf("%d entries after 4.8 s of connections 1.2 s apart, want 1", n)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if n := affinityEntries(t, c.Node, nft); n != 0 {
+		t.Errorf("%d entries 3.7 s after the last connection, want 0 (timeout 2 s)", n)
+	}
+}

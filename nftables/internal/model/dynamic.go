@@ -1,6 +1,9 @@
 package model
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+)
 
 // CtOriginal is a field of a connection's original direction, as conntrack
 // recorded it before any NAT: after a DNAT, the address and port that the
@@ -57,4 +60,44 @@ func (s DeleteMap) String() string { return string(s.appendText(nil)) }
 func (s DeleteMap) appendText(b []byte) []byte {
 	b = appendExprs(append(append(append(b, "delete @"...), s.Map...), " { "...), s.Key)
 	return append(appendExprs(append(b, " : "...), s.Value), " }"...)
+}
+
+// JHash is the kernel's jhash of Key's bytes (each field padded to 4
+// bytes) with Seed, scaled to 32 bits
+// (`jhash ip6 saddr . ip6 daddr . th dport mod 4294967295 seed 0x1`). Two
+// rules that hash the same bytes with the same seed get the same value.
+type JHash struct {
+	Key  []Expr
+	Seed uint32
+}
+
+func (h JHash) String() string {
+	return fmt.Sprintf("jhash %s mod 4294967295 seed %#x", Concat(h.Key), h.Seed)
+}
+
+// DNATMaps rewrites the destination address to the value that AddrKey has
+// in the map AddrMap and the port to the value that PortKey has in the map
+// PortMap (`dnat ip6 to K map @a : K2 map @p`); a key that either map does
+// not hold ends the rule.
+type DNATMaps struct {
+	Family           Family
+	AddrKey, PortKey []Expr
+	AddrMap, PortMap string
+}
+
+func (s DNATMaps) String() string {
+	return fmt.Sprintf("dnat %s to %s map @%s : %s map @%s", s.Family, Concat(s.AddrKey), s.AddrMap, Concat(s.PortKey), s.PortMap)
+}
+
+// size is the datum's own length in bytes, outside a concatenation.
+func (d Datum) size() int {
+	switch d.kind {
+	case datumPort:
+		return 2
+	case datumProto:
+		return 1
+	case datumAddr, datumPrefix:
+		return d.addr.BitLen() / 8
+	}
+	return 4
 }

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"bytes"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -22,6 +24,10 @@ func TestDynamicStatementText(t *testing.T) {
 			"delete @affinity-udp { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst : ip daddr . udp dport }"},
 		{InSet{Key: []Expr{CtOrigIP6Daddr, L4Proto, CtOrigProtoDst}, Set: "affinity-60s"},
 			"ct original ip6 daddr . meta l4proto . ct original proto-dst @affinity-60s"},
+		{DNATMaps{Family: IPv6, AddrKey: []Expr{JHash{Key: []Expr{IP6Saddr, IP6Daddr, THDport}, Seed: 0x5eed}}, AddrMap: "affinity-tcp", PortKey: []Expr{THDport}, PortMap: "ports"},
+			"dnat ip6 to jhash ip6 saddr . ip6 daddr . th dport mod 4294967295 seed 0x5eed map @affinity-tcp : th dport map @ports"},
+		{UpdateMap{Map: "affinity-udp", Key: []Expr{JHash{Key: []Expr{IP6Saddr, CtOrigIP6Daddr, CtOrigProtoDst}, Seed: 1}}, Timeout: 60, Value: []Expr{IP6Daddr}},
+			"update @affinity-udp { jhash ip6 saddr . ct original ip6 daddr . ct original proto-dst mod 4294967295 seed 0x1 timeout 60s : ip6 daddr }"},
 	} {
 		if got := c.s.String(); got != c.want {
 			t.Errorf("%#v prints %q, want %q", c.s, got, c.want)
@@ -62,4 +68,23 @@ func scriptLine(s, prefix string) string {
 		}
 	}
 	return ""
+}
+
+// TestEncodeOneField: a key or value of one field has the field's own
+// length; in a concatenation each field takes 4 bytes (16 for IPv6).
+func TestEncodeOneField(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ds   []Datum
+		want []byte
+	}{
+		{"port", []Datum{Port(8080)}, []byte{0x1f, 0x90}},
+		{"protocol", []Datum{Proto(6)}, []byte{6}},
+		{"IPv4 address", []Datum{Addr(netip.MustParseAddr("198.18.0.1"))}, []byte{198, 18, 0, 1}},
+		{"protocol . port", []Datum{Proto(6), Port(8080)}, []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}},
+	} {
+		if got, _ := encode(c.ds); !bytes.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
 }

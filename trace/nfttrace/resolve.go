@@ -59,6 +59,11 @@ func (t *Table) resolveRule(r *rule) error {
 		if err := checkSetUse(e); err != nil {
 			return err
 		}
+		if e.portSetName != "" {
+			if e.portSet = t.sets[e.portSetName]; e.portSet == nil {
+				return fmt.Errorf("no map %s", e.portSetName)
+			}
+		}
 		if e.kind == exprDnatMap {
 			if err := checkDNATMap(t.family, e); err != nil {
 				return err

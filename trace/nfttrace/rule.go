@@ -23,6 +23,9 @@ const (
 	// before any NAT (`ct original ip daddr`, `ct original proto-dst`).
 	selOrigDaddr
 	selOrigDport
+	// selJHash is the kernel's jhash of inner selectors' values
+	// (`jhash SELECTORS mod N seed S [offset O]`).
+	selJHash
 )
 
 // selector reads one value from the packet: `ip daddr`, `meta l4proto`,
@@ -33,8 +36,11 @@ type selector struct {
 	typ   dataType
 	proto uint64 // for tcp/udp/sctp dport: the protocol it requires
 	mask  uint64 // for meta mark & MASK
-	mod   uint64 // numgen
-	off   uint64 // numgen offset
+	mod   uint64 // numgen, jhash
+	off   uint64 // numgen, jhash offset
+	// jhash: the selectors hashed, and the seed.
+	inner []selector
+	seed  uint32
 }
 
 // exprKind is the kind of one expression of a rule.
@@ -69,6 +75,11 @@ type expr struct {
 	markOp       string // "set", "or", "xor", "and"
 	markVal      uint64
 	dnat         netip.AddrPort // port 0: keep the destination port
+	// dnat to two maps (`dnat to K map @a : K2 map @p`): the port's key
+	// and map; the address map is setName.
+	portSels    []selector
+	portSetName string
+	portSet     *set
 	// update and delete: the selectors of a map element's value, and the
 	// element's timeout (0: the set's own).
 	vals    []selector
@@ -181,6 +192,9 @@ func (p *ruleParser) statement() error {
 func (p *ruleParser) selector() (selector, error) {
 	if p.peek(0).is("ct") && p.peek(1).is("original") {
 		return p.ctOriginal()
+	}
+	if p.peek(0).is("jhash") {
+		return p.jhash()
 	}
 	w, f := p.peek(0).text, p.peek(1).text
 	p.i += 2
@@ -427,6 +441,48 @@ func (p *ruleParser) ctOriginal() (selector, error) {
 		return selector{kind: selOrigDaddr, typ: typ}, nil
 	}
 	return selector{}, fmt.Errorf("unknown expression %q", "ct original "+w)
+}
+
+// jhash reads "jhash SELECTOR [. SELECTOR ...] mod N [seed S] [offset O]"
+// at p.i.
+func (p *ruleParser) jhash() (selector, error) {
+	p.i++
+	s := selector{kind: selJHash, typ: typeInt}
+	for {
+		in, err := p.selector()
+		if err != nil {
+			return selector{}, err
+		}
+		if in.kind == selNumgen || in.kind == selJHash {
+			return selector{}, fmt.Errorf("jhash of %q", "numgen or jhash")
+		}
+		s.inner = append(s.inner, in)
+		if !p.peek(0).is(".") {
+			break
+		}
+		p.i++
+	}
+	if !p.peek(0).is("mod") {
+		return selector{}, fmt.Errorf("jhash without a modulus")
+	}
+	mod, err := strconv.ParseUint(p.peek(1).text, 0, 32)
+	if err != nil || mod == 0 {
+		return selector{}, fmt.Errorf("jhash modulus %q", p.peek(1).text)
+	}
+	s.mod, p.i = mod, p.i+2
+	for p.peek(0).is("seed") || p.peek(0).is("offset") {
+		n, err := strconv.ParseUint(p.peek(1).text, 0, 32)
+		if err != nil {
+			return selector{}, fmt.Errorf("jhash %s %q", p.peek(0).text, p.peek(1).text)
+		}
+		if p.peek(0).is("seed") {
+			s.seed = uint32(n)
+		} else {
+			s.off = n
+		}
+		p.i += 2
+	}
+	return s, nil
 }
 
 // update reads "update|add @SET { SELECTORS [timeout T] [: SELECTORS] }"

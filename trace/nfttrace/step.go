@@ -223,6 +223,12 @@ func (ev *evaluation) key(b *branch, sels []selector) ([]datum, bool) {
 			key[i] = datum{addr: b.pkt.origDaddr}
 		case selOrigDport:
 			key[i] = datum{num: uint64(b.pkt.origDport)}
+		case selJHash:
+			inner, ok := ev.key(b, s.inner)
+			if !ok {
+				return nil, false
+			}
+			key[i] = datum{num: jhashValue(s, inner)}
 		}
 	}
 	return key, true

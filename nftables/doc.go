@@ -52,9 +52,10 @@
 // changes (see layout.go and flat.go). The Executor syncs either layout;
 // Render, RenderChanges and Script always render kube-proxy's, and
 // RenderFlat, FlatScript and RenderFlatChanges the flat one. The flat
-// layout renders ClientIP affinity in IPv4 tables as data too (a dynamic
-// map per protocol that the packet path fills, see flataffinity.go); in
-// IPv6 tables such ports are served without it and named in a warning.
+// layout renders ClientIP affinity as data too (a dynamic map per protocol
+// that the packet path fills, see flataffinity.go); an IPv6 port whose
+// endpoints listen on different ports is served without it and named in a
+// warning.
 //
 // # Rendering
 //

@@ -49,8 +49,8 @@ import (
 //
 // ClientIP session affinity lives in a dynamic map per protocol that the
 // packet path fills, with lookups in the group chains and a check after
-// DNAT (see flataffinity.go). IPv6 tables do not render it: a Service port
-// that asks for it is served without it, and named in a warning.
+// DNAT (see flataffinity.go). An IPv6 port whose endpoints listen on
+// different ports is served without it, and named in a warning.
 
 // flatGroup is a target group: the frontends of one kind whose traffic
 // goes, under the same conditions, to one list of targets.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/nftables"
+	"github.com/svcproxy/svcproxy/trace"
+	"github.com/svcproxy/svcproxy/trace/nfttrace"
 )
 
 // TestKernelFlatAffinity sends real TCP connections through the flat
@@ -215,5 +217,65 @@ func TestKernelFlatAffinityTimeout(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	if n := affinityEntries(t, c.Node, nft); n != 0 {
 		t.Errorf("%d entries 3.7 s after the last connection, want 0 (timeout 2 s)", n)
+	}
+}
+
+// TestKernelFlatAffinityIPv6: in an IPv6 table (a hashed client . frontend
+// key, the target port from its own map) each client stays on one
+// endpoint of a cluster IP and of a node port, and the map holds one entry
+// per client and frontend.
+func TestKernelFlatAffinityIPv6(t *testing.T) {
+	netns.Require(t, "nft")
+	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 3, Clients: 2})
+	c.StartEcho(8080)
+	nft := c.Node.ToolOnPath(t, "nft")
+	cfg := config6()
+	cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR6}
+	w := newWorld(t, cfg)
+	var eps []ep
+	for _, p := range c.Pods {
+		eps = append(eps, ep{ip: p.IPv6.String(), node: node})
+	}
+	w.add(svc("ns1", "sticky", "2001:db8:19::10", nodePort(30080), affinity(600)), slice("ns1", "sticky", 8080, eps...))
+	tx := knftables.NewFake(knftables.IPv6Family, nftables.DefaultFlatTable).NewTransaction()
+	if _, res := nftables.RenderFlat(tx, w.build(), nftables.Options{}); len(res.Warnings) > 0 {
+		t.Fatalf("warnings: %v", res.Warnings)
+	}
+	runScript(t, c.Node, nft, tx.String())
+	defer runScript(t, c.Node, nft, "delete table ip6 "+nftables.DefaultFlatTable+"\n")
+	clusterIP := netip.MustParseAddrPort("[2001:db8:19::10]:80")
+	bound := map[string]string{}
+	for _, client := range c.Clients {
+		bound[client.Label] = stickTo(t, client, clusterIP)
+		stickTo(t, client, netip.AddrPortFrom(c.Node.IPv6, 30080))
+	}
+	out, err := c.Node.Run(context.Background(), nft, "-j", "list", "map", "ip6", nftables.DefaultFlatTable, "affinity-tcp")
+	if err != nil {
+		t.Fatalf("nft list map: %v\n%s", err, out)
+	}
+	if n := countJSONElements(t, out); n != 4 {
+		t.Errorf("affinity map holds %d entries, want 4 (two clients, two frontends)", n)
+	}
+	// The evaluator hashes the client as the kernel does: the listed table
+	// sends each client to the endpoint it stuck to.
+	for _, args := range [][]string{{"list"}, {"-j", "list"}} {
+		listed, err := c.Node.Run(context.Background(), nft, append(args, "table", "ip6", nftables.DefaultFlatTable)...)
+		if err != nil {
+			t.Fatalf("nft %v: %v", args, err)
+		}
+		tb, err := nfttrace.Parse(listed)
+		if err != nil {
+			t.Fatalf("nft %v: %v", args, err)
+		}
+		for _, client := range c.Clients {
+			pod := map[string]netip.AddrPort{}
+			for _, p := range c.Pods {
+				pod[p.Label] = netip.AddrPortFrom(p.IPv6, 8080)
+			}
+			o, path, err := tb.Evaluate(trace.Packet{Protocol: v1.ProtocolTCP, Src: netip.AddrPortFrom(client.IPv6, 40000), Dst: clusterIP})
+			if err != nil || len(o.Targets) != 1 || o.Targets[0].Endpoint != pod[bound[client.Label]] {
+				t.Errorf("nft %v: %s evaluates to %v, %v; want %s only\npath:\n%s", args, client.Label, o, err, bound[client.Label], path)
+			}
+		}
 	}
 }

@@ -98,17 +98,34 @@ func TestFlatAffinityChanges(t *testing.T) {
 	}
 }
 
-// TestFlatAffinityIPv6Warns: an IPv6 table serves a Service port with
-// ClientIP affinity without it, names the port in a warning, and holds no
-// affinity map, set or chain.
-func TestFlatAffinityIPv6Warns(t *testing.T) {
+// TestFlatAffinityIPv6: an IPv6 table renders ClientIP affinity for a
+// port whose endpoints listen on one port (the port comes from its own
+// map), and serves a port whose endpoints listen on different ports
+// without it, named in a warning.
+func TestFlatAffinityIPv6(t *testing.T) {
 	w := newWorld(t, config6())
-	w.add(svc("ns1", "a", "2001:db8:19::10", affinity(600)), slice("ns1", "a", 8080, ep{ip: "2001:db8:18:40::2", node: node}))
+	other := slice("ns1", "b", 9090, ep{ip: "2001:db8:18:40::5", node: node})
+	other.Name = "b-2"
+	w.add(svc("ns1", "a", "2001:db8:19::10", affinity(600)), slice("ns1", "a", 8080, ep{ip: "2001:db8:18:40::2", node: node}, ep{ip: "2001:db8:18:40::3", node: node}),
+		svc("ns1", "b", "2001:db8:19::11", affinity(600)), slice("ns1", "b", 8080, ep{ip: "2001:db8:18:40::4", node: node}), other)
 	_, script, res := nftables.FlatScript(w.build(), nftables.Options{})
-	if len(res.Warnings) != 1 || res.Warnings[0].Name != "a" || !strings.Contains(res.Warnings[0].Reason, "ClientIP session affinity") {
-		t.Errorf("warnings %v, want one about a's affinity", res.Warnings)
+	if len(res.Warnings) != 1 || res.Warnings[0].Name != "b" || !strings.Contains(res.Warnings[0].Reason, "different ports") {
+		t.Errorf("warnings %v, want one about b's affinity", res.Warnings)
 	}
-	if strings.Contains(script, "affinity") {
-		t.Errorf("an IPv6 table with affinity structures:\n%s", script)
+	for _, want := range []string{
+		`add element ip6 svcproxy-flat affinity-ports-tcp { 2001:db8:19::10 . 80 comment "ns1/a:p80/TCP" : 8080 }`,
+		`add element ip6 svcproxy-flat cluster-tcp-affinity { 2001:db8:19::10 . tcp . 80 comment "ns1/a:p80/TCP" }`,
+		"dnat ip6 to jhash ip6 saddr . ip6 daddr . th dport mod 4294967295 seed 0x5eed map @affinity-tcp : ip6 daddr . th dport map @affinity-ports-tcp",
+		"update @affinity-tcp { jhash ip6 saddr . ct original ip6 daddr . ct original proto-dst mod 4294967295 seed 0x5eed timeout 600s : ip6 daddr }",
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("no %q in\n%s", want, script)
+		}
+	}
+	for _, line := range scriptLines(script, "add element ") {
+		set := strings.Fields(line)[4]
+		if strings.Contains(set, "affinity") && strings.Contains(line, `"ns1/b:`) {
+			t.Errorf("b, whose endpoints listen on different ports, has affinity elements: %s", line)
+		}
 	}
 }

@@ -5,29 +5,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	v1 "k8s.io/api/core/v1"
 	"pgregory.net/rapid"
 	"sigs.k8s.io/knftables"
 
-	svcaffinity "github.com/svcproxy/svcproxy/affinity"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/trace"
 )
-
-// flatNormalizer is what the flat layout's rules cannot tell in a table of
-// rs's family: an IPv6 table does not render ClientIP affinity (nft 1.0.6
-// cannot write its packet path; the Service port is served without it,
-// with a warning), so its outcomes are compared without it.
-func flatNormalizer(rs *ruleset.Ruleset) func(trace.Outcome) trace.Outcome {
-	if rs.Config().Family != v1.IPv6Protocol {
-		return func(o trace.Outcome) trace.Outcome { return o }
-	}
-	return func(o trace.Outcome) trace.Outcome {
-		o.Affinity = svcaffinity.Policy{}
-		return o
-	}
-}
 
 // genFlatCase is genEvalCase with the cluster rendered in the flat layout,
 // as the script nft -f loads.
@@ -43,10 +27,10 @@ func genFlatCase(t *rapid.T) evalCase {
 }
 
 // flatDivergence evaluates the flat-layout text for each packet and
-// describes the first whose outcome is not the tracer's for rs (in an IPv6
-// table, ClientIP affinity aside: flatNormalizer), or returns "".
+// describes the first whose outcome is not the tracer's for rs, or returns
+// "".
 func flatDivergence(rs *ruleset.Ruleset, text string, packets []trace.Packet) (string, error) {
-	return divergenceAfter(rs, text, packets, flatNormalizer(rs))
+	return divergenceAfter(rs, text, packets, func(o trace.Outcome) trace.Outcome { return o })
 }
 
 // TestFlatMatchesTrace: for random clusters on either node, the flat
@@ -55,8 +39,9 @@ func flatDivergence(rs *ruleset.Ruleset, text string, packets []trace.Packet) (s
 // Service port and kind of frontend, the same targets with their exact
 // shares (numgen in the targets maps' keys) and masquerading, the same
 // short-circuit, and the ClientIP affinity timeout (which the update of
-// the affinity map after DNAT carries), but in IPv6 tables, which do not
-// render affinity.
+// the affinity map after DNAT carries), in both families (the generator's
+// endpoints of a port listen on one port, which IPv6 tables need for
+// affinity).
 func TestFlatMatchesTrace(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := genFlatCase(t)

@@ -20,7 +20,8 @@ import (
 //   - A dynamic map affinity-P per protocol P (flags dynamic,timeout)
 //     holds, per client and frontend (client . address . protocol . port;
 //     for a node port, the node address the client used), the endpoint the
-//     client is bound to. Only the packet path writes it.
+//     client is bound to (in IPv6 tables, keyed by a hash: see
+//     affinityMaps). Only the packet path writes it.
 //   - In a group's chain, before its numgen rules, a frontend in the set
 //     G-P-affinity (its group's frontends with affinity) whose client is
 //     in affinity-P goes to the endpoint found there
@@ -119,21 +120,31 @@ func affinityTimeoutSet(nodePort bool, timeout uint32) string {
 }
 
 // rendersAffinity reports whether the frontends of s get ClientIP
-// affinity: s asks for it, and the table is IPv4. nft 1.0.6 cannot write
-// the packet path's update of an IPv6 affinity map: it runs out of
-// registers for a dynamic-set statement whose key or value concatenates
-// more than 16 bytes (an assertion fails in netlink_linearize.c), and an
-// IPv6 client, frontend and endpoint need 36 and 20.
+// affinity: s asks for it and, in an IPv6 table, its targets all listen on
+// one port (see affinitySets).
 func (r *flatRenderer) rendersAffinity(s *ruleset.Service) bool {
-	return s.Affinity.Enabled() && r.family == model.IPv4
+	return s.Affinity.Enabled() && (r.family == model.IPv4 || targetPort(s) != 0)
+}
+
+// targetPort is the port that every target of s listens on; 0 when they
+// differ or s has none.
+func targetPort(s *ruleset.Service) uint16 {
+	var port uint16
+	for _, t := range slices.Concat(s.ClusterTargets, s.LocalTargets) {
+		if port != 0 && t.Endpoint.Port() != port {
+			return 0
+		}
+		port = t.Endpoint.Port()
+	}
+	return port
 }
 
 // affinityWarnings name a Service port whose affinity is not rendered.
 func (r *flatRenderer) affinityWarnings(s *ruleset.Service) []svcproxy.Warning {
-	if !s.Affinity.Enabled() || r.rendersAffinity(s) {
+	if !s.Affinity.Enabled() || r.rendersAffinity(s) || len(s.ClusterTargets)+len(s.LocalTargets) == 0 {
 		return nil
 	}
-	return []svcproxy.Warning{r.warn(s, "ClientIP session affinity is not rendered by the flat nftables layout for IPv6: served without it")}
+	return []svcproxy.Warning{r.warn(s, "ClientIP session affinity is not rendered by the flat nftables layout for IPv6 endpoints that listen on different ports: served without it")}
 }
 
 // affinityTargets adds what a frontend of s with affinity needs, besides
@@ -151,11 +162,31 @@ func (r *flatRenderer) affinityTargets(p *flatPort, s *ruleset.Service, g flatGr
 			p.elements = append(p.elements, model.Element{Set: set, Key: k, Comment: comment})
 		}
 	}
-	timeoutEl := model.Element{Set: affinityTimeoutSet(g.nodePort(), timeout), Key: key, Comment: comment}
-	if !slices.ContainsFunc(p.elements, func(e model.Element) bool { return e.Set == timeoutEl.Set && slices.Equal(e.Key, key) }) {
-		p.elements = append(p.elements, timeoutEl)
+	once := []model.Element{{Set: affinityTimeoutSet(g.nodePort(), timeout), Key: key, Comment: comment}}
+	if r.family == model.IPv6 {
+		once = append(once, model.Element{Set: affinityPortsMap(g.nodePort(), proto), Key: portKey(key),
+			Value: []model.Datum{model.Port(targetPort(s))}, Comment: comment})
+	}
+	for _, el := range once { // a frontend of two groups (Local policies) has them once
+		if !slices.ContainsFunc(p.elements, func(e model.Element) bool { return e.Set == el.Set && slices.Equal(e.Key, el.Key) }) {
+			p.elements = append(p.elements, el)
+		}
 	}
 }
+
+// portKey is a frontend's key without its protocol: the key of the IPv6
+// affinity ports maps.
+func portKey(key []model.Datum) []model.Datum {
+	return slices.Delete(slices.Clone(key), len(key)-2, len(key)-1)
+}
+
+func affinityPortsMap(nodePort bool, proto uint8) string {
+	return nodePortPrefix(nodePort) + "affinity-ports-" + protoName(proto)
+}
+
+// affinitySeed is the seed of the IPv6 affinity maps' hash: the lookup
+// and the update must hash alike.
+const affinitySeed = 0x5eed
 
 // affinityUse is the affinity structure in use: the classes, and what
 // they imply.
@@ -195,8 +226,7 @@ func (r *flatRenderer) affinitySets(u affinityUse) []*model.Set {
 	target := []model.Expr{r.daddr, model.THDport}
 	var sets []*model.Set
 	for _, p := range u.protos {
-		sets = append(sets, &model.Set{Name: affinityMapName(p), Key: append([]model.Expr{r.saddr}, addr...),
-			Value: []model.Expr{r.daddr, dportField(p)}, Dynamic: true, Size: affinityMapSize, Comment: "the endpoints of clients with ClientIP affinity (written by the packet path)"})
+		sets = append(sets, r.affinityMaps(p)...)
 	}
 	for g := range numGroups {
 		for _, p := range u.gates[g] {
@@ -219,6 +249,54 @@ func (r *flatRenderer) affinitySets(u affinityUse) []*model.Set {
 	return sets
 }
 
+// affinityMaps are the maps of protocol p's clients. In an IPv4 table,
+// one: client . frontend : endpoint . port. nft 1.0.6 cannot write the
+// packet path's update of that map in IPv6 (it runs out of registers for a
+// dynamic-set statement whose key or value concatenates more than 16
+// bytes: an assertion in netlink_linearize.c), so an IPv6 table keys it
+// by a 32-bit hash of client . frontend (typed by a numgen's typeof: nft
+// 1.0.6 lists a map typed by a jhash's typeof with a crash) and holds the
+// endpoint's address only; the port comes from a second map, frontend :
+// the port every target listens on. Two clients whose hashes collide
+// share an entry: the check after DNAT drops the flow that the other's
+// endpoint does not serve, and the client's next attempt gets a fresh
+// choice.
+func (r *flatRenderer) affinityMaps(p uint8) []*model.Set {
+	comment := "the endpoints of clients with ClientIP affinity (written by the packet path)"
+	if r.family == model.IPv4 {
+		return []*model.Set{{Name: affinityMapName(p), Key: append([]model.Expr{r.saddr}, r.addrKey()...),
+			Value: []model.Expr{r.daddr, dportField(p)}, Dynamic: true, Size: affinityMapSize, Comment: comment}}
+	}
+	return []*model.Set{
+		{Name: affinityMapName(p), Key: []model.Expr{model.Numgen{Mod: 2}}, Value: []model.Expr{r.daddr}, Dynamic: true, Size: affinityMapSize, Comment: comment},
+		{Name: affinityPortsMap(false, p), Key: []model.Expr{r.daddr, model.THDport}, Value: []model.Expr{dportField(p)}, Comment: "the port of the targets of frontends with ClientIP affinity"},
+		{Name: affinityPortsMap(true, p), Key: []model.Expr{model.THDport}, Value: []model.Expr{dportField(p)}, Comment: "the port of the targets of node ports with ClientIP affinity"},
+	}
+}
+
+// affinityDNAT sends a client of group g to the endpoint its entry in
+// protocol p's affinity map holds.
+func (r *flatRenderer) affinityDNAT(g flatGroup, p uint8) model.Stmt {
+	if r.family == model.IPv4 {
+		return model.DNATMap{Family: r.family, Key: append([]model.Expr{r.saddr}, r.addrKey()...), Map: affinityMapName(p)}
+	}
+	portKey := []model.Expr{r.daddr, model.THDport}
+	if g.nodePort() {
+		portKey = []model.Expr{model.THDport}
+	}
+	return model.DNATMaps{Family: r.family, AddrKey: []model.Expr{model.JHash{Key: []model.Expr{r.saddr, r.daddr, model.THDport}, Seed: affinitySeed}},
+		AddrMap: affinityMapName(p), PortKey: portKey, PortMap: affinityPortsMap(g.nodePort(), p)}
+}
+
+// affinityValue is what the packet path records for a client of
+// protocol p: the endpoint and its port (IPv4) or the endpoint (IPv6).
+func (r *flatRenderer) affinityValue(p uint8) []model.Expr {
+	if r.family == model.IPv4 {
+		return []model.Expr{r.daddr, dportField(p)}
+	}
+	return []model.Expr{r.daddr}
+}
+
 // affinityLookups are the rules that send a group's clients with an entry
 // to their endpoint: one per protocol with affinity in the group and
 // masquerade variant.
@@ -233,7 +311,7 @@ func (r *flatRenderer) affinityLookups(g flatGroup, u affinityUse) []model.Rule 
 			if v.masquerade {
 				stmts = append(stmts, model.MarkOr{Bits: r.mark})
 			}
-			stmts = append(stmts, model.DNATMap{Family: r.family, Key: append([]model.Expr{r.saddr}, r.addrKey()...), Map: affinityMapName(p)})
+			stmts = append(stmts, r.affinityDNAT(g, p))
 			rules = append(rules, model.Rule{Stmts: stmts})
 		}
 	}
@@ -273,6 +351,9 @@ func (r *flatRenderer) origKeys() (addr, nodePort []model.Expr) {
 }
 
 func (r *flatRenderer) clientKey() []model.Expr {
+	if r.family == model.IPv6 {
+		return []model.Expr{model.JHash{Key: []model.Expr{r.saddr, model.CtOrigIP6Daddr, model.CtOrigProtoDst}, Seed: affinitySeed}}
+	}
 	addr, _ := r.origKeys()
 	return append([]model.Expr{r.saddr}, addr...)
 }
@@ -296,7 +377,7 @@ func (r *flatRenderer) affinityValidation(u affinityUse, c sourceClass) []model.
 	}
 	for _, p := range u.protos {
 		proto := model.Equal{Field: model.L4Proto, Value: model.Proto(p)}
-		value := []model.Expr{r.daddr, dportField(p)}
+		value := r.affinityValue(p)
 		for _, nodePort := range []bool{false, true} {
 			key := addr
 			if nodePort {
@@ -319,7 +400,7 @@ func (r *flatRenderer) affinityRecords(u affinityUse) []model.Rule {
 	var rules []model.Rule
 	for _, p := range u.protos {
 		proto := model.Equal{Field: model.L4Proto, Value: model.Proto(p)}
-		value := []model.Expr{r.daddr, dportField(p)}
+		value := r.affinityValue(p)
 		for _, nodePort := range []bool{false, true} {
 			key := addr
 			if nodePort {

@@ -33,9 +33,11 @@
 // map's key: `dnat ip to ip daddr . th dport . numgen random mod N map
 // @targets`), `update @set { ip saddr }` (affinity), the flat layout's
 // affinity map (`dnat ip to ip saddr . ip daddr . meta l4proto . th dport
-// map @affinity-tcp`, and after DNAT `ct original ip daddr` and `ct
-// original proto-dst` in keys, `update @m { KEY timeout T : VALUE }` and
-// `delete @m { KEY : VALUE }`), counters, `dnat to` and `masquerade`. A rule forks on its numgen only when its evaluation
+// map @affinity-tcp`; in IPv6, `jhash … mod N seed S` as the kernel
+// hashes and `dnat ip6 to K map @a : K2 map @p`; and after DNAT `ct
+// original ip daddr` and `ct original proto-dst` in keys, `update @m { KEY
+// timeout T : VALUE }` and `delete @m { KEY : VALUE }`), counters, `dnat
+// to` and `masquerade`. A rule forks on its numgen only when its evaluation
 // reaches it: rules whose matches fail before draw nothing.
 //
 // # What is not

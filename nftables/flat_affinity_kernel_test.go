@@ -223,7 +223,9 @@ func TestKernelFlatAffinityTimeout(t *testing.T) {
 // TestKernelFlatAffinityIPv6: in an IPv6 table (a hashed client . frontend
 // key, the target port from its own map) each client stays on one
 // endpoint of a cluster IP and of a node port, and the map holds one entry
-// per client and frontend.
+// per client and frontend; the evaluator sends each client of the listed
+// table where the kernel does; after a client's endpoint is replaced, the
+// client reaches it no more.
 func TestKernelFlatAffinityIPv6(t *testing.T) {
 	netns.Require(t, "nft")
 	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 3, Clients: 2})
@@ -232,13 +234,19 @@ func TestKernelFlatAffinityIPv6(t *testing.T) {
 	cfg := config6()
 	cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR6}
 	w := newWorld(t, cfg)
-	var eps []ep
-	for _, p := range c.Pods {
-		eps = append(eps, ep{ip: p.IPv6.String(), node: node})
+	endpoints := func(hosts ...*netns.Host) []ep {
+		var eps []ep
+		for _, h := range hosts {
+			eps = append(eps, ep{ip: h.IPv6.String(), node: node})
+		}
+		return eps
 	}
-	w.add(svc("ns1", "sticky", "2001:db8:19::10", nodePort(30080), affinity(600)), slice("ns1", "sticky", 8080, eps...))
-	tx := knftables.NewFake(knftables.IPv6Family, nftables.DefaultFlatTable).NewTransaction()
-	if _, res := nftables.RenderFlat(tx, w.build(), nftables.Options{}); len(res.Warnings) > 0 {
+	w.add(svc("ns1", "sticky", "2001:db8:19::10", nodePort(30080), affinity(600)), slice("ns1", "sticky", 8080, endpoints(c.Pods[0], c.Pods[1])...))
+	rs := w.build()
+	fake := knftables.NewFake(knftables.IPv6Family, nftables.DefaultFlatTable)
+	tx := fake.NewTransaction()
+	st, res := nftables.RenderFlat(tx, rs, nftables.Options{})
+	if len(res.Warnings) > 0 {
 		t.Fatalf("warnings: %v", res.Warnings)
 	}
 	runScript(t, c.Node, nft, tx.String())
@@ -277,5 +285,22 @@ func TestKernelFlatAffinityIPv6(t *testing.T) {
 				t.Errorf("nft %v: %s evaluates to %v, %v; want %s only\npath:\n%s", args, client.Label, o, err, bound[client.Label], path)
 			}
 		}
+	}
+
+	gone := bound[c.Clients[0].Label]
+	kept := []*netns.Host{c.Pods[2]}
+	for _, p := range c.Pods[:2] {
+		if p.Label != gone {
+			kept = append(kept, p)
+		}
+	}
+	w.add(slice("ns1", "sticky", 8080, endpoints(kept...)...))
+	ch, err := nftables.RenderFlatChanges(fake.NewTransaction(), st, rs, w.update(rs))
+	if err != nil || !ch.ElementsOnly {
+		t.Fatalf("endpoint replaced: err %v, elements only %v", err, ch.ElementsOnly)
+	}
+	applyOverNetlink(t, c.Node, ch)
+	if got := stickTo(t, c.Clients[0], clusterIP); got == gone {
+		t.Errorf("%s reaches %s after it was removed", c.Clients[0].Label, gone)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/nftables"
+	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/trace"
 	"github.com/svcproxy/svcproxy/trace/nfttrace"
 )
@@ -100,27 +101,35 @@ func TestKernelFlatAffinity(t *testing.T) {
 		}
 	}
 
-	// Affinity off, then on again: its chains, maps and sets go and come
-	// back through nft, in transactions the kernel takes.
+	toggleAffinity(t, c.Node, nft, w, st, next)
+	stickTo(t, c.Clients[0], clusterIP)
+	if n := affinityEntries(t, c.Node, nft); n != 1 {
+		t.Errorf("affinity map holds %d entries after it came back, want 1", n)
+	}
+	runScript(t, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+}
+
+// toggleAffinity turns the affinity of TestKernelFlatAffinity's Service
+// off, then on again, from the Ruleset prev that st knows: its chains,
+// maps and sets go and come back through nft, in transactions the kernel
+// takes.
+func toggleAffinity(t *testing.T, h *netns.Host, nft string, w *world, st *nftables.FlatState, prev *ruleset.Ruleset) {
+	t.Helper()
+	fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultFlatTable)
 	for _, on := range []bool{false, true} {
 		mods := []func(*v1.Service){externalIPs("198.19.200.10"), externalLocal}
 		if on {
 			mods = append(mods, affinity(600))
 		}
 		w.add(svc("ns1", "sticky", "198.19.0.10", mods...))
-		after := w.update(next)
-		tx = fake.NewTransaction()
-		if ch, err = nftables.RenderFlatChanges(tx, st, next, after); err != nil || ch.ElementsOnly {
+		next := w.update(prev)
+		tx := fake.NewTransaction()
+		if ch, err := nftables.RenderFlatChanges(tx, st, prev, next); err != nil || ch.ElementsOnly {
 			t.Fatalf("affinity on %v: err %v, elements only %v", on, err, ch.ElementsOnly)
 		}
-		runScript(t, c.Node, nft, tx.String())
-		next = after
+		runScript(t, h, nft, tx.String())
+		prev = next
 	}
-	stickTo(t, c.Clients[0], clusterIP)
-	if n := affinityEntries(t, c.Node, nft); n != 1 {
-		t.Errorf("affinity map holds %d entries after it came back, want 1", n)
-	}
-	runScript(t, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
 }
 
 // stickTo connects 12 times from client to dst and returns the one

@@ -168,9 +168,6 @@ func TestLoadBalancerSourceRanges(t *testing.T) {
 // client land on one pod, and the other client's land on one pod too.
 func TestSessionAffinity(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
-		if backend == "nftables-flat" {
-			t.Skip("the flat nftables layout does not render ClientIP affinity yet: it serves such ports without it, with a warning (nftables.LayoutFlat)")
-		}
 		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 3, Clients: 2})
 		c.StartEcho(echoPort)
 		var eps []endpoint

@@ -52,8 +52,10 @@
 // changes (see layout.go and flat.go). The Executor syncs either layout;
 // Render, RenderChanges and Script always render kube-proxy's, and
 // RenderFlat, FlatScript and RenderFlatChanges the flat one. The flat
-// layout does not render ClientIP affinity yet (such ports are served
-// without it and named in a warning).
+// layout renders ClientIP affinity as data too (a dynamic map per protocol
+// that the packet path fills, see flataffinity.go); an IPv6 port whose
+// endpoints listen on different ports is served without it and named in a
+// warning.
 //
 // # Rendering
 //
@@ -116,8 +118,10 @@
 //     elements (ports that share an element change in one transaction).
 //     Only a table that did not exist before serves, between the chunks of
 //     its first sync, just the Service ports written so far.
-//   - Sessions survive full syncs: affinity sets are added, never flushed,
-//     by a full sync.
+//   - Sessions survive full syncs of kube-proxy's layout: affinity sets
+//     are added, never flushed, by a full sync. (A full sync of the flat
+//     layout replaces its table, and with it the clients' affinity
+//     entries.)
 //   - Same kernel state either way: a table written over netlink lists
 //     (`nft list table`) exactly as if nft had written it
 //     (TestNetlinkMatchesNFT).

@@ -47,8 +47,10 @@ import (
 // (ruleset.Ruleset.Owner) gets it and the other is named in a warning, as
 // in kube-proxy's layout.
 //
-// ClientIP session affinity is not rendered in this layout: a Service
-// port that asks for it is served without it, and named in a warning.
+// ClientIP session affinity lives in a dynamic map per protocol that the
+// packet path fills, with lookups in the group chains and a check after
+// DNAT (see flataffinity.go). An IPv6 port whose endpoints listen on
+// different ports is served without it, and named in a warning.
 
 // flatGroup is a target group: the frontends of one kind whose traffic
 // goes, under the same conditions, to one list of targets.

@@ -67,6 +67,31 @@ var flatMutations = []struct {
 			return line
 		})
 	},
+}, {
+	// Flows to frontends with ClientIP affinity do not record the
+	// client's endpoint: the rules of affinity-record are deleted.
+	name: "affinity not recorded",
+	mutate: func(text string) (string, bool) {
+		return rewriteLines(text, func(line string) string {
+			if strings.Contains(line, " svcproxy-flat affinity-record ") && strings.HasPrefix(line, "add rule ") {
+				return ""
+			}
+			return line
+		})
+	},
+}, {
+	// The check after DNAT knows no target for external sources: their
+	// flows to frontends with affinity are dropped as if their endpoint
+	// had been removed.
+	name: "affinity targets of external sources missing",
+	mutate: func(text string) (string, bool) {
+		return rewriteLines(text, func(line string) string {
+			if strings.HasPrefix(line, "add element ") && (strings.Contains(line, " affinity-targets-external {") || strings.Contains(line, " nodeport-affinity-targets-external {")) {
+				return ""
+			}
+			return line
+		})
+	},
 }}
 
 // rewriteLines applies f to each line of text (a line f makes empty is

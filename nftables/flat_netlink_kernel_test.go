@@ -19,7 +19,8 @@ import (
 
 // flatWorld is a cluster that uses every set of the flat layout: cluster
 // IPs, node ports, external and load-balancer IPs with source ranges (and
-// a range that lets the node through), Local policies, UDP, no endpoints.
+// a range that lets the node through), Local policies, UDP, no endpoints,
+// ClientIP affinity (two timeouts; rendered in IPv4 only).
 func flatWorld(t *testing.T, v6 bool) (*world, func(i int) string) {
 	cfg, p := config4(), pools4
 	if v6 {
@@ -30,9 +31,9 @@ func flatWorld(t *testing.T, v6 bool) (*world, func(i int) string) {
 	w := newWorld(t, cfg)
 	pod := func(i int) string { return p.podIPs[i] }
 	w.add(
-		svc("ns1", "web", p.clusterIPs[0], nodePort(30001), externalIPs(p.externalIPs[0])),
+		svc("ns1", "web", p.clusterIPs[0], nodePort(30001), externalIPs(p.externalIPs[0]), affinity(300)),
 		slice("ns1", "web", 8080, ep{ip: pod(0), node: node}, ep{ip: pod(1), node: "node-b"}, ep{ip: pod(2), node: "node-b"}),
-		svc("ns1", "lb", p.clusterIPs[1], nodePort(30002), loadBalancer(p.lbIPs[0]), sourceRanges(p.sourceRanges[0], p.sourceRanges[1], p.sourceRanges[1]), externalLocal),
+		svc("ns1", "lb", p.clusterIPs[1], nodePort(30002), loadBalancer(p.lbIPs[0]), sourceRanges(p.sourceRanges[0], p.sourceRanges[1], p.sourceRanges[1]), externalLocal, affinity(10800)),
 		slice("ns1", "lb", 8080, ep{ip: pod(0), node: node}, ep{ip: pod(3), node: "node-b"}),
 		svc("ns1", "dns", p.clusterIPs[2], udp),
 		sliceProto("ns1", "dns", v1.ProtocolUDP, 5353, ep{ip: pod(1), node: "node-b"}),

@@ -21,6 +21,7 @@ type flatPort struct {
 	elements []model.Element
 	groups   []groupN
 	hairpin  []netip.Addr
+	affinity []affinityClass
 }
 
 // port renders one Service port of rs. A frontend that another port owns
@@ -31,9 +32,7 @@ func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, 
 	if !safeName(s.Name) {
 		return p, []svcproxy.Warning{unsafeWarning(s)}
 	}
-	if s.Affinity.Enabled() {
-		warns = append(warns, r.warn(s, "ClientIP session affinity is not rendered by the flat nftables layout: served without it"))
-	}
+	warns = append(warns, r.affinityWarnings(s)...)
 	// "namespace/name:port/PROTOCOL" may reach 148 bytes; nft refuses
 	// comments over 128, and with them the whole transaction: the
 	// comment keeps its first 128, which name the namespace and Service.
@@ -137,6 +136,9 @@ func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key
 		row := data[len(data)-len(key)-3:]
 		p.elements = append(p.elements, model.Element{Set: set, Key: row[: len(key)+1 : len(key)+1], Value: row[len(key)+1:], Comment: comment})
 		p.hairpin = append(p.hairpin, t.Endpoint.Addr())
+	}
+	if r.rendersAffinity(s) {
+		r.affinityTargets(p, s, g, key, targets, comment)
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 
 // FlatState is what the flat layout's incremental render knows about the
 // table it writes: the endpoint counts in use per target group and
-// protocol, and the hairpin addresses, each with the number of Service
-// ports that use it.
+// protocol, the hairpin addresses and the affinity classes (group,
+// protocol, timeout), each with the number of Service ports (or frontends)
+// that use it.
 // RenderFlat, FlatScript and FlatFirstSync make it; RenderFlatChanges
 // updates it in place, so after a transaction that failed the caller
 // renders the whole table again.
@@ -23,6 +24,8 @@ type FlatState struct {
 	r       *flatRenderer
 	counts  map[groupN]int
 	hairpin map[netip.Addr]int
+	// affinity counts the Service port frontends of each affinity class.
+	affinity map[affinityClass]int
 }
 
 // RenderFlat writes the whole flat-layout table of rs into tx as knftables
@@ -44,7 +47,7 @@ func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*
 
 // flatTable is the whole flat-layout table of rs, and its state.
 func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Result) {
-	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[netip.Addr]int{}}
+	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[netip.Addr]int{}, affinity: map[affinityClass]int{}}
 	var res Result
 	var elements []model.Element
 	for _, s := range rs.Services() {
@@ -68,8 +71,9 @@ func (st *FlatState) table() *model.Table {
 	}
 	t.Chains = append(r.flatBaseChains(), r.flatFixedChains()...)
 	for g := range numGroups {
-		t.Chains = append(t.Chains, r.groupChain(g, st.counts))
+		t.Chains = append(t.Chains, st.groupChain(g))
 	}
+	st.addAffinity(t)
 	return t
 }
 
@@ -84,6 +88,11 @@ func (st *FlatState) count(p flatPort, sign int) {
 	for _, a := range p.hairpin {
 		if st.hairpin[a] += sign; st.hairpin[a] == 0 {
 			delete(st.hairpin, a)
+		}
+	}
+	for _, c := range p.affinity {
+		if st.affinity[c] += sign; st.affinity[c] == 0 {
+			delete(st.affinity, c)
 		}
 	}
 }
@@ -157,6 +166,7 @@ func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *rules
 		}
 	}
 	groupsBefore, hairpinBefore := st.uses(slices.Concat(olds, news))
+	affinityBefore := st.affinityKeys()
 	for _, p := range olds {
 		st.count(p, -1)
 	}
@@ -183,8 +193,15 @@ func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *rules
 	out.del, out.add = elementDiff(out.del, out.add)
 	out.table = st.table()
 	st.hairpinChanges(&out, hairpin)
-	out.ElementsOnly = len(oldGroups)+len(newGroups) == 0
+	affinity := affinityChanged(affinityBefore, st.affinity)
+	out.ElementsOnly = len(oldGroups)+len(newGroups) == 0 && !affinity
+	if affinity {
+		st.addAffinityObjects(tx, out.table)
+	}
 	st.write(tx, &out, oldGroups, newGroups)
+	if affinity {
+		st.rewriteAffinity(tx, out.table, affinityBefore)
+	}
 	return out, nil
 }
 
@@ -275,7 +292,7 @@ func (st *FlatState) write(tx *knftables.Transaction, out *FlatChanges, oldGroup
 	}
 	for g := range numGroups {
 		if changed[g] {
-			c := st.r.groupChain(g, st.counts)
+			c := st.groupChain(g)
 			tx.Flush(t.ChainObject(c))
 			for _, o := range t.RuleObjects(c) {
 				tx.Add(o)

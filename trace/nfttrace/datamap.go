@@ -3,6 +3,8 @@ package nfttrace
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 )
 
 // parseTypeof reads "typeof EXPR . EXPR [: verdict | : EXPR . EXPR]", the
@@ -88,13 +90,43 @@ func (p *ruleParser) dnatMap() error {
 		}
 		p.i++
 	}
-	name := p.peek(1).text
-	if !p.peek(0).is("map") || len(name) < 2 || name[0] != '@' || p.peek(1).quoted {
-		return fmt.Errorf("dnat to a key: want \"map @MAP\", have %q", p.peek(0).text)
+	name, err := p.mapName()
+	if err != nil {
+		return err
 	}
-	e.setName, p.i = name[1:], p.i+2
+	e.setName = name
+	if p.peek(0).is(":") {
+		p.i++
+		if e.portSels, err = p.selectorList(); err != nil {
+			return err
+		}
+		if e.portSetName, err = p.mapName(); err != nil {
+			return err
+		}
+	}
 	p.r.exprs = append(p.r.exprs, e)
 	return nil
+}
+
+// mapName reads "map @MAP" at p.i. nft lists a dnat to two maps with the
+// first map's name and the colon glued to the next word ("@a:ip6"), which
+// mapName splits.
+func (p *ruleParser) mapName() (string, error) {
+	name := p.peek(1).text
+	if !p.peek(0).is("map") || len(name) < 2 || name[0] != '@' || p.peek(1).quoted {
+		return "", fmt.Errorf("dnat to a key: want \"map @MAP\", have %q", p.peek(0).text)
+	}
+	if before, after, ok := strings.Cut(name, ":"); ok && len(before) > 1 {
+		at := p.toks[p.i+1]
+		glued := []token{{text: before, line: at.line}, {text: ":", line: at.line}}
+		if after != "" {
+			glued = append(glued, token{text: after, line: at.line})
+		}
+		p.toks = slices.Concat(p.toks[:p.i+1], glued, p.toks[p.i+2:])
+		name = before
+	}
+	p.i += 2
+	return name[1:], nil
 }
 
 // checkDNATMap checks that e's map is a data map from its key to an
@@ -103,6 +135,9 @@ func checkDNATMap(family string, e *expr) error {
 	addr := typeIPv4
 	if family == "ip6" {
 		addr = typeIPv6
+	}
+	if e.portSet != nil {
+		return checkDNATMaps(addr, e)
 	}
 	if len(e.set.values) != 2 || e.set.values[0] != addr || e.set.values[1] != typePort {
 		return fmt.Errorf("%s: dnat needs a map to an address and a port of family %s", e.set.name, family)
@@ -128,4 +163,21 @@ func (p *ruleParser) ctStatus() error {
 // dnatTo is the address and port a data map's element gives.
 func dnatTo(el *element) netip.AddrPort {
 	return netip.AddrPortFrom(el.data[0].addr, uint16(el.data[1].num))
+}
+
+// checkDNATMaps checks a dnat to two maps: an address map of family's
+// addresses, and a port map from the port selectors to ports.
+func checkDNATMaps(addr dataType, e *expr) error {
+	if len(e.set.values) != 1 || e.set.values[0] != addr {
+		return fmt.Errorf("%s: dnat needs a map to an address", e.set.name)
+	}
+	keys := make([]dataType, len(e.portSels))
+	for i, s := range e.portSels {
+		keys[i] = s.typ
+	}
+	ps := e.portSet
+	if !ps.isMap || !slices.Equal(ps.keys, keys) || len(ps.values) != 1 || ps.values[0] != typePort {
+		return fmt.Errorf("%s: dnat needs a map from %v to a port", ps.name, keys)
+	}
+	return nil
 }

@@ -31,16 +31,23 @@
 // local` (Packet.ToNode or loopback, before DNAT), `numgen random mod N`
 // (each value an exact 1/N share, in a verdict map's key or in a data
 // map's key: `dnat ip to ip daddr . th dport . numgen random mod N map
-// @targets`), `update @set { ip saddr }` (affinity), counters, `dnat to`
-// and `masquerade`. A rule forks on its numgen only when its evaluation
+// @targets`), `update @set { ip saddr }` (affinity), the flat layout's
+// affinity map (`dnat ip to ip saddr . ip daddr . meta l4proto . th dport
+// map @affinity-tcp`; in IPv6, `jhash … mod N seed S` as the kernel
+// hashes and `dnat ip6 to K map @a : K2 map @p`; and after DNAT `ct
+// original ip daddr` and `ct original proto-dst` in keys, `update @m { KEY
+// timeout T : VALUE }` and `delete @m { KEY : VALUE }`), counters, `dnat
+// to` and `masquerade`. A rule forks on its numgen only when its evaluation
 // reaches it: rules whose matches fail before draw nothing.
 //
 // # What is not
 //
 //   - State: conntrack beyond the first packet, replies, and the contents
 //     dynamic sets will have. Sets hold the elements the text lists: an
-//     affinity set listed with an entry for the source sends it to that
-//     endpoint, as the kernel would.
+//     affinity set or map listed with an entry for the source sends it to
+//     that endpoint, as the kernel would. An update reports its timeout
+//     as the Outcome's Affinity; neither it nor a delete changes what the
+//     packet's evaluation sees afterwards.
 //   - Other tables, families (inet, arp, bridge, netdev), chain types
 //     (route), hooks (ingress), and expressions or statements not named
 //     above: Parse refuses them, naming the line.

@@ -53,6 +53,10 @@ type pktState struct {
 	// ctDNAT is what `ct status dnat` sees: whether conntrack holds a
 	// destination NAT for the flow.
 	ctDNAT bool
+	// origDaddr and origDport are the destination before any NAT, as
+	// `ct original` reads it.
+	origDaddr netip.Addr
+	origDport uint16
 }
 
 type frame struct {

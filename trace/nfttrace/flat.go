@@ -3,6 +3,7 @@ package nfttrace
 import (
 	"fmt"
 	"math/big"
+	"net/netip"
 	"strings"
 
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -14,6 +15,10 @@ const (
 	setFlatFirewall            = "firewall"
 	prefixShortCircuit         = "shortcircuit-"
 	prefixNodePortShortCircuit = "nodeport-shortcircuit-"
+	// A DNAT in these chains (an affinity map's, whose name tells no
+	// group) short-circuits too.
+	chainShortCircuit         = "shortcircuit"
+	chainNodePortShortCircuit = "nodeport-shortcircuit"
 )
 
 // dnatMap translates b's destination to the address and port that e's data
@@ -30,9 +35,9 @@ func (ev *evaluation) dnatMap(b *branch, e *expr, step *Step) (bool, *verdict, e
 	if el == nil {
 		return false, nil, nil
 	}
-	if len(el.data) != 2 {
-		// The map was declared again with another type after el was added.
-		return false, nil, fmt.Errorf("%s: element %q has no address and port", e.set.name, el.text)
+	dst, ok, err := ev.dnatTarget(b, e, el)
+	if !ok || err != nil {
+		return false, nil, err
 	}
 	step.Element = e.set.name + " " + el.text
 	for _, s := range e.sels {
@@ -41,10 +46,37 @@ func (ev *evaluation) dnatMap(b *branch, e *expr, step *Step) (bool, *verdict, e
 		}
 	}
 	ev.noteSetElement(b, e, el)
-	if strings.HasPrefix(e.set.name, prefixShortCircuit) || strings.HasPrefix(e.set.name, prefixNodePortShortCircuit) {
+	chain := b.stack[len(b.stack)-1].c.name
+	if strings.HasPrefix(e.set.name, prefixShortCircuit) || strings.HasPrefix(e.set.name, prefixNodePortShortCircuit) ||
+		chain == chainShortCircuit || chain == chainNodePortShortCircuit {
 		b.shortCircuit = true
 	}
-	return ev.dnatTo(b, dnatTo(el))
+	return ev.dnatTo(b, dst)
+}
+
+// dnatTarget is where el, found in e's map, sends the packet: its address
+// and port, or (a dnat to two maps) its address and the port that e's port
+// map gives; false when the port map does not hold the packet's key.
+func (ev *evaluation) dnatTarget(b *branch, e *expr, el *element) (netip.AddrPort, bool, error) {
+	if e.portSet == nil {
+		if len(el.data) != 2 {
+			// The map was declared again with another type after el was added.
+			return netip.AddrPort{}, false, fmt.Errorf("%s: element %q has no address and port", e.set.name, el.text)
+		}
+		return dnatTo(el), true, nil
+	}
+	key, ok := ev.key(b, e.portSels)
+	if !ok {
+		return netip.AddrPort{}, false, nil
+	}
+	port := e.portSet.find(key)
+	if port == nil {
+		return netip.AddrPort{}, false, nil
+	}
+	if len(el.data) != 1 || len(port.data) != 1 {
+		return netip.AddrPort{}, false, fmt.Errorf("%s, %s: elements %q and %q are no address and port", e.set.name, e.portSet.name, el.text, port.text)
+	}
+	return netip.AddrPortFrom(el.data[0].addr, uint16(port.data[0].num)), true, nil
 }
 
 // noteSetElement takes what a frontend's element tells, el found in the

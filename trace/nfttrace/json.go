@@ -276,6 +276,9 @@ func jsonExpr(v map[string]any) (string, error) {
 		case "payload":
 			return fmt.Sprintf("%v %v", b["protocol"], b["field"]), nil
 		case "meta", "ct":
+			if dir, ok := b["dir"].(string); ok {
+				return fmt.Sprintf("%s %s %v", k, dir, b["key"]), nil
+			}
 			return fmt.Sprintf("%s %v", k, b["key"]), nil
 		case "fib":
 			flags, _ := b["flags"].([]any)
@@ -283,6 +286,8 @@ func jsonExpr(v map[string]any) (string, error) {
 				return "", fmt.Errorf("unknown fib expression %v", body)
 			}
 			return fmt.Sprintf("fib %v type", flags[0]), nil
+		case "jhash":
+			return jsonJHash(b)
 		case "numgen":
 			s := fmt.Sprintf("numgen %v mod %s", b["mode"], jsonNumber(b["mod"]))
 			if off := jsonNumber(b["offset"]); off != "0" && off != "<nil>" {
@@ -308,6 +313,11 @@ func jsonExpr(v map[string]any) (string, error) {
 // jsonStatement writes a statement or verdict of a rule (or a map's
 // verdict).
 func jsonStatement(e any) (string, error) {
+	if text, ok := e.(string); ok {
+		// nft 1.0.6 has no JSON for a dynamic map's statement
+		// (`update @m { … : … }`) and writes it as its text.
+		return text, nil
+	}
 	obj, ok := e.(map[string]any)
 	if !ok || len(obj) != 1 {
 		return "", fmt.Errorf("unknown statement %v", e)
@@ -379,7 +389,13 @@ func jsonMatch(b map[string]any) (string, error) {
 // jsonDNAT writes "dnat to ADDR[:PORT]" or "dnat FAMILY to KEY map @MAP".
 func jsonDNAT(b map[string]any) (string, error) {
 	if m, ok := b["addr"].(map[string]any); ok {
-		return jsonDNATMap(b["family"], m)
+		text, err := jsonDNATMap(b["family"], m)
+		if port, ok := b["port"].(map[string]any); ok && err == nil {
+			portText, err := jsonDNATMap(nil, port)
+			_, portMap, _ := strings.Cut(portText, " to ")
+			return text + " : " + portMap, err
+		}
+		return text, err
 	}
 	addr, err := netip.ParseAddr(fmt.Sprint(b["addr"]))
 	if err != nil {
@@ -403,5 +419,26 @@ func jsonDNATMap(family any, addr map[string]any) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if family == nil { // nft 1.0.6 writes none for a dnat to two maps
+		return fmt.Sprintf("dnat to %s map %s", key, data), nil
+	}
 	return fmt.Sprintf("dnat %v to %s map %s", family, key, data), nil
+}
+
+// jsonJHash writes "jhash EXPR mod N seed S [offset O]"; nft 1.0.6 writes
+// a modulus of 2³²−1 as −1.
+func jsonJHash(b map[string]any) (string, error) {
+	key, err := jsonValue(b["expr"])
+	mod, ok := b["mod"].(float64)
+	if err != nil || !ok {
+		return "", fmt.Errorf("jhash %v", b)
+	}
+	s := fmt.Sprintf("jhash %s mod %d", key, uint32(int64(mod)))
+	if seed, ok := b["seed"].(float64); ok {
+		s += fmt.Sprintf(" seed %d", uint32(int64(seed)))
+	}
+	if off, ok := b["offset"].(float64); ok && off != 0 {
+		s += fmt.Sprintf(" offset %d", uint32(int64(off)))
+	}
+	return s, nil
 }

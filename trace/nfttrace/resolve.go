@@ -51,13 +51,18 @@ func (t *Table) resolveRule(r *rule) error {
 			e.set = s
 		}
 		if e.set == nil {
-			if e.kind == exprMatch || e.kind == exprVmap || e.kind == exprUpdate || e.kind == exprDnatMap {
+			if e.kind == exprMatch || e.kind == exprVmap || e.kind == exprUpdate || e.kind == exprDelete || e.kind == exprDnatMap {
 				return fmt.Errorf("a set lookup without a set")
 			}
 			continue
 		}
 		if err := checkSetUse(e); err != nil {
 			return err
+		}
+		if e.portSetName != "" {
+			if e.portSet = t.sets[e.portSetName]; e.portSet == nil {
+				return fmt.Errorf("no map %s", e.portSetName)
+			}
 		}
 		if e.kind == exprDnatMap {
 			if err := checkDNATMap(t.family, e); err != nil {
@@ -86,8 +91,27 @@ func checkSetUse(e *expr) error {
 		return fmt.Errorf("%s has type %v, used with %v", e.set.name, e.set.keys, keys)
 	}
 	isDataMap := e.set.isMap && e.set.values != nil
+	if e.kind == exprUpdate || e.kind == exprDelete {
+		return checkDynamicUse(e, isDataMap)
+	}
 	if e.set.isMap != (e.kind == exprVmap || e.kind == exprDnatMap) || isDataMap != (e.kind == exprDnatMap) {
 		return fmt.Errorf("%s: a map where a set is needed, a set where a map is, or a map of the wrong kind", e.set.name)
 	}
 	return nil
+}
+
+// checkDynamicUse checks that the set an update or delete writes is a set
+// (and the statement has no value) or a data map of the value's type.
+func checkDynamicUse(e *expr, isDataMap bool) error {
+	vals := make([]dataType, len(e.vals))
+	for i, s := range e.vals {
+		vals[i] = s.typ
+	}
+	switch {
+	case !e.set.isMap && len(e.vals) == 0:
+		return nil
+	case isDataMap && slices.Equal(vals, e.set.values):
+		return nil
+	}
+	return fmt.Errorf("%s: an element of value type %v, in a set or map whose values are %v", e.set.name, vals, e.set.values)
 }

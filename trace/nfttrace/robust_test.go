@@ -20,7 +20,7 @@ import (
 // evaluate every demo packet to an Outcome or an error: never a panic.
 func TestBrokenTextNeverPanics(t *testing.T) {
 	var texts []string
-	for _, name := range []string{"demo.nft", "demo-listed.nft", "flat.nft", "flat-listed.nft"} {
+	for _, name := range []string{"demo.nft", "demo-listed.nft", "flat.nft", "flat-listed.nft", "flat-affinity.nft", "flat-affinity-listed.nft"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			t.Fatal(err)
@@ -29,7 +29,8 @@ func TestBrokenTextNeverPanics(t *testing.T) {
 	}
 	vocabulary := []string{"{", "}", ",", ";", ":", ".", "!=", "@", "@cluster-ips", "jump", "goto", "vmap", "drop", "return",
 		"accept", "0x1", "-", "/", "mod", "numgen", "ip", "daddr", "meta", "mark", "set", "th", "dport", "fib", "type", "\"", "elements", "=", "comment", "chain", "table",
-		"typeof", "map", "dnat", "to", "ct", "status", "tcp", "udp", "@cluster-2-targets", "@hairpin", "interval"}
+		"typeof", "map", "dnat", "to", "ct", "status", "tcp", "udp", "@cluster-2-targets", "@hairpin", "interval",
+		"original", "proto-dst", "update", "delete", "timeout", "@affinity-tcp", "10m"}
 	rapid.Check(t, func(t *rapid.T) {
 		lines := strings.Split(rapid.SampledFrom(texts).Draw(t, "text"), "\n")
 		for range rapid.IntRange(1, 3).Draw(t, "edits") {
@@ -62,9 +63,9 @@ func TestBrokenTextNeverPanics(t *testing.T) {
 	})
 }
 
-// evaluateAll evaluates the packets of both demos.
+// evaluateAll evaluates the packets of the demos.
 func evaluateAll(t *rapid.T, tb *nfttrace.Table) {
-	for _, s := range append(slices.Clone(demoPackets), flatPackets...) {
+	for _, s := range slices.Concat(demoPackets, flatPackets, flatAffinityPackets) {
 		p, err := tracePacket(s)
 		if err != nil {
 			t.Fatal(err)
@@ -79,7 +80,7 @@ func evaluateAll(t *rapid.T, tb *nfttrace.Table) {
 // panic.
 func TestBrokenJSONNeverPanics(t *testing.T) {
 	var docs [][]byte
-	for _, name := range []string{"demo-listed.json", "flat-listed.json"} {
+	for _, name := range []string{"demo-listed.json", "flat-listed.json", "flat-affinity-listed.json"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			t.Fatal(err)

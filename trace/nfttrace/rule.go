@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // selKind is what a selector reads from the packet.
@@ -18,6 +19,13 @@ const (
 	selSport
 	selMark
 	selNumgen
+	// selOrigDaddr and selOrigDport read the destination the flow had
+	// before any NAT (`ct original ip daddr`, `ct original proto-dst`).
+	selOrigDaddr
+	selOrigDport
+	// selJHash is the kernel's jhash of inner selectors' values
+	// (`jhash SELECTORS mod N seed S [offset O]`).
+	selJHash
 )
 
 // selector reads one value from the packet: `ip daddr`, `meta l4proto`,
@@ -28,8 +36,11 @@ type selector struct {
 	typ   dataType
 	proto uint64 // for tcp/udp/sctp dport: the protocol it requires
 	mask  uint64 // for meta mark & MASK
-	mod   uint64 // numgen
-	off   uint64 // numgen offset
+	mod   uint64 // numgen, jhash
+	off   uint64 // numgen, jhash offset
+	// jhash: the selectors hashed, and the seed.
+	inner []selector
+	seed  uint32
 }
 
 // exprKind is the kind of one expression of a rule.
@@ -41,7 +52,8 @@ const (
 	exprFib                         // fib saddr|daddr type [!=] local
 	exprCtNew                       // ct state [!=] STATES
 	exprMarkSet                     // meta mark set meta mark OP VALUE | VALUE
-	exprUpdate                      // update|add @SET { SELECTOR }
+	exprUpdate                      // update|add @SET { SELECTORS [timeout T] [: SELECTORS] }
+	exprDelete                      // delete @MAP { SELECTORS : SELECTORS }
 	exprDnat                        // dnat [ip|ip6] to ADDR[:PORT]
 	exprDnatMap                     // dnat [ip|ip6] to SELECTORS map @MAP
 	exprCtDNAT                      // ct status [!=] dnat
@@ -63,6 +75,15 @@ type expr struct {
 	markOp       string // "set", "or", "xor", "and"
 	markVal      uint64
 	dnat         netip.AddrPort // port 0: keep the destination port
+	// dnat to two maps (`dnat to K map @a : K2 map @p`): the port's key
+	// and map; the address map is setName.
+	portSels    []selector
+	portSetName string
+	portSet     *set
+	// update and delete: the selectors of a map element's value, and the
+	// element's timeout (0: the set's own).
+	vals    []selector
+	timeout time.Duration
 }
 
 // rule is one rule: expressions in order, then a verdict.
@@ -141,6 +162,8 @@ func (p *ruleParser) statement() error {
 		return nil
 	case w.is("fib"):
 		return p.fib()
+	case w.is("ct") && p.peek(1).is("original"):
+		return p.relational()
 	case w.is("ct"):
 		return p.ct()
 	case w.is("dnat"):
@@ -159,7 +182,7 @@ func (p *ruleParser) statement() error {
 		}
 		p.r.exprs = append(p.r.exprs, expr{kind: exprCounter})
 		return nil
-	case w.is("update") || w.is("add"):
+	case w.is("update") || w.is("add") || w.is("delete"):
 		return p.update()
 	}
 	return p.relational()
@@ -167,6 +190,12 @@ func (p *ruleParser) statement() error {
 
 // selector reads one selector at p.i.
 func (p *ruleParser) selector() (selector, error) {
+	if p.peek(0).is("ct") && p.peek(1).is("original") {
+		return p.ctOriginal()
+	}
+	if p.peek(0).is("jhash") {
+		return p.jhash()
+	}
 	w, f := p.peek(0).text, p.peek(1).text
 	p.i += 2
 	switch {
@@ -395,21 +424,118 @@ func (p *ruleParser) dnat() error {
 	return nil
 }
 
-// update reads "update|add @SET { SELECTOR }".
+// ctOriginal reads "ct original ip daddr", "ct original ip6 daddr" or
+// "ct original proto-dst" at p.i.
+func (p *ruleParser) ctOriginal() (selector, error) {
+	w, f := p.peek(2).text, p.peek(3).text
+	switch {
+	case w == "proto-dst":
+		p.i += 3
+		return selector{kind: selOrigDport, typ: typePort}, nil
+	case (w == "ip" || w == "ip6") && f == "daddr" && w == p.family:
+		p.i += 4
+		typ := typeIPv4
+		if w == "ip6" {
+			typ = typeIPv6
+		}
+		return selector{kind: selOrigDaddr, typ: typ}, nil
+	}
+	return selector{}, fmt.Errorf("unknown expression %q", "ct original "+w)
+}
+
+// jhash reads "jhash SELECTOR [. SELECTOR ...] mod N [seed S] [offset O]"
+// at p.i.
+func (p *ruleParser) jhash() (selector, error) {
+	p.i++
+	s := selector{kind: selJHash, typ: typeInt}
+	for {
+		in, err := p.selector()
+		if err != nil {
+			return selector{}, err
+		}
+		if in.kind == selNumgen || in.kind == selJHash {
+			return selector{}, fmt.Errorf("jhash of %q", "numgen or jhash")
+		}
+		s.inner = append(s.inner, in)
+		if !p.peek(0).is(".") {
+			break
+		}
+		p.i++
+	}
+	if !p.peek(0).is("mod") {
+		return selector{}, fmt.Errorf("jhash without a modulus")
+	}
+	mod, err := strconv.ParseUint(p.peek(1).text, 0, 32)
+	if err != nil || mod == 0 {
+		return selector{}, fmt.Errorf("jhash modulus %q", p.peek(1).text)
+	}
+	s.mod, p.i = mod, p.i+2
+	for p.peek(0).is("seed") || p.peek(0).is("offset") {
+		n, err := strconv.ParseUint(p.peek(1).text, 0, 32)
+		if err != nil {
+			return selector{}, fmt.Errorf("jhash %s %q", p.peek(0).text, p.peek(1).text)
+		}
+		if p.peek(0).is("seed") {
+			s.seed = uint32(n)
+		} else {
+			s.off = n
+		}
+		p.i += 2
+	}
+	return s, nil
+}
+
+// update reads "update|add @SET { SELECTORS [timeout T] [: SELECTORS] }"
+// or "delete @MAP { SELECTORS : SELECTORS }".
 func (p *ruleParser) update() error {
-	name := p.peek(1).text
+	kind, name := exprUpdate, p.peek(1).text
+	if p.peek(0).is("delete") {
+		kind = exprDelete
+	}
 	if len(name) < 2 || name[0] != '@' || !p.peek(2).is("{") {
-		return fmt.Errorf("want \"update @SET { KEY }\"")
+		return fmt.Errorf("want \"%s @SET { KEY }\"", p.peek(0).text)
 	}
 	p.i += 3
-	s, err := p.selector()
-	if err != nil {
+	e := expr{kind: kind, setName: name[1:]}
+	var err error
+	if e.sels, err = p.selectorList(); err != nil {
 		return err
 	}
+	if p.peek(0).is("timeout") {
+		if e.timeout, err = parseDuration(p.peek(1).text); err != nil || kind == exprDelete {
+			return fmt.Errorf("timeout %q", p.peek(1).text)
+		}
+		p.i += 2
+	}
+	if p.peek(0).is(":") {
+		p.i++
+		if e.vals, err = p.selectorList(); err != nil {
+			return err
+		}
+	}
 	if !p.peek(0).is("}") {
-		return fmt.Errorf("update keys other than one selector are not supported")
+		return fmt.Errorf("want \"}\" after the element, have %q", p.peek(0).text)
 	}
 	p.i++
-	p.r.exprs = append(p.r.exprs, expr{kind: exprUpdate, sels: []selector{s}, setName: name[1:]})
+	p.r.exprs = append(p.r.exprs, e)
 	return nil
+}
+
+// selectorList reads "SELECTOR [. SELECTOR ...]".
+func (p *ruleParser) selectorList() ([]selector, error) {
+	var sels []selector
+	for {
+		s, err := p.selector()
+		if err != nil {
+			return nil, err
+		}
+		if s.kind == selNumgen {
+			return nil, fmt.Errorf("numgen in a dynamic set's element")
+		}
+		sels = append(sels, s)
+		if !p.peek(0).is(".") {
+			return sels, nil
+		}
+		p.i++
+	}
 }

@@ -1,6 +1,7 @@
 package nfttrace
 
 import (
+	"cmp"
 	"fmt"
 	"math/big"
 	"net/netip"
@@ -90,8 +91,8 @@ func (ev *evaluation) evalExpr(b *branch, e *expr, step *Step) (bool, *verdict, 
 		b.pkt.mark = markOp(e.markOp, b.pkt.mark, e.markVal)
 		b.ruleMark = markOp(e.markOp, b.ruleMark, e.markVal)
 	case exprUpdate:
-		if e.set.timeout > 0 {
-			b.affinity = int32(e.set.timeout.Seconds())
+		if timeout := cmp.Or(e.timeout, e.set.timeout); timeout > 0 {
+			b.affinity = int32(timeout.Seconds())
 		}
 	case exprDnat:
 		return ev.dnatTo(b, e.dnat)
@@ -218,6 +219,16 @@ func (ev *evaluation) key(b *branch, sels []selector) ([]datum, bool) {
 			}
 		case selNumgen:
 			key[i] = datum{num: b.forkVal}
+		case selOrigDaddr:
+			key[i] = datum{addr: b.pkt.origDaddr}
+		case selOrigDport:
+			key[i] = datum{num: uint64(b.pkt.origDport)}
+		case selJHash:
+			inner, ok := ev.key(b, s.inner)
+			if !ok {
+				return nil, false
+			}
+			key[i] = datum{num: jhashValue(s, inner)}
 		}
 	}
 	return key, true
@@ -284,5 +295,6 @@ func serviceOfComment(comment string, proto uint64) (servicemap.PortName, bool) 
 
 // packetState is the packet as the first rule sees it.
 func packetState(src, dst netip.AddrPort, proto uint64) pktState {
-	return pktState{saddr: src.Addr().WithZone(""), daddr: dst.Addr().WithZone(""), sport: src.Port(), dport: dst.Port(), proto: proto}
+	daddr := dst.Addr().WithZone("")
+	return pktState{saddr: src.Addr().WithZone(""), daddr: daddr, sport: src.Port(), dport: dst.Port(), proto: proto, origDaddr: daddr, origDport: dst.Port()}
 }

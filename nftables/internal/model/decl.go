@@ -54,14 +54,14 @@ func (s *Set) flags() []knftables.SetFlag {
 	if s.Dynamic {
 		flags = append(flags, knftables.DynamicFlag)
 	}
-	if s.Timeout != 0 {
+	if s.Expiring || s.Timeout != 0 {
 		flags = append(flags, knftables.TimeoutFlag)
 	}
 	return flags
 }
 
 // writeBody writes the declaration of s between its braces, as knftables
-// writes it: ` type … ; flags … ; timeout …s ; comment "…" ;`.
+// writes it: ` type … ; flags … ; timeout …s ; size … ; comment "…" ;`.
 func (s *Set) writeBody(b *strings.Builder) {
 	keyword, types := s.declaration()
 	b.WriteString(" " + keyword + " " + types + " ;")
@@ -77,6 +77,9 @@ func (s *Set) writeBody(b *strings.Builder) {
 	}
 	if s.Timeout != 0 {
 		b.WriteString(" timeout " + strconv.FormatInt(int64(s.Timeout.Seconds()), 10) + "s ;")
+	}
+	if s.Size > 0 {
+		b.WriteString(" size " + strconv.FormatUint(uint64(s.Size), 10) + " ;")
 	}
 	b.WriteString(commentClause(s.Comment))
 }

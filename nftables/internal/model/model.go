@@ -156,9 +156,15 @@ type Set struct {
 	KeyType, ValueType []Type
 	// Dynamic lets rules add elements (`flags dynamic`).
 	Dynamic bool
+	// Expiring makes elements expire (`flags timeout`), each after the
+	// timeout it was added with; a Timeout implies it.
+	Expiring bool
 	// Timeout, when not zero, is the lifetime of elements that rules add
-	// (`flags timeout`; `timeout 10800s`), in whole seconds.
+	// without one of their own (`timeout 10800s`), in whole seconds.
 	Timeout time.Duration
+	// Size bounds the number of elements (0: the kernel's default, 65,535
+	// for a dynamic set); the packet path adds none beyond it.
+	Size uint32
 }
 
 // IsMap reports whether s is a map.

@@ -129,10 +129,16 @@ func netlinkElements(es []Element, interval bool) []gnft.SetElement {
 }
 
 // encode concatenates the fields' encodings: the first and the last key.
+// A key or value of one field is not a concatenation, and has the field's
+// own length (a port's 2 bytes, a protocol's 1), not a register's 4.
 func encode(ds []Datum) (first, last []byte) {
 	for _, d := range ds {
 		lo, hi := d.bytes()
 		first, last = append(first, lo...), append(last, hi...)
+	}
+	if len(ds) == 1 {
+		n := ds[0].size()
+		first, last = first[:n], last[:n]
 	}
 	return first, last
 }

@@ -48,12 +48,17 @@ func (t *Table) SetObject(s *Set) knftables.Object {
 	if s.Timeout != 0 {
 		timeout = &s.Timeout
 	}
+	var size *uint64
+	if s.Size > 0 {
+		n := uint64(s.Size)
+		size = &n
+	}
 	if s.IsMap() {
 		return &knftables.Map{Family: t.knftFamily(), Table: t.Name, Name: s.Name,
-			Type: typ, TypeOf: typeOf, Flags: s.flags(), Timeout: timeout, Comment: optional(s.Comment)}
+			Type: typ, TypeOf: typeOf, Flags: s.flags(), Timeout: timeout, Size: size, Comment: optional(s.Comment)}
 	}
 	return &knftables.Set{Family: t.knftFamily(), Table: t.Name, Name: s.Name,
-		Type: typ, TypeOf: typeOf, Flags: s.flags(), Timeout: timeout, Comment: optional(s.Comment)}
+		Type: typ, TypeOf: typeOf, Flags: s.flags(), Timeout: timeout, Size: size, Comment: optional(s.Comment)}
 }
 
 // SetName is the knftables Set (or, if isMap, Map) of that name, without a

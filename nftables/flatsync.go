@@ -44,17 +44,24 @@ func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*
 
 // flatTable is the whole flat-layout table of rs, and its state.
 func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Result) {
-	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[netip.Addr]int{}}
-	var res Result
-	var elements []model.Element
+	targets := 0
 	for _, s := range rs.Services() {
-		p, warns := st.r.port(rs, s)
-		res.Warnings = append(res.Warnings, warns...)
-		elements = append(elements, p.elements...)
-		st.count(p, 1)
+		targets += len(s.ClusterTargets) + len(s.LocalTargets)
+	}
+	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: make(map[netip.Addr]int, targets)}
+	var res Result
+	// One flatPort collects every port's elements (room for those of a
+	// cluster IP's targets, a quarter more for the other frontends); its
+	// groups and hairpin addresses are counted and dropped after each port.
+	config := st.r.flatConfigElements()
+	acc := flatPort{elements: slices.Grow(config, (targets+2*rs.Len())*5/4), arenaChunk: 1 << 14}
+	for _, s := range rs.Services() {
+		acc.groups, acc.hairpin = acc.groups[:0], acc.hairpin[:0]
+		res.Warnings = append(res.Warnings, st.r.portInto(&acc, rs, s)...)
+		st.count(acc, 1)
 	}
 	t := st.table()
-	t.Elements = slices.Concat(st.r.flatConfigElements(), elements, st.hairpinElements(st.hairpinAddrs()))
+	t.Elements = append(acc.elements, st.hairpinElements(st.hairpinAddrs())...)
 	return st, t, res
 }
 
@@ -114,8 +121,10 @@ func (st *FlatState) hairpinAddrs() []netip.Addr {
 
 func (st *FlatState) hairpinElements(addrs []netip.Addr) []model.Element {
 	es := make([]model.Element, len(addrs))
+	keys := make([]model.Datum, 2*len(addrs))
 	for i, a := range addrs {
-		es[i] = model.Element{Set: flatSetHairpin, Key: []model.Datum{model.Addr(a), model.Addr(a)}}
+		keys[2*i], keys[2*i+1] = model.Addr(a), model.Addr(a)
+		es[i] = model.Element{Set: flatSetHairpin, Key: keys[2*i : 2*i+2 : 2*i+2]}
 	}
 	return es
 }

@@ -281,6 +281,20 @@ func (d Datum) bytes() (first, last []byte) {
 	return nil, nil
 }
 
+// dataBytes is the length of ds's netlink encoding: each field padded to
+// 4 bytes.
+func dataBytes(ds []Datum) int {
+	n := 0
+	for _, d := range ds {
+		if (d.kind == datumAddr || d.kind == datumPrefix) && !d.is4 {
+			n += 16
+		} else {
+			n += 4
+		}
+	}
+	return n
+}
+
 // appendData appends fields joined by " . ".
 func appendData(b []byte, ds []Datum) []byte {
 	for i, d := range ds {

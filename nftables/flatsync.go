@@ -1,6 +1,8 @@
 package nftables
 
 import (
+	"cmp"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -22,7 +24,40 @@ import (
 type FlatState struct {
 	r       *flatRenderer
 	counts  map[groupN]int
-	hairpin map[netip.Addr]int
+	hairpin map[hairpinKey]int32
+}
+
+// hairpinKey is an endpoint address as the key of FlatState.hairpin: its
+// bytes hash and compare faster than a netip.Addr.
+type hairpinKey struct {
+	hi, lo uint64 // the address's 16 bytes, big-endian
+	is4    bool
+}
+
+func keyOf(a netip.Addr) hairpinKey {
+	b := a.As16()
+	return hairpinKey{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), is4: a.Is4()}
+}
+
+func (k hairpinKey) addr() netip.Addr {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], k.hi)
+	binary.BigEndian.PutUint64(b[8:], k.lo)
+	if k.is4 {
+		return netip.AddrFrom4([4]byte(b[12:]))
+	}
+	return netip.AddrFrom16(b)
+}
+
+// compare orders keys as netip.Addr.Compare orders their addresses.
+func (k hairpinKey) compare(o hairpinKey) int {
+	if k.is4 != o.is4 {
+		if k.is4 {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Or(cmp.Compare(k.hi, o.hi), cmp.Compare(k.lo, o.lo))
 }
 
 // RenderFlat writes the whole flat-layout table of rs into tx as knftables
@@ -48,7 +83,7 @@ func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Res
 	for _, s := range rs.Services() {
 		targets += len(s.ClusterTargets) + len(s.LocalTargets)
 	}
-	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: make(map[netip.Addr]int, targets)}
+	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: make(map[hairpinKey]int32, targets)}
 	var res Result
 	// One flatPort collects every port's elements (room for those of a
 	// cluster IP's targets, a quarter more for the other frontends); its
@@ -89,33 +124,40 @@ func (st *FlatState) count(p flatPort, sign int) {
 		}
 	}
 	for _, a := range p.hairpin {
-		if st.hairpin[a] += sign; st.hairpin[a] == 0 {
-			delete(st.hairpin, a)
+		k := keyOf(a)
+		if st.hairpin[k] += int32(sign); st.hairpin[k] == 0 {
+			delete(st.hairpin, k)
 		}
 	}
 }
 
 // uses are the current use counts of the groups and hairpin addresses
 // that ports use.
-func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int) {
-	groups, hairpin := map[groupN]int{}, map[netip.Addr]int{}
+func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int32) {
+	groups, hairpin := map[groupN]int{}, map[netip.Addr]int32{}
 	for _, p := range ports {
 		for _, k := range p.groups {
 			groups[k] = st.counts[k]
 		}
 		for _, a := range p.hairpin {
-			hairpin[a] = st.hairpin[a]
+			hairpin[a] = st.hairpin[keyOf(a)]
 		}
 	}
 	return groups, hairpin
 }
 
+// hairpinAddrs are the hairpin addresses in use, sorted (IPv4 before
+// IPv6, as netip.Addr.Compare sorts them).
 func (st *FlatState) hairpinAddrs() []netip.Addr {
-	addrs := make([]netip.Addr, 0, len(st.hairpin))
-	for a := range st.hairpin {
-		addrs = append(addrs, a)
+	keys := make([]hairpinKey, 0, len(st.hairpin))
+	for k := range st.hairpin {
+		keys = append(keys, k)
 	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
+	slices.SortFunc(keys, hairpinKey.compare)
+	addrs := make([]netip.Addr, len(keys))
+	for i, k := range keys {
+		addrs[i] = k.addr()
+	}
 	return addrs
 }
 
@@ -183,7 +225,7 @@ func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *rules
 	}
 	var hairpin []netip.Addr
 	for a, before := range hairpinBefore {
-		if (before == 0) != (st.hairpin[a] == 0) {
+		if (before == 0) != (st.hairpin[keyOf(a)] == 0) {
 			hairpin = append(hairpin, a)
 		}
 	}
@@ -252,7 +294,7 @@ func (st *FlatState) hairpinChanges(out *FlatChanges, addrs []netip.Addr) {
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	for _, a := range slices.Compact(addrs) {
 		e := st.hairpinElements([]netip.Addr{a})
-		if st.hairpin[a] > 0 {
+		if st.hairpin[keyOf(a)] > 0 {
 			out.add = append(out.add, e...)
 		} else {
 			out.del = append(out.del, e...)

@@ -26,9 +26,10 @@ func (t *Table) Script() string {
 func (t *Table) Definitions() string {
 	var b strings.Builder
 	t.writeDefinitions(&b)
+	encodes := t.netlinkSets()
 	var local []Element
 	for _, e := range t.Elements {
-		if !t.netlinkEncodes(e.Set) {
+		if !encodes[e.Set] {
 			local = append(local, e)
 		}
 	}
@@ -38,13 +39,24 @@ func (t *Table) Definitions() string {
 
 // NetlinkElements are the elements that Definitions leaves out.
 func (t *Table) NetlinkElements() []Element {
-	var out []Element
+	encodes := t.netlinkSets()
+	out := make([]Element, 0, len(t.Elements))
 	for _, e := range t.Elements {
-		if t.netlinkEncodes(e.Set) {
+		if encodes[e.Set] {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// netlinkSets reports, by set name, whether ElementBatch encodes a set's
+// elements (netlinkEncodes).
+func (t *Table) netlinkSets() map[string]bool {
+	encodes := make(map[string]bool, len(t.Sets))
+	for _, s := range t.Sets {
+		encodes[s.Name] = t.netlinkEncodes(s.Name)
+	}
+	return encodes
 }
 
 // netlinkEncodes reports whether ElementBatch encodes the elements of a

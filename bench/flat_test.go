@@ -29,8 +29,10 @@ import (
 // SVCPROXY_SCALE_N (default 10000): generation, first sync, full resync of
 // the loaded table, one Service changed, added and removed, and connect()
 // latency. The flat layout's first sync writes its definitions with nft
-// and its elements over netlink (FlatFirstSync), its resync is one `nft -f`
-// of the whole table (FlatScript), which is also timed into no table; its
+// and its elements over netlink (FlatFirstSync); its resync is timed two
+// ways: its definitions with nft and its sets flushed and refilled over
+// netlink (FlatResync, as the Executor does it), and one `nft -f` of the
+// whole table (FlatScript), which is also timed into no table; its
 // incremental syncs go over netlink when they touch only
 // elements, through nft otherwise (reported). It also reports the heap
 // that the flat layout's state keeps, per endpoint, and the process's
@@ -148,6 +150,17 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	heapState := heapAfterGC() - heapBefore
 	peakRSS, heapInUse := memory()
 	lat := latencies(t, c, w, n, conns)
+	var resyncNL time.Duration
+	var resyncTx int
+	{
+		var again nftables.FlatLoad
+		gen := timed(t, "flat: resync, FlatResync", func() error {
+			l.state, again, _ = nftables.FlatResync(w.Ruleset, nftables.Options{})
+			return nil
+		})
+		resyncNL = gen + l.script("flat: resync, definitions through nft", again.Definitions)
+		resyncNL += timed(t, "flat: resync, elements over netlink", func() (err error) { resyncTx, err = l.nl.Load(again); return err })
+	}
 	var script string
 	l.state, script, _ = nftables.FlatScript(w.Ruleset, nftables.Options{})
 	resync := l.script("flat: full resync of the loaded table (one nft -f)", script)
@@ -175,6 +188,8 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	row("FlatFirstSync / first sync", 100*float64(render)/float64(first), "%")
 	row("generation (snapshots + Build + FlatFirstSync) / first sync", 100*float64(build+render)/float64(first), "%")
 	row("whole table into no table (one nft -f)", ms(whole), "ms")
+	row("full resync of the loaded table (FlatResync + definitions through nft + elements over netlink)", ms(resyncNL), "ms")
+	row("netlink transactions of the resync's elements", float64(resyncTx), "tx")
 	row("full resync of the loaded table (one nft -f)", ms(resync), "ms")
 	row(fmt.Sprintf("incremental sync, 1 Service changed (median of %d)", reps), median(change), "ms")
 	row(fmt.Sprintf("incremental sync, 1 Service added (median of %d)", reps), median(add), "ms")

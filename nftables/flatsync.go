@@ -354,13 +354,14 @@ func FlatScript(rs *ruleset.Ruleset, opts Options) (*FlatState, string, Result) 
 // FlatLoad is a whole flat-layout table to load into a table that does not
 // exist yet: Definitions with nft (the table, its sets, chains and rules,
 // and the few configuration elements of one-field interval sets), then
-// every other element over netlink (FlatNetlink.Load), in transactions of
-// at most 1,000 elements, as many as a socket's default send buffer takes.
-// Until the last, the table serves only the Service ports whose elements
-// are in.
+// every other element over netlink (FlatNetlink.Load), in one transaction
+// when the socket's send buffer could be raised (model.Dial), else in as
+// few as it takes. Until the last, the table serves only the Service ports
+// whose elements are in.
 type FlatLoad struct {
 	Definitions string
 	table       *model.Table
+	resync      bool
 }
 
 // FlatFirstSync renders rs as a FlatLoad, with the state RenderFlatChanges
@@ -368,4 +369,19 @@ type FlatLoad struct {
 func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
 	st, t, res := flatTable(rs, opts)
 	return st, FlatLoad{Definitions: t.Definitions(), table: t}, res
+}
+
+// FlatResync renders rs as a FlatLoad for a table that the flat layout
+// already holds, with the state RenderFlatChanges continues from: its
+// Definitions (one nft transaction) add the sets and chains that are
+// missing, rewrite every chain's rules and the configuration's interval
+// sets, and leave the other sets' elements in place; FlatNetlink.Load then
+// flushes those sets and adds their elements in one transaction (when the
+// socket's send buffer could be raised), so that a Service port whose
+// elements do not change is served throughout. The sets of endpoint counts
+// that rs no longer uses stay, unreferenced, with their elements, until
+// the table is next replaced (FlatScript, or FlatFirstSync into no table).
+func FlatResync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
+	st, t, res := flatTable(rs, opts)
+	return st, FlatLoad{Definitions: t.Redefinitions(), table: t, resync: true}, res
 }

@@ -12,7 +12,9 @@ import (
 // ElementBatch is a list of element additions and deletions on one table,
 // sent over netlink as one transaction by Conn.Send.
 type ElementBatch struct {
-	Table    *Table
+	Table *Table
+	// Flush are sets whose elements are all deleted first.
+	Flush    []string
 	Add, Del []Element
 }
 
@@ -92,7 +94,7 @@ func (c *Conn) Close() error { return c.c.CloseLasting() }
 // Send applies b's deletions, then its additions, as one transaction: the
 // kernel applies all of them or none.
 func (c *Conn) Send(b ElementBatch) error {
-	if len(b.Add)+len(b.Del) == 0 {
+	if len(b.Add)+len(b.Del)+len(b.Flush) == 0 {
 		return nil
 	}
 	gt := &gnft.Table{Name: b.Table.Name, Family: gnft.TableFamilyIPv4}
@@ -104,6 +106,12 @@ func (c *Conn) Send(b ElementBatch) error {
 		if !b.Table.netlinkEncodes(e.Set) {
 			return fmt.Errorf("elements of set %s are not encoded for netlink", e.Set)
 		}
+	}
+	for _, name := range b.Flush {
+		if !b.Table.netlinkEncodes(name) {
+			return fmt.Errorf("elements of set %s are not encoded for netlink", name)
+		}
+		c.c.FlushSet(&gnft.Set{Table: gt, Name: name})
 	}
 	for _, group := range groupBySet(b.Del, interval) {
 		s := &gnft.Set{Table: gt, Name: group[0].Set}
@@ -154,16 +162,20 @@ func elementBytes(e *Element, interval bool) int {
 // each), the set ID.
 const messageBytes = 600
 
-// SendInChunks adds b's elements (it deletes none) in as few transactions
-// as the socket's send buffer takes (one for the elements of 100,000
-// Services × 10 endpoints when Dial could raise it), and returns how many
-// it sent. A failure leaves the transactions before it applied.
+// SendInChunks flushes b's Flush sets and adds b's elements (it deletes
+// none) in as few transactions as the socket's send buffer takes (one for
+// the elements of 100,000 Services × 10 endpoints when Dial could raise
+// it; the flushes go with the first), and returns how many it sent. A
+// failure leaves the transactions before it applied.
 func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
 	interval := b.Table.intervalSets()
 	// Every set may start one message that is not full; a full one holds
 	// at least maxMessageBytes/messageBytes elements.
 	budget := c.txBytes - len(b.Table.Sets)*messageBytes
 	n := 0
+	if len(b.Add) == 0 && len(b.Flush) > 0 {
+		return 1, c.Send(b)
+	}
 	for start := 0; start < len(b.Add); {
 		end, bytes := start, 0
 		for end < len(b.Add) {
@@ -175,7 +187,11 @@ func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
 			bytes += size
 			end++
 		}
-		if err := c.Send(ElementBatch{Table: b.Table, Add: b.Add[start:end]}); err != nil {
+		chunk := ElementBatch{Table: b.Table, Add: b.Add[start:end]}
+		if start == 0 {
+			chunk.Flush = b.Flush
+		}
+		if err := c.Send(chunk); err != nil {
 			return n, err
 		}
 		n++
@@ -241,3 +257,7 @@ func encode(ds []Datum) (first, last []byte) {
 	}
 	return first, last
 }
+
+// LimitTransactions bounds the transactions that SendInChunks sends to
+// bytes of messages (and to the send buffer, as always).
+func (c *Conn) LimitTransactions(bytes int) { c.txBytes = min(c.txBytes, bytes) }

@@ -83,7 +83,7 @@ func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Res
 	for _, s := range rs.Services() {
 		targets += len(s.ClusterTargets) + len(s.LocalTargets)
 	}
-	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: make(map[hairpinKey]int32, targets)}
+	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[hairpinKey]int32{}}
 	var res Result
 	// One flatPort collects every port's elements (room for those of a
 	// cluster IP's targets, a quarter more for the other frontends); its

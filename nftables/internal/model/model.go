@@ -254,31 +254,31 @@ func (d Datum) appendTo(b []byte) []byte {
 	return b
 }
 
-// bytes is the datum's netlink encoding, padded to 4 bytes as a field of a
-// concatenation; for a prefix, the first and the last address.
-func (d Datum) bytes() (first, last []byte) {
+// appendBytes appends the datum's netlink encoding, padded to 4 bytes as
+// a field of a concatenation; for a prefix, its first address, or its
+// last when last is set.
+func (d Datum) appendBytes(b []byte, last bool) []byte {
 	switch d.kind {
 	case datumAddr:
-		return d.ipBytes(), d.ipBytes()
+		return append(b, d.ipBytes()...)
 	case datumPrefix:
-		lo := d.ipBytes()
-		hi := append([]byte(nil), lo...)
-		for i := int(d.bits); i < len(hi)*8; i++ {
-			hi[i/8] |= 0x80 >> (i % 8)
+		start := len(b)
+		b = append(b, d.ipBytes()...)
+		if last {
+			ip := b[start:]
+			for i := int(d.bits); i < len(ip)*8; i++ {
+				ip[i/8] |= 0x80 >> (i % 8)
+			}
 		}
-		return lo, hi
+		return b
 	case datumProto:
-		b := []byte{byte(d.num), 0, 0, 0}
-		return b, b
+		return append(b, byte(d.num), 0, 0, 0)
 	case datumPort:
-		b := []byte{0, 0, 0, 0}
-		binary.BigEndian.PutUint16(b, uint16(d.num))
-		return b, b
+		return append(binary.BigEndian.AppendUint16(b, uint16(d.num)), 0, 0)
 	case datumInt:
-		b := binary.NativeEndian.AppendUint32(nil, d.num)
-		return b, b
+		return binary.NativeEndian.AppendUint32(b, d.num)
 	}
-	return nil, nil
+	return b
 }
 
 // dataBytes is the length of ds's netlink encoding: each field padded to

@@ -30,7 +30,7 @@ func TestDatum(t *testing.T) {
 		{"integer, host order", Int(2), "2", le, le},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			first, last := c.d.bytes()
+			first, last := c.d.appendBytes(nil, false), c.d.appendBytes(nil, true)
 			if diff := cmp.Diff([]any{c.text, c.first, c.last}, []any{c.d.String(), first, last}); diff != "" {
 				t.Errorf("text, first, last (-want +got):\n%s", diff)
 			}

@@ -205,30 +205,41 @@ func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
 // in runs of at most maxMessageBytes. The kernel applies a transaction
 // whole, so the order of its additions does not matter.
 func groupBySet(es []Element, interval map[string]bool) [][]Element {
-	bySet := map[string][]Element{}
+	// The elements placed set after set in one array: a first pass counts
+	// each set's, a second puts them at their set's offset.
+	count := map[string]int{}
 	var order []string
-	for _, e := range es {
-		if _, ok := bySet[e.Set]; !ok {
-			order = append(order, e.Set)
+	for i := range es {
+		if _, ok := count[es[i].Set]; !ok {
+			order = append(order, es[i].Set)
 		}
-		bySet[e.Set] = append(bySet[e.Set], e)
+		count[es[i].Set]++
+	}
+	offset := make(map[string]int, len(order))
+	at := 0
+	for _, set := range order {
+		offset[set] = at
+		at += count[set]
+	}
+	sorted := make([]Element, len(es))
+	for i := range es {
+		sorted[offset[es[i].Set]] = es[i]
+		offset[es[i].Set]++
 	}
 	var groups [][]Element
-	for _, set := range order {
-		run := bySet[set]
-		for i := 0; i < len(run); {
-			j, bytes := i+1, elementBytes(&run[i], interval[set])
-			for j < len(run) {
-				size := elementBytes(&run[j], interval[set])
-				if bytes+size > maxMessageBytes {
-					break
-				}
-				bytes += size
-				j++
+	for start := 0; start < len(sorted); {
+		set := sorted[start].Set
+		end, bytes := start+1, elementBytes(&sorted[start], interval[set])
+		for end < len(sorted) && sorted[end].Set == set {
+			size := elementBytes(&sorted[end], interval[set])
+			if bytes+size > maxMessageBytes {
+				break
 			}
-			groups = append(groups, run[i:j])
-			i = j
+			bytes += size
+			end++
 		}
+		groups = append(groups, sorted[start:end:end])
+		start = end
 	}
 	return groups
 }
@@ -237,25 +248,34 @@ func groupBySet(es []Element, interval map[string]bool) [][]Element {
 // to 4 bytes, an interval set's elements with their last key (KeyEnd), the
 // comment as user data.
 func netlinkElements(es []Element, interval bool) []gnft.SetElement {
-	out := make([]gnft.SetElement, len(es))
-	for i, e := range es {
-		key, keyEnd := encode(e.Key)
-		val, _ := encode(e.Value)
-		out[i] = gnft.SetElement{Key: key, Val: val, Comment: e.Comment}
+	size := 0
+	for i := range es {
+		size += dataBytes(es[i].Key) + dataBytes(es[i].Value)
 		if interval {
-			out[i].KeyEnd = keyEnd
+			size += dataBytes(es[i].Key)
+		}
+	}
+	// One array holds every key and value.
+	buf := make([]byte, 0, size)
+	field := func(ds []Datum, last bool) []byte {
+		start := len(buf)
+		for _, d := range ds {
+			buf = d.appendBytes(buf, last)
+		}
+		return buf[start:len(buf):len(buf)]
+	}
+	out := make([]gnft.SetElement, len(es))
+	for i := range es {
+		e := &es[i]
+		out[i] = gnft.SetElement{Key: field(e.Key, false), Comment: e.Comment}
+		if len(e.Value) > 0 {
+			out[i].Val = field(e.Value, false)
+		}
+		if interval {
+			out[i].KeyEnd = field(e.Key, true)
 		}
 	}
 	return out
-}
-
-// encode concatenates the fields' encodings: the first and the last key.
-func encode(ds []Datum) (first, last []byte) {
-	for _, d := range ds {
-		lo, hi := d.bytes()
-		first, last = append(first, lo...), append(last, hi...)
-	}
-	return first, last
 }
 
 // LimitTransactions bounds the transactions that SendInChunks sends to

@@ -34,9 +34,10 @@ import (
 // netlink (FlatResync, as the Executor does it), and one `nft -f` of the
 // whole table (FlatScript), which is also timed into no table; its
 // incremental syncs go over netlink when they touch only
-// elements, through nft otherwise (reported). It also reports the heap
-// that the flat layout's state keeps, per endpoint, and the process's
-// peak RSS and heap in use after the first sync.
+// elements, through nft otherwise (reported). It also reports the
+// process's peak RSS and heap in use after the first sync
+// (BenchmarkFlatStateHeap in nftables measures the heap that the flat
+// layout's state keeps).
 //
 //	SVCPROXY_SCALE_N=10000 go test -tags scale ./bench/ -run ScaleFlat -v -timeout 60m
 //
@@ -132,7 +133,6 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	}
 	t.Cleanup(func() { l.nl.Close() })
 
-	heapBefore := heapAfterGC()
 	var rs *ruleset.Ruleset
 	build := timed(t, "generation: snapshots + Build", func() error { rs = w.Build(); return nil })
 	var load nftables.FlatLoad
@@ -147,7 +147,6 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	elements := timed(t, "flat: first sync, elements over netlink", func() (err error) { loadTx, err = l.nl.Load(load); return err })
 	first := defs + elements
 	load = nftables.FlatLoad{}
-	heapState := heapAfterGC() - heapBefore
 	peakRSS, heapInUse := memory()
 	lat := latencies(t, c, w, n, conns)
 	var resyncNL time.Duration
@@ -198,7 +197,6 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	row("connect() to the last Service (median)", lat[0], "µs")
 	row("connect() to the first Service (median)", lat[1], "µs")
 	row("connect() to a pod directly (median)", lat[2], "µs")
-	row("heap kept by FlatState per endpoint", float64(heapState)/float64(n*scalegen.DefaultEndpoints), "B")
 	row("process peak RSS (after the first sync)", float64(peakRSS)/(1<<20), "MiB")
 	row("process heap in use (after the first sync)", float64(heapInUse)/(1<<20), "MiB")
 }
@@ -223,14 +221,6 @@ func (l *flatLab) changes(w *scaleworld.World, n, reps int) (change, add, remove
 		remove = append(remove, l.incremental("flat: 1 Service removed", prev, w.Ruleset))
 	}
 	return change, add, remove
-}
-
-// heapAfterGC is the live heap after a collection, in bytes.
-func heapAfterGC() int64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }
 
 // memory is the process's peak RSS so far and its heap in use, in bytes.

@@ -90,8 +90,8 @@ func BenchmarkKernelFlatElement(b *testing.B) {
 // netlink (FlatNetlink.Load) into a table whose definitions nft has just
 // written (not timed), at 10,000 Services × 10 endpoints: in transactions
 // bounded by a socket's default send buffer (net.core.wmem_default, 208
-// KiB: 1,000 elements each before the buffer was raised), and by the
-// buffer Dial forces. tx/op is the number of transactions.
+// KiB, which bounded them before Dial raised it), and by the buffer Dial
+// forces. tx/op is the number of transactions.
 func BenchmarkKernelFlatLoad(b *testing.B) {
 	netns.Require(b, "nft")
 	lab := netns.NewLab(b)

@@ -6,9 +6,12 @@
 //
 //   - Objects: knftables objects (the nft text of knftables transactions,
 //     --dry-run and knftables' Fake);
-//   - Script and Definitions: one `nft -f` script that replaces the table,
-//     each set's elements in one statement;
-//   - Conn: element additions and deletions as netlink messages, through
+//   - Script: one `nft -f` script that replaces the table, each set's
+//     elements in one statement; Definitions and Redefinitions: the same
+//     without the elements that Conn sends, for a table that does not
+//     exist yet or for one that holds them;
+//   - Conn: element additions, deletions and set flushes as netlink
+//     messages, in as few transactions as the socket takes, through
 //     github.com/google/nftables.
 //
 // No rule text is built by concatenating strings that something later splits

@@ -8,8 +8,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -26,14 +29,23 @@ import (
 // SVCPROXY_SCALE_N (default 10000): generation, first sync, full resync of
 // the loaded table, one Service changed, added and removed, and connect()
 // latency. The flat layout's first sync writes its definitions with nft
-// and its elements over netlink (FlatFirstSync), its resync is one `nft -f`
-// of the whole table (FlatScript), which is also timed into no table; its
+// and its elements over netlink (FlatFirstSync); its resync is timed two
+// ways: its definitions with nft and its sets flushed and refilled over
+// netlink (FlatResync, as the Executor does it), and one `nft -f` of the
+// whole table (FlatScript), which is also timed into no table; its
 // incremental syncs go over netlink when they touch only
-// elements, through nft otherwise (reported).
+// elements, through nft otherwise (reported). It also reports the
+// process's peak RSS and heap in use after the first sync
+// (BenchmarkFlatStateHeap in nftables measures the heap that the flat
+// layout's state keeps).
 //
 //	SVCPROXY_SCALE_N=10000 go test -tags scale ./bench/ -run ScaleFlat -v -timeout 60m
 //
 // SVCPROXY_SCALE_LAYOUTS picks the layouts (default "kube-proxy flat").
+// SVCPROXY_SCALE_FLAT6_N lists counts (comma-separated, default none) at
+// which the flat layout runs again, alone, on an IPv6 cluster
+// (scalegen.Spec.IPv6), after the IPv4 sizes: IPv4's 198.19.0.0/16 holds
+// at most scalegen.MaxServices Services, IPv6 up to scalegen.MaxServices6.
 func TestScaleFlat(t *testing.T) {
 	netns.Require(t, "nft")
 	reps := envInt(t, "SVCPROXY_SCALE_REPS", 5)
@@ -45,21 +57,37 @@ func TestScaleFlat(t *testing.T) {
 	var rep report
 	rep.notes = append(rep.notes, machine())
 	start := time.Now()
-	for _, f := range strings.Split(env("SVCPROXY_SCALE_N", "10000"), ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 2 || n > scalegen.MaxServices-100 {
-			t.Fatalf("SVCPROXY_SCALE_N: bad count %q", f)
-		}
+	for _, n := range counts(t, "SVCPROXY_SCALE_N", "10000", scalegen.MaxServices-100) {
 		if layouts["kube-proxy"] {
 			floors := map[string]float64{}
 			t.Run(fmt.Sprintf("kube-proxy/services=%d", n), func(t *testing.T) { runNftables(t, n, reps, conns, true, &rep, floors) })
 		}
 		if layouts["flat"] {
-			t.Run(fmt.Sprintf("flat/services=%d", n), func(t *testing.T) { runFlat(t, n, reps, conns, &rep) })
+			t.Run(fmt.Sprintf("flat/services=%d", n), func(t *testing.T) { runFlat(t, n, reps, conns, false, &rep) })
 		}
+	}
+	for _, n := range counts(t, "SVCPROXY_SCALE_FLAT6_N", "", scalegen.MaxServices6-100) {
+		t.Run(fmt.Sprintf("flat-ipv6/services=%d", n), func(t *testing.T) { runFlat(t, n, reps, conns, true, &rep) })
 	}
 	rep.notes = append(rep.notes, fmt.Sprintf("Whole run: %v.", time.Since(start).Round(time.Second)))
 	fmt.Println(rep.markdown())
+}
+
+// counts parses the comma-separated Services counts of an environment
+// variable, each between 2 and limit.
+func counts(t *testing.T, name, def string, limit int) []int {
+	var ns []int
+	for _, f := range strings.Split(env(name, def), ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 || n > limit {
+			t.Fatalf("%s: bad count %q (2 to %d)", name, f, limit)
+		}
+		ns = append(ns, n)
+	}
+	return ns
 }
 
 // flatLab is the flat layout loaded into a lab's node.
@@ -88,10 +116,14 @@ func (l *flatLab) script(what, script string) time.Duration {
 	})
 }
 
-func runFlat(t *testing.T, n, reps, conns int, rep *report) {
+func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	c := newCluster(t)
-	w := world(t, c, n)
-	l := &flatLab{t: t, c: c, fake: knftables.NewFake(knftables.IPv4Family, nftables.DefaultFlatTable)}
+	w := worldOf(t, c, n, ipv6)
+	family, kfamily, label := "ip", knftables.IPv4Family, "flat"
+	if ipv6 {
+		family, kfamily, label = "ip6", knftables.IPv6Family, "flat (IPv6)"
+	}
+	l := &flatLab{t: t, c: c, fake: knftables.NewFake(kfamily, nftables.DefaultFlatTable)}
 	if err := c.Node.Do(func() error {
 		var err error
 		l.nl, err = nftables.DialFlatNetlink()
@@ -101,24 +133,78 @@ func runFlat(t *testing.T, n, reps, conns int, rep *report) {
 	}
 	t.Cleanup(func() { l.nl.Close() })
 
+	var rs *ruleset.Ruleset
+	build := timed(t, "generation: snapshots + Build", func() error { rs = w.Build(); return nil })
 	var load nftables.FlatLoad
 	var res nftables.Result
-	gen := timed(t, "generation (snapshots + Build + FlatFirstSync)", func() error {
-		rs := w.Build()
+	render := timed(t, "generation: FlatFirstSync", func() error {
 		l.state, load, res = nftables.FlatFirstSync(rs, nftables.Options{})
 		return nil
 	})
-	first := l.script("flat: first sync, definitions through nft", load.Definitions)
+	rs = nil
+	defs := l.script("flat: first sync, definitions through nft", load.Definitions)
 	var loadTx int
-	first += timed(t, "flat: first sync, elements over netlink", func() (err error) { loadTx, err = l.nl.Load(load); return err })
+	elements := timed(t, "flat: first sync, elements over netlink", func() (err error) { loadTx, err = l.nl.Load(load); return err })
+	first := defs + elements
+	load = nftables.FlatLoad{}
+	peakRSS, heapInUse := memory()
 	lat := latencies(t, c, w, n, conns)
+	var resyncNL time.Duration
+	var resyncTx int
+	{
+		var again nftables.FlatLoad
+		gen := timed(t, "flat: resync, FlatResync", func() error {
+			l.state, again, _ = nftables.FlatResync(w.Ruleset, nftables.Options{})
+			return nil
+		})
+		resyncNL = gen + l.script("flat: resync, definitions through nft", again.Definitions)
+		resyncNL += timed(t, "flat: resync, elements over netlink", func() (err error) { resyncTx, err = l.nl.Load(again); return err })
+	}
 	var script string
 	l.state, script, _ = nftables.FlatScript(w.Ruleset, nftables.Options{})
 	resync := l.script("flat: full resync of the loaded table (one nft -f)", script)
-	l.script("flat: table deleted", "delete table ip "+nftables.DefaultFlatTable+"\n")
+	l.script("flat: table deleted", "delete table "+family+" "+nftables.DefaultFlatTable+"\n")
 	whole := l.script("flat: whole table into no table (one nft -f)", script)
+	lines := strings.Count(script, "\n")
+	script = ""
 
-	var change, add, remove []float64
+	change, add, remove := l.changes(w, n, reps)
+	for _, i := range []int{0, n - 1} {
+		if _, err := c.Clients[0].TCP(netip.AddrPortFrom(w.Spec.ClusterIP(i), 80), 2*time.Second); err != nil {
+			t.Errorf("Service %d after the incremental syncs: %v", i, err)
+		}
+	}
+
+	row := func(what string, v float64, unit string) { rep.add(n, label+": "+what, v, unit, "", nil) }
+	row("lines of the whole-table script", float64(lines), "lines")
+	row("Service ports warned about (ClientIP affinity not rendered)", float64(len(res.Warnings)), "ports")
+	row("generation: snapshots + Build", ms(build), "ms")
+	row("generation: FlatFirstSync", ms(render), "ms")
+	row("first sync: definitions through nft", ms(defs), "ms")
+	row("first sync: elements over netlink", ms(elements), "ms")
+	row("first sync (definitions through nft, elements over netlink)", ms(first), "ms")
+	row("netlink transactions of the first sync's elements", float64(loadTx), "tx")
+	row("FlatFirstSync / first sync", 100*float64(render)/float64(first), "%")
+	row("generation (snapshots + Build + FlatFirstSync) / first sync", 100*float64(build+render)/float64(first), "%")
+	row("whole table into no table (one nft -f)", ms(whole), "ms")
+	row("full resync of the loaded table (FlatResync + definitions through nft + elements over netlink)", ms(resyncNL), "ms")
+	row("netlink transactions of the resync's elements", float64(resyncTx), "tx")
+	row("full resync of the loaded table (one nft -f)", ms(resync), "ms")
+	row(fmt.Sprintf("incremental sync, 1 Service changed (median of %d)", reps), median(change), "ms")
+	row(fmt.Sprintf("incremental sync, 1 Service added (median of %d)", reps), median(add), "ms")
+	row(fmt.Sprintf("incremental sync, 1 Service removed (median of %d)", reps), median(remove), "ms")
+	row("incremental syncs that changed rules (through nft)", float64(l.viaNFT), "syncs")
+	row("connect() to the last Service (median)", lat[0], "µs")
+	row("connect() to the first Service (median)", lat[1], "µs")
+	row("connect() to a pod directly (median)", lat[2], "µs")
+	row("process peak RSS (after the first sync)", float64(peakRSS)/(1<<20), "MiB")
+	row("process heap in use (after the first sync)", float64(heapInUse)/(1<<20), "MiB")
+}
+
+// changes makes reps incremental syncs of each kind: one Service's
+// endpoints changed, one Service added, one removed; it returns their
+// times in ms.
+func (l *flatLab) changes(w *scaleworld.World, n, reps int) (change, add, remove []float64) {
 	for r := range reps {
 		prev := w.Ruleset
 		w.ChangeEndpoints(n/2, 1+r%2)
@@ -134,27 +220,18 @@ func runFlat(t *testing.T, n, reps, conns int, rep *report) {
 		w.RemoveAdded()
 		remove = append(remove, l.incremental("flat: 1 Service removed", prev, w.Ruleset))
 	}
-	for _, i := range []int{0, n - 1} {
-		if _, err := c.Clients[0].TCP(netip.AddrPortFrom(scalegen.ClusterIP(i), 80), 2*time.Second); err != nil {
-			t.Errorf("Service %d after the incremental syncs: %v", i, err)
-		}
-	}
+	return change, add, remove
+}
 
-	rep.add(n, "flat: lines of the whole-table script", float64(strings.Count(script, "\n")), "lines", "", nil)
-	rep.add(n, "flat: Service ports warned about (ClientIP affinity not rendered)", float64(len(res.Warnings)), "ports", "", nil)
-	rep.add(n, "flat: generation (snapshots + Build + FlatFirstSync)", ms(gen), "ms", "", nil)
-	rep.add(n, "flat: first sync (definitions through nft, elements over netlink)", ms(first), "ms", "", nil)
-	rep.add(n, "flat: netlink transactions of the first sync's elements", float64(loadTx), "tx", "", nil)
-	rep.add(n, "flat: whole table into no table (one nft -f)", ms(whole), "ms", "", nil)
-	rep.add(n, "flat: generation / first sync", 100*float64(gen)/float64(first), "%", "", nil)
-	rep.add(n, "flat: full resync of the loaded table (one nft -f)", ms(resync), "ms", "", nil)
-	rep.add(n, fmt.Sprintf("flat: incremental sync, 1 Service changed (median of %d)", reps), median(change), "ms", "", nil)
-	rep.add(n, fmt.Sprintf("flat: incremental sync, 1 Service added (median of %d)", reps), median(add), "ms", "", nil)
-	rep.add(n, fmt.Sprintf("flat: incremental sync, 1 Service removed (median of %d)", reps), median(remove), "ms", "", nil)
-	rep.add(n, "flat: incremental syncs that changed rules (through nft)", float64(l.viaNFT), "syncs", "", nil)
-	rep.add(n, "flat: connect() to the last Service (median)", lat[0], "µs", "", nil)
-	rep.add(n, "flat: connect() to the first Service (median)", lat[1], "µs", "", nil)
-	rep.add(n, "flat: connect() to a pod directly (median)", lat[2], "µs", "", nil)
+// memory is the process's peak RSS so far and its heap in use, in bytes.
+func memory() (peakRSS, heapInUse uint64) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		peakRSS = uint64(ru.Maxrss) * 1024
+	}
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return peakRSS, m.HeapInuse
 }
 
 // incremental renders the changes from prev to next and applies them:

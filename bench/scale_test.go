@@ -191,12 +191,17 @@ func machine() string {
 // world generates the cluster of n Services whose first and last Services
 // are served by the lab's pods.
 func world(t *testing.T, c *netns.Cluster, n int) *scaleworld.World {
+	return worldOf(t, c, n, false)
+}
+
+// worldOf is world in IPv6 (scalegen.Spec.IPv6) when ipv6.
+func worldOf(t *testing.T, c *netns.Cluster, n int, ipv6 bool) *scaleworld.World {
 	var pods []netip.Addr
 	for _, p := range c.Pods {
-		pods = append(pods, p.IPv4)
+		pods = append(pods, p.IP(ipv6))
 	}
 	start := time.Now()
-	w := scaleworld.New(scalegen.Spec{Services: n, ProbePods: pods})
+	w := scaleworld.New(scalegen.Spec{Services: n, ProbePods: pods, IPv6: ipv6})
 	// Changes are built with Builder.Update, as the reference proxies do.
 	w.Incremental = true
 	t.Logf("N=%d: generated and built in %v", n, time.Since(start).Round(time.Millisecond))
@@ -474,9 +479,9 @@ func runChunks(t *testing.T, n int, list string, rep *report, floors map[string]
 // latencyFloors does for the floor rulesets.
 func latencies(t *testing.T, c *netns.Cluster, w *scaleworld.World, n, conns int) [3]float64 {
 	targets := []netip.AddrPort{
-		netip.AddrPortFrom(scalegen.ClusterIP(n-1), 80),
-		netip.AddrPortFrom(scalegen.ClusterIP(0), 80),
-		netip.AddrPortFrom(c.Pods[0].IPv4, 8080),
+		netip.AddrPortFrom(w.Spec.ClusterIP(n-1), 80),
+		netip.AddrPortFrom(w.Spec.ClusterIP(0), 80),
+		netip.AddrPortFrom(c.Pods[0].IP(w.Spec.IPv6), 8080),
 	}
 	var res [3]float64
 	for i, a := range targets {
@@ -499,11 +504,15 @@ func latencies(t *testing.T, c *netns.Cluster, w *scaleworld.World, n, conns int
 // closed with a reset, so that no TIME_WAIT piles up) and returns the last n
 // durations in µs. It must run on a thread in the client's namespace.
 func connlat(a netip.AddrPort, warmup, n int) ([]float64, error) {
-	sa := &syscall.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().As4()}
+	var sa syscall.Sockaddr = &syscall.SockaddrInet6{Port: int(a.Port()), Addr: a.Addr().As16()}
+	family := syscall.AF_INET6
+	if a.Addr().Is4() {
+		sa, family = &syscall.SockaddrInet4{Port: int(a.Port()), Addr: a.Addr().As4()}, syscall.AF_INET
+	}
 	var samples []float64
 	errs := 0
 	for i := 0; i < warmup+n; i++ {
-		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return nil, err
 		}

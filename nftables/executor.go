@@ -160,8 +160,9 @@ type SyncDetails struct {
 	StaleChains, DeletedChains int
 	// Netlink reports a sync that went over netlink (see
 	// ExecutorConfig.Netlink): an incremental one, or the Service ports of
-	// a full one. NotNetlink is why an incremental one went through nft
-	// instead, when the netlink path was asked for.
+	// a full one. NotNetlink is why an incremental one (or, in the flat
+	// layout, a full one of a loaded table) went through nft instead, when
+	// the netlink path was asked for.
 	Netlink    bool
 	NotNetlink error
 }

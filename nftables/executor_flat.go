@@ -78,6 +78,7 @@ func (e *Executor) syncFlatChanges(ctx context.Context, rs *ruleset.Ruleset) (ou
 // syncFlatFull writes the whole flat table of rs.
 func (e *Executor) syncFlatFull(ctx context.Context, rs *ruleset.Ruleset) (outcome, error) {
 	e.last, e.flatState = nil, nil
+	var notNetlink error
 	if e.flatNL != nil {
 		existing, err := e.listAll(ctx)
 		switch {
@@ -86,6 +87,11 @@ func (e *Executor) syncFlatFull(ctx context.Context, rs *ruleset.Ruleset) (outco
 		case err != nil:
 			return outcome{full: true}, fmt.Errorf("nftables: listing table %s %s: %w", Family(e.cfg.Family), e.table, err)
 		}
+		res, err := e.resyncFlat(ctx, rs)
+		if err == nil {
+			return res, nil
+		}
+		notNetlink = err
 	}
 	tx := e.nft.NewTransaction()
 	e.replaceTable(tx)
@@ -94,7 +100,43 @@ func (e *Executor) syncFlatFull(ctx context.Context, rs *ruleset.Ruleset) (outco
 		return outcome{full: true}, fmt.Errorf("nftables: full sync of the flat layout: %w", err)
 	}
 	e.last, e.flatState = rs, st
-	return outcome{full: true, warnings: rendered.Warnings, SyncDetails: SyncDetails{Operations: tx.NumOperations(), Transactions: 1}}, nil
+	res := outcome{full: true, warnings: rendered.Warnings, SyncDetails: SyncDetails{Operations: tx.NumOperations(), Transactions: 1}}
+	res.NotNetlink = notNetlink
+	return res, nil
+}
+
+// resyncFlat rewrites the loaded flat table for rs (FlatResync): its
+// definitions through nft, its other elements, their sets flushed first,
+// over netlink. On failure the caller replaces the table.
+func (e *Executor) resyncFlat(ctx context.Context, rs *ruleset.Ruleset) (outcome, error) {
+	st, t, rendered := flatTable(rs, e.cfg.Options)
+	local := map[string]bool{}
+	for _, s := range t.Sets {
+		local[s.Name] = s.Interval && len(s.Key) == 1
+	}
+	tx := e.nft.NewTransaction()
+	for _, o := range flatDefinitionObjects(t) {
+		tx.Add(o)
+		switch o := o.(type) {
+		case *knftables.Chain:
+			tx.Flush(o)
+		case *knftables.Set:
+			if local[o.Name] { // the netlink sets keep their elements until Load flushes them
+				tx.Flush(o)
+			}
+		}
+	}
+	if err := e.nft.Run(ctx, tx); err != nil {
+		return outcome{}, fmt.Errorf("resync of the flat layout, definitions: %w", err)
+	}
+	n, err := e.flatNL.Load(FlatLoad{table: t, resync: true})
+	if err != nil {
+		return outcome{}, fmt.Errorf("resync of the flat layout, elements over netlink: %w", err)
+	}
+	e.last, e.flatState = rs, st
+	res := outcome{full: true, warnings: rendered.Warnings}
+	res.Operations, res.Transactions, res.Netlink = tx.NumOperations()+len(t.NetlinkElements()), 1+n, true
+	return res, nil
 }
 
 // loadFlat writes the flat table of rs into no table: its definitions

@@ -18,7 +18,8 @@ import (
 // connections after each step: the first sync (definitions through nft,
 // elements over netlink), an element-only change (over netlink), a new
 // endpoint count (through nft), a repair found by CheckState and made by a
-// requested full sync (one nft transaction), and Cleanup.
+// requested full sync (the definitions in one nft transaction, the
+// elements in one over netlink), and Cleanup.
 func TestKernelExecutorFlat(t *testing.T) {
 	netns.Require(t, "nft")
 	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 2, Clients: 1})
@@ -80,7 +81,7 @@ func executorFlatFamily(t *testing.T, c *netns.Cluster, v6 bool) {
 		t.Fatalf("CheckState after a flush: %q, %v", missing, err)
 	}
 	ex.RequestFullSync()
-	sync("requested full sync", true, false, 1, 1)
+	sync("requested full sync (FlatResync: definitions through nft, elements over netlink)", true, true, 2, 2)
 	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
 		t.Errorf("CheckState after the full sync: %q, %v; want nothing missing", missing, err)
 	}

@@ -139,3 +139,7 @@ func ChunkedChanges(newTx func() *knftables.Transaction, old, new *ruleset.Rules
 	}
 	return txs, names, res, nil
 }
+
+// LimitFlatTransactions bounds the transactions of n to bytes, as a
+// socket whose send buffer could not be raised.
+func LimitFlatTransactions(n *FlatNetlink, bytes int) { n.conn.LimitTransactions(bytes) }

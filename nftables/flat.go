@@ -3,6 +3,7 @@ package nftables
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -80,7 +81,9 @@ type groupN struct {
 	proto uint8 // IP protocol number (protoNumber)
 }
 
-func (k groupN) set() string     { return fmt.Sprintf("%s-%d-%s", k.group, k.n, protoName(k.proto)) }
+func (k groupN) set() string {
+	return k.group.String() + "-" + strconv.Itoa(k.n) + "-" + protoName(k.proto)
+}
 func (k groupN) targets() string { return k.set() + "-targets" }
 
 // The flat layout's fixed chains and sets.
@@ -112,10 +115,25 @@ type flatRenderer struct {
 	table        string
 	daddr, saddr model.Field
 	mark         uint32
+	// setNames holds the names of the groups' sets and maps met so far.
+	setNames map[groupN]groupSetNames
+}
+
+// groupSetNames are the names of a group's set and targets map.
+type groupSetNames struct{ set, targets string }
+
+// names are the names of k's set and targets map.
+func (r *flatRenderer) names(k groupN) groupSetNames {
+	n, ok := r.setNames[k]
+	if !ok {
+		n = groupSetNames{set: k.set(), targets: k.targets()}
+		r.setNames[k] = n
+	}
+	return n
 }
 
 func newFlatRenderer(cfg ruleset.Config, opts Options) *flatRenderer {
-	r := &flatRenderer{cfg: cfg, family: model.IPv4, table: opts.Table, daddr: model.IPDaddr, saddr: model.IPSaddr, mark: cfg.Mark()}
+	r := &flatRenderer{cfg: cfg, family: model.IPv4, table: opts.Table, daddr: model.IPDaddr, saddr: model.IPSaddr, mark: cfg.Mark(), setNames: map[groupN]groupSetNames{}}
 	if cfg.Family == v1.IPv6Protocol {
 		r.family, r.daddr, r.saddr = model.IPv6, model.IP6Daddr, model.IP6Saddr
 	}

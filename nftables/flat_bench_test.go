@@ -24,6 +24,11 @@ func BenchmarkRenderFlat(b *testing.B) {
 				nftables.FlatScript(rs, nftables.Options{})
 			}
 		})
+		b.Run(fmt.Sprintf("firstsync/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				nftables.FlatFirstSync(rs, nftables.Options{})
+			}
+		})
 	}
 }
 

@@ -85,3 +85,52 @@ func BenchmarkKernelFlatElement(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkKernelFlatLoad times the elements of a flat first sync over
+// netlink (FlatNetlink.Load) into a table whose definitions nft has just
+// written (not timed), at 10,000 Services × 10 endpoints: in transactions
+// bounded by a socket's default send buffer (net.core.wmem_default, 208
+// KiB, which bounded them before Dial raised it), and by the buffer Dial
+// forces. tx/op is the number of transactions.
+func BenchmarkKernelFlatLoad(b *testing.B) {
+	netns.Require(b, "nft")
+	lab := netns.NewLab(b)
+	ns := lab.NewNS("flatload")
+	nft := ns.ToolOnPath(b, "nft")
+	rs, _ := benchWorld(b, 10000)
+	_, load, _ := nftables.FlatFirstSync(rs, nftables.Options{})
+	path := filepath.Join(b.TempDir(), "defs.nft")
+	if err := os.WriteFile(path, []byte(load.Definitions), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		limit int
+	}{{"sndbuf=default", 212992 - 4096}, {"sndbuf=forced", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			var nl *nftables.FlatNetlink
+			if err := ns.Do(func() (err error) { nl, err = nftables.DialFlatNetlink(); return err }); err != nil {
+				b.Fatal(err)
+			}
+			defer nl.Close()
+			if c.limit > 0 {
+				nftables.LimitFlatTransactions(nl, c.limit)
+			}
+			var tx int
+			for b.Loop() {
+				b.StopTimer()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				out, err := ns.Run(ctx, nft, "-f", path)
+				cancel()
+				if err != nil {
+					b.Fatalf("%v\n%s", err, out)
+				}
+				b.StartTimer()
+				if tx, err = nl.Load(load); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(tx), "tx/op")
+		})
+	}
+}

@@ -52,7 +52,8 @@ func flatWorld(t *testing.T, v6 bool) (*world, func(i int) string) {
 // table`) exactly as the same table written by one nft -f (FlatScript) and
 // as the same table written through knftables (RenderFlat); so do they
 // after an element-only change, over netlink to the first and through nft
-// to the others.
+// to the others, and after a resync of the changed table (FlatResync, over
+// netlink) against one nft -f.
 func TestKernelFlatNetlinkMatchesNFT(t *testing.T) {
 	netns.Require(t, "nft")
 	lab := netns.NewLab(t)
@@ -125,5 +126,18 @@ func TestKernelFlatNetlinkMatchesNFT(t *testing.T) {
 			}
 		}
 		compare("after an element-only change")
+
+		// A resync of the changed tables back to rs: over netlink
+		// (FlatResync) into viant, by one nft -f into script.
+		_, resync, _ := nftables.FlatResync(rs, opts("viant"))
+		run(resync.Definitions)
+		if _, err := nl.Load(resync); err != nil {
+			t.Fatalf("netlink resync: %v", err)
+		}
+		_, script, _ = nftables.FlatScript(rs, opts("script"))
+		run(script)
+		if diff := cmp.Diff(kernelState(t, ns, nft, family, "script"), kernelState(t, ns, nft, family, "viant")); diff != "" {
+			t.Errorf("%s after a resync: table viant lists otherwise than one nft -f (-nft +viant):\n%s", family, diff)
+		}
 	}
 }

@@ -22,26 +22,48 @@ type flatPort struct {
 	groups   []groupN
 	hairpin  []netip.Addr
 	affinity []affinityClass
+	// arena is where the elements' keys and values are carved from, in
+	// chunks of at least arenaChunk data (0: as many as asked).
+	arena      []model.Datum
+	arenaChunk int
+}
+
+// datums returns an empty slice with room for n data, carved from p's
+// arena.
+func (p *flatPort) datums(n int) []model.Datum {
+	if cap(p.arena)-len(p.arena) < n {
+		p.arena = make([]model.Datum, 0, max(n, p.arenaChunk))
+	}
+	start := len(p.arena)
+	p.arena = p.arena[:start+n]
+	return p.arena[start : start : start+n]
 }
 
 // port renders one Service port of rs. A frontend that another port owns
 // (ruleset.Ruleset.Owner) is left to it and named in a warning.
 func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, []svcproxy.Warning) {
 	var p flatPort
+	warns := r.portInto(&p, rs, s)
+	return p, warns
+}
+
+// portInto is port appending to p: its elements, groups and hairpin
+// addresses after those p holds.
+func (r *flatRenderer) portInto(p *flatPort, rs *ruleset.Ruleset, s *ruleset.Service) []svcproxy.Warning {
 	var warns []svcproxy.Warning
 	if !safeName(s.Name) {
-		return p, []svcproxy.Warning{unsafeWarning(s)}
+		return []svcproxy.Warning{unsafeWarning(s)}
 	}
 	warns = append(warns, r.affinityWarnings(s)...)
 	// "namespace/name:port/PROTOCOL" may reach 148 bytes; nft refuses
 	// comments over 128, and with them the whole transaction: the
 	// comment keeps its first 128, which name the namespace and Service.
-	comment := fmt.Sprintf("%s/%s", s.Name, s.Name.Protocol)
+	comment := s.Name.String() + "/" + string(s.Name.Protocol)
 	comment = comment[:min(len(comment), knftables.CommentLengthMax)]
 	for _, f := range s.Frontends() {
 		if f.Kind == ruleset.KindClusterAddress { // one entry per address, whichever port has it
 			if owners := rs.ServicesAt(f); len(owners) > 0 && owners[0] == s.Name {
-				r.frontend(&p, s, f, comment)
+				r.frontend(p, s, f, comment)
 			}
 			continue
 		}
@@ -49,9 +71,9 @@ func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, 
 			warns = append(warns, r.warn(s, fmt.Sprintf("%v is served by another Service port", f)))
 			continue
 		}
-		r.frontend(&p, s, f, comment)
+		r.frontend(p, s, f, comment)
 	}
-	return p, warns
+	return warns
 }
 
 func (r *flatRenderer) warn(s *ruleset.Service, reason string) svcproxy.Warning {
@@ -127,10 +149,11 @@ func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key
 	}
 	k := groupN{group: g, n: len(targets), proto: protoNumber(s.Name.Protocol)}
 	p.groups = append(p.groups, k)
-	p.elements = append(p.elements, model.Element{Set: k.set(), Key: key, Comment: comment})
-	set := k.targets()
+	names := r.names(k)
+	p.elements = append(p.elements, model.Element{Set: names.set, Key: key, Comment: comment})
+	set := names.targets
 	// One backing array for the keys and values of all targets.
-	data := make([]model.Datum, 0, len(targets)*(len(key)+3))
+	data := p.datums(len(targets) * (len(key) + 3))
 	for i, t := range targets {
 		data = append(append(data, key...), model.Int(uint32(i)), model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
 		row := data[len(data)-len(key)-3:]

@@ -33,8 +33,13 @@ func (n *FlatNetlink) Apply(ch FlatChanges) error {
 	return n.conn.Send(model.ElementBatch{Table: ch.table, Add: ch.add, Del: ch.del})
 }
 
-// Load sends the elements of l that its Definitions leave out, and
-// returns the number of transactions it took.
+// Load sends the elements of l that its Definitions leave out (for a
+// FlatResync, after flushing the sets that hold them), and returns the
+// number of transactions it took.
 func (n *FlatNetlink) Load(l FlatLoad) (int, error) {
-	return n.conn.SendInChunks(model.ElementBatch{Table: l.table, Add: l.table.NetlinkElements()})
+	b := model.ElementBatch{Table: l.table, Add: l.table.NetlinkElements()}
+	if l.resync {
+		b.Flush = l.table.NetlinkSets()
+	}
+	return n.conn.SendInChunks(b)
 }

@@ -1,6 +1,8 @@
 package nftables
 
 import (
+	"cmp"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -23,9 +25,42 @@ import (
 type FlatState struct {
 	r       *flatRenderer
 	counts  map[groupN]int
-	hairpin map[netip.Addr]int
+	hairpin map[hairpinKey]int32
 	// affinity counts the Service port frontends of each affinity class.
 	affinity map[affinityClass]int
+}
+
+// hairpinKey is an endpoint address as the key of FlatState.hairpin: its
+// bytes hash and compare faster than a netip.Addr.
+type hairpinKey struct {
+	hi, lo uint64 // the address's 16 bytes, big-endian
+	is4    bool
+}
+
+func keyOf(a netip.Addr) hairpinKey {
+	b := a.As16()
+	return hairpinKey{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), is4: a.Is4()}
+}
+
+func (k hairpinKey) addr() netip.Addr {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], k.hi)
+	binary.BigEndian.PutUint64(b[8:], k.lo)
+	if k.is4 {
+		return netip.AddrFrom4([4]byte(b[12:]))
+	}
+	return netip.AddrFrom16(b)
+}
+
+// compare orders keys as netip.Addr.Compare orders their addresses.
+func (k hairpinKey) compare(o hairpinKey) int {
+	if k.is4 != o.is4 {
+		if k.is4 {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Or(cmp.Compare(k.hi, o.hi), cmp.Compare(k.lo, o.lo))
 }
 
 // RenderFlat writes the whole flat-layout table of rs into tx as knftables
@@ -47,17 +82,25 @@ func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*
 
 // flatTable is the whole flat-layout table of rs, and its state.
 func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Result) {
-	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[netip.Addr]int{}, affinity: map[affinityClass]int{}}
-	var res Result
-	var elements []model.Element
+	targets := 0
 	for _, s := range rs.Services() {
-		p, warns := st.r.port(rs, s)
-		res.Warnings = append(res.Warnings, warns...)
-		elements = append(elements, p.elements...)
-		st.count(p, 1)
+		targets += len(s.ClusterTargets) + len(s.LocalTargets)
+	}
+	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[hairpinKey]int32{}, affinity: map[affinityClass]int{}}
+	var res Result
+	// One flatPort collects every port's elements (room for those of a
+	// cluster IP's targets, a quarter more for the other frontends); its
+	// groups, hairpin addresses and affinity classes are counted and dropped
+	// after each port.
+	config := st.r.flatConfigElements()
+	acc := flatPort{elements: slices.Grow(config, (targets+2*rs.Len())*5/4), arenaChunk: 1 << 14}
+	for _, s := range rs.Services() {
+		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
+		res.Warnings = append(res.Warnings, st.r.portInto(&acc, rs, s)...)
+		st.count(acc, 1)
 	}
 	t := st.table()
-	t.Elements = slices.Concat(st.r.flatConfigElements(), elements, st.hairpinElements(st.hairpinAddrs()))
+	t.Elements = append(acc.elements, st.hairpinElements(st.hairpinAddrs())...)
 	return st, t, res
 }
 
@@ -86,8 +129,9 @@ func (st *FlatState) count(p flatPort, sign int) {
 		}
 	}
 	for _, a := range p.hairpin {
-		if st.hairpin[a] += sign; st.hairpin[a] == 0 {
-			delete(st.hairpin, a)
+		k := keyOf(a)
+		if st.hairpin[k] += int32(sign); st.hairpin[k] == 0 {
+			delete(st.hairpin, k)
 		}
 	}
 	for _, c := range p.affinity {
@@ -99,32 +143,40 @@ func (st *FlatState) count(p flatPort, sign int) {
 
 // uses are the current use counts of the groups and hairpin addresses
 // that ports use.
-func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int) {
-	groups, hairpin := map[groupN]int{}, map[netip.Addr]int{}
+func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int32) {
+	groups, hairpin := map[groupN]int{}, map[netip.Addr]int32{}
 	for _, p := range ports {
 		for _, k := range p.groups {
 			groups[k] = st.counts[k]
 		}
 		for _, a := range p.hairpin {
-			hairpin[a] = st.hairpin[a]
+			hairpin[a] = st.hairpin[keyOf(a)]
 		}
 	}
 	return groups, hairpin
 }
 
+// hairpinAddrs are the hairpin addresses in use, sorted (IPv4 before
+// IPv6, as netip.Addr.Compare sorts them).
 func (st *FlatState) hairpinAddrs() []netip.Addr {
-	addrs := make([]netip.Addr, 0, len(st.hairpin))
-	for a := range st.hairpin {
-		addrs = append(addrs, a)
+	keys := make([]hairpinKey, 0, len(st.hairpin))
+	for k := range st.hairpin {
+		keys = append(keys, k)
 	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
+	slices.SortFunc(keys, hairpinKey.compare)
+	addrs := make([]netip.Addr, len(keys))
+	for i, k := range keys {
+		addrs[i] = k.addr()
+	}
 	return addrs
 }
 
 func (st *FlatState) hairpinElements(addrs []netip.Addr) []model.Element {
 	es := make([]model.Element, len(addrs))
+	keys := make([]model.Datum, 2*len(addrs))
 	for i, a := range addrs {
-		es[i] = model.Element{Set: flatSetHairpin, Key: []model.Datum{model.Addr(a), model.Addr(a)}}
+		keys[2*i], keys[2*i+1] = model.Addr(a), model.Addr(a)
+		es[i] = model.Element{Set: flatSetHairpin, Key: keys[2*i : 2*i+2 : 2*i+2]}
 	}
 	return es
 }
@@ -184,7 +236,7 @@ func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *rules
 	}
 	var hairpin []netip.Addr
 	for a, before := range hairpinBefore {
-		if (before == 0) != (st.hairpin[a] == 0) {
+		if (before == 0) != (st.hairpin[keyOf(a)] == 0) {
 			hairpin = append(hairpin, a)
 		}
 	}
@@ -260,7 +312,7 @@ func (st *FlatState) hairpinChanges(out *FlatChanges, addrs []netip.Addr) {
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	for _, a := range slices.Compact(addrs) {
 		e := st.hairpinElements([]netip.Addr{a})
-		if st.hairpin[a] > 0 {
+		if st.hairpin[keyOf(a)] > 0 {
 			out.add = append(out.add, e...)
 		} else {
 			out.del = append(out.del, e...)
@@ -320,13 +372,14 @@ func FlatScript(rs *ruleset.Ruleset, opts Options) (*FlatState, string, Result) 
 // FlatLoad is a whole flat-layout table to load into a table that does not
 // exist yet: Definitions with nft (the table, its sets, chains and rules,
 // and the few configuration elements of one-field interval sets), then
-// every other element over netlink (FlatNetlink.Load), in transactions of
-// at most 1,000 elements, as many as a socket's default send buffer takes.
-// Until the last, the table serves only the Service ports whose elements
-// are in.
+// every other element over netlink (FlatNetlink.Load), in one transaction
+// when the socket's send buffer could be raised (model.Dial), else in as
+// few as it takes. Until the last, the table serves only the Service ports
+// whose elements are in.
 type FlatLoad struct {
 	Definitions string
 	table       *model.Table
+	resync      bool
 }
 
 // FlatFirstSync renders rs as a FlatLoad, with the state RenderFlatChanges
@@ -334,4 +387,19 @@ type FlatLoad struct {
 func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
 	st, t, res := flatTable(rs, opts)
 	return st, FlatLoad{Definitions: t.Definitions(), table: t}, res
+}
+
+// FlatResync renders rs as a FlatLoad for a table that the flat layout
+// already holds, with the state RenderFlatChanges continues from: its
+// Definitions (one nft transaction) add the sets and chains that are
+// missing, rewrite every chain's rules and the configuration's interval
+// sets, and leave the other sets' elements in place; FlatNetlink.Load then
+// flushes those sets and adds their elements in one transaction (when the
+// socket's send buffer could be raised), so that a Service port whose
+// elements do not change is served throughout. The sets of endpoint counts
+// that rs no longer uses stay, unreferenced, with their elements, until
+// the table is next replaced (FlatScript, or FlatFirstSync into no table).
+func FlatResync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
+	st, t, res := flatTable(rs, opts)
+	return st, FlatLoad{Definitions: t.Redefinitions(), table: t, resync: true}, res
 }

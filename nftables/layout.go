@@ -9,7 +9,8 @@ import "fmt"
 // Services, so that a Service change is a few element changes (see
 // flat.go). It is opt-in: the Executor syncs it when Options.Layout is
 // LayoutFlat, and its entry points are FlatFirstSync (a table that does not
-// exist yet), FlatScript and RenderFlat (the whole table),
+// exist yet), FlatResync (a table that it holds), FlatScript and
+// RenderFlat (the whole table),
 // RenderFlatChanges (an incremental sync) and FlatNetlink (their elements
 // over netlink).
 
@@ -31,10 +32,15 @@ const (
 	// DefaultFlatTable unless Options.Table says otherwise. The Executor
 	// writes a table that does not exist yet, with ExecutorConfig.Netlink,
 	// as its definitions in one nft transaction and then its other
-	// elements over netlink in transactions of at most 1,000 elements
-	// (until the last, the table serves only the Service ports whose
-	// elements are in); any other full sync replaces the table whole in
-	// one nft transaction. An incremental sync is one transaction: over
+	// elements over netlink in one transaction (in as few as the socket's
+	// send buffer takes when it could not be raised; until the last, the
+	// table serves only the Service ports whose elements are in). With
+	// ExecutorConfig.Netlink a full sync of a loaded table (FlatResync)
+	// rewrites its definitions in one nft transaction and then flushes and
+	// refills its element sets in one netlink transaction; without a
+	// socket, or when that fails (SyncResult.NotNetlink says why), a full
+	// sync replaces the table whole in one nft transaction. An
+	// incremental sync is one transaction: over
 	// netlink when it changes elements only and the Executor has a socket,
 	// through nft when it changes rules (an endpoint count appears in or
 	// leaves a target group). The layout flushes no chains, so

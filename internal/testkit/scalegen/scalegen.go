@@ -40,6 +40,14 @@
 // ChangedSlice takes replacement addresses from 198.18.8.0/21, outside the
 // pool.
 //
+// Spec.IPv6 makes the cluster single-stack IPv6, for counts that 198.19.0.0/16
+// cannot address (up to MaxServices6): Service i has cluster IP
+// 2001:db8:19::(i+1) and external IP 2001:db8:19::8:0 + (i+1), inside
+// ServiceCIDR6; pods come from a pool of the same 61,440 addresses from
+// 2001:db8:18:1000::, replacements from 2001:db8:18:800::, all inside the
+// pod network ClusterCIDR6; the source ranges are 2001:db8:18:20::/59 and
+// 2001:db8:5100::/40. Everything else is as in IPv4.
+//
 // # Nodes
 //
 // Endpoints are spread over 100 nodes node-000…node-099 in three zones; the
@@ -84,11 +92,25 @@ var ServiceCIDR = netip.MustParsePrefix("198.19.0.0/16")
 // ServiceCIDR without overlapping (cluster IPs below 198.19.128.0).
 const MaxServices = 128 * 250
 
+// ClusterCIDR6 and ServiceCIDR6 are the pod and Service networks of an
+// IPv6 cluster (Spec.IPv6).
+var (
+	ClusterCIDR6 = netip.MustParsePrefix("2001:db8:18::/48")
+	ServiceCIDR6 = netip.MustParsePrefix("2001:db8:19::/108")
+)
+
+// MaxServices6 is the largest Services count of an IPv6 cluster: cluster
+// IPs in the lower half of ServiceCIDR6, external IPs in the upper.
+const MaxServices6 = 1<<19 - 1
+
 const podPoolSize = 240 * 256 // 198.18.16.0 – 198.18.255.255
 
 var (
-	podPoolBase     = netip.MustParseAddr("198.18.16.0")
-	changedPoolBase = netip.MustParseAddr("198.18.8.0")
+	podPoolBase      = netip.MustParseAddr("198.18.16.0")
+	changedPoolBase  = netip.MustParseAddr("198.18.8.0")
+	podPoolBase6     = netip.MustParseAddr("2001:db8:18:1000::")
+	changedPoolBase6 = netip.MustParseAddr("2001:db8:18:800::")
+	serviceBase6     = ServiceCIDR6.Addr()
 )
 
 // Spec describes a generated cluster.
@@ -103,6 +125,50 @@ type Spec struct {
 	// port 8080, on node-000: real pods to measure connection latency
 	// through the rules.
 	ProbePods []netip.Addr
+	// IPv6 makes every address IPv6 (see the package doc), ProbePods too.
+	IPv6 bool
+}
+
+// Family is the cluster's IP family.
+func (s Spec) Family() v1.IPFamily {
+	if s.IPv6 {
+		return v1.IPv6Protocol
+	}
+	return v1.IPv4Protocol
+}
+
+// Max is the largest Services count of the Spec's family: MaxServices or
+// MaxServices6.
+func (s Spec) Max() int {
+	if s.IPv6 {
+		return MaxServices6
+	}
+	return MaxServices
+}
+
+// ClusterCIDR is the pod network of the Spec's family.
+func (s Spec) ClusterCIDR() netip.Prefix {
+	if s.IPv6 {
+		return ClusterCIDR6
+	}
+	return ClusterCIDR
+}
+
+// ClusterIP is the cluster IP of Service i in the Spec's family.
+func (s Spec) ClusterIP(i int) netip.Addr {
+	if s.IPv6 {
+		return addrPlus(serviceBase6, uint32(i+1))
+	}
+	return ClusterIP(i)
+}
+
+// ExternalIP is the load-balancer or external IP of Service i, if it has
+// one, in the Spec's family.
+func (s Spec) ExternalIP(i int) netip.Addr {
+	if s.IPv6 {
+		return addrPlus(serviceBase6, uint32(MaxServices6+1+i+1))
+	}
+	return ExternalIP(i)
 }
 
 func (s Spec) endpoints() int {
@@ -140,7 +206,7 @@ func (s Spec) PortName(i int) servicemap.PortName {
 // Frontend is the cluster IP, port and protocol of Service i.
 func (s Spec) Frontend(i int) (netip.AddrPort, v1.Protocol) {
 	k := s.kind(i)
-	return netip.AddrPortFrom(ClusterIP(i), uint16(k.port())), k.protocol()
+	return netip.AddrPortFrom(s.ClusterIP(i), uint16(k.port())), k.protocol()
 }
 
 type kind uint8
@@ -220,14 +286,14 @@ func nodePortOf(i int) int32 { return int32(30000 + (i/100)*14 + i%100 - 10) }
 // Service returns Service i.
 func (s Spec) Service(i int) *v1.Service {
 	k := s.kind(i)
-	ip := ClusterIP(i).String()
+	ip := s.ClusterIP(i).String()
 	svc := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace(i), Name: Name(i)},
 		Spec: v1.ServiceSpec{
 			Type:       v1.ServiceTypeClusterIP,
 			ClusterIP:  ip,
 			ClusterIPs: []string{ip},
-			IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
+			IPFamilies: []v1.IPFamily{s.Family()},
 			Ports: []v1.ServicePort{{
 				Name:     k.portName(),
 				Port:     k.port(),
@@ -244,9 +310,12 @@ func (s Spec) Service(i int) *v1.Service {
 	case lbLocal, lbCluster:
 		spec.Type = v1.ServiceTypeLoadBalancer
 		spec.Ports[0].NodePort = nodePortOf(i)
-		svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: ExternalIP(i).String()}}
+		svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: s.ExternalIP(i).String()}}
 		if k == lbLocal {
 			spec.LoadBalancerSourceRanges = []string{"198.18.32.0/19", "198.51.100.0/24"}
+			if s.IPv6 {
+				spec.LoadBalancerSourceRanges = []string{"2001:db8:18:20::/59", "2001:db8:5100::/40"}
+			}
 			spec.HealthCheckNodePort = int32(40000 + (i/100)*2 + i%100 - 20)
 		}
 	case affinityIP:
@@ -254,7 +323,7 @@ func (s Spec) Service(i int) *v1.Service {
 		spec.SessionAffinity = v1.ServiceAffinityClientIP
 		spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &timeout}}
 	case externalIP:
-		spec.ExternalIPs = []string{ExternalIP(i).String()}
+		spec.ExternalIPs = []string{s.ExternalIP(i).String()}
 	case internalLocal:
 		p := v1.ServiceInternalTrafficPolicyLocal
 		spec.InternalTrafficPolicy = &p
@@ -267,15 +336,30 @@ func (s Spec) Service(i int) *v1.Service {
 	return svc
 }
 
-func podAddr(n int) netip.Addr {
+func (s Spec) podAddr(n int) netip.Addr {
+	if s.IPv6 {
+		return addrPlus(podPoolBase6, uint32(n%podPoolSize))
+	}
 	return addrPlus(podPoolBase, uint32(n%podPoolSize))
 }
 
+func (s Spec) changedAddr(version int) netip.Addr {
+	if s.IPv6 {
+		return addrPlus(changedPoolBase6, uint32(version%2048))
+	}
+	return addrPlus(changedPoolBase, uint32(version%2048))
+}
+
+// addrPlus is a + n, n added to the address's last 32 bits (no carry
+// beyond them: the callers stay inside their ranges).
 func addrPlus(a netip.Addr, n uint32) netip.Addr {
-	b := a.As4()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	b := a.AsSlice()
+	tail := b[len(b)-4:]
+	v := uint32(tail[0])<<24 | uint32(tail[1])<<16 | uint32(tail[2])<<8 | uint32(tail[3])
 	v += n
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	tail[0], tail[1], tail[2], tail[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+	r, _ := netip.AddrFromSlice(b)
+	return r
 }
 
 func nodeName(n int) string { return fmt.Sprintf("node-%03d", n) }
@@ -305,9 +389,9 @@ func (s Spec) ChangedSlice(i, version int) *discovery.EndpointSlice {
 		case k == probe:
 			addr, node = s.ProbePods[j], 0
 		case version != 0 && j == e-1:
-			addr = addrPlus(changedPoolBase, uint32(version%2048))
+			addr = s.changedAddr(version)
 		default:
-			addr = podAddr(i*e + j)
+			addr = s.podAddr(i*e + j)
 		}
 		if k.local() && j == 0 {
 			if i%200 < 100 {
@@ -333,7 +417,7 @@ func (s Spec) ChangedSlice(i, version int) *discovery.EndpointSlice {
 			Name:      Name(i) + "-abcde",
 			Labels:    map[string]string{discovery.LabelServiceName: Name(i)},
 		},
-		AddressType: discovery.AddressTypeIPv4,
+		AddressType: discovery.AddressType(s.Family()),
 		Endpoints:   list,
 		Ports:       []discovery.EndpointPort{{Name: &portName, Port: &port, Protocol: &proto}},
 	}

@@ -23,8 +23,18 @@ func TestDeterministic(t *testing.T) {
 }
 
 func TestShape(t *testing.T) {
-	const n = 1000
-	s := scalegen.Spec{Services: n}
+	for _, c := range []struct {
+		spec     scalegen.Spec
+		services netip.Prefix
+	}{
+		{scalegen.Spec{Services: 1000}, scalegen.ServiceCIDR},
+		{scalegen.Spec{Services: 1000, IPv6: true}, scalegen.ServiceCIDR6},
+	} {
+		t.Run(string(c.spec.Family()), func(t *testing.T) { testShape(t, c.spec, c.services) })
+	}
+}
+
+func testShape(t *testing.T, s scalegen.Spec, services netip.Prefix) {
 	svcs, slices := s.Objects()
 	count := map[string]int{}
 	for i, svc := range svcs {
@@ -48,13 +58,21 @@ func TestShape(t *testing.T) {
 			count["source ranges"]++
 		}
 		ip := netip.MustParseAddr(svc.Spec.ClusterIP)
-		if !scalegen.ServiceCIDR.Contains(ip) || ip != scalegen.ClusterIP(i) {
-			t.Errorf("Service %d: cluster IP %v", i, ip)
+		if !services.Contains(ip) || ip != s.ClusterIP(i) || svc.Spec.IPFamilies[0] != s.Family() {
+			t.Errorf("Service %d: cluster IP %v, families %v", i, ip, svc.Spec.IPFamilies)
+		}
+		for _, ext := range append(svc.Spec.ExternalIPs, lbIPs(svc)...) {
+			if a := netip.MustParseAddr(ext); !services.Contains(a) || a != s.ExternalIP(i) {
+				t.Errorf("Service %d: external IP %v", i, a)
+			}
 		}
 		seen := map[string]bool{}
+		if string(slices[i].AddressType) != string(s.Family()) {
+			t.Errorf("Service %d: slice of address type %s", i, slices[i].AddressType)
+		}
 		for _, ep := range slices[i].Endpoints {
 			a := netip.MustParseAddr(ep.Addresses[0])
-			if !scalegen.ClusterCIDR.Contains(a) || seen[a.String()] {
+			if !s.ClusterCIDR().Contains(a) || seen[a.String()] {
 				t.Errorf("Service %d: endpoint %v out of the pod network or repeated", i, a)
 			}
 			seen[a.String()] = true
@@ -72,19 +90,62 @@ func TestShape(t *testing.T) {
 	}
 }
 
-// TestBuildsCleanly feeds the largest cluster the benchmarks use through the
-// trackers (which panic on any warning) and builds it without warnings.
-func TestBuildsCleanly(t *testing.T) {
-	n := 30000
-	if testing.Short() {
-		n = 2000
+func lbIPs(svc *v1.Service) []string {
+	var ips []string
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		ips = append(ips, in.IP)
 	}
-	s := scalegen.Spec{Services: n}
+	return ips
+}
+
+// TestAddressRanges: an IPv6 cluster's cluster and external IPs stay
+// inside ServiceCIDR6 and apart up to MaxServices6, and its pods inside
+// ClusterCIDR6.
+func TestAddressRanges(t *testing.T) {
+	s := scalegen.Spec{Services: scalegen.MaxServices6, IPv6: true}
+	last := scalegen.MaxServices6 - 1
+	for _, a := range []netip.Addr{s.ClusterIP(0), s.ClusterIP(last), s.ExternalIP(0), s.ExternalIP(last)} {
+		if !scalegen.ServiceCIDR6.Contains(a) {
+			t.Errorf("%v outside %v", a, scalegen.ServiceCIDR6)
+		}
+	}
+	if s.ClusterIP(last).Compare(s.ExternalIP(0)) >= 0 {
+		t.Errorf("cluster IP %v not below external IP %v", s.ClusterIP(last), s.ExternalIP(0))
+	}
+	for _, v := range []int{0, 1, 2047} {
+		for _, ep := range s.ChangedSlice(last, v).Endpoints {
+			if a := netip.MustParseAddr(ep.Addresses[0]); !scalegen.ClusterCIDR6.Contains(a) {
+				t.Errorf("version %d: endpoint %v outside %v", v, a, scalegen.ClusterCIDR6)
+			}
+		}
+	}
+}
+
+// TestBuildsCleanly feeds the largest clusters the benchmarks use (IPv6:
+// past IPv4's MaxServices) through the trackers (which panic on any
+// warning) and builds them without warnings.
+func TestBuildsCleanly(t *testing.T) {
+	for _, c := range []struct {
+		spec  scalegen.Spec
+		short int
+	}{
+		{scalegen.Spec{Services: 30000}, 2000},
+		{scalegen.Spec{Services: scalegen.MaxServices + 1000, IPv6: true}, 2000},
+	} {
+		if testing.Short() {
+			c.spec.Services = c.short
+		}
+		t.Run(string(c.spec.Family()), func(t *testing.T) { testBuildsCleanly(t, c.spec) })
+	}
+}
+
+func testBuildsCleanly(t *testing.T, s scalegen.Spec) {
+	n := s.Services
 	ss, es := scaleworld.Snapshots(s)
 	if ss.Len() != n {
 		t.Fatalf("%d ServicePorts, want %d", ss.Len(), n)
 	}
-	b, err := ruleset.NewBuilder(scaleworld.Config())
+	b, err := ruleset.NewBuilder(scaleworld.ConfigFor(s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,12 +219,16 @@ func TestProbe(t *testing.T) {
 }
 
 func TestTooMany(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Error("no panic beyond MaxServices")
-		}
-	}()
-	scaleworld.Trackers(scalegen.Spec{Services: scalegen.MaxServices + 1})
+	for _, s := range []scalegen.Spec{{Services: scalegen.MaxServices + 1}, {Services: scalegen.MaxServices6 + 1, IPv6: true}} {
+		t.Run(string(s.Family()), func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("no panic beyond %d Services", s.Max())
+				}
+			}()
+			scaleworld.Trackers(s)
+		})
+	}
 }
 
 func TestWorld(t *testing.T) {

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 
-	v1 "k8s.io/api/core/v1"
-
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -20,23 +18,27 @@ import (
 // Node is the node the rules are built for.
 var Node = topology.Node{Name: scalegen.NodeName, Zone: scalegen.NodeZone}
 
-// Config is the ruleset.Config the generated clusters are meant for: IPv4,
+// Config is the ruleset.Config the generated IPv4 clusters are meant for:
 // node-000, pod network ClusterCIDR.
-func Config() ruleset.Config {
+func Config() ruleset.Config { return ConfigFor(scalegen.Spec{}) }
+
+// ConfigFor is the ruleset.Config the cluster of s is meant for: its
+// family, node-000, its pod network.
+func ConfigFor(s scalegen.Spec) ruleset.Config {
 	return ruleset.Config{
-		Family:       v1.IPv4Protocol,
+		Family:       s.Family(),
 		Node:         Node,
-		ClusterCIDRs: []netip.Prefix{scalegen.ClusterCIDR},
+		ClusterCIDRs: []netip.Prefix{s.ClusterCIDR()},
 	}
 }
 
-// Trackers returns new trackers (IPv4, the default filter) fed with every
+// Trackers returns new trackers (the Spec's family, the default filter) fed with every
 // Service and EndpointSlice, made one at a time. It panics if any object is
 // skipped or warned about: the generator is meant to produce only valid
 // objects.
 func Trackers(s scalegen.Spec) (*servicemap.Tracker, *endpoints.Tracker) {
-	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	svcs := servicemap.NewTracker(s.Family(), servicemap.Filter{})
+	eps := endpoints.NewTracker(s.Family(), servicemap.Filter{})
 	Feed(s, svcs, eps)
 	return svcs, eps
 }
@@ -44,8 +46,8 @@ func Trackers(s scalegen.Spec) (*servicemap.Tracker, *endpoints.Tracker) {
 // Feed adds every Service and EndpointSlice to the trackers, made one at a
 // time. It panics if any object is skipped or warned about.
 func Feed(s scalegen.Spec, svcs *servicemap.Tracker, eps *endpoints.Tracker) {
-	if s.Services > scalegen.MaxServices {
-		panic(fmt.Sprintf("scaleworld: %d Services, at most %d", s.Services, scalegen.MaxServices))
+	if s.Services > s.Max() {
+		panic(fmt.Sprintf("scaleworld: %d Services, at most %d", s.Services, s.Max()))
 	}
 	for i := range s.Services {
 		if skipped, w := svcs.Update(s.Service(i)); skipped != "" || len(w) > 0 {
@@ -84,7 +86,7 @@ type World struct {
 // New feeds the cluster into new trackers and builds its Ruleset. It
 // panics on any warning.
 func New(s scalegen.Spec) *World {
-	b, err := ruleset.NewBuilder(Config())
+	b, err := ruleset.NewBuilder(ConfigFor(s))
 	if err != nil {
 		panic(err)
 	}

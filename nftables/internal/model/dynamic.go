@@ -97,7 +97,7 @@ func (d Datum) size() int {
 	case datumProto:
 		return 1
 	case datumAddr, datumPrefix:
-		return d.addr.BitLen() / 8
+		return len(d.ipBytes())
 	}
 	return 4
 }

@@ -40,9 +40,12 @@
 //
 //   - Objects: knftables objects (the nft text of knftables transactions,
 //     --dry-run and knftables' Fake);
-//   - Script and Definitions: one `nft -f` script that replaces the table,
-//     each set's elements in one statement;
-//   - Conn: element additions and deletions as netlink messages, through
+//   - Script: one `nft -f` script that replaces the table, each set's
+//     elements in one statement; Definitions and Redefinitions: the same
+//     without the elements that Conn sends, for a table that does not
+//     exist yet or for one that holds them;
+//   - Conn: element additions, deletions and set flushes as netlink
+//     messages, in as few transactions as the socket takes, through
 //     github.com/google/nftables.
 //
 // # Netlink: which encoder, and why
@@ -184,16 +187,21 @@ type Element struct {
 	Verdict *Verdict
 }
 
-// Datum is one field of an element key or value.
+// Datum is one field of an element key or value. It holds no pointer, so
+// that the garbage collector does not scan the large arrays of them that a
+// table's elements are.
 type Datum struct {
 	kind datumKind
 	// bits is the length of a prefix.
 	bits uint8
 	// withLen prints a prefix's length even when it covers one address.
 	withLen bool
+	// is4 marks an IPv4 address in ip (its first 4 bytes); zoned an
+	// address that had a zone, which a Datum does not keep.
+	is4, zoned bool
 	// num is a protocol, port or integer.
-	num  uint32
-	addr netip.Addr
+	num uint32
+	ip  [16]byte
 }
 
 type datumKind uint8
@@ -206,13 +214,41 @@ const (
 	datumInt
 )
 
-// Addr is an IPv4 or IPv6 address.
-func Addr(a netip.Addr) Datum { return Datum{kind: datumAddr, addr: a} }
+// Addr is an IPv4 or IPv6 address. An address's zone is not kept: nft has
+// none.
+func Addr(a netip.Addr) Datum { return withAddr(Datum{kind: datumAddr}, a) }
 
 // Prefix is a network: an interval of addresses.
 func Prefix(p netip.Prefix) Datum {
 	p = p.Masked()
-	return Datum{kind: datumPrefix, addr: p.Addr(), bits: uint8(p.Bits())}
+	return withAddr(Datum{kind: datumPrefix, bits: uint8(p.Bits())}, p.Addr())
+}
+
+func withAddr(d Datum, a netip.Addr) Datum {
+	d.is4, d.zoned = a.Is4(), a.Zone() != ""
+	if d.is4 {
+		b := a.As4()
+		copy(d.ip[:], b[:])
+	} else {
+		d.ip = a.As16()
+	}
+	return d
+}
+
+// addr is the datum's address (without its zone).
+func (d Datum) addr() netip.Addr {
+	if d.is4 {
+		return netip.AddrFrom4([4]byte(d.ip[:4]))
+	}
+	return netip.AddrFrom16(d.ip)
+}
+
+// ipBytes is the datum's address in network byte order: 4 or 16 bytes.
+func (d Datum) ipBytes() []byte {
+	if d.is4 {
+		return d.ip[:4]
+	}
+	return d.ip[:]
 }
 
 // Network is a prefix like Prefix that prints its length even when it
@@ -241,10 +277,11 @@ func (d Datum) String() string { return string(d.appendTo(nil)) }
 func (d Datum) appendTo(b []byte) []byte {
 	switch d.kind {
 	case datumAddr:
-		return d.addr.AppendTo(b)
+		return d.addr().AppendTo(b)
 	case datumPrefix:
-		b = d.addr.AppendTo(b)
-		if int(d.bits) == d.addr.BitLen() && !d.withLen {
+		a := d.addr()
+		b = a.AppendTo(b)
+		if int(d.bits) == a.BitLen() && !d.withLen {
 			return b
 		}
 		return strconv.AppendUint(append(b, '/'), uint64(d.bits), 10)
@@ -259,31 +296,45 @@ func (d Datum) appendTo(b []byte) []byte {
 	return b
 }
 
-// bytes is the datum's netlink encoding, padded to 4 bytes as a field of a
-// concatenation; for a prefix, the first and the last address.
-func (d Datum) bytes() (first, last []byte) {
+// appendBytes appends the datum's netlink encoding, padded to 4 bytes as
+// a field of a concatenation; for a prefix, its first address, or its
+// last when last is set.
+func (d Datum) appendBytes(b []byte, last bool) []byte {
 	switch d.kind {
 	case datumAddr:
-		return d.addr.AsSlice(), d.addr.AsSlice()
+		return append(b, d.ipBytes()...)
 	case datumPrefix:
-		lo := d.addr.AsSlice()
-		hi := append([]byte(nil), lo...)
-		for i := int(d.bits); i < len(hi)*8; i++ {
-			hi[i/8] |= 0x80 >> (i % 8)
+		start := len(b)
+		b = append(b, d.ipBytes()...)
+		if last {
+			ip := b[start:]
+			for i := int(d.bits); i < len(ip)*8; i++ {
+				ip[i/8] |= 0x80 >> (i % 8)
+			}
 		}
-		return lo, hi
+		return b
 	case datumProto:
-		b := []byte{byte(d.num), 0, 0, 0}
-		return b, b
+		return append(b, byte(d.num), 0, 0, 0)
 	case datumPort:
-		b := []byte{0, 0, 0, 0}
-		binary.BigEndian.PutUint16(b, uint16(d.num))
-		return b, b
+		return append(binary.BigEndian.AppendUint16(b, uint16(d.num)), 0, 0)
 	case datumInt:
-		b := binary.NativeEndian.AppendUint32(nil, d.num)
-		return b, b
+		return binary.NativeEndian.AppendUint32(b, d.num)
 	}
-	return nil, nil
+	return b
+}
+
+// dataBytes is the length of ds's netlink encoding: each field padded to
+// 4 bytes.
+func dataBytes(ds []Datum) int {
+	n := 0
+	for _, d := range ds {
+		if (d.kind == datumAddr || d.kind == datumPrefix) && !d.is4 {
+			n += 16
+		} else {
+			n += 4
+		}
+	}
+	return n
 }
 
 // appendData appends fields joined by " . ".
@@ -354,7 +405,7 @@ func join[E fmt.Stringer](es []E) string {
 // port or integer), falls in d: equal to it, or inside it for a prefix.
 func (d Datum) Matches(v Datum) bool {
 	if d.kind == datumPrefix && v.kind == datumAddr {
-		return netip.PrefixFrom(d.addr, int(d.bits)).Contains(v.addr)
+		return netip.PrefixFrom(d.addr(), int(d.bits)).Contains(v.addr())
 	}
 	return d == v
 }
@@ -365,21 +416,22 @@ func AddrPort(ds []Datum) (netip.AddrPort, bool) {
 	if len(ds) != 2 || ds[0].kind != datumAddr || ds[1].kind != datumPort {
 		return netip.AddrPort{}, false
 	}
-	return netip.AddrPortFrom(ds[0].addr, uint16(ds[1].num)), true
+	return netip.AddrPortFrom(ds[0].addr(), uint16(ds[1].num)), true
 }
 
 // AsPrefix is an address, as the prefix of its full length, or a prefix;
 // false for the other data and for an address with a zone, which a prefix
 // cannot hold.
 func (d Datum) AsPrefix() (netip.Prefix, bool) {
-	if d.addr.Zone() != "" {
+	if d.zoned {
 		return netip.Prefix{}, false
 	}
 	switch d.kind {
 	case datumAddr:
-		return netip.PrefixFrom(d.addr, d.addr.BitLen()), true
+		a := d.addr()
+		return netip.PrefixFrom(a, a.BitLen()), true
 	case datumPrefix:
-		return netip.PrefixFrom(d.addr, int(d.bits)), true
+		return netip.PrefixFrom(d.addr(), int(d.bits)), true
 	}
 	return netip.Prefix{}, false
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -29,7 +30,7 @@ func TestDatum(t *testing.T) {
 		{"integer, host order", Int(2), "2", le, le},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			first, last := c.d.bytes()
+			first, last := c.d.appendBytes(nil, false), c.d.appendBytes(nil, true)
 			if diff := cmp.Diff([]any{c.text, c.first, c.last}, []any{c.d.String(), first, last}); diff != "" {
 				t.Errorf("text, first, last (-want +got):\n%s", diff)
 			}
@@ -138,17 +139,35 @@ func TestDefinitionsAndNetlinkElements(t *testing.T) {
 	}
 }
 
+// TestGroupBySet: a set's elements go together, in their order, in
+// messages of at most maxMessageBytes; the sets in the order they first
+// appear.
 func TestGroupBySet(t *testing.T) {
+	key := []Datum{Addr(netip.MustParseAddr("198.19.0.1")), Proto(6), Port(80)}
+	a := Element{Set: "a", Key: key, Comment: "ns/name:http/TCP"}
+	perMessage := maxMessageBytes / elementBytes(&a, false)
 	var es []Element
-	for range maxMessageElements + 1 {
-		es = append(es, Element{Set: "a"})
+	for i := range perMessage + 1 {
+		e := a
+		e.Key = []Datum{Addr(netip.MustParseAddr("198.19.0.1")), Proto(6), Port(uint16(i))}
+		es = append(es, e)
 	}
-	es = append(es, Element{Set: "b"}, Element{Set: "a"})
-	var sizes []int
-	for _, g := range groupBySet(es) {
-		sizes = append(sizes, len(g))
+	es = append(es, Element{Set: "b", Key: key}, a)
+	type run struct {
+		Set         string
+		N           int
+		First, Last string // the port of the first and last element
 	}
-	if diff := cmp.Diff([]int{maxMessageElements, 1, 1, 1}, sizes); diff != "" {
+	var got []run
+	for _, g := range groupBySet(es, nil) {
+		got = append(got, run{g[0].Set, len(g), g[0].Key[2].String(), g[len(g)-1].Key[2].String()})
+	}
+	want := []run{
+		{"a", perMessage, "0", fmt.Sprint(perMessage - 1)},
+		{"a", 2, fmt.Sprint(perMessage), "80"},
+		{"b", 1, "80", "80"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("runs (-want +got):\n%s", diff)
 	}
 }

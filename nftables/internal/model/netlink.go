@@ -5,27 +5,87 @@ import (
 	"slices"
 
 	gnft "github.com/google/nftables"
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // ElementBatch is a list of element additions and deletions on one table,
 // sent over netlink as one transaction by Conn.Send.
 type ElementBatch struct {
-	Table    *Table
+	Table *Table
+	// Flush are sets whose elements are all deleted first.
+	Flush    []string
 	Add, Del []Element
 }
 
 // Conn sends element batches over a netfilter netlink socket.
 type Conn struct {
 	c *gnft.Conn
+	// txBytes bounds the netlink messages of one transaction: a
+	// transaction goes to the kernel in one sendmsg, which the kernel
+	// refuses when it exceeds the socket's send buffer.
+	txBytes int
 }
 
-// Dial opens a netlink socket in the calling thread's network namespace.
+// socketBuffer is the send and receive buffer that Dial asks for: room for
+// the elements of 100,000 Services × 10 endpoints in one transaction, and
+// for the kernel's acknowledgement of each of its messages, which it
+// queues before the first is read. The kernel allocates only what a
+// sendmsg holds.
+const socketBuffer = 256 << 20
+
+// Dial opens a netlink socket in the calling thread's network namespace,
+// with send and receive buffers of socketBuffer bytes where the process
+// may force them (CAP_NET_ADMIN), else as large as net.core.wmem_max and
+// net.core.rmem_max allow.
 func Dial() (*Conn, error) {
-	c, err := gnft.New(gnft.AsLasting())
+	var sndbuf int
+	c, err := gnft.New(gnft.AsLasting(), gnft.WithSockOptions(func(nc *netlink.Conn) error {
+		var err error
+		sndbuf, err = raiseBuffers(nc)
+		return err
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("nftables netlink socket: %w", err)
 	}
-	return &Conn{c: c}, nil
+	return &Conn{c: c, txBytes: sndbuf - transactionSlack}, nil
+}
+
+// transactionSlack is what a transaction leaves of the send buffer: the
+// kernel refuses a message longer than the buffer less 32 bytes, and the
+// batch's begin and end messages take 40.
+const transactionSlack = 4096
+
+// raiseBuffers sets nc's buffers (see Dial) and returns the send buffer's
+// size as the kernel reports it.
+func raiseBuffers(nc *netlink.Conn) (int, error) {
+	raw, err := nc.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("netlink socket: %w", err)
+	}
+	var forceErr error
+	if err := raw.Control(func(fd uintptr) {
+		for _, opt := range []int{unix.SO_SNDBUFFORCE, unix.SO_RCVBUFFORCE} {
+			if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, socketBuffer); err != nil {
+				forceErr = err
+			}
+		}
+	}); err != nil {
+		return 0, fmt.Errorf("netlink socket: %w", err)
+	}
+	if forceErr != nil { // the kernel caps these at net.core.[wr]mem_max
+		if err := nc.SetWriteBuffer(socketBuffer); err != nil {
+			return 0, fmt.Errorf("netlink send buffer: %w", err)
+		}
+		if err := nc.SetReadBuffer(socketBuffer); err != nil {
+			return 0, fmt.Errorf("netlink receive buffer: %w", err)
+		}
+	}
+	n, err := nc.WriteBuffer()
+	if err != nil {
+		return 0, fmt.Errorf("netlink send buffer: %w", err)
+	}
+	return n, nil
 }
 
 // Close closes the socket.
@@ -34,17 +94,14 @@ func (c *Conn) Close() error { return c.c.CloseLasting() }
 // Send applies b's deletions, then its additions, as one transaction: the
 // kernel applies all of them or none.
 func (c *Conn) Send(b ElementBatch) error {
-	if len(b.Add)+len(b.Del) == 0 {
+	if len(b.Add)+len(b.Del)+len(b.Flush) == 0 {
 		return nil
 	}
 	gt := &gnft.Table{Name: b.Table.Name, Family: gnft.TableFamilyIPv4}
 	if b.Table.Family == IPv6 {
 		gt.Family = gnft.TableFamilyIPv6
 	}
-	interval := make(map[string]bool, len(b.Table.Sets))
-	for _, s := range b.Table.Sets {
-		interval[s.Name] = s.Interval
-	}
+	interval := b.Table.intervalSets()
 	for _, e := range slices.Concat(b.Add, b.Del) {
 		if !b.Table.netlinkEncodes(e.Set) {
 			return fmt.Errorf("elements of set %s are not encoded for netlink", e.Set)
@@ -53,13 +110,19 @@ func (c *Conn) Send(b ElementBatch) error {
 			return fmt.Errorf("element of %s: verdicts are not encoded for netlink", e.Set)
 		}
 	}
-	for _, group := range groupBySet(b.Del) {
+	for _, name := range b.Flush {
+		if !b.Table.netlinkEncodes(name) {
+			return fmt.Errorf("elements of set %s are not encoded for netlink", name)
+		}
+		c.c.FlushSet(&gnft.Set{Table: gt, Name: name})
+	}
+	for _, group := range groupBySet(b.Del, interval) {
 		s := &gnft.Set{Table: gt, Name: group[0].Set}
 		if err := c.c.SetDeleteElements(s, netlinkElements(group, interval[s.Name])); err != nil {
 			return fmt.Errorf("delete elements of %s: %w", s.Name, err)
 		}
 	}
-	for _, group := range groupBySet(b.Add) {
+	for _, group := range groupBySet(b.Add, interval) {
 		s := &gnft.Set{Table: gt, Name: group[0].Set}
 		if err := c.c.SetAddElements(s, netlinkElements(group, interval[s.Name])); err != nil {
 			return fmt.Errorf("add elements to %s: %w", s.Name, err)
@@ -71,43 +134,115 @@ func (c *Conn) Send(b ElementBatch) error {
 	return nil
 }
 
-// maxMessageElements bounds the elements of one netlink message: the
+// intervalSets reports which of t's sets have the interval flag.
+func (t *Table) intervalSets() map[string]bool {
+	interval := make(map[string]bool, len(t.Sets))
+	for _, s := range t.Sets {
+		interval[s.Name] = s.Interval
+	}
+	return interval
+}
+
+// maxMessageBytes bounds the encoded elements of one netlink message: the
 // list is one attribute, whose length must fit in 16 bits.
-const maxMessageElements = 200
+const maxMessageBytes = 60000
 
-// maxTransactionElements bounds the elements of one transaction that
-// SendInChunks sends: a transaction must go to the kernel in one sendmsg,
-// which must fit in the socket's send buffer (net.core.wmem_default, 208
-// KiB on most systems); raising the buffer beyond net.core.wmem_max takes
-// SO_SNDBUFFORCE, which github.com/google/nftables does not set.
-const maxTransactionElements = 1000
+// elementBytes bounds the bytes of e in a netlink message as
+// github.com/google/nftables encodes it: the nested key (and the last key
+// in an interval set), the value, the comment as user data, and their
+// attribute headers.
+func elementBytes(e *Element, interval bool) int {
+	key := dataBytes(e.Key)
+	n := 64 + key + dataBytes(e.Value) + len(e.Comment)
+	if interval {
+		n += key
+	}
+	return n
+}
 
-// SendInChunks adds b's elements (it deletes none) in transactions of at
-// most maxTransactionElements elements each, and returns how many it sent.
-// A failure leaves the transactions before it applied.
+// messageBytes bounds a message's bytes besides its elements: netlink and
+// nfnetlink headers, the table's and the set's names (at most 256 bytes
+// each), the set ID.
+const messageBytes = 600
+
+// SendInChunks flushes b's Flush sets and adds b's elements (it deletes
+// none) in as few transactions as the socket's send buffer takes (one for
+// the elements of 100,000 Services × 10 endpoints when Dial could raise
+// it; the flushes go with the first), and returns how many it sent. A
+// failure leaves the transactions before it applied.
 func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
+	interval := b.Table.intervalSets()
+	// Every set may start one message that is not full; a full one holds
+	// at least maxMessageBytes/messageBytes elements.
+	budget := c.txBytes - len(b.Table.Sets)*messageBytes
 	n := 0
-	for start := 0; start < len(b.Add); start += maxTransactionElements {
-		chunk := b.Add[start:min(start+maxTransactionElements, len(b.Add))]
-		if err := c.Send(ElementBatch{Table: b.Table, Add: chunk}); err != nil {
+	if len(b.Add) == 0 && len(b.Flush) > 0 {
+		return 1, c.Send(b)
+	}
+	for start := 0; start < len(b.Add); {
+		end, bytes := start, 0
+		for end < len(b.Add) {
+			e := &b.Add[end]
+			size := elementBytes(e, interval[e.Set]) + messageBytes*messageBytes/maxMessageBytes
+			if end > start && bytes+size > budget {
+				break
+			}
+			bytes += size
+			end++
+		}
+		chunk := ElementBatch{Table: b.Table, Add: b.Add[start:end]}
+		if start == 0 {
+			chunk.Flush = b.Flush
+		}
+		if err := c.Send(chunk); err != nil {
 			return n, err
 		}
 		n++
+		start = end
 	}
 	return n, nil
 }
 
-// groupBySet splits elements into runs of the same set, keeping their
-// order, of at most maxMessageElements each.
-func groupBySet(es []Element) [][]Element {
-	var groups [][]Element
-	for i := 0; i < len(es); {
-		j := i + 1
-		for j < len(es) && es[j].Set == es[i].Set && j-i < maxMessageElements {
-			j++
+// groupBySet splits elements into messages: the elements of each set, in
+// the order in which the sets first appear and each set's in their order,
+// in runs of at most maxMessageBytes. The kernel applies a transaction
+// whole, so the order of its additions does not matter.
+func groupBySet(es []Element, interval map[string]bool) [][]Element {
+	// The elements placed set after set in one array: a first pass counts
+	// each set's, a second puts them at their set's offset.
+	count := map[string]int{}
+	var order []string
+	for i := range es {
+		if _, ok := count[es[i].Set]; !ok {
+			order = append(order, es[i].Set)
 		}
-		groups = append(groups, es[i:j])
-		i = j
+		count[es[i].Set]++
+	}
+	offset := make(map[string]int, len(order))
+	at := 0
+	for _, set := range order {
+		offset[set] = at
+		at += count[set]
+	}
+	sorted := make([]Element, len(es))
+	for i := range es {
+		sorted[offset[es[i].Set]] = es[i]
+		offset[es[i].Set]++
+	}
+	var groups [][]Element
+	for start := 0; start < len(sorted); {
+		set := sorted[start].Set
+		end, bytes := start+1, elementBytes(&sorted[start], interval[set])
+		for end < len(sorted) && sorted[end].Set == set {
+			size := elementBytes(&sorted[end], interval[set])
+			if bytes+size > maxMessageBytes {
+				break
+			}
+			bytes += size
+			end++
+		}
+		groups = append(groups, sorted[start:end:end])
+		start = end
 	}
 	return groups
 }
@@ -116,13 +251,34 @@ func groupBySet(es []Element) [][]Element {
 // to 4 bytes, an interval set's elements with their last key (KeyEnd), the
 // comment as user data.
 func netlinkElements(es []Element, interval bool) []gnft.SetElement {
-	out := make([]gnft.SetElement, len(es))
-	for i, e := range es {
-		key, keyEnd := encode(e.Key)
-		val, _ := encode(e.Value)
-		out[i] = gnft.SetElement{Key: key, Val: val, Comment: e.Comment}
+	size := 0
+	for i := range es {
+		size += dataBytes(es[i].Key) + dataBytes(es[i].Value)
 		if interval {
-			out[i].KeyEnd = keyEnd
+			size += dataBytes(es[i].Key)
+		}
+	}
+	// One array holds every key and value.
+	buf := make([]byte, 0, size)
+	field := func(ds []Datum, last bool) []byte {
+		start := len(buf)
+		for _, d := range ds {
+			buf = d.appendBytes(buf, last)
+		}
+		if len(ds) == 1 { // not a concatenation: the field's own length
+			buf = buf[:start+ds[0].size()]
+		}
+		return buf[start:len(buf):len(buf)]
+	}
+	out := make([]gnft.SetElement, len(es))
+	for i := range es {
+		e := &es[i]
+		out[i] = gnft.SetElement{Key: field(e.Key, false), Comment: e.Comment}
+		if len(e.Value) > 0 {
+			out[i].Val = field(e.Value, false)
+		}
+		if interval {
+			out[i].KeyEnd = field(e.Key, true)
 		}
 	}
 	return out
@@ -133,8 +289,7 @@ func netlinkElements(es []Element, interval bool) []gnft.SetElement {
 // own length (a port's 2 bytes, a protocol's 1), not a register's 4.
 func encode(ds []Datum) (first, last []byte) {
 	for _, d := range ds {
-		lo, hi := d.bytes()
-		first, last = append(first, lo...), append(last, hi...)
+		first, last = d.appendBytes(first, false), d.appendBytes(last, true)
 	}
 	if len(ds) == 1 {
 		n := ds[0].size()
@@ -142,3 +297,7 @@ func encode(ds []Datum) (first, last []byte) {
 	}
 	return first, last
 }
+
+// LimitTransactions bounds the transactions that SendInChunks sends to
+// bytes of messages (and to the send buffer, as always).
+func (c *Conn) LimitTransactions(bytes int) { c.txBytes = min(c.txBytes, bytes) }

@@ -26,9 +26,10 @@ func (t *Table) Script() string {
 func (t *Table) Definitions() string {
 	var b strings.Builder
 	t.writeDefinitions(&b)
+	encodes := t.netlinkSets()
 	var local []Element
 	for _, e := range t.Elements {
-		if !t.netlinkEncodes(e.Set) {
+		if !encodes[e.Set] {
 			local = append(local, e)
 		}
 	}
@@ -36,15 +37,69 @@ func (t *Table) Definitions() string {
 	return b.String()
 }
 
+// Redefinitions is Definitions for a table that exists and holds elements:
+// the table, its sets and chains added (which leaves those that exist as
+// they are, elements included), every chain flushed and its rules added,
+// the one-field interval sets flushed and their elements added; one
+// transaction. Elements that ElementBatch sends stay as they were (see
+// ElementBatch.Flush); sets and chains that t does not have stay too.
+func (t *Table) Redefinitions() string {
+	var b strings.Builder
+	fam := t.Family.String() + " " + t.Name
+	b.WriteString("add table " + fam + " {" + commentClause(t.Comment) + " }\n")
+	t.writeSetsAndChains(&b, fam)
+	for _, c := range t.Chains {
+		b.WriteString("flush chain " + fam + " " + c.Name + "\n")
+	}
+	t.writeRules(&b, fam)
+	encodes := t.netlinkSets()
+	var local []Element
+	for _, s := range t.Sets {
+		if !encodes[s.Name] {
+			b.WriteString("flush set " + fam + " " + s.Name + "\n")
+		}
+	}
+	for _, e := range t.Elements {
+		if !encodes[e.Set] {
+			local = append(local, e)
+		}
+	}
+	(&Table{Family: t.Family, Name: t.Name, Elements: local}).writeElements(&b, fam)
+	return b.String()
+}
+
+// NetlinkSets are the sets whose elements Definitions and Redefinitions
+// leave to ElementBatch, in the table's order.
+func (t *Table) NetlinkSets() []string {
+	var names []string
+	for _, s := range t.Sets {
+		if t.netlinkEncodes(s.Name) {
+			names = append(names, s.Name)
+		}
+	}
+	return names
+}
+
 // NetlinkElements are the elements that Definitions leaves out.
 func (t *Table) NetlinkElements() []Element {
-	var out []Element
+	encodes := t.netlinkSets()
+	out := make([]Element, 0, len(t.Elements))
 	for _, e := range t.Elements {
-		if t.netlinkEncodes(e.Set) {
+		if encodes[e.Set] {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// netlinkSets reports, by set name, whether ElementBatch encodes a set's
+// elements (netlinkEncodes).
+func (t *Table) netlinkSets() map[string]bool {
+	encodes := make(map[string]bool, len(t.Sets))
+	for _, s := range t.Sets {
+		encodes[s.Name] = t.netlinkEncodes(s.Name)
+	}
+	return encodes
 }
 
 // netlinkEncodes reports whether ElementBatch encodes the elements of a
@@ -62,6 +117,12 @@ func (t *Table) writeDefinitions(b *strings.Builder) {
 	fam := t.Family.String() + " " + t.Name
 	b.WriteString("add table " + fam + "\ndelete table " + fam + "\n")
 	b.WriteString("add table " + fam + " {" + commentClause(t.Comment) + " }\n")
+	t.writeSetsAndChains(b, fam)
+	t.writeRules(b, fam)
+}
+
+// writeSetsAndChains adds t's sets and chains (without rules).
+func (t *Table) writeSetsAndChains(b *strings.Builder, fam string) {
 	for _, s := range t.Sets {
 		kind := "set"
 		if s.IsMap() {
@@ -78,6 +139,10 @@ func (t *Table) writeDefinitions(b *strings.Builder) {
 		}
 		b.WriteString(commentClause(c.Comment) + " }\n")
 	}
+}
+
+// writeRules adds every chain's rules.
+func (t *Table) writeRules(b *strings.Builder, fam string) {
 	for _, c := range t.Chains {
 		for _, r := range c.Rules {
 			b.WriteString("add rule " + fam + " " + c.Name + " " + r.String())

@@ -118,10 +118,11 @@
 //     elements (ports that share an element change in one transaction).
 //     Only a table that did not exist before serves, between the chunks of
 //     its first sync, just the Service ports written so far.
-//   - Sessions survive full syncs of kube-proxy's layout: affinity sets
-//     are added, never flushed, by a full sync. (A full sync of the flat
-//     layout replaces its table, and with it the clients' affinity
-//     entries.)
+//   - Sessions survive full syncs: kube-proxy's layout's affinity sets,
+//     and the flat layout's affinity maps, are added, never flushed, by a
+//     full sync of a table that exists (FlatResync). Only a flat table
+//     written anew (FlatScript, a first sync, or the fallback when its
+//     resync fails) starts the clients' affinity entries afresh.
 //   - Same kernel state either way: a table written over netlink lists
 //     (`nft list table`) exactly as if nft had written it
 //     (TestNetlinkMatchesNFT).

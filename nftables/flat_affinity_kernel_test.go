@@ -71,6 +71,15 @@ func TestKernelFlatAffinity(t *testing.T) {
 	if n := affinityEntries(t, c.Node, nft); n != 3 {
 		t.Errorf("affinity map holds %d entries, want 3 (two clients of the cluster IP, one of the external IP)", n)
 	}
+	resyncOverNetlink(t, c.Node, nft, rs)
+	if n := affinityEntries(t, c.Node, nft); n != 3 {
+		t.Errorf("affinity map holds %d entries after a resync, want the 3 it held", n)
+	}
+	for _, client := range c.Clients {
+		if got := stickTo(t, client, clusterIP); got != bound[client.Label] {
+			t.Errorf("%s moved from %s to %s across a resync", client.Label, bound[client.Label], got)
+		}
+	}
 
 	// Replace client 0's endpoint by local2.
 	gone := bound[c.Clients[0].Label]
@@ -107,6 +116,26 @@ func TestKernelFlatAffinity(t *testing.T) {
 		t.Errorf("affinity map holds %d entries after it came back, want 1", n)
 	}
 	runScript(t, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+}
+
+// resyncOverNetlink applies a full resync of rs to the flat table that h
+// holds, as the Executor does: FlatResync's definitions through nft, its
+// elements over netlink.
+func resyncOverNetlink(t *testing.T, h *netns.Host, nft string, rs *ruleset.Ruleset) {
+	t.Helper()
+	_, load, _ := nftables.FlatResync(rs, nftables.Options{})
+	runScript(t, h, nft, load.Definitions)
+	if err := h.Do(func() error {
+		n, err := nftables.DialFlatNetlink()
+		if err != nil {
+			return err
+		}
+		defer n.Close()
+		_, err = n.Load(load)
+		return err
+	}); err != nil {
+		t.Fatalf("resync over netlink: %v", err)
+	}
 }
 
 // toggleAffinity turns the affinity of TestKernelFlatAffinity's Service

@@ -42,7 +42,8 @@ func (t *Table) Definitions() string {
 // they are, elements included), every chain flushed and its rules added,
 // the one-field interval sets flushed and their elements added; one
 // transaction. Elements that ElementBatch sends stay as they were (see
-// ElementBatch.Flush); sets and chains that t does not have stay too.
+// ElementBatch.Flush); so do Dynamic sets' elements, and the sets and
+// chains that t does not have.
 func (t *Table) Redefinitions() string {
 	var b strings.Builder
 	fam := t.Family.String() + " " + t.Name
@@ -55,7 +56,7 @@ func (t *Table) Redefinitions() string {
 	encodes := t.netlinkSets()
 	var local []Element
 	for _, s := range t.Sets {
-		if !encodes[s.Name] {
+		if !encodes[s.Name] && !s.Dynamic {
 			b.WriteString("flush set " + fam + " " + s.Name + "\n")
 		}
 	}
@@ -69,11 +70,12 @@ func (t *Table) Redefinitions() string {
 }
 
 // NetlinkSets are the sets whose elements Definitions and Redefinitions
-// leave to ElementBatch, in the table's order.
+// leave to ElementBatch, in the table's order. A Dynamic set is not one of
+// them: its elements are the packet path's, and neither flushes them.
 func (t *Table) NetlinkSets() []string {
 	var names []string
 	for _, s := range t.Sets {
-		if t.netlinkEncodes(s.Name) {
+		if t.netlinkEncodes(s.Name) && !s.Dynamic {
 			names = append(names, s.Name)
 		}
 	}

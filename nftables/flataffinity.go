@@ -375,27 +375,24 @@ func (r *flatRenderer) affinityValidation(u affinityUse, c sourceClass) []model.
 			rules = append(rules, model.Rule{Stmts: []model.Stmt{proto, model.InSet{Key: slices.Concat(key, target), Set: affinityTargetSet(nodePort, c)}, model.Goto(flatAffinityRecord)}})
 		}
 	}
-	for _, p := range u.protos {
-		proto := model.Equal{Field: model.L4Proto, Value: model.Proto(p)}
-		value := r.affinityValue(p)
-		for _, nodePort := range []bool{false, true} {
-			key := addr
-			if nodePort {
-				key = np
-			}
-			for _, t := range u.timeouts {
-				rules = append(rules, model.Rule{Stmts: []model.Stmt{proto, model.InSet{Key: key, Set: affinityTimeoutSet(nodePort, t)},
-					model.DeleteMap{Map: affinityMapName(p), Key: r.clientKey(), Value: value}, model.Drop},
-					Comment: "the endpoint is no longer a target for this client"})
-			}
-		}
-	}
-	return rules
+	return append(rules, r.perTimeout(u, func(p uint8, value []model.Expr, _ uint32) []model.Stmt {
+		return []model.Stmt{model.DeleteMap{Map: affinityMapName(p), Key: r.clientKey(), Value: value}, model.Drop}
+	}, "the endpoint is no longer a target for this client")...)
 }
 
 // affinityRecords are the rules that record a client's endpoint, or
 // restart its timeout, with the frontend's timeout.
 func (r *flatRenderer) affinityRecords(u affinityUse) []model.Rule {
+	return r.perTimeout(u, func(p uint8, value []model.Expr, t uint32) []model.Stmt {
+		return []model.Stmt{model.UpdateMap{Map: affinityMapName(p), Key: r.clientKey(), Timeout: t, Value: value}, model.Return}
+	}, "")
+}
+
+// perTimeout is a rule for each protocol, kind of frontend (address or node
+// port) and timeout of u, matching the flows of that protocol whose
+// original frontend has that timeout, and ending in the statements that
+// then returns for the protocol, its affinity map's value and the timeout.
+func (r *flatRenderer) perTimeout(u affinityUse, then func(p uint8, value []model.Expr, timeout uint32) []model.Stmt, comment string) []model.Rule {
 	addr, np := r.origKeys()
 	var rules []model.Rule
 	for _, p := range u.protos {
@@ -407,8 +404,8 @@ func (r *flatRenderer) affinityRecords(u affinityUse) []model.Rule {
 				key = np
 			}
 			for _, t := range u.timeouts {
-				rules = append(rules, model.Rule{Stmts: []model.Stmt{proto, model.InSet{Key: key, Set: affinityTimeoutSet(nodePort, t)},
-					model.UpdateMap{Map: affinityMapName(p), Key: r.clientKey(), Timeout: t, Value: value}, model.Return}})
+				match := []model.Stmt{proto, model.InSet{Key: key, Set: affinityTimeoutSet(nodePort, t)}}
+				rules = append(rules, model.Rule{Stmts: append(match, then(p, value, t)...), Comment: comment})
 			}
 		}
 	}

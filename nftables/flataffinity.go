@@ -168,7 +168,7 @@ func (r *flatRenderer) affinityTargets(p *flatPort, s *ruleset.Service, g flatGr
 			Value: []model.Datum{model.Port(targetPort(s))}, Comment: comment})
 	}
 	for _, el := range once { // a frontend of two groups (Local policies) has them once
-		if !slices.ContainsFunc(p.elements, func(e model.Element) bool { return e.Set == el.Set && slices.Equal(e.Key, el.Key) }) {
+		if !slices.ContainsFunc(p.elements[p.frontendStart:], func(e model.Element) bool { return e.Set == el.Set && slices.Equal(e.Key, el.Key) }) {
 			p.elements = append(p.elements, el)
 		}
 	}

@@ -22,6 +22,9 @@ type flatPort struct {
 	groups   []groupN
 	hairpin  []netip.Addr
 	affinity []affinityClass
+	// frontendStart is the index in elements of the first element of the
+	// frontend being rendered.
+	frontendStart int
 	// arena is where the elements' keys and values are carved from, in
 	// chunks of at least arenaChunk data (0: as many as asked).
 	arena      []model.Datum
@@ -83,6 +86,7 @@ func (r *flatRenderer) warn(s *ruleset.Service, reason string) svcproxy.Warning 
 
 // frontend adds the elements of one frontend that s owns.
 func (r *flatRenderer) frontend(p *flatPort, s *ruleset.Service, f ruleset.Frontend, comment string) {
+	p.frontendStart = len(p.elements)
 	proto, port := model.Proto(protoNumber(f.Protocol)), model.Port(f.Port)
 	switch {
 	case f.Protocol == "":

@@ -94,14 +94,42 @@ func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Res
 	// after each port.
 	config := st.r.flatConfigElements()
 	acc := flatPort{elements: slices.Grow(config, (targets+2*rs.Len())*5/4), arenaChunk: 1 << 14}
+	// The hairpin addresses of every port, counted once sorted.
+	hairpin := make([]hairpinKey, 0, targets)
 	for _, s := range rs.Services() {
 		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
 		res.Warnings = append(res.Warnings, st.r.portInto(&acc, rs, s)...)
-		st.count(acc, 1)
+		st.countClasses(acc, 1)
+		for _, a := range acc.hairpin {
+			hairpin = append(hairpin, keyOf(a))
+		}
 	}
 	t := st.table()
-	t.Elements = append(acc.elements, st.hairpinElements(st.hairpinAddrs())...)
+	t.Elements = append(acc.elements, st.hairpinElements(st.countHairpin(hairpin))...)
 	return st, t, res
+}
+
+// countHairpin sets st's hairpin counts, which must be empty, to the uses
+// in keys (which it sorts), and returns the addresses in use, sorted
+// (IPv4 before IPv6, as netip.Addr.Compare sorts them).
+func (st *FlatState) countHairpin(keys []hairpinKey) []netip.Addr {
+	slices.SortFunc(keys, hairpinKey.compare)
+	// keys compacted in place to each address once, with its uses.
+	unique, uses := keys[:0], []int32(nil)
+	for _, k := range keys {
+		if n := len(unique); n > 0 && unique[n-1] == k {
+			uses[n-1]++
+			continue
+		}
+		unique, uses = append(unique, k), append(uses, 1)
+	}
+	st.hairpin = make(map[hairpinKey]int32, len(unique))
+	addrs := make([]netip.Addr, len(unique))
+	for i, k := range unique {
+		st.hairpin[k] = uses[i]
+		addrs[i] = k.addr()
+	}
+	return addrs
 }
 
 // table is the table with the sets and chains of the counts in use, and
@@ -123,15 +151,21 @@ func (st *FlatState) table() *model.Table {
 // count adds (sign 1) or removes (sign −1) a port's uses of groups and
 // hairpin addresses.
 func (st *FlatState) count(p flatPort, sign int) {
-	for _, k := range p.groups {
-		if st.counts[k] += sign; st.counts[k] == 0 {
-			delete(st.counts, k)
-		}
-	}
+	st.countClasses(p, sign)
 	for _, a := range p.hairpin {
 		k := keyOf(a)
 		if st.hairpin[k] += int32(sign); st.hairpin[k] == 0 {
 			delete(st.hairpin, k)
+		}
+	}
+}
+
+// countClasses adds (sign 1) or removes (sign −1) a port's uses of groups
+// and affinity classes.
+func (st *FlatState) countClasses(p flatPort, sign int) {
+	for _, k := range p.groups {
+		if st.counts[k] += sign; st.counts[k] == 0 {
+			delete(st.counts, k)
 		}
 	}
 	for _, c := range p.affinity {
@@ -154,21 +188,6 @@ func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int3
 		}
 	}
 	return groups, hairpin
-}
-
-// hairpinAddrs are the hairpin addresses in use, sorted (IPv4 before
-// IPv6, as netip.Addr.Compare sorts them).
-func (st *FlatState) hairpinAddrs() []netip.Addr {
-	keys := make([]hairpinKey, 0, len(st.hairpin))
-	for k := range st.hairpin {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, hairpinKey.compare)
-	addrs := make([]netip.Addr, len(keys))
-	for i, k := range keys {
-		addrs[i] = k.addr()
-	}
-	return addrs
 }
 
 func (st *FlatState) hairpinElements(addrs []netip.Addr) []model.Element {

@@ -88,14 +88,15 @@ func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Res
 	}
 	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[hairpinKey]int32{}, affinity: map[affinityClass]int{}}
 	var res Result
-	// One flatPort collects every port's elements (room for those of a
-	// cluster IP's targets, a quarter more for the other frontends); its
-	// groups, hairpin addresses and affinity classes are counted and dropped
-	// after each port.
+	// One flatPort collects every port's elements, and then the hairpin
+	// set's (room for two per target: its cluster IP's, and another
+	// frontend's or a hairpin address; four per Service port for its
+	// frontends); its groups, hairpin addresses and affinity classes are
+	// counted and dropped after each port.
 	config := st.r.flatConfigElements()
-	acc := flatPort{elements: slices.Grow(config, (targets+2*rs.Len())*5/4), arenaChunk: 1 << 14}
-	// The hairpin addresses of every port, counted once sorted.
-	hairpin := make([]hairpinKey, 0, targets)
+	acc := flatPort{elements: slices.Grow(config, 2*targets+4*rs.Len()), arenaChunk: 1 << 14}
+	// The hairpin addresses of every port's targets, counted once sorted.
+	hairpin := make([]hairpinKey, 0, 2*targets)
 	for _, s := range rs.Services() {
 		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
 		res.Warnings = append(res.Warnings, st.r.portInto(&acc, rs, s)...)
@@ -105,7 +106,7 @@ func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Res
 		}
 	}
 	t := st.table()
-	t.Elements = append(acc.elements, st.hairpinElements(st.countHairpin(hairpin))...)
+	t.Elements = st.appendHairpinElements(acc.elements, st.countHairpin(hairpin))
 	return st, t, res
 }
 
@@ -191,11 +192,15 @@ func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int3
 }
 
 func (st *FlatState) hairpinElements(addrs []netip.Addr) []model.Element {
-	es := make([]model.Element, len(addrs))
+	return st.appendHairpinElements(make([]model.Element, 0, len(addrs)), addrs)
+}
+
+// appendHairpinElements appends to es the hairpin set's elements of addrs.
+func (st *FlatState) appendHairpinElements(es []model.Element, addrs []netip.Addr) []model.Element {
 	keys := make([]model.Datum, 2*len(addrs))
 	for i, a := range addrs {
 		keys[2*i], keys[2*i+1] = model.Addr(a), model.Addr(a)
-		es[i] = model.Element{Set: flatSetHairpin, Key: keys[2*i : 2*i+2 : 2*i+2]}
+		es = append(es, model.Element{Set: flatSetHairpin, Key: keys[2*i : 2*i+2 : 2*i+2]})
 	}
 	return es
 }

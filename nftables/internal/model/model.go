@@ -45,18 +45,20 @@
 //     without the elements that Conn sends, for a table that does not
 //     exist yet or for one that holds them;
 //   - Conn: element additions, deletions and set flushes as netlink
-//     messages, in as few transactions as the socket takes, through
-//     github.com/google/nftables.
+//     messages, in as few transactions as the socket takes, encoded as
+//     github.com/google/nftables encodes them, on its socket.
 //
 // # Netlink: which encoder, and why
 //
 // The flat layout's elements, what changes at scale there (a Service
-// change is a few elements), are encoded by Conn with
-// github.com/google/nftables, already in the build, which writes
+// change is a few elements), are sent by Conn in the messages that
+// github.com/google/nftables, already in the build, encodes for them:
 // concatenated keys, the last key of concatenated ranges (KeyEnd) and
-// element comments as nft does; TestKernelFlatNetlinkMatchesNFT checks
-// that a table whose elements it wrote lists exactly as one written by nft
-// -f. It was chosen by measurement: with BenchmarkKernelFlatElement (one
+// element comments as nft writes them. Conn writes those bytes itself,
+// into one buffer per message (TestMessagesAsGoogleNftables compares
+// them), and sends them on google/nftables' socket;
+// TestKernelFlatNetlinkMatchesNFT checks that a table whose elements it
+// wrote lists exactly as one written by nft -f. google/nftables was chosen by measurement: with BenchmarkKernelFlatElement (one
 // element added then deleted, two transactions, in a loaded flat table;
 // BENCHMARKS.md, "nftables: the flat layout") it took 85–176 µs per pair
 // where our own nftables/internal/nftnl took 112–254 µs, at 1,000 and

@@ -1,8 +1,11 @@
 package model
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"syscall"
 
 	gnft "github.com/google/nftables"
 	"github.com/mdlayher/netlink"
@@ -21,6 +24,8 @@ type ElementBatch struct {
 // Conn sends element batches over a netfilter netlink socket.
 type Conn struct {
 	c *gnft.Conn
+	// nc is c's socket, on which Send writes its own messages.
+	nc *netlink.Conn
 	// txBytes bounds the netlink messages of one transaction: a
 	// transaction goes to the kernel in one sendmsg, which the kernel
 	// refuses when it exceeds the socket's send buffer.
@@ -40,15 +45,21 @@ const socketBuffer = 256 << 20
 // net.core.rmem_max allow.
 func Dial() (*Conn, error) {
 	var sndbuf int
+	var sock *netlink.Conn
 	c, err := gnft.New(gnft.AsLasting(), gnft.WithSockOptions(func(nc *netlink.Conn) error {
 		var err error
+		sock = nc
 		sndbuf, err = raiseBuffers(nc)
 		return err
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("nftables netlink socket: %w", err)
 	}
-	return &Conn{c: c, txBytes: sndbuf - transactionSlack}, nil
+	if sock == nil {
+		c.CloseLasting()
+		return nil, fmt.Errorf("nftables netlink socket: not opened")
+	}
+	return &Conn{c: c, nc: sock, txBytes: sndbuf - transactionSlack}, nil
 }
 
 // transactionSlack is what a transaction leaves of the send buffer: the
@@ -91,47 +102,88 @@ func raiseBuffers(nc *netlink.Conn) (int, error) {
 // Close closes the socket.
 func (c *Conn) Close() error { return c.c.CloseLasting() }
 
-// Send applies b's deletions, then its additions, as one transaction: the
-// kernel applies all of them or none.
+// Send applies b's set flushes, then its deletions, then its additions, as
+// one transaction: the kernel applies all of them or none.
 func (c *Conn) Send(b ElementBatch) error {
 	if len(b.Add)+len(b.Del)+len(b.Flush) == 0 {
 		return nil
 	}
-	gt := &gnft.Table{Name: b.Table.Name, Family: gnft.TableFamilyIPv4}
-	if b.Table.Family == IPv6 {
-		gt.Family = gnft.TableFamilyIPv6
+	msgs, err := b.messages()
+	if err != nil {
+		return err
 	}
-	interval := b.Table.intervalSets()
-	for _, e := range slices.Concat(b.Add, b.Del) {
-		if !b.Table.netlinkEncodes(e.Set) {
-			return fmt.Errorf("elements of set %s are not encoded for netlink", e.Set)
-		}
-		if e.Verdict != nil {
-			return fmt.Errorf("element of %s: verdicts are not encoded for netlink", e.Set)
-		}
+	return c.transact(msgs, b.Table)
+}
+
+// transact sends msgs as one batch and reads the kernel's answer to each.
+func (c *Conn) transact(msgs []netlink.Message, t *Table) error {
+	begin := netlink.Message{Header: netlink.Header{Type: unix.NFNL_MSG_BATCH_BEGIN, Flags: netlink.Request},
+		Data: []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES}}
+	end := begin
+	end.Header.Type = unix.NFNL_MSG_BATCH_END
+	if _, err := c.nc.SendMessages(slices.Concat([]netlink.Message{begin}, msgs, []netlink.Message{end})); err != nil {
+		return fmt.Errorf("element transaction on table %s %s: %w", t.Family, t.Name, err)
 	}
-	for _, name := range b.Flush {
-		if !b.Table.netlinkEncodes(name) {
-			return fmt.Errorf("elements of set %s are not encoded for netlink", name)
+	var errs error
+	for answered := 0; answered < len(msgs); {
+		replies, err := c.nc.Receive()
+		if err != nil {
+			// After these the kernel sends nothing more.
+			if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.ENOBUFS) {
+				return fmt.Errorf("element transaction on table %s %s: %w", t.Family, t.Name, err)
+			}
+			errs = errors.Join(errs, err)
+			answered++
+			continue
 		}
-		c.c.FlushSet(&gnft.Set{Table: gt, Name: name})
+		answered += max(len(replies), 1)
 	}
-	for _, group := range groupBySet(b.Del, interval) {
-		s := &gnft.Set{Table: gt, Name: group[0].Set}
-		if err := c.c.SetDeleteElements(s, netlinkElements(group, interval[s.Name])); err != nil {
-			return fmt.Errorf("delete elements of %s: %w", s.Name, err)
-		}
-	}
-	for _, group := range groupBySet(b.Add, interval) {
-		s := &gnft.Set{Table: gt, Name: group[0].Set}
-		if err := c.c.SetAddElements(s, netlinkElements(group, interval[s.Name])); err != nil {
-			return fmt.Errorf("add elements to %s: %w", s.Name, err)
-		}
-	}
-	if err := c.c.Flush(); err != nil {
-		return fmt.Errorf("element transaction on table %s %s: %w", b.Table.Family, b.Table.Name, err)
+	if errs != nil {
+		return fmt.Errorf("element transaction on table %s %s: %w", t.Family, t.Name, errs)
 	}
 	return nil
+}
+
+// messages are b's nf_tables messages: a set flush, then element deletions
+// and additions in messages of one set each.
+func (b ElementBatch) messages() ([]netlink.Message, error) {
+	sets := make(map[string]*Set, len(b.Table.Sets))
+	for _, s := range b.Table.Sets {
+		if !s.Interval || len(s.Key) > 1 {
+			sets[s.Name] = s
+		}
+	}
+	for _, es := range [][]Element{b.Del, b.Add} {
+		for i := range es {
+			if sets[es[i].Set] == nil {
+				return nil, fmt.Errorf("elements of set %s are not encoded for netlink", es[i].Set)
+			}
+			if es[i].Verdict != nil {
+				return nil, fmt.Errorf("element of %s: verdicts are not encoded for netlink", es[i].Set)
+			}
+		}
+	}
+	family := byte(unix.AF_INET)
+	if b.Table.Family == IPv6 {
+		family = unix.AF_INET6
+	}
+	var msgs []netlink.Message
+	for _, name := range b.Flush {
+		if sets[name] == nil {
+			return nil, fmt.Errorf("elements of set %s are not encoded for netlink", name)
+		}
+		msgs = append(msgs, flushMessage(family, b.Table.Name, name))
+	}
+	interval := b.Table.intervalSets()
+	for _, op := range []struct {
+		typ uint16
+		es  []Element
+	}{{unix.NFT_MSG_DELSETELEM, b.Del}, {unix.NFT_MSG_NEWSETELEM, b.Add}} {
+		for _, group := range groupBySet(op.es, interval) {
+			msgs = append(msgs, elementsMessage(op.typ, family, b.Table.Name, group, interval[group[0].Set]))
+		}
+	}
+	return msgs, nil
 }
 
 // intervalSets reports which of t's sets have the interval flag.
@@ -245,43 +297,6 @@ func groupBySet(es []Element, interval map[string]bool) [][]Element {
 		start = end
 	}
 	return groups
-}
-
-// netlinkElements encodes elements as nft does: concatenated fields padded
-// to 4 bytes, an interval set's elements with their last key (KeyEnd), the
-// comment as user data.
-func netlinkElements(es []Element, interval bool) []gnft.SetElement {
-	size := 0
-	for i := range es {
-		size += dataBytes(es[i].Key) + dataBytes(es[i].Value)
-		if interval {
-			size += dataBytes(es[i].Key)
-		}
-	}
-	// One array holds every key and value.
-	buf := make([]byte, 0, size)
-	field := func(ds []Datum, last bool) []byte {
-		start := len(buf)
-		for _, d := range ds {
-			buf = d.appendBytes(buf, last)
-		}
-		if len(ds) == 1 { // not a concatenation: the field's own length
-			buf = buf[:start+ds[0].size()]
-		}
-		return buf[start:len(buf):len(buf)]
-	}
-	out := make([]gnft.SetElement, len(es))
-	for i := range es {
-		e := &es[i]
-		out[i] = gnft.SetElement{Key: field(e.Key, false), Comment: e.Comment}
-		if len(e.Value) > 0 {
-			out[i].Val = field(e.Value, false)
-		}
-		if interval {
-			out[i].KeyEnd = field(e.Key, true)
-		}
-	}
-	return out
 }
 
 // encode concatenates the fields' encodings: the first and the last key.

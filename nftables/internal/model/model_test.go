@@ -159,7 +159,7 @@ func TestGroupBySet(t *testing.T) {
 		First, Last string // the port of the first and last element
 	}
 	var got []run
-	for _, g := range groupBySet(es, nil) {
+	for _, g := range groupElements(es, nil) {
 		got = append(got, run{g[0].Set, len(g), g[0].Key[2].String(), g[len(g)-1].Key[2].String()})
 	}
 	want := []run{

@@ -180,7 +180,7 @@ func (b ElementBatch) messages() ([]netlink.Message, error) {
 		es  []Element
 	}{{unix.NFT_MSG_DELSETELEM, b.Del}, {unix.NFT_MSG_NEWSETELEM, b.Add}} {
 		for _, group := range groupBySet(op.es, interval) {
-			msgs = append(msgs, elementsMessage(op.typ, family, b.Table.Name, group, interval[group[0].Set]))
+			msgs = append(msgs, elementsMessage(op.typ, family, b.Table.Name, op.es, group, interval[group.set]))
 		}
 	}
 	return msgs, nil
@@ -255,45 +255,59 @@ func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
 	return n, nil
 }
 
+// elementGroup is the elements of one message: those of es at index, all
+// of set, bytes (elementBytes) together.
+type elementGroup struct {
+	set   string
+	index []int32
+	bytes int
+}
+
 // groupBySet splits elements into messages: the elements of each set, in
 // the order in which the sets first appear and each set's in their order,
 // in runs of at most maxMessageBytes. The kernel applies a transaction
 // whole, so the order of its additions does not matter.
-func groupBySet(es []Element, interval map[string]bool) [][]Element {
-	// The elements placed set after set in one array: a first pass counts
-	// each set's, a second puts them at their set's offset.
-	count := map[string]int{}
-	var order []string
+func groupBySet(es []Element, interval map[string]bool) []elementGroup {
+	// The elements' indices placed set after set in one array: a first
+	// pass numbers the sets and counts each set's elements, a second puts
+	// them at their set's offset.
+	ids := map[string]int32{}
+	var names []string
+	var count []int
+	setOf := make([]int32, len(es))
 	for i := range es {
-		if _, ok := count[es[i].Set]; !ok {
-			order = append(order, es[i].Set)
+		id, ok := ids[es[i].Set]
+		if !ok {
+			id = int32(len(names))
+			ids[es[i].Set] = id
+			names, count = append(names, es[i].Set), append(count, 0)
 		}
-		count[es[i].Set]++
+		setOf[i] = id
+		count[id]++
 	}
-	offset := make(map[string]int, len(order))
-	at := 0
-	for _, set := range order {
-		offset[set] = at
-		at += count[set]
+	offset := make([]int, len(names))
+	for id := 1; id < len(names); id++ {
+		offset[id] = offset[id-1] + count[id-1]
 	}
-	sorted := make([]Element, len(es))
-	for i := range es {
-		sorted[offset[es[i].Set]] = es[i]
-		offset[es[i].Set]++
+	sorted := make([]int32, len(es))
+	for i, id := range setOf {
+		sorted[offset[id]] = int32(i)
+		offset[id]++
 	}
-	var groups [][]Element
+	var groups []elementGroup
 	for start := 0; start < len(sorted); {
-		set := sorted[start].Set
-		end, bytes := start+1, elementBytes(&sorted[start], interval[set])
-		for end < len(sorted) && sorted[end].Set == set {
-			size := elementBytes(&sorted[end], interval[set])
+		id := setOf[sorted[start]]
+		isInterval := interval[names[id]]
+		end, bytes := start+1, elementBytes(&es[sorted[start]], isInterval)
+		for end < len(sorted) && setOf[sorted[end]] == id {
+			size := elementBytes(&es[sorted[end]], isInterval)
 			if bytes+size > maxMessageBytes {
 				break
 			}
 			bytes += size
 			end++
 		}
-		groups = append(groups, sorted[start:end:end])
+		groups = append(groups, elementGroup{set: names[id], index: sorted[start:end:end], bytes: bytes})
 		start = end
 	}
 	return groups

@@ -63,22 +63,18 @@ func flushMessage(family byte, table, set string) netlink.Message {
 }
 
 // elementsMessage adds (typ NFT_MSG_NEWSETELEM) or deletes
-// (NFT_MSG_DELSETELEM) elements of one set: each its key, in an interval
-// set also its last key (KeyEnd), its value, its comment as user data.
-func elementsMessage(typ uint16, family byte, table string, es []Element, interval bool) netlink.Message {
-	set := es[0].Set
-	size := 32 + len(table) + len(set)
-	for i := range es {
-		size += elementBytes(&es[i], interval)
-	}
-	data := nfgenHeader(family, size)
-	data = attrString(data, unix.NFTA_SET_NAME, set)
+// (NFT_MSG_DELSETELEM) the elements of es in g, of one set: each its key,
+// in an interval set also its last key (KeyEnd), its value, its comment as
+// user data.
+func elementsMessage(typ uint16, family byte, table string, es []Element, g elementGroup, interval bool) netlink.Message {
+	data := nfgenHeader(family, 32+len(table)+len(g.set)+g.bytes)
+	data = attrString(data, unix.NFTA_SET_NAME, g.set)
 	data, start := attrStart(data, unix.NFTA_SET_ELEM_LIST_SET_ID)
 	data = attrEnd(binary.BigEndian.AppendUint32(data, 0), start)
 	data = attrString(data, unix.NFTA_SET_TABLE, table)
 	data, list := attrStart(data, unix.NFTA_SET_ELEM_LIST_ELEMENTS|unix.NLA_F_NESTED)
-	for i := range es {
-		data = appendElement(data, uint16(i+1), &es[i], interval)
+	for n, i := range g.index {
+		data = appendElement(data, uint16(n+1), &es[i], interval)
 	}
 	return netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | typ), Flags: netlink.Request | netlink.Acknowledge | netlink.Create},

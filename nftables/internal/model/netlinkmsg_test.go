@@ -46,6 +46,19 @@ func netlinkElements(es []Element, interval bool) []gnft.SetElement {
 	return out
 }
 
+// groupElements are the elements of groupBySet's messages.
+func groupElements(es []Element, interval map[string]bool) [][]Element {
+	var out [][]Element
+	for _, g := range groupBySet(es, interval) {
+		group := make([]Element, len(g.index))
+		for n, i := range g.index {
+			group[n] = es[i]
+		}
+		out = append(out, group)
+	}
+	return out
+}
+
 // googleMessages are the messages that github.com/google/nftables sends
 // for b: its set flushes, then its deletions and additions of the elements
 // as netlinkElements encodes them, in the messages of groupBySet.
@@ -66,12 +79,12 @@ func googleMessages(t *testing.T, b ElementBatch) []netlink.Message {
 	for _, name := range b.Flush {
 		c.FlushSet(&gnft.Set{Table: gt, Name: name})
 	}
-	for _, group := range groupBySet(b.Del, interval) {
+	for _, group := range groupElements(b.Del, interval) {
 		if err := c.SetDeleteElements(&gnft.Set{Table: gt, Name: group[0].Set}, netlinkElements(group, interval[group[0].Set])); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, group := range groupBySet(b.Add, interval) {
+	for _, group := range groupElements(b.Add, interval) {
 		if err := c.SetAddElements(&gnft.Set{Table: gt, Name: group[0].Set}, netlinkElements(group, interval[group[0].Set])); err != nil {
 			t.Fatal(err)
 		}

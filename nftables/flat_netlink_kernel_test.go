@@ -4,9 +4,12 @@ package nftables_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -139,5 +142,41 @@ func TestKernelFlatNetlinkMatchesNFT(t *testing.T) {
 		if diff := cmp.Diff(kernelState(t, ns, nft, family, "script"), kernelState(t, ns, nft, family, "viant")); diff != "" {
 			t.Errorf("%s after a resync: table viant lists otherwise than one nft -f (-nft +viant):\n%s", family, diff)
 		}
+	}
+}
+
+// TestKernelFlatNetlinkRefused: a load into a table that does not exist
+// is refused, with the kernel's error, and applies nothing; the same
+// socket then loads the table once its definitions are written, so that
+// no answer to the refused transaction is left to be read as another's.
+func TestKernelFlatNetlinkRefused(t *testing.T) {
+	netns.Require(t, "nft")
+	lab := netns.NewLab(t)
+	ns := lab.NewNS("flatnlerr")
+	nft := ns.ToolOnPath(t, "nft")
+	var nl *nftables.FlatNetlink
+	if err := ns.Do(func() (err error) { nl, err = nftables.DialFlatNetlink(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	w, _ := flatWorld(t, false)
+	_, load, _ := nftables.FlatFirstSync(w.build(), nftables.Options{Table: "refused"})
+	_, err := nl.Load(load)
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("load into no table: %v, want ENOENT", err)
+	}
+	path := filepath.Join(t.TempDir(), "flat.nft")
+	if err := os.WriteFile(path, []byte(load.Definitions), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := ns.Run(context.Background(), nft, "-f", path); err != nil {
+		t.Fatalf("nft -f: %v\n%s", err, out)
+	}
+	if n, err := nl.Load(load); err != nil || n != 1 {
+		t.Fatalf("load after the definitions: %d transactions, %v", n, err)
+	}
+	out, err := ns.Run(context.Background(), nft, "list", "set", "ip", "refused", "hairpin")
+	if err != nil || !strings.Contains(string(out), "elements = {") {
+		t.Errorf("hairpin set after the load: %v\n%s", err, out)
 	}
 }

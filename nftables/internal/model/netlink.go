@@ -149,7 +149,7 @@ func (c *Conn) transact(msgs []netlink.Message, t *Table) error {
 func (b ElementBatch) messages() ([]netlink.Message, error) {
 	sets := make(map[string]*Set, len(b.Table.Sets))
 	for _, s := range b.Table.Sets {
-		if !s.Interval || len(s.Key) > 1 {
+		if s.netlinkEncoded() {
 			sets[s.Name] = s
 		}
 	}

@@ -109,11 +109,14 @@ func (t *Table) netlinkSets() map[string]bool {
 func (t *Table) netlinkEncodes(set string) bool {
 	for _, s := range t.Sets {
 		if s.Name == set {
-			return !s.Interval || len(s.Key) > 1
+			return s.netlinkEncoded()
 		}
 	}
 	return false
 }
+
+// netlinkEncoded reports whether ElementBatch encodes s's elements.
+func (s *Set) netlinkEncoded() bool { return !s.Interval || len(s.Key) > 1 }
 
 func (t *Table) writeDefinitions(b *strings.Builder) {
 	fam := t.Family.String() + " " + t.Name

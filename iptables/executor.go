@@ -146,6 +146,9 @@ type Executor struct {
 
 	check stateCheck
 
+	// deleteChunk is deleteChunk, but for tests.
+	deleteChunk int
+
 	mu       sync.Mutex
 	last     *ruleset.Ruleset // the last Ruleset synced successfully
 	needFull bool
@@ -153,7 +156,7 @@ type Executor struct {
 
 // NewExecutor returns an Executor whose first Sync is a full sync.
 func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
-	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true}
+	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true, deleteChunk: deleteChunk}
 	switch cfg.Family {
 	case v1.IPv4Protocol:
 		e.restoreTool, e.iptablesTool = "iptables-restore", "iptables"
@@ -374,33 +377,62 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset) (SyncDetai
 		}
 	}
 	if len(res.Leftovers) > 0 {
-		if err := e.runner.Run(ctx, e.restoreCmd(renderDelete(nil, res.Leftovers), nil)); err != nil {
+		if err := e.deleteChains(ctx, nil, res.Leftovers, e.deleteChunk); err != nil {
 			return res, fmt.Errorf("full sync: removing leftover chains: %w", err)
 		}
 	}
 	return res, nil
 }
 
-// renderDelete is restore input that flushes and deletes filter and nat
-// chains.
-func renderDelete(filter, nat []string) []byte {
-	var b strings.Builder
+// deleteChunk is the most chains one restore of deleteChains names.
+// iptables-nft 1.8.9 restores with --noflush in time quadratic in the
+// number of chain names its input mentions (see the package doc), so
+// deleting K chains in chunks of C costs about K·C rather than K²; each
+// restore also costs a process and a netlink transaction, which a chunk
+// this size amortizes. TestKernelCleanupScale measures it (BENCHMARKS.md).
+const deleteChunk = 2000
+
+// deleteChains flushes, then deletes the filter and nat chains named, with
+// restores that each name at most chunk chains: first every chain is
+// flushed (":NAME" lines), so that no rule of one of them jumps to another
+// any more, then every chain is deleted (-X). When a restore fails, the
+// chains of the earlier ones stay flushed or deleted.
+func (e *Executor) deleteChains(ctx context.Context, filter, nat []string, chunk int) error {
+	for _, input := range renderDelete(filter, nat, chunk) {
+		if err := e.runner.Run(ctx, e.restoreCmd(input, nil)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// renderDelete is the restore inputs that flush and delete filter and nat
+// chains, in order, each naming at most chunk chains of one table: those
+// that flush every chain (":NAME - [0:0]"), then those that delete them
+// (-X).
+func renderDelete(filter, nat []string, chunk int) [][]byte {
+	var flushes, deletes [][]byte
 	for _, t := range []struct {
 		name   string
 		chains []string
 	}{{"filter", filter}, {"nat", nat}} {
-		if len(t.chains) == 0 {
-			continue
+		for c := range slices.Chunk(t.chains, chunk) {
+			flushes = append(flushes, restoreLines(t.name, ":", c, " - [0:0]"))
+			deletes = append(deletes, restoreLines(t.name, "-X ", c, ""))
 		}
-		b.WriteString("*" + t.name + "\n")
-		for _, c := range t.chains {
-			b.WriteString(":" + c + " - [0:0]\n")
-		}
-		for _, c := range t.chains {
-			b.WriteString("-X " + c + "\n")
-		}
-		b.WriteString("COMMIT\n")
 	}
+	return append(flushes, deletes...)
+}
+
+// restoreLines is restore input for table with one line per chain:
+// prefix, the chain's name, suffix.
+func restoreLines(table, prefix string, chains []string, suffix string) []byte {
+	var b strings.Builder
+	b.WriteString("*" + table + "\n")
+	for _, c := range chains {
+		b.WriteString(prefix + c + suffix + "\n")
+	}
+	b.WriteString("COMMIT\n")
 	return []byte(b.String())
 }
 
@@ -467,21 +499,46 @@ func (e *Executor) ensureJumps(ctx context.Context) error {
 
 // Cleanup removes everything of ours from the kernel: the jumps from the
 // built-in chains, then every chain Names owns in filter and nat (found with
-// `iptables -S`), flushed and deleted in one restore. Nothing else is
-// touched. The next Sync is a full one.
+// `iptables -S`), all flushed, then all deleted, by restores that each name
+// at most deleteChunk chains (see deleteChains). Nothing else is touched.
+// When it fails part way, what it removed stays removed and calling it
+// again finishes the work. The next Sync is a full one.
 func (e *Executor) Cleanup(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.fail()
 
+	owned, err := e.ownedChains(ctx)
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	if err := e.removeJumps(ctx, owned); err != nil {
+		return fmt.Errorf("cleanup: removing jumps: %w", err)
+	}
+	if err := e.deleteChains(ctx, owned["filter"], owned["nat"], e.deleteChunk); err != nil {
+		return fmt.Errorf("cleanup: deleting chains: %w", err)
+	}
+	return nil
+}
+
+// ownedChains lists, by table ("filter", "nat"), the chains Names owns
+// that `iptables -S` shows, sorted.
+func (e *Executor) ownedChains(ctx context.Context) (map[string][]string, error) {
 	owned := map[string][]string{}
 	for _, table := range []string{"filter", "nat"} {
 		listed := &chainLister{names: e.names}
 		if err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: []string{"-w", "-t", table, "-S"}, Stdout: listed}); err != nil {
-			return fmt.Errorf("cleanup: listing %s: %w", table, err)
+			return nil, fmt.Errorf("listing %s: %w", table, err)
 		}
 		owned[table] = listed.chains()
 	}
+	return owned, nil
+}
+
+// removeJumps deletes every copy of the jumps from the built-in chains to
+// the chains in owned (by table); a jump to a chain that is not there
+// cannot exist and is not looked for.
+func (e *Executor) removeJumps(ctx context.Context, owned map[string][]string) error {
 	var errs []error
 	for _, j := range jumps {
 		if !slices.Contains(owned[j.table], j.to(e.names)) {
@@ -503,16 +560,7 @@ func (e *Executor) Cleanup(ctx context.Context) error {
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("cleanup: removing jumps: %w", errors.Join(errs...))
-	}
-	if len(owned["filter"]) == 0 && len(owned["nat"]) == 0 {
-		return nil
-	}
-	if err := e.runner.Run(ctx, e.restoreCmd(renderDelete(owned["filter"], owned["nat"]), nil)); err != nil {
-		return fmt.Errorf("cleanup: deleting chains: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // chainLister reads `iptables -S` output as it is written and keeps the

@@ -80,6 +80,9 @@
 // tables (BENCHMARKS.md has what it costs).
 //
 // Cleanup removes the jumps and every chain the Names own, and nothing else.
+// It flushes every such chain, then deletes them, with restores that each
+// name a bounded number of chains, so that its time grows with the number
+// of chains times that bound rather than with its square.
 // Commands go through a Runner, which tests fake; ExecRunner runs them,
 // optionally under a prefix such as `ip netns exec NAME`.
 //

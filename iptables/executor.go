@@ -146,6 +146,9 @@ type Executor struct {
 
 	check stateCheck
 
+	// deleteChunk is deleteChunk, but for tests.
+	deleteChunk int
+
 	mu       sync.Mutex
 	last     *ruleset.Ruleset // the last Ruleset synced successfully
 	needFull bool
@@ -153,7 +156,7 @@ type Executor struct {
 
 // NewExecutor returns an Executor whose first Sync is a full sync.
 func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
-	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true}
+	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true, deleteChunk: deleteChunk}
 	switch cfg.Family {
 	case v1.IPv4Protocol:
 		e.restoreTool, e.iptablesTool = "iptables-restore", "iptables"
@@ -374,34 +377,11 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset) (SyncDetai
 		}
 	}
 	if len(res.Leftovers) > 0 {
-		if err := e.runner.Run(ctx, e.restoreCmd(renderDelete(nil, res.Leftovers), nil)); err != nil {
+		if err := e.deleteChains(ctx, nil, res.Leftovers, e.deleteChunk); err != nil {
 			return res, fmt.Errorf("full sync: removing leftover chains: %w", err)
 		}
 	}
 	return res, nil
-}
-
-// renderDelete is restore input that flushes and deletes filter and nat
-// chains.
-func renderDelete(filter, nat []string) []byte {
-	var b strings.Builder
-	for _, t := range []struct {
-		name   string
-		chains []string
-	}{{"filter", filter}, {"nat", nat}} {
-		if len(t.chains) == 0 {
-			continue
-		}
-		b.WriteString("*" + t.name + "\n")
-		for _, c := range t.chains {
-			b.WriteString(":" + c + " - [0:0]\n")
-		}
-		for _, c := range t.chains {
-			b.WriteString("-X " + c + "\n")
-		}
-		b.WriteString("COMMIT\n")
-	}
-	return []byte(b.String())
 }
 
 // jumpRule is a rule in a built-in chain that jumps to one of ours.
@@ -463,109 +443,4 @@ func (e *Executor) ensureJumps(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// Cleanup removes everything of ours from the kernel: the jumps from the
-// built-in chains, then every chain Names owns in filter and nat (found with
-// `iptables -S`), flushed and deleted in one restore. Nothing else is
-// touched. The next Sync is a full one.
-func (e *Executor) Cleanup(ctx context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.fail()
-
-	owned := map[string][]string{}
-	for _, table := range []string{"filter", "nat"} {
-		listed := &chainLister{names: e.names}
-		if err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: []string{"-w", "-t", table, "-S"}, Stdout: listed}); err != nil {
-			return fmt.Errorf("cleanup: listing %s: %w", table, err)
-		}
-		owned[table] = listed.chains()
-	}
-	var errs []error
-	for _, j := range jumps {
-		if !slices.Contains(owned[j.table], j.to(e.names)) {
-			continue // no chain, so no jump to it
-		}
-		// Remove every copy (bounded), as a crash between -C and -I
-		// elsewhere could have left two.
-		for range 8 {
-			err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-C")})
-			if exitCode(err) == 1 {
-				break
-			}
-			if err == nil {
-				err = e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: j.args(e.names, "-D")})
-			}
-			if err != nil {
-				errs = append(errs, err)
-				break
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("cleanup: removing jumps: %w", errors.Join(errs...))
-	}
-	if len(owned["filter"]) == 0 && len(owned["nat"]) == 0 {
-		return nil
-	}
-	if err := e.runner.Run(ctx, e.restoreCmd(renderDelete(owned["filter"], owned["nat"]), nil)); err != nil {
-		return fmt.Errorf("cleanup: deleting chains: %w", err)
-	}
-	return nil
-}
-
-// chainLister reads `iptables -S` output as it is written and keeps the
-// chains ("-N NAME" lines) that Names owns.
-type chainLister struct {
-	names   Names
-	partial []byte
-	seen    map[string]bool
-}
-
-// chains lists the chains seen, sorted.
-func (l *chainLister) chains() []string {
-	if len(l.partial) > 0 {
-		l.line(string(l.partial))
-		l.partial = nil
-	}
-	cs := make([]string, 0, len(l.seen))
-	for c := range l.seen {
-		cs = append(cs, c)
-	}
-	slices.Sort(cs)
-	return cs
-}
-
-func (l *chainLister) Write(p []byte) (int, error) {
-	n := len(p)
-	if len(l.partial) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			l.partial = append(l.partial, p...)
-			return n, nil
-		}
-		l.line(string(append(l.partial, p[:i]...)))
-		l.partial = l.partial[:0]
-		p = p[i+1:]
-	}
-	for {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			break
-		}
-		l.line(string(p[:i]))
-		p = p[i+1:]
-	}
-	l.partial = append(l.partial, p...)
-	return n, nil
-}
-
-func (l *chainLister) line(s string) {
-	if name, ok := strings.CutPrefix(s, "-N "); ok && l.names.Owns(name) {
-		if l.seen == nil {
-			l.seen = map[string]bool{}
-		}
-		l.seen[name] = true
-	}
 }

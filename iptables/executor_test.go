@@ -412,36 +412,86 @@ func TestExecutorRemovesLeftoversOnly(t *testing.T) {
 func TestExecutorCleanup(t *testing.T) {
 	ctx := context.Background()
 	for _, family := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		t.Run(string(family), func(t *testing.T) {
-			k := newFakeKernel(t, family)
-			k.tables = foreign()
-			k.builtin["nat/PREROUTING"] = []string{"-m comment --comment docker -j DOCKER"}
-			e := newTestExecutor(t, k)
-			sc := scenarioNamed(t, "loadbalancer-source-ranges")
-			if family == v1.IPv6Protocol {
-				sc = scenarioNamed(t, "ipv6")
+		// Chunks of 1 and 3 cut the loadbalancer scenario's chains
+		// (which jump to one another) across restores.
+		for _, chunk := range []int{deleteChunk, 3, 1} {
+			t.Run(fmt.Sprintf("%s/chunk=%d", family, chunk), func(t *testing.T) {
+				testCleanup(ctx, t, family, chunk)
+			})
+		}
+	}
+}
+
+// testCleanup syncs a scenario over foreign state, then checks that Cleanup,
+// deleting chunk chains per restore, leaves exactly the foreign state.
+func testCleanup(ctx context.Context, t *testing.T, family v1.IPFamily, chunk int) {
+	k := newFakeKernel(t, family)
+	k.tables = foreign()
+	k.builtin["nat/PREROUTING"] = []string{"-m comment --comment docker -j DOCKER"}
+	e := newTestExecutor(t, k)
+	e.deleteChunk = chunk
+	sc := scenarioNamed(t, "loadbalancer-source-ranges")
+	if family == v1.IPv6Protocol {
+		sc = scenarioNamed(t, "ipv6")
+	}
+	if _, err := e.Sync(ctx, sc.ruleset(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(foreign(), k.tables); d != "" {
+		t.Errorf("after Cleanup (-want +got):\n%s", d)
+	}
+	if n := k.jumpCount(DefaultNames()); n != 0 {
+		t.Errorf("%d jumps left", n)
+	}
+	if got := k.builtin["nat/PREROUTING"]; !slices.Equal(got, []string{"-m comment --comment docker -j DOCKER"}) {
+		t.Errorf("foreign jump changed: %v", got)
+	}
+	// Cleanup twice is fine, and the next Sync is full.
+	if err := e.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.Sync(ctx, sc.ruleset(t)); err != nil || !res.Full {
+		t.Fatalf("Sync after Cleanup: %+v, %v", res, err)
+	}
+}
+
+func TestRenderDelete(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		filter, nat []string
+		chunk       int
+		want        []string
+	}{
+		{name: "nothing", chunk: 2},
+		{
+			name: "one chunk per table", filter: []string{"F1"}, nat: []string{"N1", "N2"}, chunk: 2,
+			want: []string{
+				"*filter\n:F1 - [0:0]\nCOMMIT\n",
+				"*nat\n:N1 - [0:0]\n:N2 - [0:0]\nCOMMIT\n",
+				"*filter\n-X F1\nCOMMIT\n",
+				"*nat\n-X N1\n-X N2\nCOMMIT\n",
+			},
+		},
+		{
+			name: "every chain flushed before any is deleted", nat: []string{"N1", "N2", "N3"}, chunk: 2,
+			want: []string{
+				"*nat\n:N1 - [0:0]\n:N2 - [0:0]\nCOMMIT\n",
+				"*nat\n:N3 - [0:0]\nCOMMIT\n",
+				"*nat\n-X N1\n-X N2\nCOMMIT\n",
+				"*nat\n-X N3\nCOMMIT\n",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, in := range renderDelete(tc.filter, tc.nat, tc.chunk) {
+				got = append(got, string(in))
 			}
-			if _, err := e.Sync(ctx, sc.ruleset(t)); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Cleanup(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(foreign(), k.tables); d != "" {
-				t.Errorf("after Cleanup (-want +got):\n%s", d)
-			}
-			if n := k.jumpCount(DefaultNames()); n != 0 {
-				t.Errorf("%d jumps left", n)
-			}
-			if got := k.builtin["nat/PREROUTING"]; !slices.Equal(got, []string{"-m comment --comment docker -j DOCKER"}) {
-				t.Errorf("foreign jump changed: %v", got)
-			}
-			// Cleanup twice is fine, and the next Sync is full.
-			if err := e.Cleanup(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if res, err := e.Sync(ctx, sc.ruleset(t)); err != nil || !res.Full {
-				t.Fatalf("Sync after Cleanup: %+v, %v", res, err)
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("renderDelete (-want +got):\n%s", d)
 			}
 		})
 	}

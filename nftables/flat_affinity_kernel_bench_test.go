@@ -3,11 +3,9 @@
 package nftables_test
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,7 +129,7 @@ func benchFlatAffinity(b *testing.B, c *netns.Cluster, nft string, n int) {
 	if len(res.Warnings) > 0 {
 		b.Fatalf("warnings: %v", res.Warnings[0])
 	}
-	loadFlat(b, c.Node, nft, script)
+	runScript(b, c.Node, nft, script)
 	changed := func(i int) *ruleset.Ruleset {
 		eps := endpoints(i)
 		eps[0].ip = "198.18.127.250"
@@ -163,12 +161,12 @@ func benchFlatAffinity(b *testing.B, c *netns.Cluster, nft string, n int) {
 	add, del := flatAffinityElements(b, rs, target)
 	b.Run(fmt.Sprintf("flat/add-nft/%d", n), func(b *testing.B) {
 		for b.Loop() {
-			runNFT(b, c.Node, nft, del)
-			runNFT(b, c.Node, nft, add)
+			runScript(b, c.Node, nft, del)
+			runScript(b, c.Node, nft, add)
 		}
 	})
 	benchConnects(b, c, fmt.Sprintf("flat/%d", n))
-	runNFT(b, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+	runScript(b, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
 }
 
 // flatAffinityElements are the `add element` and `delete element` lines of
@@ -204,17 +202,17 @@ func benchHybridAffinity(b *testing.B, c *netns.Cluster, nft string, n int) {
 			hybrid.WriteString(hybridAffinity(i, endpoints(i)))
 		}
 	}
-	loadFlat(b, c.Node, nft, script+hybrid.String())
+	runScript(b, c.Node, nft, script+hybrid.String())
 	add, del := hybridAffinity(target, endpoints(target)), hybridRemoval(target, len(endpoints(target)))
-	runNFT(b, c.Node, nft, add)
+	runScript(b, c.Node, nft, add)
 	b.Run(fmt.Sprintf("chains/add-nft/%d", n), func(b *testing.B) {
 		for b.Loop() {
-			runNFT(b, c.Node, nft, del)
-			runNFT(b, c.Node, nft, add)
+			runScript(b, c.Node, nft, del)
+			runScript(b, c.Node, nft, add)
 		}
 	})
 	benchConnects(b, c, fmt.Sprintf("chains/%d", n))
-	runNFT(b, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+	runScript(b, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
 }
 
 // benchConnects measures one TCP connection to svc00000 (affinity), to
@@ -235,33 +233,5 @@ func benchConnects(b *testing.B, c *netns.Cluster, prefix string) {
 				}
 			}
 		})
-	}
-}
-
-// loadFlat loads a script into h's namespace with nft -f, bounded in time.
-func loadFlat(b *testing.B, h *netns.Host, nft, script string) {
-	b.Helper()
-	path := filepath.Join(b.TempDir(), "flat.nft")
-	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if out, err := h.Run(ctx, nft, "-f", path); err != nil {
-		b.Fatalf("nft -f: %v\n%s", err, out)
-	}
-}
-
-// runNFT runs a short nft script in h's namespace with nft -f.
-func runNFT(b *testing.B, h *netns.Host, nft, script string) {
-	b.Helper()
-	path := filepath.Join(b.TempDir(), "change.nft")
-	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if out, err := h.Run(ctx, nft, "-f", path); err != nil {
-		b.Fatalf("nft -f: %v\n%s\n%s", err, out, script)
 	}
 }

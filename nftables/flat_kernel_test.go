@@ -5,6 +5,7 @@ package nftables_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -161,14 +162,20 @@ func applyOverNetlink(t *testing.T, h *netns.Host, ch nftables.FlatChanges) {
 	}
 }
 
-// runScript runs an nft script in a host's namespace.
-func runScript(t *testing.T, h *netns.Host, nft, script string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "flat.nft")
+// runScript runs an nft script in a host's namespace, for at most 5
+// minutes; a failure shows the script unless it is long.
+func runScript(tb testing.TB, h *netns.Host, nft, script string) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "flat.nft")
 	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	if out, err := h.Run(context.Background(), nft, "-f", path); err != nil {
-		t.Fatalf("nft -f: %v\n%s\n%s", err, out, script)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := h.Run(ctx, nft, "-f", path); err != nil {
+		if len(script) > 8<<10 {
+			script = fmt.Sprintf("(a script of %d bytes)", len(script))
+		}
+		tb.Fatalf("nft -f: %v\n%s\n%s", err, out, script)
 	}
 }

@@ -129,7 +129,7 @@ func benchFlatAffinity(b *testing.B, c *netns.Cluster, nft string, n int) {
 	if len(res.Warnings) > 0 {
 		b.Fatalf("warnings: %v", res.Warnings[0])
 	}
-	runScript(b, c.Node, nft, script)
+	runScript(b, c.Node.NS, nft, script)
 	changed := func(i int) *ruleset.Ruleset {
 		eps := endpoints(i)
 		eps[0].ip = "198.18.127.250"
@@ -161,12 +161,12 @@ func benchFlatAffinity(b *testing.B, c *netns.Cluster, nft string, n int) {
 	add, del := flatAffinityElements(b, rs, target)
 	b.Run(fmt.Sprintf("flat/add-nft/%d", n), func(b *testing.B) {
 		for b.Loop() {
-			runScript(b, c.Node, nft, del)
-			runScript(b, c.Node, nft, add)
+			runScript(b, c.Node.NS, nft, del)
+			runScript(b, c.Node.NS, nft, add)
 		}
 	})
 	benchConnects(b, c, fmt.Sprintf("flat/%d", n))
-	runScript(b, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+	runScript(b, c.Node.NS, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
 }
 
 // flatAffinityElements are the `add element` and `delete element` lines of
@@ -202,17 +202,17 @@ func benchHybridAffinity(b *testing.B, c *netns.Cluster, nft string, n int) {
 			hybrid.WriteString(hybridAffinity(i, endpoints(i)))
 		}
 	}
-	runScript(b, c.Node, nft, script+hybrid.String())
+	runScript(b, c.Node.NS, nft, script+hybrid.String())
 	add, del := hybridAffinity(target, endpoints(target)), hybridRemoval(target, len(endpoints(target)))
-	runScript(b, c.Node, nft, add)
+	runScript(b, c.Node.NS, nft, add)
 	b.Run(fmt.Sprintf("chains/add-nft/%d", n), func(b *testing.B) {
 		for b.Loop() {
-			runScript(b, c.Node, nft, del)
-			runScript(b, c.Node, nft, add)
+			runScript(b, c.Node.NS, nft, del)
+			runScript(b, c.Node.NS, nft, add)
 		}
 	})
 	benchConnects(b, c, fmt.Sprintf("chains/%d", n))
-	runScript(b, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+	runScript(b, c.Node.NS, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
 }
 
 // benchConnects measures one TCP connection to svc00000 (affinity), to

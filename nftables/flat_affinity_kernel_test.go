@@ -58,7 +58,7 @@ func TestKernelFlatAffinity(t *testing.T) {
 	if len(res.Warnings) > 0 {
 		t.Fatalf("warnings: %v", res.Warnings)
 	}
-	runScript(t, c.Node, nft, tx.String())
+	runScript(t, c.Node.NS, nft, tx.String())
 
 	clusterIP, externalIP := netip.MustParseAddrPort("198.19.0.10:80"), netip.MustParseAddrPort("198.19.200.10:80")
 	bound := map[string]string{}
@@ -99,7 +99,7 @@ func TestKernelFlatAffinity(t *testing.T) {
 	case ch.ElementsOnly:
 		applyOverNetlink(t, c.Node, ch)
 	default: // a remote endpoint replaced by a local one: the local count changes
-		runScript(t, c.Node, nft, tx.String())
+		runScript(t, c.Node.NS, nft, tx.String())
 	}
 	if got := stickTo(t, c.Clients[0], clusterIP); got == gone {
 		t.Errorf("%s reaches %s after it was removed", c.Clients[0].Label, gone)
@@ -115,7 +115,7 @@ func TestKernelFlatAffinity(t *testing.T) {
 	if n := affinityEntries(t, c.Node, nft); n != 1 {
 		t.Errorf("affinity map holds %d entries after it came back, want 1", n)
 	}
-	runScript(t, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+	runScript(t, c.Node.NS, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
 }
 
 // resyncOverNetlink applies a full resync of rs to the flat table that h
@@ -124,7 +124,7 @@ func TestKernelFlatAffinity(t *testing.T) {
 func resyncOverNetlink(t *testing.T, h *netns.Host, nft string, rs *ruleset.Ruleset) {
 	t.Helper()
 	_, load, _ := nftables.FlatResync(rs, nftables.Options{})
-	runScript(t, h, nft, load.Definitions)
+	runScript(t, h.NS, nft, load.Definitions)
 	if err := h.Do(func() error {
 		n, err := nftables.DialFlatNetlink()
 		if err != nil {
@@ -156,7 +156,7 @@ func toggleAffinity(t *testing.T, h *netns.Host, nft string, w *world, st *nftab
 		if ch, err := nftables.RenderFlatChanges(tx, st, prev, next); err != nil || ch.ElementsOnly {
 			t.Fatalf("affinity on %v: err %v, elements only %v", on, err, ch.ElementsOnly)
 		}
-		runScript(t, h, nft, tx.String())
+		runScript(t, h.NS, nft, tx.String())
 		prev = next
 	}
 }
@@ -232,8 +232,8 @@ func TestKernelFlatAffinityTimeout(t *testing.T) {
 		slice("ns1", "sticky", 8080, ep{ip: c.Pods[0].IPv4.String(), node: node}, ep{ip: c.Pods[1].IPv4.String(), node: node}))
 	tx := knftables.NewFake(knftables.IPv4Family, nftables.DefaultFlatTable).NewTransaction()
 	nftables.RenderFlat(tx, w.build(), nftables.Options{})
-	runScript(t, c.Node, nft, tx.String())
-	defer runScript(t, c.Node, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
+	runScript(t, c.Node.NS, nft, tx.String())
+	defer runScript(t, c.Node.NS, nft, "delete table ip "+nftables.DefaultFlatTable+"\n")
 
 	dst := netip.MustParseAddrPort("198.19.0.10:80")
 	first := ""
@@ -287,8 +287,8 @@ func TestKernelFlatAffinityIPv6(t *testing.T) {
 	if len(res.Warnings) > 0 {
 		t.Fatalf("warnings: %v", res.Warnings)
 	}
-	runScript(t, c.Node, nft, tx.String())
-	defer runScript(t, c.Node, nft, "delete table ip6 "+nftables.DefaultFlatTable+"\n")
+	runScript(t, c.Node.NS, nft, tx.String())
+	defer runScript(t, c.Node.NS, nft, "delete table ip6 "+nftables.DefaultFlatTable+"\n")
 	clusterIP := netip.MustParseAddrPort("[2001:db8:19::10]:80")
 	bound := map[string]string{}
 	for _, client := range c.Clients {

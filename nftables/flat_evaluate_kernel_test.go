@@ -4,9 +4,6 @@ package nftables_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -38,7 +35,7 @@ func TestKernelFlatReadBackEvaluatesAsRendered(t *testing.T) {
 		c := gen.Example(seed)
 		family := string(nftables.Family(c.rs.Config().Family))
 		families[c.rs.Config().Family]++
-		loadScript(t, ns, nft, c.text)
+		runScript(t, ns, nft, c.text)
 		read := func(args ...string) (*nfttrace.Table, string) {
 			out, err := ns.Run(ctx, nft, append(args, "list", "table", family, nftables.DefaultFlatTable)...)
 			if err != nil {
@@ -82,16 +79,4 @@ func TestKernelFlatReadBackEvaluatesAsRendered(t *testing.T) {
 		t.Fatalf("families covered: %v", families)
 	}
 	t.Logf("%d packets compared over %v tables", compared, families)
-}
-
-// loadScript runs an nft script in a namespace.
-func loadScript(t *testing.T, ns *netns.NS, nft, script string) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "flat.nft")
-	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := ns.Run(context.Background(), nft, "-f", path); err != nil {
-		t.Fatalf("nft -f: %v\n%s\n%s", err, out, strings.TrimSpace(script))
-	}
 }

@@ -67,7 +67,7 @@ func flatKernelFamily(t *testing.T, c *netns.Cluster, nft string, v6 bool) {
 	if err := fake.Run(context.Background(), tx); err != nil {
 		t.Fatalf("knftables' Fake refuses the flat layout: %v", err)
 	}
-	runScript(t, c.Node, nft, tx.String())
+	runScript(t, c.Node.NS, nft, tx.String())
 
 	web := netip.AddrPortFrom(netip.MustParseAddr(svcIP), 80)
 	reach := func(dst netip.AddrPort, want ...*netns.Host) {
@@ -117,9 +117,9 @@ func flatKernelFamily(t *testing.T, c *netns.Cluster, nft string, v6 bool) {
 	if ch, err = nftables.RenderFlatChanges(tx, st, next, third); err != nil || ch.ElementsOnly {
 		t.Fatalf("third endpoint: err %v, elements only %v", err, ch.ElementsOnly)
 	}
-	runScript(t, c.Node, nft, tx.String())
+	runScript(t, c.Node.NS, nft, tx.String())
 	reach(web, pod0, pod1, pod2)
-	runScript(t, c.Node, nft, "delete table "+string(nftables.Family(cfg.Family))+" "+nftables.DefaultFlatTable+"\n")
+	runScript(t, c.Node.NS, nft, "delete table "+string(nftables.Family(cfg.Family))+" "+nftables.DefaultFlatTable+"\n")
 }
 
 // reachMasqueraded connects 30 times from client to dst and checks that
@@ -162,9 +162,9 @@ func applyOverNetlink(t *testing.T, h *netns.Host, ch nftables.FlatChanges) {
 	}
 }
 
-// runScript runs an nft script in a host's namespace, for at most 5
+// runScript runs an nft script in a namespace, for at most 5
 // minutes; a failure shows the script unless it is long.
-func runScript(tb testing.TB, h *netns.Host, nft, script string) {
+func runScript(tb testing.TB, ns *netns.NS, nft, script string) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "flat.nft")
 	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
@@ -172,7 +172,7 @@ func runScript(tb testing.TB, h *netns.Host, nft, script string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if out, err := h.Run(ctx, nft, "-f", path); err != nil {
+	if out, err := ns.Run(ctx, nft, "-f", path); err != nil {
 		if len(script) > 8<<10 {
 			script = fmt.Sprintf("(a script of %d bytes)", len(script))
 		}

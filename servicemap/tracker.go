@@ -2,6 +2,7 @@ package servicemap
 
 import (
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -42,12 +43,35 @@ func (s Snapshot) Len() int { return s.ports }
 // Ports returns every ServicePort, sorted by PortName.
 func (s Snapshot) Ports() []ServicePort {
 	all := make([]ServicePort, 0, s.ports)
-	s.services.All(func(_ types.NamespacedName, ports []ServicePort) bool {
-		all = append(all, ports...)
+	for _, svc := range s.sortedServices() {
+		all = append(all, svc.ports...)
+	}
+	return all
+}
+
+// service is the key and the ports of one Service in a Snapshot.
+type service struct {
+	key   types.NamespacedName
+	ports []ServicePort
+}
+
+// sortedServices returns the Services of s sorted by namespace and name.
+// The ports of each Service are sorted by PortName and carry its namespace
+// and name, so concatenating them gives every port in PortName order while
+// sorting only one small entry per Service.
+func (s Snapshot) sortedServices() []service {
+	svcs := make([]service, 0, s.services.Len())
+	s.services.All(func(key types.NamespacedName, ports []ServicePort) bool {
+		svcs = append(svcs, service{key, ports})
 		return true
 	})
-	slices.SortFunc(all, func(a, b ServicePort) int { return a.Name.Compare(b.Name) })
-	return all
+	slices.SortFunc(svcs, func(a, b service) int {
+		if a.key.Namespace != b.key.Namespace {
+			return strings.Compare(a.key.Namespace, b.key.Namespace)
+		}
+		return strings.Compare(a.key.Name, b.key.Name)
+	})
+	return svcs
 }
 
 // ChangesSince lists the ServicePorts that differ between since and s. It

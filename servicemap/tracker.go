@@ -1,6 +1,8 @@
 package servicemap
 
 import (
+	"cmp"
+	"encoding/binary"
 	"slices"
 	"strings"
 
@@ -49,29 +51,54 @@ func (s Snapshot) Ports() []ServicePort {
 	return all
 }
 
-// service is the key and the ports of one Service in a Snapshot.
+// service is the key and the ports of one Service in a Snapshot, with the
+// prefixes of its namespace and name.
 type service struct {
-	key   types.NamespacedName
-	ports []ServicePort
+	namespace, name uint64
+	key             types.NamespacedName
+	ports           []ServicePort
 }
 
 // sortedServices returns the Services of s sorted by namespace and name.
 // The ports of each Service are sorted by PortName and carry its namespace
 // and name, so concatenating them gives every port in PortName order while
-// sorting only one small entry per Service.
+// sorting only one small entry per Service. Most comparisons are decided by
+// the prefixes, without reading the strings.
 func (s Snapshot) sortedServices() []service {
 	svcs := make([]service, 0, s.services.Len())
 	s.services.All(func(key types.NamespacedName, ports []ServicePort) bool {
-		svcs = append(svcs, service{key, ports})
+		svcs = append(svcs, service{prefix(key.Namespace), prefix(key.Name), key, ports})
 		return true
 	})
 	slices.SortFunc(svcs, func(a, b service) int {
-		if a.key.Namespace != b.key.Namespace {
-			return strings.Compare(a.key.Namespace, b.key.Namespace)
+		if c := comparePrefixed(a.namespace, b.namespace, a.key.Namespace, b.key.Namespace); c != 0 {
+			return c
 		}
-		return strings.Compare(a.key.Name, b.key.Name)
+		return comparePrefixed(a.name, b.name, a.key.Name, b.key.Name)
 	})
 	return svcs
+}
+
+// prefix is the first 8 bytes of s, zero-padded, as a big-endian number:
+// when two strings' prefixes differ, they order the strings as
+// strings.Compare does.
+func prefix(s string) uint64 {
+	var b [8]byte
+	copy(b[:], s)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// comparePrefixed compares x and y, whose prefixes are px and py, as
+// strings.Compare does, reading the strings only when the prefixes do not
+// decide.
+func comparePrefixed(px, py uint64, x, y string) int {
+	switch {
+	case px != py:
+		return cmp.Compare(px, py)
+	case len(x) == len(y) && len(x) <= 8:
+		return 0
+	}
+	return strings.Compare(x, y)
 }
 
 // ChangesSince lists the ServicePorts that differ between since and s. It

@@ -257,11 +257,10 @@ func masked(prefixes []netip.Prefix) []netip.Prefix {
 // Builder's family, with endpoints from eps. ServicePorts of another family
 // are skipped with a warning, as are externalIPs that Config does not allow.
 func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*Ruleset, []svcproxy.Warning) {
-	ports := services.Ports()
-	all := make([]*Service, 0, len(ports))
+	all := make([]*Service, 0, services.Len())
 	var warnings []svcproxy.Warning
-	for i := range ports {
-		svc, w := b.service(&ports[i], eps.Get(ports[i].Name))
+	for sp := range services.All() {
+		svc, w := b.service(sp, eps.Get(sp.Name))
 		warnings = append(warnings, w...)
 		if svc != nil {
 			all = append(all, svc)

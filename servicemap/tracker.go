@@ -3,6 +3,7 @@ package servicemap
 import (
 	"cmp"
 	"encoding/binary"
+	"iter"
 	"slices"
 	"strings"
 
@@ -49,6 +50,21 @@ func (s Snapshot) Ports() []ServicePort {
 		all = append(all, svc.ports...)
 	}
 	return all
+}
+
+// All yields every ServicePort, sorted by PortName, as Ports returns them
+// but without copying them: the ServicePorts are the Snapshot's own and
+// must not be modified.
+func (s Snapshot) All() iter.Seq[*ServicePort] {
+	return func(yield func(*ServicePort) bool) {
+		for _, svc := range s.sortedServices() {
+			for i := range svc.ports {
+				if !yield(&svc.ports[i]) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // service is the key and the ports of one Service in a Snapshot, with the

@@ -46,8 +46,8 @@ func (s Snapshot) Len() int { return s.ports }
 // Ports returns every ServicePort, sorted by PortName.
 func (s Snapshot) Ports() []ServicePort {
 	all := make([]ServicePort, 0, s.ports)
-	for _, svc := range s.sortedServices() {
-		all = append(all, svc.ports...)
+	for _, ports := range s.sortedServices() {
+		all = append(all, ports...)
 	}
 	return all
 }
@@ -57,9 +57,9 @@ func (s Snapshot) Ports() []ServicePort {
 // must not be modified.
 func (s Snapshot) All() iter.Seq[*ServicePort] {
 	return func(yield func(*ServicePort) bool) {
-		for _, svc := range s.sortedServices() {
-			for i := range svc.ports {
-				if !yield(&svc.ports[i]) {
+		for _, ports := range s.sortedServices() {
+			for i := range ports {
+				if !yield(&ports[i]) {
 					return
 				}
 			}
@@ -67,32 +67,44 @@ func (s Snapshot) All() iter.Seq[*ServicePort] {
 	}
 }
 
-// service is the key and the ports of one Service in a Snapshot, with the
-// prefixes of its namespace and name.
-type service struct {
+// sortKey is the place of one Service in the order of a Snapshot's
+// Services: the prefixes of its namespace and name, and its index in the
+// unsorted list. It holds no pointer, so that sorting moves no pointers
+// (whose moves the garbage collector must watch while it runs).
+type sortKey struct {
 	namespace, name uint64
-	key             types.NamespacedName
-	ports           []ServicePort
+	index           int
 }
 
-// sortedServices returns the Services of s sorted by namespace and name.
-// The ports of each Service are sorted by PortName and carry its namespace
-// and name, so concatenating them gives every port in PortName order while
-// sorting only one small entry per Service. Most comparisons are decided by
-// the prefixes, without reading the strings.
-func (s Snapshot) sortedServices() []service {
-	svcs := make([]service, 0, s.services.Len())
-	s.services.All(func(key types.NamespacedName, ports []ServicePort) bool {
-		svcs = append(svcs, service{prefix(key.Namespace), prefix(key.Name), key, ports})
+// sortedServices returns the ports of each Service of s, the Services
+// sorted by namespace and name. The ports of each Service are sorted by
+// PortName and carry its namespace and name, so concatenating them gives
+// every port in PortName order while sorting only one small key per
+// Service. Most comparisons are decided by the prefixes, without reading
+// the strings.
+func (s Snapshot) sortedServices() [][]ServicePort {
+	n := s.services.Len()
+	keys := make([]types.NamespacedName, 0, n)
+	ports := make([][]ServicePort, 0, n)
+	order := make([]sortKey, 0, n)
+	s.services.All(func(key types.NamespacedName, p []ServicePort) bool {
+		order = append(order, sortKey{prefix(key.Namespace), prefix(key.Name), len(keys)})
+		keys = append(keys, key)
+		ports = append(ports, p)
 		return true
 	})
-	slices.SortFunc(svcs, func(a, b service) int {
-		if c := comparePrefixed(a.namespace, b.namespace, a.key.Namespace, b.key.Namespace); c != 0 {
+	slices.SortFunc(order, func(a, b sortKey) int {
+		ka, kb := &keys[a.index], &keys[b.index]
+		if c := comparePrefixed(a.namespace, b.namespace, ka.Namespace, kb.Namespace); c != 0 {
 			return c
 		}
-		return comparePrefixed(a.name, b.name, a.key.Name, b.key.Name)
+		return comparePrefixed(a.name, b.name, ka.Name, kb.Name)
 	})
-	return svcs
+	sorted := make([][]ServicePort, len(order))
+	for i, k := range order {
+		sorted[i] = ports[k.index]
+	}
+	return sorted
 }
 
 // prefix is the first 8 bytes of s, zero-padded, as a big-endian number:

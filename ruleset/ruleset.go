@@ -103,7 +103,7 @@ type Service struct {
 	// use local endpoints or this node has none usable.
 	LocalTargets []Target
 	// Endpoints are the endpoints some target points at, sorted by address
-	// and port, each once.
+	// and port, each once. The slice may be the endpoints snapshot's own.
 	Endpoints []endpoints.Endpoint
 	// Serving are the addresses and ports of every serving endpoint of the
 	// port, on any node, ready or terminating, sorted: the endpoints that
@@ -347,6 +347,7 @@ func (b *Builder) spread(s *Service, eps []endpoints.Endpoint) bool {
 	return sel.HasAnyEndpoints()
 }
 
+// b2i is 1 for true and 0 for false.
 func b2i(b bool) int {
 	if b {
 		return 1

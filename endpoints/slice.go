@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"unique"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -164,10 +165,10 @@ func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
 			Terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
 		}
 		if e.NodeName != nil {
-			ep.NodeName = *e.NodeName
+			ep.NodeName = intern(*e.NodeName)
 		}
 		if e.Zone != nil {
-			ep.Zone = *e.Zone
+			ep.Zone = intern(*e.Zone)
 		}
 		if h := e.Hints; h != nil {
 			for _, z := range h.ForZones {
@@ -183,6 +184,11 @@ func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
 	}
 	return eps
 }
+
+// intern returns s, sharing its bytes with every other interned copy: the
+// endpoints of a cluster name a few nodes and zones many times over, and
+// comparing a name with the node's is then a read of one shared string.
+func intern(s string) string { return unique.Make(s).Value() }
 
 func sortedSet(s []string) []string {
 	slices.Sort(s)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -372,5 +373,38 @@ func TestMergeDuplicates(t *testing.T) {
 	}
 	if diff := cmp.Diff(first, second, cmpOpts); diff != "" {
 		t.Errorf("Merge depends on the order of same-named slices (-first +second):\n%s", diff)
+	}
+}
+
+// Endpoints from different slices share the bytes of equal node names and
+// zones, however the objects hold them.
+func TestFromSliceSharesNames(t *testing.T) {
+	withNode := func(node, zone string) func(*discovery.EndpointSlice) {
+		// Fresh copies of the strings, as a decoder makes them.
+		node, zone = strings.Clone(node), strings.Clone(zone)
+		return eps(discovery.Endpoint{Addresses: []string{"10.0.0.1"}, NodeName: &node, Zone: &zone})
+	}
+	var parsed []endpoints.Endpoint
+	for _, name := range []string{"web-1", "web-2"} {
+		s, skipped, w := endpoints.FromSlice(slice(sliceName(name), withNode("node-a", "zone-a")), v1.IPv4Protocol, servicemap.Filter{})
+		if s == nil || skipped != "" || len(w) > 0 {
+			t.Fatalf("FromSlice(%s): %v, %q, %v", name, s, skipped, w)
+		}
+		for _, list := range s.Ports {
+			parsed = append(parsed, list...)
+		}
+	}
+	if len(parsed) != 2 {
+		t.Fatalf("parsed %d endpoints, want 2", len(parsed))
+	}
+	a, b := parsed[0], parsed[1]
+	if a.NodeName != "node-a" || a.Zone != "zone-a" {
+		t.Errorf("NodeName, Zone = %q, %q", a.NodeName, a.Zone)
+	}
+	if unsafe.StringData(a.NodeName) != unsafe.StringData(b.NodeName) {
+		t.Errorf("the two endpoints hold separate copies of node name %q", a.NodeName)
+	}
+	if unsafe.StringData(a.Zone) != unsafe.StringData(b.Zone) {
+		t.Errorf("the two endpoints hold separate copies of zone %q", a.Zone)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/cowmap"
+	"github.com/svcproxy/svcproxy/internal/sorted"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -17,14 +18,60 @@ import (
 // one IP family. Taking a Snapshot after a change costs time proportional to
 // the change.
 type Snapshot struct {
-	services cowmap.Map[map[servicemap.PortName][]Endpoint]
+	services cowmap.Map[portList]
 }
 
 // Get returns the endpoints of one Service port, sorted by address and port.
 // The slice must not be modified.
 func (s Snapshot) Get(name servicemap.PortName) []Endpoint {
 	ports, _ := s.services.Get(types.NamespacedName{Namespace: name.Namespace, Name: name.Name})
-	return ports[name]
+	return ports.get(name)
+}
+
+// portList is what a Snapshot holds for one Service: the endpoints of each
+// of its ports that has some, sorted by PortName. Every PortName carries the
+// Service's namespace and name. (A slice rather than a map: most Services
+// have one port, and a lookup then compares only the port's name and
+// protocol.)
+type portList []portEndpoints
+
+type portEndpoints struct {
+	name servicemap.PortName
+	eps  []Endpoint
+}
+
+// listOf returns the ports of merged, the merged endpoints of one Service,
+// sorted, leaving out those without endpoints.
+func listOf(merged map[servicemap.PortName][]Endpoint) portList {
+	list := make(portList, 0, len(merged))
+	for name, eps := range merged {
+		if len(eps) > 0 {
+			list = append(list, portEndpoints{name, eps})
+		}
+	}
+	slices.SortFunc(list, comparePorts)
+	return list
+}
+
+func comparePorts(a, b portEndpoints) int { return a.name.Compare(b.name) }
+
+// get returns the endpoints of the port name of the list's Service.
+func (l portList) get(name servicemap.PortName) []Endpoint {
+	for i := range l {
+		if l[i].name.Port == name.Port && l[i].name.Protocol == name.Protocol {
+			return l[i].eps
+		}
+	}
+	return nil
+}
+
+// walk calls changed for every port of before or after, with its endpoints
+// in each (nil where it has none), in PortName order.
+func walk(before, after portList, changed func(name servicemap.PortName, before, after []Endpoint)) {
+	sorted.Walk(before, after, comparePorts,
+		func(b portEndpoints) { changed(b.name, b.eps, nil) },
+		func(a portEndpoints) { changed(a.name, nil, a.eps) },
+		func(b, a portEndpoints) { changed(b.name, b.eps, a.eps) })
 }
 
 // Changes says which Service ports' endpoints differ between two Snapshots.
@@ -45,7 +92,7 @@ type Changes struct {
 // Snapshots; the result is right either way.
 func (s Snapshot) ChangesSince(since Snapshot) Changes {
 	var ch Changes
-	since.services.Diff(s.services, func(_ types.NamespacedName, before, after map[servicemap.PortName][]Endpoint) {
+	since.services.Diff(s.services, func(_ types.NamespacedName, before, after portList) {
 		ch.add(before, after)
 	})
 	ch.sort()
@@ -54,16 +101,20 @@ func (s Snapshot) ChangesSince(since Snapshot) Changes {
 
 // add records the ports of one Service whose endpoints differ between before
 // and after.
-func (c *Changes) add(before, after map[servicemap.PortName][]Endpoint) {
-	for name := range unionKeys(before, after) {
-		if slices.EqualFunc(before[name], after[name], func(a, b Endpoint) bool { return a.Equal(&b) }) {
-			continue
+func (c *Changes) add(before, after portList) {
+	walk(before, after, func(name servicemap.PortName, b, a []Endpoint) {
+		if equalEndpoints(b, a) {
+			return
 		}
 		c.Changed = append(c.Changed, name)
-		if name.Protocol != v1.ProtocolTCP && lostServing(before[name], after[name]) {
+		if name.Protocol != v1.ProtocolTCP && lostServing(b, a) {
 			c.ConntrackCleanup = append(c.ConntrackCleanup, name)
 		}
-	}
+	})
+}
+
+func equalEndpoints(a, b []Endpoint) bool {
+	return slices.EqualFunc(a, b, func(x, y Endpoint) bool { return x.Equal(&y) })
 }
 
 func (c *Changes) sort() {
@@ -80,7 +131,7 @@ type Tracker struct {
 	slices map[types.NamespacedName]*Slice
 	// byService holds the slices of each Service, by slice name.
 	byService map[types.NamespacedName]map[string]*Slice
-	journal   *cowmap.Journal[map[servicemap.PortName][]Endpoint]
+	journal   *cowmap.Journal[portList]
 }
 
 // NewTracker returns an empty Tracker for family whose slices pass filter.
@@ -137,21 +188,20 @@ func (t *Tracker) remove(key types.NamespacedName) {
 
 func (t *Tracker) remerge(service types.NamespacedName) {
 	if bySlice := t.byService[service]; len(bySlice) > 0 {
-		t.journal.Set(service, Merge(slices.Collect(maps.Values(bySlice))))
+		t.journal.Set(service, listOf(Merge(slices.Collect(maps.Values(bySlice)))))
 	} else {
 		t.journal.Delete(service)
 	}
 }
 
-// sameEndpoints reports whether two merged endpoint maps are equal, a port
+// sameEndpoints reports whether two Services' port lists are equal, a port
 // with no endpoints being the same as a missing port.
-func sameEndpoints(a, b map[servicemap.PortName][]Endpoint) bool {
-	for name := range unionKeys(a, b) {
-		if !slices.EqualFunc(a[name], b[name], func(x, y Endpoint) bool { return x.Equal(&y) }) {
-			return false
-		}
-	}
-	return true
+func sameEndpoints(a, b portList) bool {
+	same := true
+	walk(a, b, func(_ servicemap.PortName, x, y []Endpoint) {
+		same = same && equalEndpoints(x, y)
+	})
+	return same
 }
 
 // Pending is the number of Services whose endpoints differ from the last
@@ -163,22 +213,11 @@ func (t *Tracker) Pending() int { return t.journal.Pending() }
 // call to Snapshot.
 func (t *Tracker) Snapshot() (Snapshot, Changes) {
 	var ch Changes
-	services := t.journal.Commit(func(_ types.NamespacedName, before, after map[servicemap.PortName][]Endpoint) {
+	services := t.journal.Commit(func(_ types.NamespacedName, before, after portList) {
 		ch.add(before, after)
 	})
 	ch.sort()
 	return Snapshot{services: services}, ch
-}
-
-func unionKeys(a, b map[servicemap.PortName][]Endpoint) map[servicemap.PortName]struct{} {
-	keys := make(map[servicemap.PortName]struct{}, len(a)+len(b))
-	for k := range a {
-		keys[k] = struct{}{}
-	}
-	for k := range b {
-		keys[k] = struct{}{}
-	}
-	return keys
 }
 
 // lostServing reports whether an endpoint that was serving before is not

@@ -103,7 +103,7 @@ type Service struct {
 	// use local endpoints or this node has none usable.
 	LocalTargets []Target
 	// Endpoints are the endpoints some target points at, sorted by address
-	// and port, each once.
+	// and port, each once. The slice may be the endpoints snapshot's own.
 	Endpoints []endpoints.Endpoint
 	// Serving are the addresses and ports of every serving endpoint of the
 	// port, on any node, ready or terminating, sorted: the endpoints that
@@ -257,11 +257,10 @@ func masked(prefixes []netip.Prefix) []netip.Prefix {
 // Builder's family, with endpoints from eps. ServicePorts of another family
 // are skipped with a warning, as are externalIPs that Config does not allow.
 func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*Ruleset, []svcproxy.Warning) {
-	ports := services.Ports()
-	all := make([]*Service, 0, len(ports))
+	all := make([]*Service, 0, services.Len())
 	var warnings []svcproxy.Warning
-	for i := range ports {
-		svc, w := b.service(&ports[i], eps.Get(ports[i].Name))
+	for sp := range services.All() {
+		svc, w := b.service(sp, eps.Get(sp.Name))
 		warnings = append(warnings, w...)
 		if svc != nil {
 			all = append(all, svc)
@@ -274,21 +273,15 @@ func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*
 
 // service computes the state of one ServicePort.
 func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) (*Service, []svcproxy.Warning) {
-	report := svcproxy.Reporter{Kind: "Service", Namespace: sp.Name.Namespace, Name: sp.Name.Name}
 	if sp.Family != b.config.Family {
+		report := svcproxy.Reporter{Kind: "Service", Namespace: sp.Name.Namespace, Name: sp.Name.Name}
 		report.Warnf("port %q is %s, the ruleset is %s: skipped", sp.Name.Port, sp.Family, b.config.Family)
 		return nil, report.Warnings
 	}
 	s := &Service{ServicePort: *sp}
+	var warnings []svcproxy.Warning
 	if b.config.RestrictExternalIPs && len(sp.ExternalIPs) > 0 {
-		s.ExternalIPs = nil
-		for _, ip := range sp.ExternalIPs {
-			if slices.ContainsFunc(b.config.AllowedExternalIPs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-				s.ExternalIPs = append(s.ExternalIPs, ip)
-			} else {
-				report.Warnf("externalIP %s is not allowed: not served", ip)
-			}
-		}
+		warnings = b.restrictExternalIPs(s)
 	}
 	// externalTrafficPolicy Local only means something for a port with
 	// external frontends of this family. The servicemap decides it from the
@@ -300,26 +293,140 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 	if b.config.ComputeHints {
 		eps = topology.Hints(sp.TrafficDistribution, eps)
 	}
-
-	cat := topology.Categorize(&s.ServicePort, eps, b.config.Node)
-	node := b.config.Node.Name
-	s.ClusterTargets = targets(cat.Cluster, node)
-	s.LocalTargets = targets(cat.Local, node)
-	s.Endpoints = slices.Clone(cat.AllReachable)
-	slices.SortFunc(s.Endpoints, func(x, y endpoints.Endpoint) int { return x.Compare(&y) })
-	for i := range eps {
-		if eps[i].Serving || eps[i].Ready {
-			s.Serving = append(s.Serving, eps[i].AddrPort())
-		}
-	}
-	slices.SortFunc(s.Serving, netip.AddrPort.Compare)
-	s.Serving = slices.Compact(s.Serving)
+	hasAny := b.spread(s, eps)
 	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, func(src netip.Prefix) bool {
 		return slices.ContainsFunc(b.config.NodePortAddresses, src.Contains)
 	})
+	b.decide(s, hasAny)
+	return s, warnings
+}
 
-	b.decide(s, cat.HasAnyEndpoints)
-	return s, report.Warnings
+// restrictExternalIPs keeps the external IPs of s that Config allows, and
+// warns about the others.
+func (b *Builder) restrictExternalIPs(s *Service) []svcproxy.Warning {
+	report := svcproxy.Reporter{Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name}
+	ips := s.ExternalIPs
+	s.ExternalIPs = nil
+	for _, ip := range ips {
+		if slices.ContainsFunc(b.config.AllowedExternalIPs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+			s.ExternalIPs = append(s.ExternalIPs, ip)
+		} else {
+			report.Warnf("externalIP %s is not allowed: not served", ip)
+		}
+	}
+	return report.Warnings
+}
+
+// spread sets the targets, Endpoints and Serving of s from eps, the
+// endpoints of its port, and reports whether the Service has a usable
+// endpoint anywhere.
+//
+// Targets keep the order of eps. Endpoints and Serving are sorted: when eps
+// are sorted and one per address and port, as an endpoints.Snapshot gives
+// them, they are already, and Endpoints is eps itself when every endpoint
+// is reachable (capped, so that nothing appends into eps).
+func (b *Builder) spread(s *Service, eps []endpoints.Endpoint) bool {
+	sel := topology.Select(&s.ServicePort, eps, b.config.Node)
+	var nCluster, nLocal, nReachable, nServing int
+	for i := range eps {
+		c, l := sel.Cluster(&eps[i]), sel.Local(&eps[i])
+		nCluster += b2i(c)
+		nLocal += b2i(l)
+		nReachable += b2i(c || l)
+		nServing += b2i(eps[i].Serving || eps[i].Ready)
+	}
+	if nCluster+nLocal > 0 {
+		ts := make([]Target, nCluster+nLocal)
+		node := b.config.Node.Name
+		s.ClusterTargets = targets(ts[:0:nCluster], eps, sel.Cluster, node)
+		s.LocalTargets = targets(ts[nCluster:nCluster:nCluster+nLocal], eps, sel.Local, node)
+	}
+	ordered := strictlySorted(eps)
+	s.Endpoints = reachable(eps, &sel, nReachable, ordered)
+	s.Serving = serving(eps, nServing, ordered)
+	return sel.HasAnyEndpoints()
+}
+
+// b2i is 1 for true and 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// strictlySorted reports whether eps are sorted by address and port, each
+// address and port once.
+func strictlySorted(eps []endpoints.Endpoint) bool {
+	for i := 1; i < len(eps); i++ {
+		if eps[i-1].Compare(&eps[i]) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// targets appends to dst, in order, a Target for each endpoint of eps in
+// the list that in tests membership of; dst has room for them all.
+func targets(dst []Target, eps []endpoints.Endpoint, in func(*endpoints.Endpoint) bool, node string) []Target {
+	n := cap(dst)
+	if n == 0 {
+		return nil
+	}
+	for i := range eps {
+		if !in(&eps[i]) {
+			continue
+		}
+		dst = append(dst, Target{
+			Endpoint:  eps[i].AddrPort(),
+			Local:     node != "" && eps[i].NodeName == node,
+			Remaining: n - len(dst),
+			Total:     n,
+		})
+	}
+	return dst
+}
+
+// reachable returns the n endpoints of eps that sel makes reachable,
+// sorted: eps itself, capped, when that is all of them and ordered says
+// eps are strictly sorted.
+func reachable(eps []endpoints.Endpoint, sel *topology.Selection, n int, ordered bool) []endpoints.Endpoint {
+	switch {
+	case n == 0:
+		return []endpoints.Endpoint{}
+	case n == len(eps) && ordered:
+		return eps[:n:n]
+	}
+	out := make([]endpoints.Endpoint, 0, n)
+	for i := range eps {
+		if sel.Reachable(&eps[i]) {
+			out = append(out, eps[i])
+		}
+	}
+	if !ordered {
+		slices.SortFunc(out, func(x, y endpoints.Endpoint) int { return x.Compare(&y) })
+	}
+	return out
+}
+
+// serving returns the addresses and ports of the n serving or ready
+// endpoints of eps, sorted, each once (ordered says eps are strictly sorted
+// already).
+func serving(eps []endpoints.Endpoint, n int, ordered bool) []netip.AddrPort {
+	if n == 0 {
+		return nil
+	}
+	out := make([]netip.AddrPort, 0, n)
+	for i := range eps {
+		if eps[i].Serving || eps[i].Ready {
+			out = append(out, eps[i].AddrPort())
+		}
+	}
+	if !ordered {
+		slices.SortFunc(out, netip.AddrPort.Compare)
+		out = slices.Compact(out)
+	}
+	return out
 }
 
 // decide sets the routes and the masquerading decisions of s, whose targets
@@ -362,20 +469,4 @@ func route(hasAny, policyLocal bool, s *Service) Route {
 	default:
 		return RouteDrop
 	}
-}
-
-func targets(eps []endpoints.Endpoint, node string) []Target {
-	if len(eps) == 0 {
-		return nil
-	}
-	ts := make([]Target, len(eps))
-	for i := range eps {
-		ts[i] = Target{
-			Endpoint:  eps[i].AddrPort(),
-			Local:     node != "" && eps[i].NodeName == node,
-			Remaining: len(eps) - i,
-			Total:     len(eps),
-		}
-	}
-	return ts
 }

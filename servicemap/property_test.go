@@ -409,6 +409,13 @@ func TestPropertyTracker(t *testing.T) {
 				if snap.Len() != len(snap.Ports()) {
 					t.Fatalf("Len = %d with %d ports", snap.Len(), len(snap.Ports()))
 				}
+				var all []servicemap.ServicePort
+				for sp := range snap.All() {
+					all = append(all, *sp)
+				}
+				if diff := cmp.Diff(snap.Ports(), all, cmpOpts); diff != "" {
+					t.Fatalf("All differs from Ports (-Ports +All):\n%s", diff)
+				}
 				last = maps.Clone(current)
 			}
 		}

@@ -1,9 +1,9 @@
 package servicemap
 
 import (
-	"cmp"
 	"net/netip"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -31,12 +31,15 @@ func (p PortName) String() string {
 
 // Compare orders PortNames by namespace, name, port name, then protocol.
 func (p PortName) Compare(q PortName) int {
-	return cmp.Or(
-		cmp.Compare(p.Namespace, q.Namespace),
-		cmp.Compare(p.Name, q.Name),
-		cmp.Compare(p.Port, q.Port),
-		cmp.Compare(p.Protocol, q.Protocol),
-	)
+	switch {
+	case p.Namespace != q.Namespace:
+		return strings.Compare(p.Namespace, q.Namespace)
+	case p.Name != q.Name:
+		return strings.Compare(p.Name, q.Name)
+	case p.Port != q.Port:
+		return strings.Compare(p.Port, q.Port)
+	}
+	return strings.Compare(string(p.Protocol), string(q.Protocol))
 }
 
 // ServicePort is one port of one Service in one IP family, with everything a

@@ -1,7 +1,11 @@
 package servicemap
 
 import (
+	"cmp"
+	"encoding/binary"
+	"iter"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -42,12 +46,87 @@ func (s Snapshot) Len() int { return s.ports }
 // Ports returns every ServicePort, sorted by PortName.
 func (s Snapshot) Ports() []ServicePort {
 	all := make([]ServicePort, 0, s.ports)
-	s.services.All(func(_ types.NamespacedName, ports []ServicePort) bool {
+	for _, ports := range s.sortedServices() {
 		all = append(all, ports...)
+	}
+	return all
+}
+
+// All yields every ServicePort, sorted by PortName, as Ports returns them
+// but without copying them: the ServicePorts are the Snapshot's own and
+// must not be modified.
+func (s Snapshot) All() iter.Seq[*ServicePort] {
+	return func(yield func(*ServicePort) bool) {
+		for _, ports := range s.sortedServices() {
+			for i := range ports {
+				if !yield(&ports[i]) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// sortKey is the place of one Service in the order of a Snapshot's
+// Services: the prefixes of its namespace and name, and its index in the
+// unsorted list. It holds no pointer, so that sorting moves no pointers
+// (whose moves the garbage collector must watch while it runs).
+type sortKey struct {
+	namespace, name uint64
+	index           int
+}
+
+// sortedServices returns the ports of each Service of s, the Services
+// sorted by namespace and name. The ports of each Service are sorted by
+// PortName and carry its namespace and name, so concatenating them gives
+// every port in PortName order while sorting only one small key per
+// Service. Most comparisons are decided by the prefixes, without reading
+// the strings.
+func (s Snapshot) sortedServices() [][]ServicePort {
+	n := s.services.Len()
+	keys := make([]types.NamespacedName, 0, n)
+	ports := make([][]ServicePort, 0, n)
+	order := make([]sortKey, 0, n)
+	s.services.All(func(key types.NamespacedName, p []ServicePort) bool {
+		order = append(order, sortKey{prefix(key.Namespace), prefix(key.Name), len(keys)})
+		keys = append(keys, key)
+		ports = append(ports, p)
 		return true
 	})
-	slices.SortFunc(all, func(a, b ServicePort) int { return a.Name.Compare(b.Name) })
-	return all
+	slices.SortFunc(order, func(a, b sortKey) int {
+		ka, kb := &keys[a.index], &keys[b.index]
+		if c := comparePrefixed(a.namespace, b.namespace, ka.Namespace, kb.Namespace); c != 0 {
+			return c
+		}
+		return comparePrefixed(a.name, b.name, ka.Name, kb.Name)
+	})
+	sorted := make([][]ServicePort, len(order))
+	for i, k := range order {
+		sorted[i] = ports[k.index]
+	}
+	return sorted
+}
+
+// prefix is the first 8 bytes of s, zero-padded, as a big-endian number:
+// when two strings' prefixes differ, they order the strings as
+// strings.Compare does.
+func prefix(s string) uint64 {
+	var b [8]byte
+	copy(b[:], s)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// comparePrefixed compares x and y, whose prefixes are px and py, as
+// strings.Compare does, reading the strings only when the prefixes do not
+// decide.
+func comparePrefixed(px, py uint64, x, y string) int {
+	switch {
+	case px != py:
+		return cmp.Compare(px, py)
+	case len(x) == len(y) && len(x) <= 8:
+		return 0
+	}
+	return strings.Compare(x, y)
 }
 
 // ChangesSince lists the ServicePorts that differ between since and s. It

@@ -309,6 +309,40 @@ func TestTrackerSnapshotImmutable(t *testing.T) {
 	}
 }
 
+// All yields the ports in PortName order, whatever the order the Services
+// came in, and stops when the loop does.
+func TestSnapshotAllOrderAndStop(t *testing.T) {
+	tr := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	for _, name := range []string{"c", "a", "b"} {
+		tr.Update(service(named("ns", name)))
+	}
+	tr.Update(service(named("kube-system", "dns")))
+	snap, _ := tr.Snapshot()
+	var names []servicemap.PortName
+	for sp := range snap.All() {
+		names = append(names, sp.Name)
+	}
+	want := []servicemap.PortName{
+		pn("kube-system", "dns", "http", v1.ProtocolTCP),
+		pn("ns", "a", "http", v1.ProtocolTCP),
+		pn("ns", "b", "http", v1.ProtocolTCP),
+		pn("ns", "c", "http", v1.ProtocolTCP),
+	}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("All (-want +got):\n%s", diff)
+	}
+	names = nil
+	for sp := range snap.All() {
+		names = append(names, sp.Name)
+		if len(names) == 2 {
+			break
+		}
+	}
+	if diff := cmp.Diff(want[:2], names); diff != "" {
+		t.Errorf("All after a break at 2 (-want +got):\n%s", diff)
+	}
+}
+
 func TestTrackerFilterAndFamily(t *testing.T) {
 	mine := service(labels(servicemap.LabelServiceProxyName, "mine"))
 	plain := service(named("ns", "plain"))

@@ -46,6 +46,25 @@ func ExampleCategorize() {
 	// has any endpoints: true
 }
 
+// Select decides as Categorize does, without copying: the caller asks of
+// each endpoint where it goes, here to build its own list of addresses.
+func ExampleSelect() {
+	sp := &servicemap.ServicePort{Port: 80, NodePort: 30080, ExternalPolicyLocal: true}
+	eps := []endpoints.Endpoint{
+		{Addr: netip.MustParseAddr("10.0.1.5"), Port: 8080, Ready: true, Serving: true, NodeName: "node-a"},
+		{Addr: netip.MustParseAddr("10.0.2.7"), Port: 8080, Ready: true, Serving: true, NodeName: "node-b"},
+	}
+	sel := topology.Select(sp, eps, topology.Node{Name: "node-a"})
+	for i := range eps {
+		fmt.Printf("%s cluster=%v local=%v\n", eps[i].String(), sel.Cluster(&eps[i]), sel.Local(&eps[i]))
+	}
+	fmt.Println("has any endpoints:", sel.HasAnyEndpoints())
+	// Output:
+	// 10.0.1.5:8080 cluster=true local=true
+	// 10.0.2.7:8080 cluster=true local=false
+	// has any endpoints: true
+}
+
 // With externalTrafficPolicy Local, a node whose only local endpoint is
 // terminating still sends its external traffic there, while cluster traffic
 // goes to the ready endpoint elsewhere.

@@ -61,43 +61,22 @@ type Endpoints struct {
 //
 // Categorize neither modifies nor retains eps.
 func Categorize(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node Node) Endpoints {
-	usesCluster := sp.UsesClusterEndpoints()
-	usesLocal := sp.UsesLocalEndpoints()
-
-	var c categorizer
-	c.node = node
-	for i := range eps {
-		ep := &eps[i]
-		local := c.isLocal(ep)
-		switch {
-		case ep.Ready:
-			c.anyReady = true
-			c.localReady = c.localReady || local
-		case servingTerminating(ep):
-			c.anyServingTerminating = true
-		}
-	}
-	if usesCluster {
-		c.mode = topologyMode(eps, node)
-	}
-
+	sel := Select(sp, eps, node)
 	var res Endpoints
-	res.HasAnyEndpoints = c.anyReady || c.anyServingTerminating
-	if usesCluster {
-		res.Cluster = filter(eps, c.inCluster)
+	res.HasAnyEndpoints = sel.HasAnyEndpoints()
+	if sel.usesCluster {
+		res.Cluster = filter(eps, sel.c.inCluster)
 	}
-	if usesLocal {
-		res.Local = filter(eps, c.inLocal)
+	if sel.usesLocal {
+		res.Local = filter(eps, sel.c.inLocal)
 	}
 	switch {
-	case !usesLocal:
+	case !sel.usesLocal:
 		res.AllReachable = res.Cluster
-	case !usesCluster:
+	case !sel.usesCluster:
 		res.AllReachable = res.Local
 	default:
-		res.AllReachable = filter(eps, func(ep *endpoints.Endpoint) bool {
-			return c.inCluster(ep) || c.inLocal(ep)
-		})
+		res.AllReachable = filter(eps, sel.Reachable)
 		// Share storage when the union is one of the two lists, as it is
 		// whenever hints are not in use and the local endpoints are ready.
 		switch len(res.AllReachable) {
@@ -109,6 +88,60 @@ func Categorize(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node Node)
 	}
 	return res
 }
+
+// Selection is what [Categorize] decides for one Service port on one node,
+// without the lists: it says of each endpoint in which list it is. A caller
+// that only needs that (to build lists of its own) copies no endpoint.
+type Selection struct {
+	c                      categorizer
+	usesCluster, usesLocal bool
+}
+
+// Select decides which of eps serve sp's traffic on node, as [Categorize]
+// does, with the same requirements on its arguments. It neither modifies
+// nor retains eps.
+func Select(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node Node) Selection {
+	sel := Selection{usesCluster: sp.UsesClusterEndpoints(), usesLocal: sp.UsesLocalEndpoints()}
+	c := &sel.c
+	c.node = node
+	for i := range eps {
+		ep := &eps[i]
+		switch {
+		case ep.Ready:
+			c.anyReady = true
+			c.localReady = c.localReady || c.isLocal(ep)
+		case servingTerminating(ep):
+			c.anyServingTerminating = true
+		}
+	}
+	if sel.usesCluster {
+		c.mode = topologyMode(eps, node)
+	}
+	return sel
+}
+
+// UsesCluster reports whether Categorize's Cluster list is non-nil: the
+// port sends some traffic to cluster endpoints.
+func (s *Selection) UsesCluster() bool { return s.usesCluster }
+
+// UsesLocal reports whether Categorize's Local list is non-nil: the port
+// sends some traffic to local endpoints only.
+func (s *Selection) UsesLocal() bool { return s.usesLocal }
+
+// HasAnyEndpoints is Categorize's HasAnyEndpoints.
+func (s *Selection) HasAnyEndpoints() bool { return s.c.anyReady || s.c.anyServingTerminating }
+
+// Cluster reports whether ep, one of the endpoints given to Select, is in
+// Categorize's Cluster list.
+func (s *Selection) Cluster(ep *endpoints.Endpoint) bool { return s.usesCluster && s.c.inCluster(ep) }
+
+// Local reports whether ep, one of the endpoints given to Select, is in
+// Categorize's Local list.
+func (s *Selection) Local(ep *endpoints.Endpoint) bool { return s.usesLocal && s.c.inLocal(ep) }
+
+// Reachable reports whether ep, one of the endpoints given to Select, is in
+// Categorize's AllReachable list: in Cluster or in Local.
+func (s *Selection) Reachable(ep *endpoints.Endpoint) bool { return s.Cluster(ep) || s.Local(ep) }
 
 // categorizer holds what Categorize learns in its first pass over the
 // endpoints; its methods decide each endpoint's membership in the second.

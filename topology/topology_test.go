@@ -435,7 +435,34 @@ func TestCategorize(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Categorize() mismatch (-want +got):\n%s", diff)
 			}
+			sel := Select(&tt.sp, tt.eps, tt.node)
+			if diff := cmp.Diff(tt.want, selected(&sel, tt.eps)); diff != "" {
+				t.Errorf("Select() mismatch (-want +got):\n%s", diff)
+			}
 		})
+	}
+}
+
+// selected is the result that sel gives for eps: its lists are the
+// addresses of eps that its methods put in them, nil where it uses none.
+func selected(sel *Selection, eps []endpoints.Endpoint) result {
+	pick := func(uses bool, in func(*endpoints.Endpoint) bool) []string {
+		if !uses {
+			return nil
+		}
+		out := []string{}
+		for i := range eps {
+			if in(&eps[i]) {
+				out = append(out, eps[i].Addr.String())
+			}
+		}
+		return out
+	}
+	return result{
+		Cluster:         pick(sel.UsesCluster(), sel.Cluster),
+		Local:           pick(sel.UsesLocal(), sel.Local),
+		AllReachable:    pick(true, sel.Reachable),
+		HasAnyEndpoints: sel.HasAnyEndpoints(),
 	}
 }
 

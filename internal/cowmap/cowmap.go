@@ -3,18 +3,24 @@
 // an immutable snapshot after a change costs time proportional to the change,
 // not to the size of the map.
 //
-// Entries live in 4,096 leaf maps in a two-level table of 64 × 64, chosen by
-// an FNV-1a hash of the key. A Map is immutable; With and Without return a
-// new Map that shares everything but the path to the leaf they touch: they
-// copy two tables of 64 pointers and one leaf. With 30,000 keys a leaf holds
-// about 7 entries, so a change costs the same at 100 keys as at 30,000.
+// Entries live in 4,096 leaves (small arrays of entries, each with its key's
+// hash) in a two-level table of 64 × 64, chosen by an FNV-1a hash of the
+// key. A Map is immutable; With and Without return a new Map that shares
+// everything but the path to the leaf they touch: they copy the root table
+// of 64 pointers, one inner table of 64 leaves and one leaf. With 30,000
+// keys a leaf holds about 7 entries, so a change costs the same at 100 keys
+// as at 30,000.
 //
 // The map is unordered on purpose. ruleset keeps its own persistent
 // structure, an ordered tree, because Diff and the renderers walk Services in
 // name order; the trackers need no order and get O(1) changes from hashing.
 package cowmap
 
-import "k8s.io/apimachinery/pkg/types"
+import (
+	"slices"
+
+	"k8s.io/apimachinery/pkg/types"
+)
 
 const (
 	fanout     = 64
@@ -26,12 +32,21 @@ const (
 )
 
 type (
-	// A leaf is behind a pointer so that Diff can tell a shared leaf from
-	// a copied one.
-	leaf[V any]  struct{ m map[types.NamespacedName]V }
-	inner[V any] [fanout]*leaf[V]
+	// A leaf is a slice of entries in no order, replaced (never changed)
+	// by a change: Diff tells a shared leaf from a copied one by the
+	// address of its first entry. A slice rather than a Go map: a leaf
+	// holds a few entries, and a lookup then reads one array, skipping
+	// the entries of other hashes without reading their keys.
+	leaf[V any]  []entry[V]
+	inner[V any] [fanout]leaf[V]
 	table[V any] [fanout]*inner[V]
 )
+
+type entry[V any] struct {
+	hash uint32 // the key's hash, of which the leaf index is 12 bits
+	key  types.NamespacedName
+	val  V
+}
 
 // Map is an immutable map from types.NamespacedName to V. The zero Map is
 // empty and ready to use.
@@ -49,26 +64,45 @@ func (m Map[V]) Get(key types.NamespacedName) (V, bool) {
 	if m.root == nil {
 		return zero, false
 	}
-	i := leafOf(key)
+	h := hashOf(key)
+	i := leafOf(h)
 	in := m.root[i>>leafBits]
 	if in == nil {
 		return zero, false
 	}
 	l := in[i&leafMask]
-	if l == nil {
-		return zero, false
+	if j := l.find(h, key); j >= 0 {
+		return l[j].val, true
 	}
-	v, ok := l.m[key]
-	return v, ok
+	return zero, false
+}
+
+// find returns the index of key, whose hash is h, in l, or -1.
+func (l leaf[V]) find(h uint32, key types.NamespacedName) int {
+	for j := range l {
+		if l[j].hash == h && l[j].key == key {
+			return j
+		}
+	}
+	return -1
 }
 
 // With returns a Map in which key maps to v.
 func (m Map[V]) With(key types.NamespacedName, v V) Map[V] {
-	n, l := m.copyPath(leafOf(key))
-	if _, existed := l.m[key]; !existed {
+	h := hashOf(key)
+	n, in, i := m.copyPath(leafOf(h))
+	old := in[i]
+	j := old.find(h, key)
+	var l leaf[V]
+	if j >= 0 {
+		l = slices.Clone(old)
+		l[j].val = v
+	} else {
+		l = append(make(leaf[V], 0, len(old)+1), old...)
+		l = append(l, entry[V]{h, key, v})
 		n.length++
 	}
-	l.m[key] = v
+	in[i] = l
 	return n
 }
 
@@ -77,8 +111,15 @@ func (m Map[V]) Without(key types.NamespacedName) Map[V] {
 	if _, ok := m.Get(key); !ok {
 		return m
 	}
-	n, l := m.copyPath(leafOf(key))
-	delete(l.m, key)
+	h := hashOf(key)
+	n, in, i := m.copyPath(leafOf(h))
+	old := in[i]
+	j := old.find(h, key)
+	var l leaf[V]
+	if len(old) > 1 {
+		l = slices.Concat(old[:j], old[j+1:])
+	}
+	in[i] = l
 	n.length--
 	return n
 }
@@ -94,11 +135,8 @@ func (m Map[V]) All(yield func(types.NamespacedName, V) bool) {
 			continue
 		}
 		for _, l := range in {
-			if l == nil {
-				continue
-			}
-			for k, v := range l.m {
-				if !yield(k, v) {
+			for j := range l {
+				if !yield(l[j].key, l[j].val) {
 					return
 				}
 			}
@@ -129,49 +167,46 @@ func (m Map[V]) Diff(o Map[V], changed func(key types.NamespacedName, before, af
 			continue
 		}
 		for l := range fanout {
-			var ml, ol *leaf[V]
+			var ml, ol leaf[V]
 			if mi != nil {
 				ml = mi[l]
 			}
 			if oi != nil {
 				ol = oi[l]
 			}
-			if ml != ol {
+			if !same(ml, ol) {
 				diffLeaves(ml, ol, changed)
 			}
 		}
 	}
 }
 
-// diffLeaves calls changed for every key of before and after (either may be
-// nil).
-func diffLeaves[V any](before, after *leaf[V], changed func(key types.NamespacedName, before, after V)) {
+// same reports whether a and b are one leaf (or both empty).
+func same[V any](a, b leaf[V]) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// diffLeaves calls changed for every key of before and after.
+func diffLeaves[V any](before, after leaf[V], changed func(key types.NamespacedName, before, after V)) {
 	var zero V
-	if before != nil {
-		for k, b := range before.m {
-			a := zero
-			if after != nil {
-				a = after.m[k]
-			}
-			changed(k, b, a)
+	for _, b := range before {
+		a := zero
+		if j := after.find(b.hash, b.key); j >= 0 {
+			a = after[j].val
 		}
+		changed(b.key, b.val, a)
 	}
-	if after != nil {
-		for k, a := range after.m {
-			if before != nil {
-				if _, ok := before.m[k]; ok {
-					continue
-				}
-			}
-			changed(k, zero, a)
+	for _, a := range after {
+		if before.find(a.hash, a.key) < 0 {
+			changed(a.key, zero, a.val)
 		}
 	}
 }
 
 // copyPath returns a Map sharing all of m but the path to leaf i: the root
-// table, leaf i's inner table and leaf i itself are copies, and the leaf is
-// returned for the caller to modify.
-func (m Map[V]) copyPath(i uint16) (Map[V], *leaf[V]) {
+// table and leaf i's inner table are copies, returned with the index of the
+// leaf in it for the caller to replace.
+func (m Map[V]) copyPath(i uint16) (Map[V], *inner[V], uint16) {
 	root := new(table[V])
 	if m.root != nil {
 		*root = *m.root
@@ -181,21 +216,11 @@ func (m Map[V]) copyPath(i uint16) (Map[V], *leaf[V]) {
 		*in = *old
 	}
 	root[i>>leafBits] = in
-	l := &leaf[V]{}
-	if old := in[i&leafMask]; old != nil {
-		l.m = make(map[types.NamespacedName]V, len(old.m)+1)
-		for k, v := range old.m {
-			l.m[k] = v
-		}
-	} else {
-		l.m = make(map[types.NamespacedName]V, 1)
-	}
-	in[i&leafMask] = l
-	return Map[V]{root: root, length: m.length}, l
+	return Map[V]{root: root, length: m.length}, in, i & leafMask
 }
 
-// leafOf is the leaf of key: 12 bits of its FNV-1a hash.
-func leafOf(key types.NamespacedName) uint16 {
+// hashOf is the FNV-1a hash of key.
+func hashOf(key types.NamespacedName) uint32 {
 	h := uint32(hashOffset)
 	for i := 0; i < len(key.Namespace); i++ {
 		h = (h ^ uint32(key.Namespace[i])) * hashPrime
@@ -204,5 +229,10 @@ func leafOf(key types.NamespacedName) uint16 {
 	for i := 0; i < len(key.Name); i++ {
 		h = (h ^ uint32(key.Name[i])) * hashPrime
 	}
+	return h
+}
+
+// leafOf is the leaf of a key whose hash is h: 12 bits of it.
+func leafOf(h uint32) uint16 {
 	return uint16((h ^ h>>12 ^ h>>24) % leafCount)
 }

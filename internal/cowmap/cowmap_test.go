@@ -155,7 +155,7 @@ func TestPersistence(t *testing.T) {
 func TestLeavesSpreadAndShare(t *testing.T) {
 	used := map[uint16]bool{}
 	for i := range 30000 {
-		used[leafOf(key("ns", fmt.Sprintf("svc-%d", i)))] = true
+		used[leafOf(hashOf(key("ns", fmt.Sprintf("svc-%d", i))))] = true
 	}
 	if len(used) < leafCount*95/100 {
 		t.Errorf("30000 keys use only %d of %d leaves", len(used), leafCount)
@@ -167,7 +167,7 @@ func TestLeavesSpreadAndShare(t *testing.T) {
 	}
 	k := key("ns", "svc-42")
 	n := m.With(k, -1)
-	changed := leafOf(k)
+	changed := leafOf(hashOf(k))
 	for i := range leafCount {
 		top, low := i>>leafBits, i&leafMask
 		if m.root[top] == nil || n.root[top] == nil {

@@ -16,12 +16,16 @@ import (
 // flatPort is what one Service port puts in the flat layout's table: its
 // elements, the group and count of each target list it uses, and the
 // endpoint addresses it needs in the hairpin set (shared with other ports,
-// so counted rather than owned).
+// so counted rather than owned): those of each of its target lists
+// (ClusterTargets, LocalTargets) that a frontend uses, each list once.
 type flatPort struct {
 	elements []model.Element
 	groups   []groupN
 	hairpin  []netip.Addr
 	affinity []affinityClass
+	// usesCluster and usesLocal report that a frontend of the port being
+	// rendered uses its ClusterTargets, its LocalTargets.
+	usesCluster, usesLocal bool
 	// frontendStart is the index in elements of the first element of the
 	// frontend being rendered.
 	frontendStart int
@@ -46,37 +50,55 @@ func (p *flatPort) datums(n int) []model.Datum {
 // (ruleset.Ruleset.Owner) is left to it and named in a warning.
 func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, []svcproxy.Warning) {
 	var p flatPort
-	warns := r.portInto(&p, rs, s)
+	warns := r.portInto(&p, ownership{rs: rs}, s, s.Frontends())
 	return p, warns
 }
 
 // portInto is port appending to p: its elements, groups and hairpin
-// addresses after those p holds.
-func (r *flatRenderer) portInto(p *flatPort, rs *ruleset.Ruleset, s *ruleset.Service) []svcproxy.Warning {
+// addresses after those p holds, for the frontends of s (fs, its
+// Frontends) that o says s renders.
+func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs []ruleset.Frontend) []svcproxy.Warning {
 	var warns []svcproxy.Warning
 	if !safeName(s.Name) {
 		return []svcproxy.Warning{unsafeWarning(s)}
 	}
 	warns = append(warns, r.affinityWarnings(s)...)
+	p.usesCluster, p.usesLocal = false, false
 	// "namespace/name:port/PROTOCOL" may reach 148 bytes; nft refuses
 	// comments over 128, and with them the whole transaction: the
 	// comment keeps its first 128, which name the namespace and Service.
 	comment := s.Name.String() + "/" + string(s.Name.Protocol)
 	comment = comment[:min(len(comment), knftables.CommentLengthMax)]
-	for _, f := range s.Frontends() {
+	for _, f := range fs {
 		if f.Kind == ruleset.KindClusterAddress { // one entry per address, whichever port has it
-			if owners := rs.ServicesAt(f); len(owners) > 0 && owners[0] == s.Name {
+			if o.owns(s, f) {
 				r.frontend(p, s, f, comment)
 			}
 			continue
 		}
-		if !rs.Owns(s, f) {
+		if !o.owns(s, f) {
 			warns = append(warns, r.warn(s, fmt.Sprintf("%v is served by another Service port", f)))
 			continue
 		}
 		r.frontend(p, s, f, comment)
 	}
+	p.addHairpin(s)
 	return warns
+}
+
+// addHairpin appends the addresses of the target lists of s that p's
+// frontends use to p's hairpin addresses.
+func (p *flatPort) addHairpin(s *ruleset.Service) {
+	for _, l := range []struct {
+		used    bool
+		targets []ruleset.Target
+	}{{p.usesCluster, s.ClusterTargets}, {p.usesLocal, s.LocalTargets}} {
+		if l.used {
+			for _, t := range l.targets {
+				p.hairpin = append(p.hairpin, t.Endpoint.Addr())
+			}
+		}
+	}
 }
 
 func (r *flatRenderer) warn(s *ruleset.Service, reason string) svcproxy.Warning {
@@ -128,29 +150,35 @@ func (r *flatRenderer) route(p *flatPort, s *ruleset.Service, key []model.Datum,
 	case route == ruleset.RouteReject:
 		p.elements = append(p.elements, model.Element{Set: reject, Key: key, Comment: comment})
 	case internal && route == ruleset.RouteCluster:
-		r.targets(p, s, groupCluster, key, s.ClusterTargets, comment)
+		r.targets(p, s, groupCluster, key, false, comment)
 	case internal && route == ruleset.RouteLocal:
-		r.targets(p, s, groupCluster, key, s.LocalTargets, comment)
+		r.targets(p, s, groupCluster, key, true, comment)
 	case internal && route == ruleset.RouteDrop:
 		p.elements = append(p.elements, model.Element{Set: drop, Key: key, Comment: comment})
 	case route == ruleset.RouteCluster:
-		r.targets(p, s, groups(groupExternal, groupNodePortExternal), key, s.ClusterTargets, comment)
+		r.targets(p, s, groups(groupExternal, groupNodePortExternal), key, false, comment)
 	case route == ruleset.RouteLocal, route == ruleset.RouteDrop:
 		if route == ruleset.RouteLocal {
-			r.targets(p, s, groups(groupLocal, groupNodePortLocal), key, s.LocalTargets, comment)
+			r.targets(p, s, groups(groupLocal, groupNodePortLocal), key, true, comment)
 		} else {
 			p.elements = append(p.elements, model.Element{Set: drop, Key: key, Comment: comment})
 		}
-		r.targets(p, s, groups(groupShortCircuit, groupNodePortShortCircuit), key, s.ClusterTargets, comment)
+		r.targets(p, s, groups(groupShortCircuit, groupNodePortShortCircuit), key, false, comment)
 	}
 }
 
 // targets adds a frontend of s to the group of its target count and
-// protocol, and its targets, in the Ruleset's order, under indices 0…N−1.
-func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, targets []ruleset.Target, comment string) {
+// protocol, and its targets (LocalTargets when local, else
+// ClusterTargets), in the Ruleset's order, under indices 0…N−1.
+func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, local bool, comment string) {
+	targets := s.ClusterTargets
+	if local {
+		targets = s.LocalTargets
+	}
 	if len(targets) == 0 {
 		return
 	}
+	p.usesCluster, p.usesLocal = p.usesCluster || !local, p.usesLocal || local
 	k := groupN{group: g, n: len(targets), proto: protoNumber(s.Name.Protocol)}
 	p.groups = append(p.groups, k)
 	names := r.names(k)
@@ -162,7 +190,6 @@ func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key
 		data = append(append(data, key...), model.Int(uint32(i)), model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
 		row := data[len(data)-len(key)-3:]
 		p.elements = append(p.elements, model.Element{Set: set, Key: row[: len(key)+1 : len(key)+1], Value: row[len(key)+1:], Comment: comment})
-		p.hairpin = append(p.hairpin, t.Endpoint.Addr())
 	}
 	if r.rendersAffinity(s) {
 		r.affinityTargets(p, s, g, key, targets, comment)

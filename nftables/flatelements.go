@@ -26,6 +26,10 @@ type flatPort struct {
 	// usesCluster and usesLocal report that a frontend of the port being
 	// rendered uses its ClusterTargets, its LocalTargets.
 	usesCluster, usesLocal bool
+	// values are the map values (address, port) of the port's
+	// ClusterTargets ([0]) and LocalTargets ([1]), two data per target,
+	// made once per port and shared by the elements of its frontends.
+	values [2][]model.Datum
 	// frontendStart is the index in elements of the first element of the
 	// frontend being rendered.
 	frontendStart int
@@ -63,7 +67,7 @@ func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs
 		return []svcproxy.Warning{unsafeWarning(s)}
 	}
 	warns = append(warns, r.affinityWarnings(s)...)
-	p.usesCluster, p.usesLocal = false, false
+	p.usesCluster, p.usesLocal, p.values = false, false, [2][]model.Datum{}
 	// "namespace/name:port/PROTOCOL" may reach 148 bytes; nft refuses
 	// comments over 128, and with them the whole transaction: the
 	// comment keeps its first 128, which name the namespace and Service.
@@ -184,16 +188,34 @@ func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key
 	names := r.names(k)
 	p.elements = append(p.elements, model.Element{Set: names.set, Key: key, Comment: comment})
 	set := names.targets
-	// One backing array for the keys and values of all targets.
-	data := p.datums(len(targets) * (len(key) + 3))
-	for i, t := range targets {
-		data = append(append(data, key...), model.Int(uint32(i)), model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
-		row := data[len(data)-len(key)-3:]
-		p.elements = append(p.elements, model.Element{Set: set, Key: row[: len(key)+1 : len(key)+1], Value: row[len(key)+1:], Comment: comment})
+	values := p.targetValues(targets, local)
+	// One backing array for the keys of all targets.
+	keys := p.datums(len(targets) * (len(key) + 1))
+	for i := range targets {
+		keys = append(append(keys, key...), model.Int(uint32(i)))
+		row := keys[len(keys)-len(key)-1:]
+		p.elements = append(p.elements, model.Element{Set: set, Key: row[:len(row):len(row)], Value: values[2*i : 2*i+2 : 2*i+2], Comment: comment})
 	}
 	if r.rendersAffinity(s) {
 		r.affinityTargets(p, s, g, key, targets, comment)
 	}
+}
+
+// targetValues are the map values (address, port) of targets, the
+// ClusterTargets or (local) LocalTargets of the port being rendered.
+func (p *flatPort) targetValues(targets []ruleset.Target, local bool) []model.Datum {
+	i := 0
+	if local {
+		i = 1
+	}
+	if p.values[i] == nil {
+		values := p.datums(2 * len(targets))
+		for _, t := range targets {
+			values = append(values, model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
+		}
+		p.values[i] = values
+	}
+	return p.values[i]
 }
 
 // firewall adds a load-balancer frontend to the source-range firewall:

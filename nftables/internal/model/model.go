@@ -461,3 +461,25 @@ func (d Datum) Uint() (uint32, bool) {
 	}
 	return 0, false
 }
+
+// bySet looks up a value per set name for elements one after another:
+// those of one set mostly come in runs, and a run's names are one string,
+// which compares equal without reading its bytes, so a run costs one map
+// lookup.
+type bySet[V any] struct {
+	m          map[string]V
+	last       string
+	v          V
+	ok, cached bool
+}
+
+func lookupBySet[V any](m map[string]V) *bySet[V] { return &bySet[V]{m: m} }
+
+// get is m[set] and whether set is in m.
+func (l *bySet[V]) get(set string) (V, bool) {
+	if !l.cached || set != l.last {
+		l.last, l.cached = set, true
+		l.v, l.ok = l.m[set]
+	}
+	return l.v, l.ok
+}

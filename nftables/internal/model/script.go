@@ -26,14 +26,7 @@ func (t *Table) Script() string {
 func (t *Table) Definitions() string {
 	var b strings.Builder
 	t.writeDefinitions(&b)
-	encodes := t.netlinkSets()
-	var local []Element
-	for _, e := range t.Elements {
-		if !encodes[e.Set] {
-			local = append(local, e)
-		}
-	}
-	(&Table{Family: t.Family, Name: t.Name, Elements: local}).writeElements(&b, t.Family.String()+" "+t.Name)
+	(&Table{Family: t.Family, Name: t.Name, Elements: t.elements(false)}).writeElements(&b, t.Family.String()+" "+t.Name)
 	return b.String()
 }
 
@@ -54,18 +47,12 @@ func (t *Table) Redefinitions() string {
 	}
 	t.writeRules(&b, fam)
 	encodes := t.netlinkSets()
-	var local []Element
 	for _, s := range t.Sets {
 		if !encodes[s.Name] && !s.Dynamic {
 			b.WriteString("flush set " + fam + " " + s.Name + "\n")
 		}
 	}
-	for _, e := range t.Elements {
-		if !encodes[e.Set] {
-			local = append(local, e)
-		}
-	}
-	(&Table{Family: t.Family, Name: t.Name, Elements: local}).writeElements(&b, fam)
+	(&Table{Family: t.Family, Name: t.Name, Elements: t.elements(false)}).writeElements(&b, fam)
 	return b.String()
 }
 
@@ -83,11 +70,18 @@ func (t *Table) NetlinkSets() []string {
 }
 
 // NetlinkElements are the elements that Definitions leaves out.
-func (t *Table) NetlinkElements() []Element {
-	encodes := t.netlinkSets()
-	out := make([]Element, 0, len(t.Elements))
+func (t *Table) NetlinkElements() []Element { return t.elements(true) }
+
+// elements are t's elements that ElementBatch encodes (netlink) or that
+// nft writes (not netlink), in order.
+func (t *Table) elements(netlink bool) []Element {
+	encodes := lookupBySet(t.netlinkSets())
+	var out []Element
+	if netlink {
+		out = make([]Element, 0, len(t.Elements))
+	}
 	for _, e := range t.Elements {
-		if encodes[e.Set] {
+		if enc, _ := encodes.get(e.Set); enc == netlink {
 			out = append(out, e)
 		}
 	}

@@ -43,6 +43,9 @@ func compare4(a, b uint32) int {
 func countAll(addrs []netip.Addr) (addrCounts, []netip.Addr) {
 	var k4 []uint32
 	var k6 [][16]byte
+	if len(addrs) > 0 && addrs[0].Is4() {
+		k4 = make([]uint32, 0, len(addrs))
+	}
 	for _, a := range addrs {
 		if a.Is4() {
 			k4 = append(k4, v4Key(a))

@@ -116,13 +116,13 @@ func (r *flatRenderer) frontend(p *flatPort, s *ruleset.Service, f ruleset.Front
 	proto, port := model.Proto(protoNumber(f.Protocol)), model.Port(f.Port)
 	switch {
 	case f.Protocol == "":
-		p.elements = append(p.elements, model.Element{Set: flatSetClusterIPs, Key: []model.Datum{model.Addr(f.Addr)}, Comment: comment})
+		p.elements = append(p.elements, model.Element{Set: flatSetClusterIPs, Key: append(p.datums(1), model.Addr(f.Addr)), Comment: comment})
 	case !f.Addr.IsValid():
-		r.route(p, s, []model.Datum{proto, port}, false, true, comment)
+		r.route(p, s, append(p.datums(2), proto, port), false, true, comment)
 	case f.Addr == s.ClusterIP:
-		r.route(p, s, []model.Datum{model.Addr(f.Addr), proto, port}, true, false, comment)
+		r.route(p, s, append(p.datums(3), model.Addr(f.Addr), proto, port), true, false, comment)
 	default:
-		key := []model.Datum{model.Addr(f.Addr), proto, port}
+		key := append(p.datums(3), model.Addr(f.Addr), proto, port)
 		r.route(p, s, key, false, false, comment)
 		// An address that is both an external and a load-balancer IP is
 		// reached as an external IP, which no firewall guards.

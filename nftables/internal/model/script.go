@@ -73,16 +73,39 @@ func (t *Table) NetlinkSets() []string {
 func (t *Table) NetlinkElements() []Element { return t.elements(true) }
 
 // elements are t's elements that ElementBatch encodes (netlink) or that
-// nft writes (not netlink), in order.
+// nft writes (not netlink), in order: a part of t.Elements when they are
+// one run of it (the flat layout puts its configuration first), else a
+// copy. The caller must not modify them.
 func (t *Table) elements(netlink bool) []Element {
 	encodes := lookupBySet(t.netlinkSets())
-	var out []Element
-	if netlink {
-		out = make([]Element, 0, len(t.Elements))
+	keep := func(e *Element) bool {
+		enc, _ := encodes.get(e.Set)
+		return enc == netlink
 	}
-	for _, e := range t.Elements {
-		if enc, _ := encodes.get(e.Set); enc == netlink {
-			out = append(out, e)
+	start, end := -1, -1
+	for i := range t.Elements {
+		if !keep(&t.Elements[i]) {
+			continue
+		}
+		if start >= 0 && end != i {
+			return t.copyElements(keep)
+		}
+		if start < 0 {
+			start = i
+		}
+		end = i + 1
+	}
+	if start < 0 {
+		return nil
+	}
+	return t.Elements[start:end:end]
+}
+
+func (t *Table) copyElements(keep func(*Element) bool) []Element {
+	var out []Element
+	for i := range t.Elements {
+		if keep(&t.Elements[i]) {
+			out = append(out, t.Elements[i])
 		}
 	}
 	return out

@@ -362,7 +362,9 @@ func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Res
 // socket's send buffer could be raised), so that a Service port whose
 // elements do not change is served throughout. The sets of endpoint counts
 // that rs no longer uses stay, unreferenced, with their elements, until
-// the table is next replaced (FlatScript, or FlatFirstSync into no table).
+// they are deleted or the table is next replaced (FlatScript, or
+// FlatFirstSync into no table); the Executor deletes them in the
+// definitions' transaction (it lists the table first).
 func FlatResync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
 	st, t, res := flatTable(rs, opts)
 	return st, FlatLoad{Definitions: t.Redefinitions(), table: t, resync: true}, res

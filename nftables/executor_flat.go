@@ -213,16 +213,7 @@ func (e *Executor) replaceTable(tx *knftables.Transaction) {
 // one-field interval sets, which hold the configuration (model.Table's
 // Definitions as knftables objects).
 func flatDefinitionObjects(t *model.Table) []knftables.Object {
-	local := map[string]bool{}
-	for _, s := range t.Sets {
-		local[s.Name] = s.Interval && len(s.Key) == 1
-	}
-	defs := &model.Table{Family: t.Family, Name: t.Name, Comment: t.Comment, Sets: t.Sets, Chains: t.Chains}
-	for _, el := range t.Elements {
-		if local[el.Set] {
-			defs.Elements = append(defs.Elements, el)
-		}
-	}
+	defs := &model.Table{Family: t.Family, Name: t.Name, Comment: t.Comment, Sets: t.Sets, Chains: t.Chains, Elements: t.NftElements()}
 	return defs.Objects()
 }
 

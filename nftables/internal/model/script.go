@@ -72,6 +72,10 @@ func (t *Table) NetlinkSets() []string {
 // NetlinkElements are the elements that Definitions leaves out.
 func (t *Table) NetlinkElements() []Element { return t.elements(true) }
 
+// NftElements are the elements that Definitions writes: those of one-field
+// interval sets.
+func (t *Table) NftElements() []Element { return t.elements(false) }
+
 // elements are t's elements that ElementBatch encodes (netlink) or that
 // nft writes (not netlink), in order: a part of t.Elements when they are
 // one run of it (the flat layout puts its configuration first), else a

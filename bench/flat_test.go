@@ -148,6 +148,16 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	first := defs + elements
 	load = nftables.FlatLoad{}
 	peakRSS, heapInUse := memory()
+	// Generation again, reps times: one run lands in or out of a garbage
+	// collection of the process's heap, which moves it by up to 2×.
+	var builds, renders []float64
+	for range reps {
+		start := time.Now()
+		again := w.Build()
+		mid := time.Now()
+		nftables.FlatFirstSync(again, nftables.Options{})
+		builds, renders = append(builds, ms(mid.Sub(start))), append(renders, ms(time.Since(mid)))
+	}
 	lat := latencies(t, c, w, n, conns)
 	var resyncNL time.Duration
 	var resyncTx int
@@ -186,6 +196,9 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	row("netlink transactions of the first sync's elements", float64(loadTx), "tx")
 	row("FlatFirstSync / first sync", 100*float64(render)/float64(first), "%")
 	row("generation (snapshots + Build + FlatFirstSync) / first sync", 100*float64(build+render)/float64(first), "%")
+	row(fmt.Sprintf("generation again: snapshots + Build (median of %d)", reps), median(builds), "ms")
+	row(fmt.Sprintf("generation again: FlatFirstSync (median of %d)", reps), median(renders), "ms")
+	row("generation again (medians) / first sync", 100*(median(builds)+median(renders))/ms(first), "%")
 	row("whole table into no table (one nft -f)", ms(whole), "ms")
 	row("full resync of the loaded table (FlatResync + definitions through nft + elements over netlink)", ms(resyncNL), "ms")
 	row("netlink transactions of the resync's elements", float64(resyncTx), "tx")

@@ -87,7 +87,7 @@ func (e *Executor) syncFlatFull(ctx context.Context, rs *ruleset.Ruleset) (outco
 		case err != nil:
 			return outcome{full: true}, fmt.Errorf("nftables: listing table %s %s: %w", Family(e.cfg.Family), e.table, err)
 		}
-		res, err := e.resyncFlat(ctx, rs)
+		res, err := e.resyncFlat(ctx, rs, existing)
 		if err == nil {
 			return res, nil
 		}
@@ -106,9 +106,10 @@ func (e *Executor) syncFlatFull(ctx context.Context, rs *ruleset.Ruleset) (outco
 }
 
 // resyncFlat rewrites the loaded flat table for rs (FlatResync): its
-// definitions through nft, its other elements, their sets flushed first,
-// over netlink. On failure the caller replaces the table.
-func (e *Executor) resyncFlat(ctx context.Context, rs *ruleset.Ruleset) (outcome, error) {
+// definitions through nft, with the chains, sets and maps of existing (the
+// table's) that rs does not use deleted, its other elements, their sets
+// flushed first, over netlink. On failure the caller replaces the table.
+func (e *Executor) resyncFlat(ctx context.Context, rs *ruleset.Ruleset, existing map[string][]string) (outcome, error) {
 	st, t, rendered := flatTable(rs, e.cfg.Options)
 	local := map[string]bool{}
 	for _, s := range t.Sets {
@@ -126,6 +127,7 @@ func (e *Executor) resyncFlat(ctx context.Context, rs *ruleset.Ruleset) (outcome
 			}
 		}
 	}
+	deleteUnused(tx, t, existing)
 	if err := e.nft.Run(ctx, tx); err != nil {
 		return outcome{}, fmt.Errorf("resync of the flat layout, definitions: %w", err)
 	}
@@ -137,6 +139,42 @@ func (e *Executor) resyncFlat(ctx context.Context, rs *ruleset.Ruleset) (outcome
 	res := outcome{full: true, warnings: rendered.Warnings}
 	res.Operations, res.Transactions, res.Netlink = tx.NumOperations()+len(t.NetlinkElements()), 1+n, true
 	return res, nil
+}
+
+// deleteUnused adds to tx, after t's definitions (which rewrite every chain
+// that t has), the deletion of the chains, sets and maps of existing that
+// t does not have: those of endpoint counts or affinity classes that an
+// earlier Ruleset used. Their chains are all flushed before any is
+// deleted, so that none is still referenced.
+func deleteUnused(tx *knftables.Transaction, t *model.Table, existing map[string][]string) {
+	used := map[string]bool{}
+	for _, c := range t.Chains {
+		used["chain "+c.Name] = true
+	}
+	for _, s := range t.Sets {
+		used["set "+s.Name], used["map "+s.Name] = true, true
+	}
+	var chains []*knftables.Chain
+	for _, name := range existing["chain"] {
+		if !used["chain "+name] {
+			c := &knftables.Chain{Name: name}
+			chains = append(chains, c)
+			tx.Flush(c)
+		}
+	}
+	for _, c := range chains {
+		tx.Delete(c)
+	}
+	for _, name := range existing["set"] {
+		if !used["set "+name] {
+			tx.Delete(&knftables.Set{Name: name})
+		}
+	}
+	for _, name := range existing["map"] {
+		if !used["map "+name] {
+			tx.Delete(&knftables.Map{Name: name})
+		}
+	}
 }
 
 // loadFlat writes the flat table of rs into no table: its definitions
@@ -175,16 +213,7 @@ func (e *Executor) replaceTable(tx *knftables.Transaction) {
 // one-field interval sets, which hold the configuration (model.Table's
 // Definitions as knftables objects).
 func flatDefinitionObjects(t *model.Table) []knftables.Object {
-	local := map[string]bool{}
-	for _, s := range t.Sets {
-		local[s.Name] = s.Interval && len(s.Key) == 1
-	}
-	defs := &model.Table{Family: t.Family, Name: t.Name, Comment: t.Comment, Sets: t.Sets, Chains: t.Chains}
-	for _, el := range t.Elements {
-		if local[el.Set] {
-			defs.Elements = append(defs.Elements, el)
-		}
-	}
+	defs := &model.Table{Family: t.Family, Name: t.Name, Comment: t.Comment, Sets: t.Sets, Chains: t.Chains, Elements: t.NftElements()}
 	return defs.Objects()
 }
 

@@ -5,6 +5,7 @@ package nftables_test
 import (
 	"context"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,6 +85,35 @@ func executorFlatFamily(t *testing.T, c *netns.Cluster, v6 bool) {
 	sync("requested full sync (FlatResync: definitions through nft, elements over netlink)", true, true, 2, 2)
 	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
 		t.Errorf("CheckState after the full sync: %q, %v; want nothing missing", missing, err)
+	}
+	reachMasqueraded(t, client, v6, web, pod0, pod1)
+
+	// What an earlier Ruleset left in the table: a set of another endpoint
+	// count, a map, and chains that use the set, the second jumping to the
+	// first (which the kernel lists first). A full sync of the loaded table
+	// deletes them.
+	table := family + " " + nftables.DefaultFlatTable
+	leftovers := "add set " + table + " cluster-7-tcp { type inet_service ; }\n" +
+		"add map " + table + " stale-map { type inet_service : inet_service ; elements = { 1 : 2 } ; }\n" +
+		"add chain " + table + " stale-a\nadd chain " + table + " stale-b\n" +
+		"add rule " + table + " stale-b jump stale-a\nadd rule " + table + " stale-a th dport @cluster-7-tcp accept\n"
+	path := filepath.Join(t.TempDir(), "leftovers.nft")
+	if err := os.WriteFile(path, []byte(leftovers), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Node.Run(ctx, "nft", "-f", path); err != nil {
+		t.Fatalf("adding leftovers: %v\n%s", err, out)
+	}
+	ex.RequestFullSync()
+	sync("full sync of a table with leftovers", true, true, 2, 2)
+	out, err := c.Node.Run(ctx, "nft", "list", "table", family, nftables.DefaultFlatTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"cluster-7-tcp", "stale-map", "stale-a", "stale-b"} {
+		if strings.Contains(out, name) {
+			t.Errorf("after a full sync the table still has %s:\n%s", name, out)
+		}
 	}
 	reachMasqueraded(t, client, v6, web, pod0, pod1)
 

@@ -16,12 +16,20 @@ import (
 // flatPort is what one Service port puts in the flat layout's table: its
 // elements, the group and count of each target list it uses, and the
 // endpoint addresses it needs in the hairpin set (shared with other ports,
-// so counted rather than owned).
+// so counted rather than owned): those of each of its target lists
+// (ClusterTargets, LocalTargets) that a frontend uses, each list once.
 type flatPort struct {
 	elements []model.Element
 	groups   []groupN
 	hairpin  []netip.Addr
 	affinity []affinityClass
+	// usesCluster and usesLocal report that a frontend of the port being
+	// rendered uses its ClusterTargets, its LocalTargets.
+	usesCluster, usesLocal bool
+	// values are the map values (address, port) of the port's
+	// ClusterTargets ([0]) and LocalTargets ([1]), two data per target,
+	// made once per port and shared by the elements of its frontends.
+	values [2][]model.Datum
 	// frontendStart is the index in elements of the first element of the
 	// frontend being rendered.
 	frontendStart int
@@ -46,37 +54,55 @@ func (p *flatPort) datums(n int) []model.Datum {
 // (ruleset.Ruleset.Owner) is left to it and named in a warning.
 func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, []svcproxy.Warning) {
 	var p flatPort
-	warns := r.portInto(&p, rs, s)
+	warns := r.portInto(&p, ownership{rs: rs}, s, s.Frontends())
 	return p, warns
 }
 
 // portInto is port appending to p: its elements, groups and hairpin
-// addresses after those p holds.
-func (r *flatRenderer) portInto(p *flatPort, rs *ruleset.Ruleset, s *ruleset.Service) []svcproxy.Warning {
+// addresses after those p holds, for the frontends of s (fs, its
+// Frontends) that o says s renders.
+func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs []ruleset.Frontend) []svcproxy.Warning {
 	var warns []svcproxy.Warning
 	if !safeName(s.Name) {
 		return []svcproxy.Warning{unsafeWarning(s)}
 	}
 	warns = append(warns, r.affinityWarnings(s)...)
+	p.usesCluster, p.usesLocal, p.values = false, false, [2][]model.Datum{}
 	// "namespace/name:port/PROTOCOL" may reach 148 bytes; nft refuses
 	// comments over 128, and with them the whole transaction: the
 	// comment keeps its first 128, which name the namespace and Service.
 	comment := s.Name.String() + "/" + string(s.Name.Protocol)
 	comment = comment[:min(len(comment), knftables.CommentLengthMax)]
-	for _, f := range s.Frontends() {
+	for _, f := range fs {
 		if f.Kind == ruleset.KindClusterAddress { // one entry per address, whichever port has it
-			if owners := rs.ServicesAt(f); len(owners) > 0 && owners[0] == s.Name {
+			if o.owns(s, f) {
 				r.frontend(p, s, f, comment)
 			}
 			continue
 		}
-		if !rs.Owns(s, f) {
+		if !o.owns(s, f) {
 			warns = append(warns, r.warn(s, fmt.Sprintf("%v is served by another Service port", f)))
 			continue
 		}
 		r.frontend(p, s, f, comment)
 	}
+	p.addHairpin(s)
 	return warns
+}
+
+// addHairpin appends the addresses of the target lists of s that p's
+// frontends use to p's hairpin addresses.
+func (p *flatPort) addHairpin(s *ruleset.Service) {
+	for _, l := range []struct {
+		used    bool
+		targets []ruleset.Target
+	}{{p.usesCluster, s.ClusterTargets}, {p.usesLocal, s.LocalTargets}} {
+		if l.used {
+			for _, t := range l.targets {
+				p.hairpin = append(p.hairpin, t.Endpoint.Addr())
+			}
+		}
+	}
 }
 
 func (r *flatRenderer) warn(s *ruleset.Service, reason string) svcproxy.Warning {
@@ -90,13 +116,13 @@ func (r *flatRenderer) frontend(p *flatPort, s *ruleset.Service, f ruleset.Front
 	proto, port := model.Proto(protoNumber(f.Protocol)), model.Port(f.Port)
 	switch {
 	case f.Protocol == "":
-		p.elements = append(p.elements, model.Element{Set: flatSetClusterIPs, Key: []model.Datum{model.Addr(f.Addr)}, Comment: comment})
+		p.elements = append(p.elements, model.Element{Set: flatSetClusterIPs, Key: append(p.datums(1), model.Addr(f.Addr)), Comment: comment})
 	case !f.Addr.IsValid():
-		r.route(p, s, []model.Datum{proto, port}, false, true, comment)
+		r.route(p, s, append(p.datums(2), proto, port), false, true, comment)
 	case f.Addr == s.ClusterIP:
-		r.route(p, s, []model.Datum{model.Addr(f.Addr), proto, port}, true, false, comment)
+		r.route(p, s, append(p.datums(3), model.Addr(f.Addr), proto, port), true, false, comment)
 	default:
-		key := []model.Datum{model.Addr(f.Addr), proto, port}
+		key := append(p.datums(3), model.Addr(f.Addr), proto, port)
 		r.route(p, s, key, false, false, comment)
 		// An address that is both an external and a load-balancer IP is
 		// reached as an external IP, which no firewall guards.
@@ -128,45 +154,68 @@ func (r *flatRenderer) route(p *flatPort, s *ruleset.Service, key []model.Datum,
 	case route == ruleset.RouteReject:
 		p.elements = append(p.elements, model.Element{Set: reject, Key: key, Comment: comment})
 	case internal && route == ruleset.RouteCluster:
-		r.targets(p, s, groupCluster, key, s.ClusterTargets, comment)
+		r.targets(p, s, groupCluster, key, false, comment)
 	case internal && route == ruleset.RouteLocal:
-		r.targets(p, s, groupCluster, key, s.LocalTargets, comment)
+		r.targets(p, s, groupCluster, key, true, comment)
 	case internal && route == ruleset.RouteDrop:
 		p.elements = append(p.elements, model.Element{Set: drop, Key: key, Comment: comment})
 	case route == ruleset.RouteCluster:
-		r.targets(p, s, groups(groupExternal, groupNodePortExternal), key, s.ClusterTargets, comment)
+		r.targets(p, s, groups(groupExternal, groupNodePortExternal), key, false, comment)
 	case route == ruleset.RouteLocal, route == ruleset.RouteDrop:
 		if route == ruleset.RouteLocal {
-			r.targets(p, s, groups(groupLocal, groupNodePortLocal), key, s.LocalTargets, comment)
+			r.targets(p, s, groups(groupLocal, groupNodePortLocal), key, true, comment)
 		} else {
 			p.elements = append(p.elements, model.Element{Set: drop, Key: key, Comment: comment})
 		}
-		r.targets(p, s, groups(groupShortCircuit, groupNodePortShortCircuit), key, s.ClusterTargets, comment)
+		r.targets(p, s, groups(groupShortCircuit, groupNodePortShortCircuit), key, false, comment)
 	}
 }
 
 // targets adds a frontend of s to the group of its target count and
-// protocol, and its targets, in the Ruleset's order, under indices 0…N−1.
-func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, targets []ruleset.Target, comment string) {
+// protocol, and its targets (LocalTargets when local, else
+// ClusterTargets), in the Ruleset's order, under indices 0…N−1.
+func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, local bool, comment string) {
+	targets := s.ClusterTargets
+	if local {
+		targets = s.LocalTargets
+	}
 	if len(targets) == 0 {
 		return
 	}
+	p.usesCluster, p.usesLocal = p.usesCluster || !local, p.usesLocal || local
 	k := groupN{group: g, n: len(targets), proto: protoNumber(s.Name.Protocol)}
 	p.groups = append(p.groups, k)
 	names := r.names(k)
 	p.elements = append(p.elements, model.Element{Set: names.set, Key: key, Comment: comment})
 	set := names.targets
-	// One backing array for the keys and values of all targets.
-	data := p.datums(len(targets) * (len(key) + 3))
-	for i, t := range targets {
-		data = append(append(data, key...), model.Int(uint32(i)), model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
-		row := data[len(data)-len(key)-3:]
-		p.elements = append(p.elements, model.Element{Set: set, Key: row[: len(key)+1 : len(key)+1], Value: row[len(key)+1:], Comment: comment})
-		p.hairpin = append(p.hairpin, t.Endpoint.Addr())
+	values := p.targetValues(targets, local)
+	// One backing array for the keys of all targets.
+	keys := p.datums(len(targets) * (len(key) + 1))
+	for i := range targets {
+		keys = append(append(keys, key...), model.Int(uint32(i)))
+		row := keys[len(keys)-len(key)-1:]
+		p.elements = append(p.elements, model.Element{Set: set, Key: row[:len(row):len(row)], Value: values[2*i : 2*i+2 : 2*i+2], Comment: comment})
 	}
 	if r.rendersAffinity(s) {
 		r.affinityTargets(p, s, g, key, targets, comment)
 	}
+}
+
+// targetValues are the map values (address, port) of targets, the
+// ClusterTargets or (local) LocalTargets of the port being rendered.
+func (p *flatPort) targetValues(targets []ruleset.Target, local bool) []model.Datum {
+	i := 0
+	if local {
+		i = 1
+	}
+	if p.values[i] == nil {
+		values := p.datums(2 * len(targets))
+		for _, t := range targets {
+			values = append(values, model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
+		}
+		p.values[i] = values
+	}
+	return p.values[i]
 }
 
 // firewall adds a load-balancer frontend to the source-range firewall:

@@ -1,8 +1,6 @@
 package nftables
 
 import (
-	"cmp"
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -25,42 +23,9 @@ import (
 type FlatState struct {
 	r       *flatRenderer
 	counts  map[groupN]int
-	hairpin map[hairpinKey]int32
+	hairpin addrCounts
 	// affinity counts the Service port frontends of each affinity class.
 	affinity map[affinityClass]int
-}
-
-// hairpinKey is an endpoint address as the key of FlatState.hairpin: its
-// bytes hash and compare faster than a netip.Addr.
-type hairpinKey struct {
-	hi, lo uint64 // the address's 16 bytes, big-endian
-	is4    bool
-}
-
-func keyOf(a netip.Addr) hairpinKey {
-	b := a.As16()
-	return hairpinKey{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]), is4: a.Is4()}
-}
-
-func (k hairpinKey) addr() netip.Addr {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], k.hi)
-	binary.BigEndian.PutUint64(b[8:], k.lo)
-	if k.is4 {
-		return netip.AddrFrom4([4]byte(b[12:]))
-	}
-	return netip.AddrFrom16(b)
-}
-
-// compare orders keys as netip.Addr.Compare orders their addresses.
-func (k hairpinKey) compare(o hairpinKey) int {
-	if k.is4 != o.is4 {
-		if k.is4 {
-			return -1
-		}
-		return 1
-	}
-	return cmp.Or(cmp.Compare(k.hi, o.hi), cmp.Compare(k.lo, o.lo))
 }
 
 // RenderFlat writes the whole flat-layout table of rs into tx as knftables
@@ -86,7 +51,7 @@ func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Res
 	for _, s := range rs.Services() {
 		targets += len(s.ClusterTargets) + len(s.LocalTargets)
 	}
-	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, hairpin: map[hairpinKey]int32{}, affinity: map[affinityClass]int{}}
+	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, affinity: map[affinityClass]int{}}
 	var res Result
 	// One flatPort collects every port's elements, and then the hairpin
 	// set's (room for two per target: its cluster IP's, and another
@@ -95,42 +60,20 @@ func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Res
 	// counted and dropped after each port.
 	config := st.r.flatConfigElements()
 	acc := flatPort{elements: slices.Grow(config, 2*targets+4*rs.Len()), arenaChunk: 1 << 14}
-	// The hairpin addresses of every port's targets, counted once sorted.
-	hairpin := make([]hairpinKey, 0, 2*targets)
-	for _, s := range rs.Services() {
+	// The hairpin addresses of every port, counted once sorted.
+	hairpin := make([]netip.Addr, 0, targets)
+	owners := wholeTableOwnership(rs)
+	for i, s := range rs.Services() {
 		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
-		res.Warnings = append(res.Warnings, st.r.portInto(&acc, rs, s)...)
+		res.Warnings = append(res.Warnings, st.r.portInto(&acc, owners, s, owners.frontends[i])...)
 		st.countClasses(acc, 1)
-		for _, a := range acc.hairpin {
-			hairpin = append(hairpin, keyOf(a))
-		}
+		hairpin = append(hairpin, acc.hairpin...)
 	}
+	var inUse []netip.Addr
+	st.hairpin, inUse = countAll(hairpin)
 	t := st.table()
-	t.Elements = st.appendHairpinElements(acc.elements, st.countHairpin(hairpin))
+	t.Elements = st.appendHairpinElements(acc.elements, inUse)
 	return st, t, res
-}
-
-// countHairpin sets st's hairpin counts, which must be empty, to the uses
-// in keys (which it sorts), and returns the addresses in use, sorted
-// (IPv4 before IPv6, as netip.Addr.Compare sorts them).
-func (st *FlatState) countHairpin(keys []hairpinKey) []netip.Addr {
-	slices.SortFunc(keys, hairpinKey.compare)
-	// keys compacted in place to each address once, with its uses.
-	unique, uses := keys[:0], []int32(nil)
-	for _, k := range keys {
-		if n := len(unique); n > 0 && unique[n-1] == k {
-			uses[n-1]++
-			continue
-		}
-		unique, uses = append(unique, k), append(uses, 1)
-	}
-	st.hairpin = make(map[hairpinKey]int32, len(unique))
-	addrs := make([]netip.Addr, len(unique))
-	for i, k := range unique {
-		st.hairpin[k] = uses[i]
-		addrs[i] = k.addr()
-	}
-	return addrs
 }
 
 // table is the table with the sets and chains of the counts in use, and
@@ -154,10 +97,7 @@ func (st *FlatState) table() *model.Table {
 func (st *FlatState) count(p flatPort, sign int) {
 	st.countClasses(p, sign)
 	for _, a := range p.hairpin {
-		k := keyOf(a)
-		if st.hairpin[k] += int32(sign); st.hairpin[k] == 0 {
-			delete(st.hairpin, k)
-		}
+		st.hairpin.add(a, int32(sign))
 	}
 }
 
@@ -185,7 +125,7 @@ func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int3
 			groups[k] = st.counts[k]
 		}
 		for _, a := range p.hairpin {
-			hairpin[a] = st.hairpin[keyOf(a)]
+			hairpin[a] = st.hairpin.get(a)
 		}
 	}
 	return groups, hairpin
@@ -260,7 +200,7 @@ func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *rules
 	}
 	var hairpin []netip.Addr
 	for a, before := range hairpinBefore {
-		if (before == 0) != (st.hairpin[keyOf(a)] == 0) {
+		if (before == 0) != (st.hairpin.get(a) == 0) {
 			hairpin = append(hairpin, a)
 		}
 	}
@@ -336,7 +276,7 @@ func (st *FlatState) hairpinChanges(out *FlatChanges, addrs []netip.Addr) {
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	for _, a := range slices.Compact(addrs) {
 		e := st.hairpinElements([]netip.Addr{a})
-		if st.hairpin[keyOf(a)] > 0 {
+		if st.hairpin.get(a) > 0 {
 			out.add = append(out.add, e...)
 		} else {
 			out.del = append(out.del, e...)
@@ -422,7 +362,9 @@ func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Res
 // socket's send buffer could be raised), so that a Service port whose
 // elements do not change is served throughout. The sets of endpoint counts
 // that rs no longer uses stay, unreferenced, with their elements, until
-// the table is next replaced (FlatScript, or FlatFirstSync into no table).
+// they are deleted or the table is next replaced (FlatScript, or
+// FlatFirstSync into no table); the Executor deletes them in the
+// definitions' transaction (it lists the table first).
 func FlatResync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
 	st, t, res := flatTable(rs, opts)
 	return st, FlatLoad{Definitions: t.Redefinitions(), table: t, resync: true}, res

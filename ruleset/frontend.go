@@ -213,34 +213,50 @@ func (r *Ruleset) index() frontendIndex {
 }
 
 // buildIndex makes the frontendIndex of svcs, which are sorted by name.
+// It sorts the destinations of every frontend by frontendKey (without
+// pointers, so that moving them costs the garbage collector nothing), or
+// by Frontend.Compare if one has no key.
 func buildIndex(svcs []*Service) frontendIndex {
 	type entry struct {
-		f Frontend
-		i int // the Service's index in svcs
+		key  frontendKey // of dsts[dest], when keyed
+		svc  int32       // the Service's index in svcs
+		dest int32       // the destination's index in dsts
 	}
+	dsts := make([]Frontend, 0, 3*len(svcs))
 	entries := make([]entry, 0, 3*len(svcs))
-	var fs []Frontend
+	keyed := true
 	for i, s := range svcs {
-		fs = s.appendFrontends(fs[:0])
-		for _, f := range fs {
-			entries = append(entries, entry{f.destination(), i})
+		first := len(dsts)
+		dsts = s.appendFrontends(dsts)
+		for d := first; d < len(dsts); d++ {
+			dsts[d] = dsts[d].destination()
+			k, ok := frontendKeyOf(dsts[d])
+			keyed = keyed && ok
+			entries = append(entries, entry{k, int32(i), int32(d)})
 		}
 	}
-	slices.SortFunc(entries, func(a, b entry) int { return cmp.Or(a.f.Compare(b.f), cmp.Compare(a.i, b.i)) })
-	entries = slices.Compact(entries)
+	if keyed {
+		slices.SortFunc(entries, func(a, b entry) int { return cmp.Or(a.key.compare(b.key), cmp.Compare(a.svc, b.svc)) })
+	} else {
+		slices.SortFunc(entries, func(a, b entry) int {
+			return cmp.Or(dsts[a.dest].Compare(dsts[b.dest]), cmp.Compare(a.svc, b.svc))
+		})
+	}
+	same := func(a, b entry) bool { return a.svc == b.svc && dsts[a.dest] == dsts[b.dest] }
+	entries = slices.CompactFunc(entries, same)
 
 	groups := make([]frontendNames, 0, len(entries))
 	names := make([]servicemap.PortName, len(entries))
 	for i, e := range entries {
-		names[i] = svcs[e.i].Name
+		names[i] = svcs[e.svc].Name
 	}
 	for start := 0; start < len(entries); {
 		end := start + 1
-		for end < len(entries) && entries[end].f == entries[start].f {
+		for end < len(entries) && dsts[entries[end].dest] == dsts[entries[start].dest] {
 			end++
 		}
 		// Capped, so that nothing appends into the next group's names.
-		groups = append(groups, frontendNames{entries[start].f, names[start:end:end]})
+		groups = append(groups, frontendNames{dsts[entries[start].dest], names[start:end:end]})
 		start = end
 	}
 	return treeFromSorted(groups)

@@ -206,10 +206,20 @@ type Datum struct {
 	// is4 marks an IPv4 address in ip (its first 4 bytes); zoned an
 	// address that had a zone, which a Datum does not keep.
 	is4, zoned bool
-	// num is a protocol, port or integer.
-	num uint32
-	ip  [16]byte
+	// ip is an address, or a protocol, port or integer (num) in its first
+	// 4 bytes: a Datum is 21 bytes, and a table's elements hold hundreds
+	// of thousands of them.
+	ip [16]byte
 }
+
+func numDatum(k datumKind, n uint32) Datum {
+	d := Datum{kind: k}
+	binary.LittleEndian.PutUint32(d.ip[:4], n)
+	return d
+}
+
+// num is a protocol, port or integer datum's number.
+func (d Datum) num() uint32 { return binary.LittleEndian.Uint32(d.ip[:4]) }
 
 type datumKind uint8
 
@@ -267,13 +277,13 @@ func Network(p netip.Prefix) Datum {
 }
 
 // Proto is a transport protocol number (6 TCP, 17 UDP, 132 SCTP).
-func Proto(p uint8) Datum { return Datum{kind: datumProto, num: uint32(p)} }
+func Proto(p uint8) Datum { return numDatum(datumProto, uint32(p)) }
 
 // Port is a transport port.
-func Port(p uint16) Datum { return Datum{kind: datumPort, num: uint32(p)} }
+func Port(p uint16) Datum { return numDatum(datumPort, uint32(p)) }
 
 // Int is a 32-bit integer in host byte order (a numgen value).
-func Int(n uint32) Datum { return Datum{kind: datumInt, num: n} }
+func Int(n uint32) Datum { return numDatum(datumInt, n) }
 
 var protoNames = map[uint32]string{6: "tcp", 17: "udp", 132: "sctp"}
 
@@ -293,12 +303,12 @@ func (d Datum) appendTo(b []byte) []byte {
 		}
 		return strconv.AppendUint(append(b, '/'), uint64(d.bits), 10)
 	case datumProto:
-		if n, ok := protoNames[d.num]; ok {
+		if n, ok := protoNames[d.num()]; ok {
 			return append(b, n...)
 		}
-		return strconv.AppendUint(b, uint64(d.num), 10)
+		return strconv.AppendUint(b, uint64(d.num()), 10)
 	case datumPort, datumInt:
-		return strconv.AppendUint(b, uint64(d.num), 10)
+		return strconv.AppendUint(b, uint64(d.num()), 10)
 	}
 	return b
 }
@@ -321,11 +331,11 @@ func (d Datum) appendBytes(b []byte, last bool) []byte {
 		}
 		return b
 	case datumProto:
-		return append(b, byte(d.num), 0, 0, 0)
+		return append(b, byte(d.num()), 0, 0, 0)
 	case datumPort:
-		return append(binary.BigEndian.AppendUint16(b, uint16(d.num)), 0, 0)
+		return append(binary.BigEndian.AppendUint16(b, uint16(d.num())), 0, 0)
 	case datumInt:
-		return binary.NativeEndian.AppendUint32(b, d.num)
+		return binary.NativeEndian.AppendUint32(b, d.num())
 	}
 	return b
 }
@@ -423,7 +433,7 @@ func AddrPort(ds []Datum) (netip.AddrPort, bool) {
 	if len(ds) != 2 || ds[0].kind != datumAddr || ds[1].kind != datumPort {
 		return netip.AddrPort{}, false
 	}
-	return netip.AddrPortFrom(ds[0].addr(), uint16(ds[1].num)), true
+	return netip.AddrPortFrom(ds[0].addr(), uint16(ds[1].num())), true
 }
 
 // AsPrefix is an address, as the prefix of its full length, or a prefix;
@@ -447,7 +457,29 @@ func (d Datum) AsPrefix() (netip.Prefix, bool) {
 func (d Datum) Uint() (uint32, bool) {
 	switch d.kind {
 	case datumProto, datumPort, datumInt:
-		return d.num, true
+		return d.num(), true
 	}
 	return 0, false
+}
+
+// bySet looks up a value per set name for elements one after another:
+// those of one set mostly come in runs, and a run's names are one string,
+// which compares equal without reading its bytes, so a run costs one map
+// lookup.
+type bySet[V any] struct {
+	m          map[string]V
+	last       string
+	v          V
+	ok, cached bool
+}
+
+func lookupBySet[V any](m map[string]V) *bySet[V] { return &bySet[V]{m: m} }
+
+// get is m[set] and whether set is in m.
+func (l *bySet[V]) get(set string) (V, bool) {
+	if !l.cached || set != l.last {
+		l.last, l.cached = set, true
+		l.v, l.ok = l.m[set]
+	}
+	return l.v, l.ok
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -123,6 +124,17 @@ func TestDefinitionsAndNetlinkElements(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"s", "m", "s", "ranges"}, sets); diff != "" {
 		t.Errorf("NetlinkElements' sets (-want +got):\n%s", diff)
+	}
+	// The same elements with the interval set's first: the others are one
+	// run, which NetlinkElements returns without copying.
+	first := testTable()
+	nets := first.Elements[2]
+	first.Elements = append([]Element{nets}, slices.Delete(first.Elements, 2, 3)...)
+	if diff := cmp.Diff(tbl.NetlinkElements(), first.NetlinkElements(), cmp.AllowUnexported(Datum{})); diff != "" {
+		t.Errorf("NetlinkElements of a run (-interleaved +run):\n%s", diff)
+	}
+	if defs := first.Definitions(); defs[len(defs)-len(wantTail):] != wantTail {
+		t.Errorf("Definitions of a run ends with %q, want %q", defs[len(defs)-len(wantTail):], wantTail)
 	}
 	got := netlinkElements(tbl.Elements[4:5], true)
 	want := []gnft.SetElement{{Key: []byte{198, 19, 0, 1, 198, 18, 0, 0}, KeyEnd: []byte{198, 19, 0, 1, 198, 18, 255, 255}}}

@@ -153,9 +153,10 @@ func (b ElementBatch) messages() ([]netlink.Message, error) {
 			sets[s.Name] = s
 		}
 	}
+	encoded := lookupBySet(sets)
 	for _, es := range [][]Element{b.Del, b.Add} {
 		for i := range es {
-			if sets[es[i].Set] == nil {
+			if s, _ := encoded.get(es[i].Set); s == nil {
 				return nil, fmt.Errorf("elements of set %s are not encoded for netlink", es[i].Set)
 			}
 			if es[i].Verdict != nil {
@@ -223,7 +224,7 @@ const messageBytes = 600
 // it; the flushes go with the first), and returns how many it sent. A
 // failure leaves the transactions before it applied.
 func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
-	interval := b.Table.intervalSets()
+	interval := lookupBySet(b.Table.intervalSets())
 	// Every set may start one message that is not full; a full one holds
 	// at least maxMessageBytes/messageBytes elements.
 	budget := c.txBytes - len(b.Table.Sets)*messageBytes
@@ -235,7 +236,8 @@ func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
 		end, bytes := start, 0
 		for end < len(b.Add) {
 			e := &b.Add[end]
-			size := elementBytes(e, interval[e.Set]) + messageBytes*messageBytes/maxMessageBytes
+			isInterval, _ := interval.get(e.Set)
+			size := elementBytes(e, isInterval) + messageBytes*messageBytes/maxMessageBytes
 			if end > start && bytes+size > budget {
 				break
 			}
@@ -271,16 +273,20 @@ func groupBySet(es []Element, interval map[string]bool) []elementGroup {
 	// The elements' indices placed set after set in one array: a first
 	// pass numbers the sets and counts each set's elements, a second puts
 	// them at their set's offset.
+	// A run of one set's elements (one string) costs one map lookup.
 	ids := map[string]int32{}
 	var names []string
 	var count []int
 	setOf := make([]int32, len(es))
+	id := int32(-1)
 	for i := range es {
-		id, ok := ids[es[i].Set]
-		if !ok {
-			id = int32(len(names))
-			ids[es[i].Set] = id
-			names, count = append(names, es[i].Set), append(count, 0)
+		if id < 0 || es[i].Set != names[id] {
+			var ok bool
+			if id, ok = ids[es[i].Set]; !ok {
+				id = int32(len(names))
+				ids[es[i].Set] = id
+				names, count = append(names, es[i].Set), append(count, 0)
+			}
 		}
 		setOf[i] = id
 		count[id]++

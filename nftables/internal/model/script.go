@@ -26,14 +26,7 @@ func (t *Table) Script() string {
 func (t *Table) Definitions() string {
 	var b strings.Builder
 	t.writeDefinitions(&b)
-	encodes := t.netlinkSets()
-	var local []Element
-	for _, e := range t.Elements {
-		if !encodes[e.Set] {
-			local = append(local, e)
-		}
-	}
-	(&Table{Family: t.Family, Name: t.Name, Elements: local}).writeElements(&b, t.Family.String()+" "+t.Name)
+	(&Table{Family: t.Family, Name: t.Name, Elements: t.elements(false)}).writeElements(&b, t.Family.String()+" "+t.Name)
 	return b.String()
 }
 
@@ -54,18 +47,12 @@ func (t *Table) Redefinitions() string {
 	}
 	t.writeRules(&b, fam)
 	encodes := t.netlinkSets()
-	var local []Element
 	for _, s := range t.Sets {
 		if !encodes[s.Name] && !s.Dynamic {
 			b.WriteString("flush set " + fam + " " + s.Name + "\n")
 		}
 	}
-	for _, e := range t.Elements {
-		if !encodes[e.Set] {
-			local = append(local, e)
-		}
-	}
-	(&Table{Family: t.Family, Name: t.Name, Elements: local}).writeElements(&b, fam)
+	(&Table{Family: t.Family, Name: t.Name, Elements: t.elements(false)}).writeElements(&b, fam)
 	return b.String()
 }
 
@@ -83,12 +70,46 @@ func (t *Table) NetlinkSets() []string {
 }
 
 // NetlinkElements are the elements that Definitions leaves out.
-func (t *Table) NetlinkElements() []Element {
-	encodes := t.netlinkSets()
-	out := make([]Element, 0, len(t.Elements))
-	for _, e := range t.Elements {
-		if encodes[e.Set] {
-			out = append(out, e)
+func (t *Table) NetlinkElements() []Element { return t.elements(true) }
+
+// NftElements are the elements that Definitions writes: those of one-field
+// interval sets.
+func (t *Table) NftElements() []Element { return t.elements(false) }
+
+// elements are t's elements that ElementBatch encodes (netlink) or that
+// nft writes (not netlink), in order: a part of t.Elements when they are
+// one run of it (the flat layout puts its configuration first), else a
+// copy. The caller must not modify them.
+func (t *Table) elements(netlink bool) []Element {
+	encodes := lookupBySet(t.netlinkSets())
+	keep := func(e *Element) bool {
+		enc, _ := encodes.get(e.Set)
+		return enc == netlink
+	}
+	start, end := -1, -1
+	for i := range t.Elements {
+		if !keep(&t.Elements[i]) {
+			continue
+		}
+		if start >= 0 && end != i {
+			return t.copyElements(keep)
+		}
+		if start < 0 {
+			start = i
+		}
+		end = i + 1
+	}
+	if start < 0 {
+		return nil
+	}
+	return t.Elements[start:end:end]
+}
+
+func (t *Table) copyElements(keep func(*Element) bool) []Element {
+	var out []Element
+	for i := range t.Elements {
+		if keep(&t.Elements[i]) {
+			out = append(out, t.Elements[i])
 		}
 	}
 	return out

@@ -212,37 +212,73 @@ func (r *Ruleset) index() frontendIndex {
 	return *r.frontends.Load()
 }
 
-// buildIndex makes the frontendIndex of svcs, which are sorted by name.
-// It sorts the destinations of every frontend by frontendKey (without
-// pointers, so that moving them costs the garbage collector nothing), or
-// by Frontend.Compare if one has no key.
-func buildIndex(svcs []*Service) frontendIndex {
-	type entry struct {
-		key  frontendKey // of dsts[dest], when keyed
-		svc  int32       // the Service's index in svcs
-		dest int32       // the destination's index in dsts
-	}
+// destEntry is one frontend of a Service port in sortedDestinations.
+type destEntry struct {
+	key  frontendKey // of the destination, when keyed
+	svc  int32       // the Service's index
+	dest int32       // the destination's index
+	kind FrontendKind
+}
+
+// sortedDestinations returns the destinations of every frontend of svcs
+// (appendFrontends: a frontend a port has twice is there twice), and one
+// entry per frontend, sorted by destination (as Frontend.Compare sorts
+// them) and then by Service. It sorts by frontendKey (without pointers, so
+// that moving them costs the garbage collector nothing), or by
+// Frontend.Compare if one has no key.
+func sortedDestinations(svcs []*Service) ([]Frontend, []destEntry) {
 	dsts := make([]Frontend, 0, 3*len(svcs))
-	entries := make([]entry, 0, 3*len(svcs))
+	entries := make([]destEntry, 0, 3*len(svcs))
 	keyed := true
 	for i, s := range svcs {
 		first := len(dsts)
 		dsts = s.appendFrontends(dsts)
 		for d := first; d < len(dsts); d++ {
+			kind := dsts[d].Kind
 			dsts[d] = dsts[d].destination()
 			k, ok := frontendKeyOf(dsts[d])
 			keyed = keyed && ok
-			entries = append(entries, entry{k, int32(i), int32(d)})
+			entries = append(entries, destEntry{k, int32(i), int32(d), kind})
 		}
 	}
 	if keyed {
-		slices.SortFunc(entries, func(a, b entry) int { return cmp.Or(a.key.compare(b.key), cmp.Compare(a.svc, b.svc)) })
+		slices.SortFunc(entries, func(a, b destEntry) int { return cmp.Or(a.key.compare(b.key), cmp.Compare(a.svc, b.svc)) })
 	} else {
-		slices.SortFunc(entries, func(a, b entry) int {
+		slices.SortFunc(entries, func(a, b destEntry) int {
 			return cmp.Or(dsts[a.dest].Compare(dsts[b.dest]), cmp.Compare(a.svc, b.svc))
 		})
 	}
-	same := func(a, b entry) bool { return a.svc == b.svc && dsts[a.dest] == dsts[b.dest] }
+	return dsts, entries
+}
+
+// SharedDestinations returns the destinations (Frontends without their
+// kind) at which r has frontends of more than one Service port, or of one
+// port through two kinds (an address that is both an external and a
+// load-balancer IP), sorted. Every other frontend of a Service port is its
+// own: Owns is true for it, and ServicesAt names only its port; a renderer
+// of a whole table asks Owns and ServicesAt about the shared ones only. It
+// takes O(n log n) time for n frontends, and does not build the index that
+// ServicesAt and Owns use.
+func (r *Ruleset) SharedDestinations() []Frontend {
+	dsts, entries := sortedDestinations(r.Services())
+	var shared []Frontend
+	for start := 0; start < len(entries); {
+		first, end, one := entries[start], start+1, true
+		for ; end < len(entries) && dsts[entries[end].dest] == dsts[first.dest]; end++ {
+			one = one && entries[end].svc == first.svc && entries[end].kind == first.kind
+		}
+		if !one {
+			shared = append(shared, dsts[first.dest])
+		}
+		start = end
+	}
+	return shared
+}
+
+// buildIndex makes the frontendIndex of svcs, which are sorted by name.
+func buildIndex(svcs []*Service) frontendIndex {
+	dsts, entries := sortedDestinations(svcs)
+	same := func(a, b destEntry) bool { return a.svc == b.svc && dsts[a.dest] == dsts[b.dest] }
 	entries = slices.CompactFunc(entries, same)
 
 	groups := make([]frontendNames, 0, len(entries))

@@ -130,7 +130,7 @@ func genService(t *rapid.T, key types.NamespacedName, family v1.IPFamily) *v1.Se
 		}
 		spec.Ports = append(spec.Ports, sp)
 	}
-	spec.ExternalIPs = subset(t, "externalIPs", "198.19.100.1", "203.0.113.5", "2001:db8:100::1", "2001:db8:101::1")
+	spec.ExternalIPs = subset(t, "externalIPs", "198.19.100.1", "203.0.113.5", "2001:db8:100::1", "2001:db8:101::1", "198.19.200.1")
 	if odd(t, "externalIP") {
 		spec.ExternalIPs = append(spec.ExternalIPs, draw(t, "badExternalIP", "bogus", "0.0.0.0", " 198.19.100.2 ", "::1"))
 	}

@@ -242,7 +242,12 @@ func sortedDestinations(svcs []*Service) ([]Frontend, []destEntry) {
 		}
 	}
 	if keyed {
-		slices.SortFunc(entries, func(a, b destEntry) int { return cmp.Or(a.key.compare(b.key), cmp.Compare(a.svc, b.svc)) })
+		slices.SortFunc(entries, func(a, b destEntry) int {
+			if c := a.key.compare(b.key); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.svc, b.svc)
+		})
 	} else {
 		slices.SortFunc(entries, func(a, b destEntry) int {
 			return cmp.Or(dsts[a.dest].Compare(dsts[b.dest]), cmp.Compare(a.svc, b.svc))

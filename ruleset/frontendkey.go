@@ -50,6 +50,16 @@ func frontendKeyOf(f Frontend) (frontendKey, bool) {
 	}, true
 }
 
+// compare returns as soon as a field differs (cmp.Or would compare all).
 func (k frontendKey) compare(o frontendKey) int {
-	return cmp.Or(cmp.Compare(k.rest>>56, o.rest>>56), cmp.Compare(k.hi, o.hi), cmp.Compare(k.lo, o.lo), cmp.Compare(k.rest, o.rest))
+	if c := cmp.Compare(k.rest>>56, o.rest>>56); c != 0 {
+		return c
+	}
+	if k.hi != o.hi {
+		return cmp.Compare(k.hi, o.hi)
+	}
+	if k.lo != o.lo {
+		return cmp.Compare(k.lo, o.lo)
+	}
+	return cmp.Compare(k.rest, o.rest)
 }

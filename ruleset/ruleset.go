@@ -5,7 +5,6 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"weak"
 
@@ -121,20 +120,11 @@ type Service struct {
 
 func (s *Service) key() portKey { return portKey(s.Name) }
 
-// portKey orders PortNames as PortName.Compare does, comparing only the
-// fields it must.
+// portKey is a PortName as the key of the tree of Services.
 type portKey servicemap.PortName
 
 func (a portKey) Compare(b portKey) int {
-	switch {
-	case a.Namespace != b.Namespace:
-		return strings.Compare(a.Namespace, b.Namespace)
-	case a.Name != b.Name:
-		return strings.Compare(a.Name, b.Name)
-	case a.Port != b.Port:
-		return strings.Compare(a.Port, b.Port)
-	}
-	return strings.Compare(string(a.Protocol), string(b.Protocol))
+	return servicemap.PortName(a).Compare(servicemap.PortName(b))
 }
 
 // UsesFirewall reports whether load-balancer traffic must pass the

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"pgregory.net/rapid"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -373,6 +374,22 @@ func feed(family v1.IPFamily, events []event) (servicemap.Snapshot, endpoints.Sn
 	ss, _ := st.Snapshot()
 	es, _ := et.Snapshot()
 	return ss, es
+}
+
+// genBuilt is the Ruleset of a generated cluster: its family, its history
+// of objects fed in a drawn order, and a Config, drawn in that order; with
+// the Config, the Services' snapshot and Build's warnings.
+func genBuilt(t *rapid.T) (ruleset.Config, servicemap.Snapshot, *ruleset.Ruleset, []svcproxy.Warning) {
+	family := genFamily(t, "family")
+	h := genHistory(t, family)
+	cfg := genConfig(t, family)
+	b, err := ruleset.NewBuilder(cfg)
+	if err != nil {
+		t.Fatalf("NewBuilder: %v", err)
+	}
+	ss, es := feed(family, h.order(t, "order"))
+	rs, warnings := b.Build(ss, es)
+	return cfg, ss, rs, warnings
 }
 
 func genConfig(t *rapid.T, family v1.IPFamily) ruleset.Config {

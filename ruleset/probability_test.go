@@ -170,13 +170,7 @@ func TestProbabilities(t *testing.T) {
 // probability 1/N.
 func TestPropProbabilities(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		family := genFamily(t, "family")
-		h := genHistory(t, family)
-		b, err := ruleset.NewBuilder(genConfig(t, family))
-		if err != nil {
-			t.Fatalf("NewBuilder: %v", err)
-		}
-		rs, _ := b.Build(feed(family, h.order(t, "order")))
+		_, _, rs, _ := genBuilt(t)
 		for _, s := range rs.Services() {
 			for _, ts := range [][]ruleset.Target{s.ClusterTargets, s.LocalTargets} {
 				if len(ts) > 0 {

@@ -116,15 +116,7 @@ func TestPropEveryServicePortOnce(t *testing.T) {
 // Property: the structure of every Service is consistent.
 func TestPropServiceInvariants(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		family := genFamily(t, "family")
-		h := genHistory(t, family)
-		cfg := genConfig(t, family)
-		b, err := ruleset.NewBuilder(cfg)
-		if err != nil {
-			t.Fatalf("NewBuilder: %v", err)
-		}
-		ss, es := feed(family, h.order(t, "order"))
-		rs, warnings := b.Build(ss, es)
+		cfg, ss, rs, warnings := genBuilt(t)
 		for _, s := range rs.Services() {
 			checkService(t, cfg, s, ss, warnings)
 		}

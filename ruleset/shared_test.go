@@ -15,14 +15,7 @@ import (
 // of two kinds; sorted, each once.
 func TestPropSharedDestinations(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		family := genFamily(t, "family")
-		h := genHistory(t, family)
-		b, err := ruleset.NewBuilder(genConfig(t, family))
-		if err != nil {
-			t.Fatalf("NewBuilder: %v", err)
-		}
-		ss, es := feed(family, h.order(t, "order"))
-		rs, _ := b.Build(ss, es)
+		_, _, rs, _ := genBuilt(t)
 		shared := rs.SharedDestinations()
 		if !slices.IsSortedFunc(shared, ruleset.Frontend.Compare) || len(slices.Compact(slices.Clone(shared))) != len(shared) {
 			t.Fatalf("SharedDestinations not sorted, each once: %v", shared)

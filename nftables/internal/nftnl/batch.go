@@ -17,6 +17,8 @@ import (
 	"encoding/binary"
 	"slices"
 	"strconv"
+
+	"github.com/svcproxy/svcproxy/nftables/internal/nlattr"
 )
 
 // Family is the address family of a table: unix.AF_INET or unix.AF_INET6.
@@ -369,45 +371,24 @@ func udataString(typ byte, s string) []byte {
 	return append(append([]byte{typ, byte(len(s) + 1)}, s...), 0)
 }
 
-// attrs builds netlink attributes: native-endian 16-bit length and type,
-// values padded to 4 bytes; numbers inside are big-endian, as nf_tables
-// wants.
+// attrs builds netlink attributes (with nlattr): native-endian 16-bit
+// length and type, values padded to 4 bytes; numbers inside are
+// big-endian, as nf_tables wants.
 type attrs struct{ buf []byte }
 
-const nestedFlag = 0x8000
+func (a *attrs) bytes(typ uint16, v []byte) { a.buf = nlattr.Bytes(a.buf, typ, v) }
 
-func (a *attrs) header(typ uint16, n int) {
-	a.buf = binary.NativeEndian.AppendUint16(a.buf, uint16(4+n))
-	a.buf = binary.NativeEndian.AppendUint16(a.buf, typ)
-}
+func (a *attrs) str(typ uint16, s string) { a.buf = nlattr.String(a.buf, typ, s) }
 
-func (a *attrs) pad() {
-	for len(a.buf)%4 != 0 {
-		a.buf = append(a.buf, 0)
-	}
-}
+func (a *attrs) u32(typ uint16, v uint32) { a.buf = nlattr.U32(a.buf, typ, v) }
 
-func (a *attrs) bytes(typ uint16, v []byte) {
-	a.header(typ, len(v))
-	a.buf = append(a.buf, v...)
-	a.pad()
-}
-
-func (a *attrs) str(typ uint16, s string) {
-	a.header(typ, len(s)+1)
-	a.buf = append(append(a.buf, s...), 0)
-	a.pad()
-}
-
-func (a *attrs) u32(typ uint16, v uint32) { a.bytes(typ, binary.BigEndian.AppendUint32(nil, v)) }
-
-func (a *attrs) u64(typ uint16, v uint64) { a.bytes(typ, binary.BigEndian.AppendUint64(nil, v)) }
+func (a *attrs) u64(typ uint16, v uint64) { a.buf = nlattr.U64(a.buf, typ, v) }
 
 func (a *attrs) nest(typ uint16, body func(*attrs)) {
-	start := len(a.buf)
-	a.header(typ|nestedFlag, 0)
+	var start int
+	a.buf, start = nlattr.Start(a.buf, typ|nlattr.Nested)
 	body(a)
-	binary.NativeEndian.PutUint16(a.buf[start:], uint16(len(a.buf)-start))
+	a.buf = nlattr.End(a.buf, start)
 }
 
 // data is an nft_data attribute holding a value.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/nftables/internal/nlattr"
 )
 
 // Names are the objects of one table, by kind, as knftables'
@@ -176,7 +178,7 @@ func topLevel(b []byte) (map[uint16][]byte, error) {
 		if n < 4 || n > len(b) {
 			return nil, fmt.Errorf("attribute of %d bytes in %d", n, len(b))
 		}
-		as[binary.NativeEndian.Uint16(b[2:])&^nestedFlag] = b[4:n]
+		as[binary.NativeEndian.Uint16(b[2:])&^nlattr.Nested] = b[4:n]
 		b = b[min(len(b), (n+3)&^3):]
 	}
 	return as, nil

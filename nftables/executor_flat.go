@@ -131,13 +131,13 @@ func (e *Executor) resyncFlat(ctx context.Context, rs *ruleset.Ruleset, existing
 	if err := e.nft.Run(ctx, tx); err != nil {
 		return outcome{}, fmt.Errorf("resync of the flat layout, definitions: %w", err)
 	}
-	n, err := e.flatNL.Load(FlatLoad{table: t, resync: true})
+	n, elements, err := e.flatNL.load(FlatLoad{table: t, resync: true})
 	if err != nil {
 		return outcome{}, fmt.Errorf("resync of the flat layout, elements over netlink: %w", err)
 	}
 	e.last, e.flatState = rs, st
 	res := outcome{full: true, warnings: rendered.Warnings}
-	res.Operations, res.Transactions, res.Netlink = tx.NumOperations()+len(t.NetlinkElements()), 1+n, true
+	res.Operations, res.Transactions, res.Netlink = tx.NumOperations()+elements, 1+n, true
 	return res, nil
 }
 
@@ -190,13 +190,13 @@ func (e *Executor) loadFlat(ctx context.Context, rs *ruleset.Ruleset) (outcome, 
 		return outcome{full: true}, fmt.Errorf("nftables: full sync of the flat layout, definitions: %w", err)
 	}
 	load := FlatLoad{table: t}
-	n, err := e.flatNL.Load(load)
+	n, elements, err := e.flatNL.load(load)
 	if err != nil {
 		return outcome{full: true}, fmt.Errorf("nftables: full sync of the flat layout, elements over netlink: %w", err)
 	}
 	e.last, e.flatState = rs, st
 	res := outcome{full: true, warnings: rendered.Warnings}
-	res.Operations, res.Transactions, res.Netlink = tx.NumOperations()+len(t.NetlinkElements()), 1+n, n > 0
+	res.Operations, res.Transactions, res.Netlink = tx.NumOperations()+elements, 1+n, n > 0
 	return res, nil
 }
 

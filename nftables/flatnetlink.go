@@ -37,9 +37,16 @@ func (n *FlatNetlink) Apply(ch FlatChanges) error {
 // FlatResync, after flushing the sets that hold them), and returns the
 // number of transactions it took.
 func (n *FlatNetlink) Load(l FlatLoad) (int, error) {
+	tx, _, err := n.load(l)
+	return tx, err
+}
+
+// load is Load, also returning the number of elements it sent.
+func (n *FlatNetlink) load(l FlatLoad) (tx, elements int, err error) {
 	b := model.ElementBatch{Table: l.table, Add: l.table.NetlinkElements()}
 	if l.resync {
 		b.Flush = l.table.NetlinkSets()
 	}
-	return n.conn.SendInChunks(b)
+	tx, err = n.conn.SendInChunks(b)
+	return tx, len(b.Add), err
 }

@@ -183,6 +183,16 @@ func (s *Set) IsMap() bool { return len(s.Value) > 0 || len(s.ValueType) > 0 }
 // Element is one element of a named set or map: one Datum per field of the
 // set's Key (and of its Value for a data map, or a Verdict for a verdict
 // map). In an interval set, the last key field may be a prefix.
+//
+// An Element with Rows above 0 is a block: it stands for Rows elements of
+// Set, each with the block's Comment, whose keys all start with Key. Row
+// i's key is Key followed by row i's part of RowKeys, its value row i's
+// part of Value; the parts are equal, len(RowKeys)/Rows and len(Value)/Rows
+// data each. A block has no Verdict, and is not in a one-field interval
+// set. A renderer writes many elements that differ in a field or two (a
+// frontend's targets, numbered 0…N−1) as one block, whose data it can
+// share with other blocks, instead of an element each; Expand makes
+// elements of the rows.
 type Element struct {
 	Set     string
 	Key     []Datum
@@ -192,6 +202,8 @@ type Element struct {
 	// Renderers may share one Verdict between elements: it is not
 	// modified.
 	Verdict *Verdict
+	Rows    int
+	RowKeys []Datum
 }
 
 // Datum is one field of an element key or value. It holds no pointer, so

@@ -162,6 +162,9 @@ func (b ElementBatch) messages() ([]netlink.Message, error) {
 			if es[i].Verdict != nil {
 				return nil, fmt.Errorf("element of %s: verdicts are not encoded for netlink", es[i].Set)
 			}
+			if e := &es[i]; e.Rows < 0 || e.Rows > 0 && (len(e.RowKeys)%e.Rows != 0 || len(e.Value)%e.Rows != 0) {
+				return nil, fmt.Errorf("block of %s: %d rows of %d key and %d value data", e.Set, e.Rows, len(e.RowKeys), len(e.Value))
+			}
 		}
 	}
 	family := byte(unix.AF_INET)
@@ -200,13 +203,15 @@ func (t *Table) intervalSets() map[string]bool {
 // list is one attribute, whose length must fit in 16 bits.
 const maxMessageBytes = 60000
 
-// elementBytes bounds the bytes of e in a netlink message as
+// rowBytes bounds the bytes of one of the elements that e stands for (all
+// of a block's rows have the same size) in a netlink message as
 // github.com/google/nftables encodes it: the nested key (and the last key
 // in an interval set), the value, the comment as user data, and their
 // attribute headers.
-func elementBytes(e *Element, interval bool) int {
-	key := dataBytes(e.Key)
-	n := 64 + key + dataBytes(e.Value) + len(e.Comment)
+func rowBytes(e *Element, interval bool) int {
+	rowKey, value := e.row(0)
+	key := dataBytes(e.Key) + dataBytes(rowKey)
+	n := 64 + key + dataBytes(value) + len(e.Comment)
 	if interval {
 		n += key
 	}
@@ -222,53 +227,92 @@ const messageBytes = 600
 // none) in as few transactions as the socket's send buffer takes (one for
 // the elements of 100,000 Services × 10 endpoints when Dial could raise
 // it; the flushes go with the first), and returns how many it sent. A
-// failure leaves the transactions before it applied.
+// block may be split between transactions. A failure leaves the
+// transactions before it applied.
 func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
-	interval := lookupBySet(b.Table.intervalSets())
-	// Every set may start one message that is not full; a full one holds
-	// at least maxMessageBytes/messageBytes elements.
-	budget := c.txBytes - len(b.Table.Sets)*messageBytes
-	n := 0
 	if len(b.Add) == 0 && len(b.Flush) > 0 {
 		return 1, c.Send(b)
 	}
-	for start := 0; start < len(b.Add); {
-		end, bytes := start, 0
-		for end < len(b.Add) {
-			e := &b.Add[end]
-			isInterval, _ := interval.get(e.Set)
-			size := elementBytes(e, isInterval) + messageBytes*messageBytes/maxMessageBytes
-			if end > start && bytes+size > budget {
-				break
-			}
-			bytes += size
-			end++
-		}
-		chunk := ElementBatch{Table: b.Table, Add: b.Add[start:end]}
-		if start == 0 {
+	// Every set may start one message that is not full; a full one holds
+	// at least maxMessageBytes/messageBytes elements.
+	budget := c.txBytes - len(b.Table.Sets)*messageBytes
+	chunks := b.Table.chunks(b.Add, budget)
+	for n, add := range chunks {
+		chunk := ElementBatch{Table: b.Table, Add: add}
+		if n == 0 {
 			chunk.Flush = b.Flush
 		}
 		if err := c.Send(chunk); err != nil {
 			return n, err
 		}
-		n++
-		start = end
 	}
-	return n, nil
+	return len(chunks), nil
 }
 
-// elementGroup is the elements of one message: those of es at index, all
-// of set, bytes (elementBytes) together.
+// chunks splits es into runs of at most budget bytes of messages, each
+// with at least one element (or a block's row), splitting blocks between
+// rows where they do not fit: es itself when it fits whole.
+func (t *Table) chunks(es []Element, budget int) [][]Element {
+	interval := lookupBySet(t.intervalSets())
+	size := func(e *Element) int {
+		isInterval, _ := interval.get(e.Set)
+		return rowBytes(e, isInterval) + messageBytes*messageBytes/maxMessageBytes
+	}
+	total := 0
+	for i := range es {
+		total += size(&es[i]) * es[i].Len()
+	}
+	if total <= budget {
+		return [][]Element{es}
+	}
+	var out [][]Element
+	var cur []Element
+	bytes := 0
+	for i := range es {
+		e, row := es[i], size(&es[i])
+		for {
+			if n := e.Len(); bytes+row*n <= budget || len(cur) == 0 && e.Rows == 0 {
+				cur, bytes = append(cur, e), bytes+row*n
+				break
+			}
+			fit := (budget - bytes) / row
+			if fit <= 0 && len(cur) > 0 {
+				out, cur, bytes = append(out, cur), nil, 0
+				continue
+			}
+			// A block's rows that fit (at least one) close the chunk; the
+			// others are the block that starts the next.
+			if fit = max(fit, 1); fit >= e.Rows {
+				out, cur, bytes = append(out, append(cur, e)), nil, 0
+				break
+			}
+			out, cur, bytes = append(out, append(cur, e.rows(0, fit))), nil, 0
+			e = e.rows(fit, e.Rows)
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// elementGroup is the elements of one message: parts of elements of es,
+// all of set, bytes (rowBytes) together.
 type elementGroup struct {
 	set   string
-	index []int32
+	parts []elementPart
 	bytes int
 }
 
+// elementPart is rows [from, to) of the element of es at index i: of a
+// block, or row 0 of an element that is not one.
+type elementPart struct{ i, from, to int32 }
+
 // groupBySet splits elements into messages: the elements of each set, in
 // the order in which the sets first appear and each set's in their order,
-// in runs of at most maxMessageBytes. The kernel applies a transaction
-// whole, so the order of its additions does not matter.
+// in runs of at most maxMessageBytes (a block split between rows where it
+// does not fit). The kernel applies a transaction whole, so the order of
+// its additions does not matter.
 func groupBySet(es []Element, interval map[string]bool) []elementGroup {
 	// The elements' indices placed set after set in one array: a first
 	// pass numbers the sets and counts each set's elements, a second puts
@@ -301,21 +345,40 @@ func groupBySet(es []Element, interval map[string]bool) []elementGroup {
 		offset[id]++
 	}
 	var groups []elementGroup
-	for start := 0; start < len(sorted); {
-		id := setOf[sorted[start]]
-		isInterval := interval[names[id]]
-		end, bytes := start+1, elementBytes(&es[sorted[start]], isInterval)
-		for end < len(sorted) && setOf[sorted[end]] == id {
-			size := elementBytes(&es[sorted[end]], isInterval)
-			if bytes+size > maxMessageBytes {
-				break
-			}
-			bytes += size
-			end++
+	parts := make([]elementPart, 0, len(es))
+	var g elementGroup
+	first := 0 // g's first part in parts
+	closeGroup := func() {
+		if len(parts) > first {
+			g.parts = parts[first:len(parts):len(parts)]
+			groups = append(groups, g)
 		}
-		groups = append(groups, elementGroup{set: names[id], index: sorted[start:end:end], bytes: bytes})
-		start = end
+		first, g = len(parts), elementGroup{}
 	}
+	for _, i := range sorted {
+		e := &es[i]
+		if e.Set != g.set {
+			closeGroup()
+			g.set = e.Set
+		}
+		row := rowBytes(e, interval[e.Set])
+		for from, n := 0, e.Len(); from < n; {
+			fit := min(n-from, (maxMessageBytes-g.bytes)/row)
+			if fit <= 0 {
+				if len(parts) > first {
+					set := g.set
+					closeGroup()
+					g.set = set
+					continue
+				}
+				fit = 1 // alone, over the bound
+			}
+			parts = append(parts, elementPart{i, int32(from), int32(from + fit)})
+			g.bytes += fit * row
+			from += fit
+		}
+	}
+	closeGroup()
 	return groups
 }
 

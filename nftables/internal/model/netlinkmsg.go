@@ -51,8 +51,13 @@ func elementsMessage(typ uint16, family byte, table string, es []Element, g elem
 	data = nlattr.End(binary.BigEndian.AppendUint32(data, 0), start)
 	data = nlattr.String(data, unix.NFTA_SET_TABLE, table)
 	data, list := nlattr.Start(data, unix.NFTA_SET_ELEM_LIST_ELEMENTS|unix.NLA_F_NESTED)
-	for n, i := range g.index {
-		data = appendElement(data, uint16(n+1), &es[i], interval)
+	n := uint16(0)
+	for _, p := range g.parts {
+		e := &es[p.i]
+		for r := p.from; r < p.to; r++ {
+			n++
+			data = appendElement(data, n, e, int(r), interval)
+		}
 	}
 	return netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | typ), Flags: netlink.Request | netlink.Acknowledge | netlink.Create},
@@ -60,15 +65,17 @@ func elementsMessage(typ uint16, family byte, table string, es []Element, g elem
 	}
 }
 
-// appendElement appends e as the index'th attribute of an element list.
-func appendElement(buf []byte, index uint16, e *Element, interval bool) []byte {
+// appendElement appends row r of e (a block's, or e itself) as the
+// index'th attribute of an element list.
+func appendElement(buf []byte, index uint16, e *Element, r int, interval bool) []byte {
+	rowKey, value := e.row(r)
 	buf, start := nlattr.Start(buf, index|unix.NLA_F_NESTED)
-	buf = appendDataAttr(buf, unix.NFTA_SET_ELEM_KEY, e.Key, false)
+	buf = appendDataAttr(buf, unix.NFTA_SET_ELEM_KEY, e.Key, rowKey, false)
 	if interval {
-		buf = appendDataAttr(buf, attrElemKeyEnd, e.Key, true)
+		buf = appendDataAttr(buf, attrElemKeyEnd, e.Key, rowKey, true)
 	}
-	if len(e.Value) > 0 {
-		buf = appendDataAttr(buf, unix.NFTA_SET_ELEM_DATA, e.Value, false)
+	if len(value) > 0 {
+		buf = appendDataAttr(buf, unix.NFTA_SET_ELEM_DATA, value, nil, false)
 	}
 	if e.Comment != "" {
 		var udata int
@@ -79,19 +86,25 @@ func appendElement(buf []byte, index uint16, e *Element, interval bool) []byte {
 	return nlattr.End(buf, start)
 }
 
-// appendDataAttr appends a nested nft_data attribute holding the fields ds,
-// concatenated and padded to 4 bytes each; one field is not a
-// concatenation and has its own length (a port's 2 bytes, a protocol's 1).
-// last encodes a prefix's last address.
-func appendDataAttr(buf []byte, typ uint16, ds []Datum, last bool) []byte {
+// appendDataAttr appends a nested nft_data attribute holding the fields
+// of head and then tail, concatenated and padded to 4 bytes each; one
+// field is not a concatenation and has its own length (a port's 2 bytes, a
+// protocol's 1). last encodes a prefix's last address.
+func appendDataAttr(buf []byte, typ uint16, head, tail []Datum, last bool) []byte {
 	buf, nested := nlattr.Start(buf, typ|unix.NLA_F_NESTED)
 	buf, start := nlattr.Start(buf, attrDataValue)
 	value := len(buf)
-	for _, d := range ds {
+	for _, d := range head {
 		buf = d.appendBytes(buf, last)
 	}
-	if len(ds) == 1 {
-		buf = buf[:value+ds[0].size()]
+	for _, d := range tail {
+		buf = d.appendBytes(buf, last)
+	}
+	switch {
+	case len(head) == 1 && len(tail) == 0:
+		buf = buf[:value+head[0].size()]
+	case len(head) == 0 && len(tail) == 1:
+		buf = buf[:value+tail[0].size()]
 	}
 	return nlattr.End(nlattr.End(buf, start), nested)
 }

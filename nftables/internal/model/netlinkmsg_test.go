@@ -50,9 +50,13 @@ func netlinkElements(es []Element, interval bool) []gnft.SetElement {
 func groupElements(es []Element, interval map[string]bool) [][]Element {
 	var out [][]Element
 	for _, g := range groupBySet(es, interval) {
-		group := make([]Element, len(g.index))
-		for n, i := range g.index {
-			group[n] = es[i]
+		var group []Element
+		for _, p := range g.parts {
+			if e := &es[p.i]; e.Rows > 0 {
+				group = append(group, Expand([]Element{e.rows(int(p.from), int(p.to))})...)
+			} else {
+				group = append(group, *e)
+			}
 		}
 		out = append(out, group)
 	}
@@ -116,6 +120,7 @@ func TestMessagesAsGoogleNftables(t *testing.T) {
 		{Set: "ports", Key: []Datum{Addr(netip.MustParseAddr("2001:db8:19::1")), Port(80)}, Value: []Datum{Port(8080)}},
 	}
 	big := flatLikeTable(400) // the targets in more than one message
+	blocks := flatLikeBlocks(40, 700)
 	for _, c := range []struct {
 		name string
 		b    ElementBatch
@@ -123,6 +128,7 @@ func TestMessagesAsGoogleNftables(t *testing.T) {
 		{"IPv4, several messages per set, flushes and deletions", ElementBatch{Table: big, Flush: []string{"pairs", "targets"},
 			Del: big.Elements[:5], Add: big.Elements}},
 		{"IPv6, interval concatenation and a one-field value", ElementBatch{Table: v6, Del: v6.Elements[1:], Add: v6.Elements}},
+		{"blocks, one split between messages", ElementBatch{Table: blocks, Del: blocks.Elements[:3], Add: blocks.Elements}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want := googleMessages(t, c.b)

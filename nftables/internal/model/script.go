@@ -194,20 +194,15 @@ func (t *Table) writeElements(b *strings.Builder, fam string) {
 	var line []byte
 	for _, set := range order {
 		line = append(line[:0], "add element "+fam+" "+set+" { "...)
-		for n, i := range bySet[set] {
+		n := 0
+		for _, i := range bySet[set] {
 			e := &t.Elements[i]
-			if n > 0 {
-				line = append(line, ", "...)
-			}
-			line = appendData(line, e.Key)
-			if e.Comment != "" {
-				line = append(append(append(line, ` comment "`...), strings.ReplaceAll(e.Comment, `"`, "'")...), '"')
-			}
-			if len(e.Value) > 0 {
-				line = appendData(append(line, " : "...), e.Value)
-			}
-			if e.Verdict != nil {
-				line = e.Verdict.appendText(append(line, " : "...))
+			comment := strings.ReplaceAll(e.Comment, `"`, "'")
+			for r := range e.Len() {
+				if n++; n > 1 {
+					line = append(line, ", "...)
+				}
+				line = e.appendRowText(line, r, comment)
 			}
 		}
 		b.Write(append(line, " }\n"...))
@@ -233,3 +228,24 @@ func commentClause(c string) string {
 // quote makes a comment an nft string: nft has no escape for a double
 // quote, so one becomes a single quote.
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, "'") + `"` }
+
+// appendRowText appends row r of e (a block's, or e itself) as nft writes
+// an element, with comment, e's comment made an nft string's content.
+func (e *Element) appendRowText(b []byte, r int, comment string) []byte {
+	rowKey, value := e.row(r)
+	b = appendData(b, e.Key)
+	if len(e.Key) > 0 && len(rowKey) > 0 {
+		b = append(b, " . "...)
+	}
+	b = appendData(b, rowKey)
+	if comment != "" {
+		b = append(append(append(b, ` comment "`...), comment...), '"')
+	}
+	if len(value) > 0 {
+		b = appendData(append(b, " : "...), value)
+	}
+	if e.Verdict != nil {
+		b = e.Verdict.appendText(append(b, " : "...))
+	}
+	return b
+}

@@ -21,7 +21,7 @@ func (t *Table) Objects() []knftables.Object {
 	for _, c := range t.Chains {
 		objs = append(objs, t.RuleObjects(c)...)
 	}
-	for _, e := range t.Elements {
+	for _, e := range Expand(t.Elements) {
 		objs = append(objs, t.ElementObject(e))
 	}
 	return objs
@@ -119,7 +119,8 @@ func (r Rule) AppendText(b []byte) []byte {
 	return b
 }
 
-// ElementObject is the knftables Element of e.
+// ElementObject is the knftables Element of e, which is not a block (see
+// Expand).
 func (t *Table) ElementObject(e Element) *knftables.Element {
 	ke := &knftables.Element{Family: t.knftFamily(), Table: t.Name, Comment: optional(e.Comment)}
 	fields := elementStrings(e)

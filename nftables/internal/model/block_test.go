@@ -1,0 +1,113 @@
+package model
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+)
+
+// flatLikeBlocks is flatLikeTable with each Service's targets and pairs
+// written as blocks, and one more Service, with rows targets, whose block
+// needs more than one message.
+func flatLikeBlocks(services, rows int) *Table {
+	t := flatLikeTable(0)
+	addr := func(net byte, i int) Datum {
+		return Addr(netip.AddrFrom4([4]byte{198, net, byte(i >> 8), byte(i)}))
+	}
+	indices := make([]Datum, max(rows, 10))
+	for i := range indices {
+		indices[i] = Int(uint32(i))
+	}
+	for s := range services + 1 {
+		n := 10
+		if s == services {
+			n = rows
+		}
+		comment := fmt.Sprintf("namespace-%d/service-%d:http/TCP", s%100, s)
+		frontend := []Datum{addr(19, s), Proto(6), Port(80)}
+		var values, pairs []Datum
+		for i := range n {
+			ep := addr(18, 10*s+i)
+			values, pairs = append(values, ep, Port(8080)), append(pairs, ep, ep)
+		}
+		t.Elements = append(t.Elements,
+			Element{Set: "frontends", Key: frontend, Comment: comment},
+			Element{Set: "targets", Key: frontend, Rows: n, RowKeys: indices[:n], Value: values, Comment: comment},
+			Element{Set: "pairs", Rows: n, RowKeys: pairs})
+	}
+	return t
+}
+
+// TestBlockRows: a block's rows are the elements it stands for, in text
+// and as knftables objects, and Count counts them.
+func TestBlockRows(t *testing.T) {
+	blocks := flatLikeBlocks(3, 12)
+	rows := &Table{Family: blocks.Family, Name: blocks.Name, Sets: blocks.Sets, Elements: Expand(blocks.Elements)}
+	if got, want := len(rows.Elements), 3*(1+10+10)+1+12+12; got != want || Count(blocks.Elements) != want {
+		t.Fatalf("%d elements expanded, Count %d; want %d", got, Count(blocks.Elements), want)
+	}
+	e := rows.Elements[1+10+3] // Service 0's pair 3
+	if e.Set != "pairs" || fmt.Sprint(e.Key) != "[198.18.0.3 198.18.0.3]" || e.Value != nil {
+		t.Errorf("pair 3: %+v", e)
+	}
+	e = rows.Elements[2] // Service 0's target 1
+	if e.Set != "targets" || fmt.Sprint(e.Key, e.Value) != "[198.19.0.0 tcp 80 1] [198.18.0.1 8080]" {
+		t.Errorf("target 1: %+v", e)
+	}
+	if diff := cmp.Diff(rows.Script(), blocks.Script()); diff != "" {
+		t.Errorf("script of blocks (-rows +blocks):\n%s", diff)
+	}
+	if diff := cmp.Diff(objectsText(rows), objectsText(blocks)); diff != "" {
+		t.Errorf("objects of blocks (-rows +blocks):\n%s", diff)
+	}
+}
+
+// objectsText is the text of a transaction that adds t's Objects.
+func objectsText(t *Table) string {
+	tx := knftables.NewFake(t.knftFamily(), t.Name).NewTransaction()
+	for _, o := range t.Objects() {
+		tx.Add(o)
+	}
+	return tx.String()
+}
+
+// TestChunks: chunks splits elements into runs within the budget, a block
+// between rows where it does not fit, and their rows are the elements', in
+// order; all of them fit in one run when the budget allows.
+func TestChunks(t *testing.T) {
+	blocks := flatLikeBlocks(20, 300)
+	want := Expand(blocks.Elements)
+	size := func(es []Element) int {
+		bytes := 0
+		for i := range es {
+			bytes += es[i].Len() * (rowBytes(&es[i], false) + messageBytes*messageBytes/maxMessageBytes)
+		}
+		return bytes
+	}
+	row, maxRow, total := size(want[1:2]), 0, size(want)
+	for i := range want {
+		maxRow = max(maxRow, size(want[i:i+1]))
+	}
+	for _, budget := range []int{1, 7 * row, 100 * row, 1 << 30} {
+		chunks := blocks.chunks(blocks.Elements, budget)
+		var got []Element
+		for _, c := range chunks {
+			if bytes := size(c); bytes > max(budget, maxRow) {
+				t.Errorf("budget %d: a chunk of %d bytes", budget, bytes)
+			}
+			got = append(got, Expand(c)...)
+		}
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(Datum{})); diff != "" {
+			t.Errorf("budget %d: rows of the chunks (-want +got):\n%s", budget, diff)
+		}
+		if budget == 1<<30 && len(chunks) != 1 {
+			t.Errorf("budget %d: %d chunks", budget, len(chunks))
+		}
+		if len(chunks) < total/max(budget, maxRow) {
+			t.Errorf("budget %d: %d chunks for %d bytes", budget, len(chunks), total)
+		}
+	}
+}

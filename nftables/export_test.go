@@ -3,10 +3,12 @@ package nftables
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -143,3 +145,23 @@ func ChunkedChanges(newTx func() *knftables.Transaction, old, new *ruleset.Rules
 // LimitFlatTransactions bounds the transactions of n to bytes, as a
 // socket whose send buffer could not be raised.
 func LimitFlatTransactions(n *FlatNetlink, bytes int) { n.conn.LimitTransactions(bytes) }
+
+// FlatSplitDiff renders the whole flat table of rs with its Service ports
+// in one range and split into k, and describes the first difference of
+// script, warnings or state, or returns "".
+func FlatSplitDiff(rs *ruleset.Ruleset, opts Options, k int) string {
+	st1, t1, r1 := flatTableIn(rs, opts, parallel.Split(rs.Len(), 1))
+	stk, tk, rk := flatTableIn(rs, opts, parallel.Split(rs.Len(), k))
+	switch {
+	case t1.Script() != tk.Script():
+		return fmt.Sprintf("script in one range:\n%s\nin %d:\n%s", t1.Script(), k, tk.Script())
+	case fmt.Sprint(r1.Warnings) != fmt.Sprint(rk.Warnings):
+		return fmt.Sprintf("warnings in one range %v, in %d %v", r1.Warnings, k, rk.Warnings)
+	case !maps.Equal(st1.counts, stk.counts), !maps.Equal(st1.affinity, stk.affinity):
+		return fmt.Sprintf("counts in one range %v %v, in %d %v %v", st1.counts, st1.affinity, k, stk.counts, stk.affinity)
+	case !slices.Equal(st1.hairpin.v4.keys, stk.hairpin.v4.keys), !slices.Equal(st1.hairpin.v4.uses, stk.hairpin.v4.uses),
+		!slices.Equal(st1.hairpin.v6.keys, stk.hairpin.v6.keys), !slices.Equal(st1.hairpin.v6.uses, stk.hairpin.v6.uses):
+		return fmt.Sprintf("hairpin uses in one range %v, in %d %v", st1.hairpin, k, stk.hairpin)
+	}
+	return ""
+}

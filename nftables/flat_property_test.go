@@ -55,6 +55,21 @@ func TestFlatMatchesTrace(t *testing.T) {
 	})
 }
 
+// TestFlatSplitMatchesOneRange: the whole flat table of a random cluster,
+// rendered with its Service ports split into ranges (as on several
+// processors), is the one rendered in one range: the same script, warnings
+// and state.
+func TestFlatSplitMatchesOneRange(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg, opts, p, _ := genEvalConfig(t)
+		rs := genCluster(t, cfg, p)
+		k := rapid.IntRange(2, 6).Draw(t, "ranges")
+		if diff := nftables.FlatSplitDiff(rs, opts, k); diff != "" {
+			t.Fatal(diff)
+		}
+	})
+}
+
 // TestFlatIncrementalMatchesFull: after random changes, RenderFlatChanges
 // applied to a Fake that holds the old table gives what RenderFlat of the
 // new Ruleset gives, in transactions the kernel would accept.

@@ -148,19 +148,17 @@ func (r *flatRenderer) affinityWarnings(s *ruleset.Service) []svcproxy.Warning {
 }
 
 // affinityTargets adds what a frontend of s with affinity needs, besides
-// its group's elements: its gate in the group, its current targets for
-// the sources that the group serves, and its timeout.
-func (r *flatRenderer) affinityTargets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, targets []ruleset.Target, comment string) {
+// its group's elements: its gate in the group, its current targets
+// (targets, s's LocalTargets when local) for the sources that the group
+// serves, and its timeout.
+func (r *flatRenderer) affinityTargets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, targets []ruleset.Target, local bool, comment string) {
 	proto := protoNumber(s.Name.Protocol)
 	timeout := uint32(s.Affinity.Seconds())
 	p.affinity = append(p.affinity, affinityClass{group: g, proto: proto, timeout: timeout})
 	p.elements = append(p.elements, model.Element{Set: affinityGateSet(g, proto), Key: key, Comment: comment})
 	for _, c := range g.sourceClasses() {
-		set := affinityTargetSet(g.nodePort(), c)
-		for _, t := range targets {
-			k := append(slices.Clip(key), model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
-			p.elements = append(p.elements, model.Element{Set: set, Key: k, Comment: comment})
-		}
+		p.elements = append(p.elements, model.Element{Set: affinityTargetSet(g.nodePort(), c), Key: key,
+			Rows: len(targets), RowKeys: p.targetValues(targets, local), Comment: comment})
 	}
 	once := []model.Element{{Set: affinityTimeoutSet(g.nodePort(), timeout), Key: key, Comment: comment}}
 	if r.family == model.IPv6 {

@@ -10,7 +10,7 @@ import (
 // addrCounts counts the uses of endpoint addresses, IPv4 addresses under
 // their 32 bits and IPv6 addresses under their 16 bytes (as two uint64s,
 // which compare fast). Counted whole
-// (countAll), the uses are two sorted arrays, made in one pass; uses added
+// (countSorted), the uses are two sorted arrays, made in one pass; uses added
 // later go into a map of changes, which is merged into the arrays when it
 // grows past half their length (in O(n), so O(1) amortized per change). Filling a hash map with the addresses of a
 // whole table costs a cache miss per address, a sort does not.
@@ -47,10 +47,8 @@ func v4Addr(k uint32) netip.Addr {
 
 var compare4 = cmp.Compare[uint32]
 
-// countAll counts every use in addrs (one per element, repeats counted),
-// and returns the addresses in use, as netip.Addr.Compare sorts them (IPv4
-// before IPv6).
-func countAll(addrs []netip.Addr) (addrCounts, []netip.Addr) {
+// sortedKeys are the keys of addrs, a use each (repeats kept), sorted.
+func sortedKeys(addrs []netip.Addr) ([]uint32, []v6Key) {
 	var k4 []uint32
 	var k6 []v6Key
 	if len(addrs) > 0 && addrs[0].Is4() {
@@ -67,6 +65,33 @@ func countAll(addrs []netip.Addr) (addrCounts, []netip.Addr) {
 	}
 	slices.Sort(k4)
 	slices.SortFunc(k6, compare6)
+	return k4, k6
+}
+
+// mergeSorted merges two sorted slices into one, sorted; it may return a
+// or b itself when the other is empty.
+func mergeSorted[K any](a, b []K, cmp func(x, y K) int) []K {
+	switch {
+	case len(a) == 0:
+		return b
+	case len(b) == 0:
+		return a
+	}
+	out := make([]K, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if cmp(b[0], a[0]) < 0 {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+// countSorted counts every use in the sorted keys k4 and k6 (a use each,
+// as sortedKeys gives them), and returns the addresses in use, as
+// netip.Addr.Compare sorts them (IPv4 before IPv6).
+func countSorted(k4 []uint32, k6 []v6Key) (addrCounts, []netip.Addr) {
 	c := addrCounts{v4: fromSorted(k4), v6: fromSorted(k6)}
 	out := make([]netip.Addr, 0, len(c.v4.keys)+len(c.v6.keys))
 	for _, k := range c.v4.keys {
@@ -106,7 +131,7 @@ type sortedCounts[K comparable] struct {
 // fromSorted counts the keys of sorted, in which a key is repeated once
 // per use.
 func fromSorted[K comparable](sorted []K) sortedCounts[K] {
-	var c sortedCounts[K]
+	c := sortedCounts[K]{keys: make([]K, 0, len(sorted)), uses: make([]int32, 0, len(sorted))}
 	for _, k := range sorted {
 		if n := len(c.keys); n > 0 && c.keys[n-1] == k {
 			c.uses[n-1]++

@@ -33,6 +33,8 @@ type flatPort struct {
 	// frontendStart is the index in elements of the first element of the
 	// frontend being rendered.
 	frontendStart int
+	// numbers are the data 0, 1, … (indices).
+	numbers []model.Datum
 	// arena is where the elements' keys and values are carved from, in
 	// chunks of at least arenaChunk data (0: as many as asked).
 	arena      []model.Datum
@@ -186,19 +188,22 @@ func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key
 	k := groupN{group: g, n: len(targets), proto: protoNumber(s.Name.Protocol)}
 	p.groups = append(p.groups, k)
 	names := r.names(k)
-	p.elements = append(p.elements, model.Element{Set: names.set, Key: key, Comment: comment})
-	set := names.targets
 	values := p.targetValues(targets, local)
-	// One backing array for the keys of all targets.
-	keys := p.datums(len(targets) * (len(key) + 1))
-	for i := range targets {
-		keys = append(append(keys, key...), model.Int(uint32(i)))
-		row := keys[len(keys)-len(key)-1:]
-		p.elements = append(p.elements, model.Element{Set: set, Key: row[:len(row):len(row)], Value: values[2*i : 2*i+2 : 2*i+2], Comment: comment})
-	}
+	p.elements = append(p.elements,
+		model.Element{Set: names.set, Key: key, Comment: comment},
+		model.Element{Set: names.targets, Key: key, Rows: len(targets), RowKeys: p.indices(len(targets)), Value: values, Comment: comment})
 	if r.rendersAffinity(s) {
-		r.affinityTargets(p, s, g, key, targets, comment)
+		r.affinityTargets(p, s, g, key, targets, local, comment)
 	}
+}
+
+// indices are the data 0…n−1 (model.Int), the row keys of a block of n
+// targets; p's blocks share them.
+func (p *flatPort) indices(n int) []model.Datum {
+	for i := len(p.numbers); i < n; i++ {
+		p.numbers = append(p.numbers, model.Int(uint32(i)))
+	}
+	return p.numbers[:n:n]
 }
 
 // targetValues are the map values (address, port) of targets, the

@@ -48,5 +48,5 @@ func (n *FlatNetlink) load(l FlatLoad) (tx, elements int, err error) {
 		b.Flush = l.table.NetlinkSets()
 	}
 	tx, err = n.conn.SendInChunks(b)
-	return tx, len(b.Add), err
+	return tx, model.Count(b.Add), err
 }

@@ -11,19 +11,13 @@ import (
 // Service port's own.
 type ownership struct {
 	rs *ruleset.Ruleset
-	// frontends are the Frontends of each Service of rs, in its order
-	// (wholeTableOwnership), or nil.
-	frontends [][]ruleset.Frontend
 	// shared are rs's shared destinations (nil: ask rs of every frontend).
 	shared map[ruleset.Frontend]bool
 }
 
 // wholeTableOwnership is the ownership of a whole table of rs.
 func wholeTableOwnership(rs *ruleset.Ruleset) ownership {
-	o := ownership{rs: rs, frontends: make([][]ruleset.Frontend, rs.Len()), shared: map[ruleset.Frontend]bool{}}
-	for i, s := range rs.Services() {
-		o.frontends[i] = s.Frontends()
-	}
+	o := ownership{rs: rs, shared: map[ruleset.Frontend]bool{}}
 	for _, d := range rs.SharedDestinations() {
 		o.shared[d] = true
 	}

@@ -7,6 +7,8 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -45,35 +47,109 @@ func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*
 	return st, res
 }
 
-// flatTable is the whole flat-layout table of rs, and its state.
+// flatTable is the whole flat-layout table of rs, and its state. It
+// renders ranges of rs's Service ports on up to GOMAXPROCS goroutines
+// (parallel.Run) and joins them in order: the table is the same for every
+// split.
 func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Result) {
-	targets := 0
-	for _, s := range rs.Services() {
-		targets += len(s.ClusterTargets) + len(s.LocalTargets)
-	}
+	return flatTableIn(rs, opts, parallel.Ranges(rs.Len(), flatRangeMin))
+}
+
+// flatTableIn is flatTable with rs's Service ports split into ranges (as
+// parallel.Ranges splits them).
+func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int) (*FlatState, *model.Table, Result) {
 	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, affinity: map[affinityClass]int{}}
-	var res Result
-	// One flatPort collects every port's elements, and then the hairpin
-	// set's (room for two per target: its cluster IP's, and another
-	// frontend's or a hairpin address; four per Service port for its
-	// frontends); its groups, hairpin addresses and affinity classes are
-	// counted and dropped after each port.
-	config := st.r.flatConfigElements()
-	acc := flatPort{elements: slices.Grow(config, 2*targets+4*rs.Len()), arenaChunk: 1 << 14}
-	// The hairpin addresses of every port, counted once sorted.
-	hairpin := make([]netip.Addr, 0, targets)
+	svcs := rs.Services()
 	owners := wholeTableOwnership(rs)
-	for i, s := range rs.Services() {
-		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
-		res.Warnings = append(res.Warnings, st.r.portInto(&acc, owners, s, owners.frontends[i])...)
-		st.countClasses(acc, 1)
-		hairpin = append(hairpin, acc.hairpin...)
+	parts := make([]flatRange, len(ranges))
+	// The first range's elements have room for every range's, the
+	// configuration's and the hairpin block.
+	config := st.r.flatConfigElements()
+	parallel.Run(ranges, func(i, lo, hi int) {
+		var elements []model.Element
+		if i == 0 {
+			elements = slices.Grow(config, flatElementsPerPort*len(svcs)+1)
+		} else {
+			elements = make([]model.Element, 0, flatElementsPerPort*(hi-lo))
+		}
+		parts[i] = st.renderRange(owners, svcs[lo:hi], elements)
+	})
+	var res Result
+	elements := parts[0].elements
+	var k4 []uint32
+	var k6 []v6Key
+	for i := range parts {
+		p := &parts[i]
+		if i > 0 {
+			elements = append(elements, p.elements...)
+		}
+		res.Warnings = append(res.Warnings, p.warnings...)
+		st.addCounts(p.counts)
+		k4, k6 = mergeSorted(k4, p.k4, compare4), mergeSorted(k6, p.k6, compare6)
 	}
 	var inUse []netip.Addr
-	st.hairpin, inUse = countAll(hairpin)
+	st.hairpin, inUse = countSorted(k4, k6)
 	t := st.table()
-	t.Elements = st.appendHairpinElements(acc.elements, inUse)
+	t.Elements = elements
+	if len(inUse) > 0 {
+		t.Elements = append(t.Elements, hairpinBlock(inUse))
+	}
 	return st, t, res
+}
+
+// flatRangeMin is the fewest Service ports that flatTable renders on a
+// goroutine of their own.
+const flatRangeMin = 1024
+
+// flatElementsPerPort is the room for elements that flatTable makes per
+// Service port: the cluster-ips set's, and a set's element and a block of
+// targets for the cluster IP and one more frontend (more grow the array).
+const flatElementsPerPort = 5
+
+// flatRange is what one range of a Ruleset's Service ports puts in a whole
+// table: elements, warnings, the uses of groups and affinity classes, and
+// its hairpin addresses' keys, sorted (a use each).
+type flatRange struct {
+	elements []model.Element
+	warnings []svcproxy.Warning
+	counts   *FlatState
+	k4       []uint32
+	k6       []v6Key
+}
+
+// renderRange renders svcs, a range of the Service ports of a whole table
+// whose ownership is o, appending their elements to elements. It writes
+// nothing that another range reads: its renderer is a copy of st's with
+// its own cache of set names.
+func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements []model.Element) flatRange {
+	r := *st.r
+	r.setNames = map[groupN]groupSetNames{}
+	out := flatRange{counts: &FlatState{counts: map[groupN]int{}, affinity: map[affinityClass]int{}}}
+	acc := flatPort{elements: elements, arenaChunk: 1 << 14}
+	targets := 0
+	for _, s := range svcs {
+		targets += len(s.ClusterTargets) + len(s.LocalTargets)
+	}
+	hairpin := make([]netip.Addr, 0, targets)
+	for _, s := range svcs {
+		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
+		out.warnings = append(out.warnings, r.portInto(&acc, o, s, s.Frontends())...)
+		out.counts.countClasses(acc, 1)
+		hairpin = append(hairpin, acc.hairpin...)
+	}
+	out.elements = acc.elements
+	out.k4, out.k6 = sortedKeys(hairpin)
+	return out
+}
+
+// addCounts adds the uses of groups and affinity classes that part counted.
+func (st *FlatState) addCounts(part *FlatState) {
+	for k, n := range part.counts {
+		st.counts[k] += n
+	}
+	for c, n := range part.affinity {
+		st.affinity[c] += n
+	}
 }
 
 // table is the table with the sets and chains of the counts in use, and
@@ -131,19 +207,22 @@ func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int3
 	return groups, hairpin
 }
 
-func (st *FlatState) hairpinElements(addrs []netip.Addr) []model.Element {
-	return st.appendHairpinElements(make([]model.Element, 0, len(addrs)), addrs)
+// hairpinBlock is the block of the hairpin set's elements of addrs, its
+// keys made on up to GOMAXPROCS goroutines.
+func hairpinBlock(addrs []netip.Addr) model.Element {
+	keys := make([]model.Datum, 2*len(addrs))
+	parallel.Run(parallel.Ranges(len(addrs), hairpinRangeMin), func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			keys[2*i] = model.Addr(addrs[i])
+			keys[2*i+1] = keys[2*i]
+		}
+	})
+	return model.Element{Set: flatSetHairpin, Rows: len(addrs), RowKeys: keys}
 }
 
-// appendHairpinElements appends to es the hairpin set's elements of addrs.
-func (st *FlatState) appendHairpinElements(es []model.Element, addrs []netip.Addr) []model.Element {
-	keys := make([]model.Datum, 2*len(addrs))
-	for i, a := range addrs {
-		keys[2*i], keys[2*i+1] = model.Addr(a), model.Addr(a)
-		es = append(es, model.Element{Set: flatSetHairpin, Key: keys[2*i : 2*i+2 : 2*i+2]})
-	}
-	return es
-}
+// hairpinRangeMin is the fewest hairpin elements whose keys hairpinBlock
+// makes on a goroutine of their own.
+const hairpinRangeMin = 8192
 
 // FlatChanges is what RenderFlatChanges wrote: the Result, and the element
 // changes that FlatNetlink can send instead of the transaction when
@@ -173,12 +252,12 @@ func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *rules
 	for _, name := range affectedPorts(old, new, ch) {
 		if s, ok := old.Service(name); ok {
 			p, _ := st.r.port(old, s)
-			olds, out.del = append(olds, p), append(out.del, p.elements...)
+			olds, out.del = append(olds, p), append(out.del, model.Expand(p.elements)...)
 		}
 		if s, ok := new.Service(name); ok {
 			p, warns := st.r.port(new, s)
 			out.Warnings = append(out.Warnings, warns...)
-			news, out.add = append(news, p), append(out.add, p.elements...)
+			news, out.add = append(news, p), append(out.add, model.Expand(p.elements)...)
 		}
 	}
 	groupsBefore, hairpinBefore := st.uses(slices.Concat(olds, news))
@@ -275,7 +354,7 @@ func elementDiff(del, add []model.Element) (d, a []model.Element) {
 func (st *FlatState) hairpinChanges(out *FlatChanges, addrs []netip.Addr) {
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	for _, a := range slices.Compact(addrs) {
-		e := st.hairpinElements([]netip.Addr{a})
+		e := model.Expand([]model.Element{hairpinBlock([]netip.Addr{a})})
 		if st.hairpin.get(a) > 0 {
 			out.add = append(out.add, e...)
 		} else {

@@ -19,12 +19,12 @@ import (
 // one.
 func Ranges(n, minLen int) [][2]int {
 	k := min(runtime.GOMAXPROCS(0), n/max(minLen, 1))
-	return split(n, max(k, 1))
+	return Split(n, max(k, 1))
 }
 
-// split divides [0, n) into k contiguous ranges whose lengths differ by at
-// most one.
-func split(n, k int) [][2]int {
+// Split divides [0, n) into k ≥ 1 contiguous ranges, in order, whose
+// lengths differ by at most one (some are empty when k > n).
+func Split(n, k int) [][2]int {
 	out := make([][2]int, k)
 	lo := 0
 	for i := range k {

@@ -8,22 +8,22 @@ import (
 
 func TestSplit(t *testing.T) {
 	for _, tc := range []struct{ n, k int }{{0, 1}, {1, 1}, {5, 2}, {10, 2}, {7, 3}, {10000, 4}} {
-		rs := split(tc.n, tc.k)
+		rs := Split(tc.n, tc.k)
 		if len(rs) != tc.k {
-			t.Fatalf("split(%d, %d): %d ranges", tc.n, tc.k, len(rs))
+			t.Fatalf("Split(%d, %d): %d ranges", tc.n, tc.k, len(rs))
 		}
 		lo := 0
 		for _, r := range rs {
 			if r[0] != lo || r[1] < r[0] {
-				t.Fatalf("split(%d, %d) = %v: not contiguous", tc.n, tc.k, rs)
+				t.Fatalf("Split(%d, %d) = %v: not contiguous", tc.n, tc.k, rs)
 			}
 			if d := (r[1] - r[0]) - tc.n/tc.k; d < 0 || d > 1 {
-				t.Fatalf("split(%d, %d) = %v: uneven", tc.n, tc.k, rs)
+				t.Fatalf("Split(%d, %d) = %v: uneven", tc.n, tc.k, rs)
 			}
 			lo = r[1]
 		}
 		if lo != tc.n {
-			t.Fatalf("split(%d, %d) = %v: ends at %d", tc.n, tc.k, rs, lo)
+			t.Fatalf("Split(%d, %d) = %v: ends at %d", tc.n, tc.k, rs, lo)
 		}
 	}
 }
@@ -46,7 +46,7 @@ func TestRanges(t *testing.T) {
 func TestRunCallsEachRangeOnce(t *testing.T) {
 	const n = 1000
 	var seen [n]atomic.Int32
-	rs := split(n, 4)
+	rs := Split(n, 4)
 	Run(rs, func(_, lo, hi int) {
 		for j := lo; j < hi; j++ {
 			seen[j].Add(1)
@@ -68,7 +68,7 @@ func TestRunRaisesPanicInCaller(t *testing.T) {
 					t.Errorf("%d ranges: recovered %v", k, p)
 				}
 			}()
-			Run(split(30, k), func(i, _, _ int) {
+			Run(Split(30, k), func(i, _, _ int) {
 				defer ended.Add(1)
 				if i == k-1 {
 					panic("range " + string(rune('0'+i)))

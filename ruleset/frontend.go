@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/internal/sorted"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -205,7 +206,8 @@ func (r *Ruleset) index() frontendIndex {
 	if p := r.frontends.Load(); p != nil {
 		return *p
 	}
-	idx := buildIndex(r.Services())
+	svcs := r.Services()
+	idx := buildIndex(svcs, destRanges(svcs))
 	// Concurrent first calls make equal indexes; all use the one stored
 	// first.
 	r.frontends.CompareAndSwap(nil, &idx)
@@ -220,40 +222,132 @@ type destEntry struct {
 	kind FrontendKind
 }
 
+// minDestRange is the fewest Services whose frontends sortedDestinations
+// gives one goroutine to collect and sort: the frontends of fewer than
+// twice as many are sorted in the calling goroutine.
+const minDestRange = 1024
+
+// destRanges are the ranges of svcs that sortedDestinations splits them
+// into.
+func destRanges(svcs []*Service) [][2]int { return parallel.Ranges(len(svcs), minDestRange) }
+
+// destRun is the frontends of one range of Services, sorted as
+// sortedDestinations sorts them: their destinations, and one entry per
+// frontend, whose svc is an index in all Services and whose dest an index
+// in dsts. keyed says that every destination has a frontendKey.
+type destRun struct {
+	dsts    []Frontend
+	entries []destEntry
+	keyed   bool
+}
+
 // sortedDestinations returns the destinations of every frontend of svcs
 // (appendFrontends: a frontend a port has twice is there twice), and one
 // entry per frontend, sorted by destination (as Frontend.Compare sorts
 // them) and then by Service. It sorts by frontendKey (without pointers, so
 // that moving them costs the garbage collector nothing), or by
 // Frontend.Compare if one has no key.
-func sortedDestinations(svcs []*Service) ([]Frontend, []destEntry) {
-	dsts := make([]Frontend, 0, 3*len(svcs))
-	entries := make([]destEntry, 0, 3*len(svcs))
-	keyed := true
-	for i, s := range svcs {
-		first := len(dsts)
-		dsts = s.appendFrontends(dsts)
-		for d := first; d < len(dsts); d++ {
-			kind := dsts[d].Kind
-			dsts[d] = dsts[d].destination()
-			k, ok := frontendKeyOf(dsts[d])
-			keyed = keyed && ok
-			entries = append(entries, destEntry{k, int32(i), int32(d), kind})
+//
+// Each of ranges (contiguous, in order, covering svcs) is collected and
+// sorted in a goroutine of its own, and the sorted runs are merged: the
+// destinations, and the entries but for the order of those of one Service
+// at one destination, are the same for every split.
+func sortedDestinations(svcs []*Service, ranges [][2]int) ([]Frontend, []destEntry) {
+	runs := make([]destRun, len(ranges))
+	parallel.Run(ranges, func(i, lo, hi int) {
+		runs[i] = sortedRun(svcs, lo, hi)
+	})
+	if len(runs) == 1 {
+		return runs[0].dsts, runs[0].entries
+	}
+	return mergeRuns(runs)
+}
+
+// sortedRun collects and sorts the frontends of svcs[lo:hi].
+func sortedRun(svcs []*Service, lo, hi int) destRun {
+	run := destRun{
+		dsts:    make([]Frontend, 0, 3*(hi-lo)),
+		entries: make([]destEntry, 0, 3*(hi-lo)),
+		keyed:   true,
+	}
+	for i := lo; i < hi; i++ {
+		first := len(run.dsts)
+		run.dsts = svcs[i].appendFrontends(run.dsts)
+		for d := first; d < len(run.dsts); d++ {
+			kind := run.dsts[d].Kind
+			run.dsts[d] = run.dsts[d].destination()
+			k, ok := frontendKeyOf(run.dsts[d])
+			run.keyed = run.keyed && ok
+			run.entries = append(run.entries, destEntry{k, int32(i), int32(d), kind})
 		}
 	}
+	slices.SortFunc(run.entries, entryOrder(run.keyed, run.dsts))
+	return run
+}
+
+// entryOrder is the order of sortedDestinations' entries, whose dest
+// indexes are into dsts: by frontendKey when keyed, else by
+// Frontend.Compare (the same order), then by Service.
+func entryOrder(keyed bool, dsts []Frontend) func(a, b destEntry) int {
 	if keyed {
-		slices.SortFunc(entries, func(a, b destEntry) int {
+		return func(a, b destEntry) int {
 			if c := a.key.compare(b.key); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.svc, b.svc)
-		})
-	} else {
-		slices.SortFunc(entries, func(a, b destEntry) int {
-			return cmp.Or(dsts[a.dest].Compare(dsts[b.dest]), cmp.Compare(a.svc, b.svc))
-		})
+		}
 	}
-	return dsts, entries
+	return func(a, b destEntry) int {
+		return cmp.Or(dsts[a.dest].Compare(dsts[b.dest]), cmp.Compare(a.svc, b.svc))
+	}
+}
+
+// mergeRuns joins the destinations of runs, in order, and merges their
+// entries, in rounds that merge pairs of neighbouring runs.
+func mergeRuns(runs []destRun) ([]Frontend, []destEntry) {
+	n := 0
+	for _, run := range runs {
+		n += len(run.dsts)
+	}
+	dsts := make([]Frontend, 0, n)
+	keyed := true
+	entries := make([][]destEntry, len(runs))
+	for i, run := range runs {
+		for j := range run.entries {
+			run.entries[j].dest += int32(len(dsts))
+		}
+		dsts = append(dsts, run.dsts...)
+		keyed = keyed && run.keyed
+		entries[i] = run.entries
+	}
+	order := entryOrder(keyed, dsts)
+	for len(entries) > 1 {
+		merged := make([][]destEntry, 0, (len(entries)+1)/2)
+		for i := 0; i < len(entries); i += 2 {
+			if i+1 == len(entries) {
+				merged = append(merged, entries[i])
+				continue
+			}
+			merged = append(merged, merge(entries[i], entries[i+1], order))
+		}
+		entries = merged
+	}
+	return dsts, entries[0]
+}
+
+// merge returns the entries of a and b, both sorted by order, sorted by
+// order: of two equal entries, a's first.
+func merge(a, b []destEntry, order func(a, b destEntry) int) []destEntry {
+	out := make([]destEntry, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if order(b[0], a[0]) < 0 {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	out = append(out, a...)
+	return append(out, b...)
 }
 
 // SharedDestinations returns the destinations (Frontends without their
@@ -263,9 +357,18 @@ func sortedDestinations(svcs []*Service) ([]Frontend, []destEntry) {
 // own: Owns is true for it, and ServicesAt names only its port; a renderer
 // of a whole table asks Owns and ServicesAt about the shared ones only. It
 // takes O(n log n) time for n frontends, and does not build the index that
-// ServicesAt and Owns use.
+// ServicesAt and Owns use. For many Services it collects and sorts the
+// frontends in up to GOMAXPROCS goroutines; the result is the same for
+// every number.
 func (r *Ruleset) SharedDestinations() []Frontend {
-	dsts, entries := sortedDestinations(r.Services())
+	svcs := r.Services()
+	return sharedDestinations(svcs, destRanges(svcs))
+}
+
+// sharedDestinations is SharedDestinations of svcs, sorted by name, whose
+// frontends are sorted in ranges (see sortedDestinations).
+func sharedDestinations(svcs []*Service, ranges [][2]int) []Frontend {
+	dsts, entries := sortedDestinations(svcs, ranges)
 	var shared []Frontend
 	for start := 0; start < len(entries); {
 		first, end, one := entries[start], start+1, true
@@ -280,9 +383,10 @@ func (r *Ruleset) SharedDestinations() []Frontend {
 	return shared
 }
 
-// buildIndex makes the frontendIndex of svcs, which are sorted by name.
-func buildIndex(svcs []*Service) frontendIndex {
-	dsts, entries := sortedDestinations(svcs)
+// buildIndex makes the frontendIndex of svcs, which are sorted by name,
+// sorting their frontends in ranges (see sortedDestinations).
+func buildIndex(svcs []*Service, ranges [][2]int) frontendIndex {
+	dsts, entries := sortedDestinations(svcs, ranges)
 	same := func(a, b destEntry) bool { return a.svc == b.svc && dsts[a.dest] == dsts[b.dest] }
 	entries = slices.CompactFunc(entries, same)
 

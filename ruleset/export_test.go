@@ -33,6 +33,13 @@ func SharedDestinationsSplit(r *Ruleset, k int) []Frontend {
 	return sharedDestinations(svcs, evenSplit(len(svcs), k))
 }
 
+// FrontendIndexLen makes the Frontend index of r's Services afresh, as
+// ServicesAt does on first use, and returns its number of destinations.
+func FrontendIndexLen(r *Ruleset) int {
+	svcs := r.Services()
+	return buildIndex(svcs, destRanges(svcs)).len
+}
+
 // IndexEntry is an entry of a Ruleset's Frontend index: a destination and
 // the names of the Service ports with a frontend there.
 type IndexEntry struct {

@@ -280,12 +280,17 @@ func (b *Builder) build(services servicemap.Snapshot, eps endpoints.Snapshot, sp
 
 // buildRange sets dst[i] to the Service of ports[i], or to nil when that
 // port is skipped, and returns the warnings about the ports in their order.
-// The Services of the range share one allocation.
+//
+// The Services of the range share one array, and their targets and Serving
+// a few (slabs): an array stays alive while one of its Services does, so
+// a Ruleset that Update made from this one, sharing some of its Services,
+// keeps the others' memory too, at most that of this Build.
 func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, eps endpoints.Snapshot) []svcproxy.Warning {
 	svcs := make([]Service, len(ports))
+	var alloc slabs
 	var warnings []svcproxy.Warning
 	for i, sp := range ports {
-		w, ok := b.fill(&svcs[i], sp, eps.Get(sp.Name))
+		w, ok := b.fill(&svcs[i], sp, eps.Get(sp.Name), &alloc)
 		warnings = append(warnings, w...)
 		if ok {
 			dst[i] = &svcs[i]
@@ -298,7 +303,7 @@ func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, ep
 // skipped.
 func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) (*Service, []svcproxy.Warning) {
 	s := new(Service)
-	warnings, ok := b.fill(s, sp, eps)
+	warnings, ok := b.fill(s, sp, eps, nil)
 	if !ok {
 		return nil, warnings
 	}
@@ -306,8 +311,9 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 }
 
 // fill sets s, a zero Service, to the state of one ServicePort, whose
-// endpoints are eps; ok is false when the port is skipped.
-func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, eps []endpoints.Endpoint) (warnings []svcproxy.Warning, ok bool) {
+// endpoints are eps, with slices from alloc; ok is false when the port is
+// skipped.
+func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, eps []endpoints.Endpoint, alloc *slabs) (warnings []svcproxy.Warning, ok bool) {
 	if sp.Family != b.config.Family {
 		report := svcproxy.Reporter{Kind: "Service", Namespace: sp.Name.Namespace, Name: sp.Name.Name}
 		report.Warnf("port %q is %s, the ruleset is %s: skipped", sp.Name.Port, sp.Family, b.config.Family)
@@ -327,7 +333,7 @@ func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, eps []endpoints.E
 	if b.config.ComputeHints {
 		eps = topology.Hints(sp.TrafficDistribution, eps)
 	}
-	hasAny := b.spread(s, eps)
+	hasAny := b.spread(s, eps, alloc)
 	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, func(src netip.Prefix) bool {
 		return slices.ContainsFunc(b.config.NodePortAddresses, src.Contains)
 	})
@@ -352,14 +358,14 @@ func (b *Builder) restrictExternalIPs(s *Service) []svcproxy.Warning {
 }
 
 // spread sets the targets, Endpoints and Serving of s from eps, the
-// endpoints of its port, and reports whether the Service has a usable
-// endpoint anywhere.
+// endpoints of its port, with slices from alloc, and reports whether the
+// Service has a usable endpoint anywhere.
 //
 // Targets keep the order of eps. Endpoints and Serving are sorted: when eps
 // are sorted and one per address and port, as an endpoints.Snapshot gives
 // them, they are already, and Endpoints is eps itself when every endpoint
 // is reachable (capped, so that nothing appends into eps).
-func (b *Builder) spread(s *Service, eps []endpoints.Endpoint) bool {
+func (b *Builder) spread(s *Service, eps []endpoints.Endpoint, alloc *slabs) bool {
 	sel := topology.Select(&s.ServicePort, eps, b.config.Node)
 	var nCluster, nLocal, nReachable, nServing int
 	for i := range eps {
@@ -370,14 +376,16 @@ func (b *Builder) spread(s *Service, eps []endpoints.Endpoint) bool {
 		nServing += b2i(eps[i].Serving || eps[i].Ready)
 	}
 	if nCluster+nLocal > 0 {
-		ts := make([]Target, nCluster+nLocal)
+		ts := alloc.targetsOf(nCluster + nLocal)
 		node := b.config.Node.Name
 		s.ClusterTargets = targets(ts[:0:nCluster], eps, sel.Cluster, node)
 		s.LocalTargets = targets(ts[nCluster:nCluster:nCluster+nLocal], eps, sel.Local, node)
 	}
 	ordered := strictlySorted(eps)
 	s.Endpoints = reachable(eps, &sel, nReachable, ordered)
-	s.Serving = serving(eps, nServing, ordered)
+	if nServing > 0 {
+		s.Serving = serving(eps, alloc.servingOf(nServing), ordered)
+	}
 	return sel.HasAnyEndpoints()
 }
 
@@ -443,14 +451,10 @@ func reachable(eps []endpoints.Endpoint, sel *topology.Selection, n int, ordered
 	return out
 }
 
-// serving returns the addresses and ports of the n serving or ready
-// endpoints of eps, sorted, each once (ordered says eps are strictly sorted
-// already).
-func serving(eps []endpoints.Endpoint, n int, ordered bool) []netip.AddrPort {
-	if n == 0 {
-		return nil
-	}
-	out := make([]netip.AddrPort, 0, n)
+// serving appends to out, which has room for them, the addresses and ports
+// of the serving or ready endpoints of eps, sorted, each once (ordered says
+// eps are strictly sorted already).
+func serving(eps []endpoints.Endpoint, out []netip.AddrPort, ordered bool) []netip.AddrPort {
 	for i := range eps {
 		if eps[i].Serving || eps[i].Ready {
 			out = append(out, eps[i].AddrPort())

@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
 
+	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -21,16 +22,24 @@ type fataler interface {
 	Fatalf(format string, args ...any)
 }
 
-// checkBuilt fails t when rs, built in k ranges (0: as Build splits), is
-// not a valid Ruleset with the same Services as whole, built in one, in
-// the same order.
-func checkBuilt(t fataler, rs, whole *ruleset.Ruleset, k int) {
+// checkBuilt fails t when rs, built from es in k ranges (0: as Build
+// splits), is not a valid Ruleset with the same Services as whole, built
+// in one, in the same order, or when a slice of one of its Services has
+// room beyond what the Service's endpoints can fill (Build cuts them from
+// shared arrays: an append must not write into another Service's).
+func checkBuilt(t fataler, es endpoints.Snapshot, rs, whole *ruleset.Ruleset, k int) {
 	t.Helper()
 	if err := ruleset.CheckInvariants(rs); err != nil {
 		t.Fatalf("Build in %d ranges: %v", k, err)
 	}
 	if diff := cmp.Diff(values(whole.Services()), values(rs.Services()), cmpOpts); diff != "" {
 		t.Fatalf("Build in %d ranges: Services differ (-one range +%d):\n%s", k, k, diff)
+	}
+	for _, s := range rs.Services() {
+		n := len(es.Get(s.Name))
+		if cap(s.ClusterTargets) != len(s.ClusterTargets) || cap(s.LocalTargets) != len(s.LocalTargets) || cap(s.Serving) > n {
+			t.Fatalf("Build in %d ranges: %v: a slice has room beyond its %d endpoints", k, s.Name, n)
+		}
 	}
 }
 
@@ -65,7 +74,7 @@ func TestPropSplitGivesSameResult(t *testing.T) {
 			if diff := cmp.Diff(wantWarnings, warnings); diff != "" {
 				t.Fatalf("Build in %d ranges: warnings differ (-one range +%d):\n%s", k, k, diff)
 			}
-			checkBuilt(t, rs, whole, k)
+			checkBuilt(t, es, rs, whole, k)
 			checkFrontendSplits(t, whole, k)
 		}
 	})
@@ -88,13 +97,13 @@ func TestSplitScaleCluster(t *testing.T) {
 	// CheckInvariants compares the Frontend index, made as ServicesAt
 	// splits, with one made in one range.
 	rs, _ := b.Build(ss, es)
-	checkBuilt(t, rs, whole, 0)
+	checkBuilt(t, es, rs, whole, 0)
 	if diff := cmp.Diff(ruleset.SharedDestinationsSplit(whole, 1), rs.SharedDestinations(), cmpOpts); diff != "" {
 		t.Fatalf("SharedDestinations differ (-one range +default):\n%s", diff)
 	}
 	for _, k := range splits {
 		rs, _ := ruleset.BuildSplit(b, ss, es, k)
-		checkBuilt(t, rs, whole, k)
+		checkBuilt(t, es, rs, whole, k)
 		checkFrontendSplits(t, whole, k)
 	}
 }

@@ -180,9 +180,11 @@ func (s *Service) takes(kind FrontendKind) bool {
 }
 
 // ServicesAt returns the names of the Service ports with a Frontend at f's
-// destination (its address, protocol and port; f.Kind is ignored), sorted. The slice must not be modified. It takes O(log n) time for n
-// Frontends in the Ruleset, after a first call on a Ruleset made by Build,
-// which takes O(n log n) to index them.
+// destination (its address, protocol and port; f.Kind is ignored), sorted.
+// The slice must not be modified. It takes O(log n) time for n Frontends
+// in the Ruleset, after a first call on a Ruleset made by Build, which
+// takes O(n log n) to index them, sorting them as SharedDestinations does
+// (in up to GOMAXPROCS goroutines; the index is the same for every number).
 func (r *Ruleset) ServicesAt(f Frontend) []servicemap.PortName {
 	idx := r.index()
 	e, _ := idx.get(f.destination())

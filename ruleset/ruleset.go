@@ -282,9 +282,10 @@ func (b *Builder) build(services servicemap.Snapshot, eps endpoints.Snapshot, sp
 // port is skipped, and returns the warnings about the ports in their order.
 //
 // The Services of the range share one array, and their targets and Serving
-// a few (slabs): an array stays alive while one of its Services does, so
-// a Ruleset that Update made from this one, sharing some of its Services,
-// keeps the others' memory too, at most that of this Build.
+// a few (slabs). An array stays alive while one of its Services does: a
+// Ruleset that Update made from this one, sharing some of its Services,
+// keeps those it replaced alive too, at most this Build's memory, as the
+// tree's nodes (treeFromSorted), which point at them, already do.
 func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, eps endpoints.Snapshot) []svcproxy.Warning {
 	svcs := make([]Service, len(ports))
 	var alloc slabs

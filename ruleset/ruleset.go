@@ -291,6 +291,7 @@ func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, ep
 	var alloc slabs
 	var warnings []svcproxy.Warning
 	for i, sp := range ports {
+		alloc.left = len(ports) - i
 		w, ok := b.fill(&svcs[i], sp, eps.Get(sp.Name), &alloc)
 		warnings = append(warnings, w...)
 		if ok {

@@ -2,8 +2,8 @@ package ruleset
 
 import "net/netip"
 
-// slabLen is the number of elements of each array that slabs cut slices
-// from.
+// slabLen is the most elements of an array that slabs cut slices from,
+// unless one slice needs more.
 const slabLen = 1024
 
 // slabs cut the targets and Serving slices of the Services of one Build
@@ -13,6 +13,11 @@ const slabLen = 1024
 type slabs struct {
 	targets []Target
 	serving []netip.AddrPort
+	// left is the number of Services still to be built, this one
+	// included: a new array has room for that many slices like this
+	// one's, up to slabLen elements, so that a small Build allocates
+	// little more than it uses.
+	left int
 }
 
 // targetsOf returns n zero Targets.
@@ -20,7 +25,7 @@ func (a *slabs) targetsOf(n int) []Target {
 	if a == nil {
 		return make([]Target, n)
 	}
-	return take(&a.targets, n)
+	return take(&a.targets, n, a.left)
 }
 
 // servingOf returns an empty slice with room for n addresses and ports.
@@ -28,14 +33,15 @@ func (a *slabs) servingOf(n int) []netip.AddrPort {
 	if a == nil {
 		return make([]netip.AddrPort, 0, n)
 	}
-	return take(&a.serving, n)[:0]
+	return take(&a.serving, n, a.left)[:0]
 }
 
 // take cuts n zero elements off the front of *slab, first replacing it
-// with a new array of at least slabLen elements when it has fewer than n.
-func take[T any](slab *[]T, n int) []T {
+// with a new array when it has fewer than n: of n·left elements, but no
+// more than slabLen unless n is.
+func take[T any](slab *[]T, n, left int) []T {
 	if n > len(*slab) {
-		*slab = make([]T, max(n, slabLen))
+		*slab = make([]T, max(n, min(n*left, slabLen)))
 	}
 	s := (*slab)[:n:n]
 	*slab = (*slab)[n:]

@@ -220,18 +220,25 @@ func (r *Ruleset) index() frontendIndex {
 type destEntry struct {
 	key  frontendKey // of the destination, when keyed
 	svc  int32       // the Service's index
-	dest int32       // the destination's index
+	dest int32       // the destination's index in its run's dsts
 	kind FrontendKind
 }
 
 // minDestRange is the fewest Services whose frontends sortedDestinations
 // gives one goroutine to collect and sort: the frontends of fewer than
-// twice as many are sorted in the calling goroutine.
-const minDestRange = 1024
+// twice as many are sorted in the calling goroutine. maxDestRuns is the
+// most runs it makes, so that merging them compares few heads.
+const (
+	minDestRange = 1024
+	maxDestRuns  = 8
+)
 
 // destRanges are the ranges of svcs that sortedDestinations splits them
 // into.
-func destRanges(svcs []*Service) [][2]int { return parallel.Ranges(len(svcs), minDestRange) }
+func destRanges(svcs []*Service) [][2]int {
+	n := len(svcs)
+	return parallel.Ranges(n, max(minDestRange, (n+maxDestRuns-1)/maxDestRuns))
+}
 
 // destRun is the frontends of one range of Services, sorted as
 // sortedDestinations sorts them: their destinations, and one entry per
@@ -243,29 +250,23 @@ type destRun struct {
 	keyed   bool
 }
 
-// sortedDestinations returns the destinations of every frontend of svcs
-// (appendFrontends: a frontend a port has twice is there twice), and one
-// entry per frontend, sorted by destination (as Frontend.Compare sorts
-// them) and then by Service. It sorts by frontendKey (without pointers, so
-// that moving them costs the garbage collector nothing), or by
-// Frontend.Compare if one has no key.
-//
-// Each of ranges (contiguous, in order, covering svcs) is collected and
-// sorted in a goroutine of its own, and the sorted runs are merged: the
-// destinations, and the entries but for the order of those of one Service
-// at one destination, are the same for every split.
-func sortedDestinations(svcs []*Service, ranges [][2]int) ([]Frontend, []destEntry) {
+// sortedDestinations returns the frontends of svcs as sorted runs, one
+// per range of ranges (contiguous, in order, covering svcs), each
+// collected and sorted in a goroutine of its own: eachDestination walks
+// them merged.
+func sortedDestinations(svcs []*Service, ranges [][2]int) []destRun {
 	runs := make([]destRun, len(ranges))
 	parallel.Run(ranges, func(i, lo, hi int) {
 		runs[i] = sortedRun(svcs, lo, hi)
 	})
-	if len(runs) == 1 {
-		return runs[0].dsts, runs[0].entries
-	}
-	return mergeRuns(runs)
+	return runs
 }
 
-// sortedRun collects and sorts the frontends of svcs[lo:hi].
+// sortedRun collects the frontends of svcs[lo:hi] (appendFrontends: a
+// frontend a port has twice is there twice) and sorts their entries by
+// destination (as Frontend.Compare sorts them), then by Service. It sorts
+// by frontendKey (without pointers, so that moving them costs the garbage
+// collector nothing), or by Frontend.Compare if one has no key.
 func sortedRun(svcs []*Service, lo, hi int) destRun {
 	run := destRun{
 		dsts:    make([]Frontend, 0, 3*(hi-lo)),
@@ -283,73 +284,79 @@ func sortedRun(svcs []*Service, lo, hi int) destRun {
 			run.entries = append(run.entries, destEntry{k, int32(i), int32(d), kind})
 		}
 	}
-	slices.SortFunc(run.entries, entryOrder(run.keyed, run.dsts))
-	return run
-}
-
-// entryOrder is the order of sortedDestinations' entries, whose dest
-// indexes are into dsts: by frontendKey when keyed, else by
-// Frontend.Compare (the same order), then by Service.
-func entryOrder(keyed bool, dsts []Frontend) func(a, b destEntry) int {
-	if keyed {
-		return func(a, b destEntry) int {
+	if run.keyed {
+		slices.SortFunc(run.entries, func(a, b destEntry) int {
 			if c := a.key.compare(b.key); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.svc, b.svc)
-		}
+		})
+	} else {
+		slices.SortFunc(run.entries, func(a, b destEntry) int {
+			return cmp.Or(run.dsts[a.dest].Compare(run.dsts[b.dest]), cmp.Compare(a.svc, b.svc))
+		})
 	}
-	return func(a, b destEntry) int {
-		return cmp.Or(dsts[a.dest].Compare(dsts[b.dest]), cmp.Compare(a.svc, b.svc))
-	}
+	return run
 }
 
-// mergeRuns joins the destinations of runs, in order, and merges their
-// entries, in rounds that merge pairs of neighbouring runs.
-func mergeRuns(runs []destRun) ([]Frontend, []destEntry) {
-	n := 0
+// eachDestination calls yield with every entry of runs and its
+// destination, in the order of one run of all the Services: by
+// destination, then by Service. The destinations, and the entries but for
+// the order of those of one Service at one destination, are the same for
+// every split into runs.
+func eachDestination(runs []destRun, yield func(d *Frontend, e destEntry)) {
+	if len(runs) == 1 {
+		for _, e := range runs[0].entries {
+			yield(&runs[0].dsts[e.dest], e)
+		}
+		return
+	}
+	m := merger{runs: runs, heads: make([]int, len(runs)), keyed: true}
 	for _, run := range runs {
-		n += len(run.dsts)
+		m.keyed = m.keyed && run.keyed
 	}
-	dsts := make([]Frontend, 0, n)
-	keyed := true
-	entries := make([][]destEntry, len(runs))
-	for i, run := range runs {
-		for j := range run.entries {
-			run.entries[j].dest += int32(len(dsts))
+	for {
+		r := m.smallest()
+		if r < 0 {
+			return
 		}
-		dsts = append(dsts, run.dsts...)
-		keyed = keyed && run.keyed
-		entries[i] = run.entries
+		e := runs[r].entries[m.heads[r]]
+		m.heads[r]++
+		yield(&runs[r].dsts[e.dest], e)
 	}
-	order := entryOrder(keyed, dsts)
-	for len(entries) > 1 {
-		merged := make([][]destEntry, 0, (len(entries)+1)/2)
-		for i := 0; i < len(entries); i += 2 {
-			if i+1 == len(entries) {
-				merged = append(merged, entries[i])
-				continue
-			}
-			merged = append(merged, merge(entries[i], entries[i+1], order))
-		}
-		entries = merged
-	}
-	return dsts, entries[0]
 }
 
-// merge returns the entries of a and b, both sorted by order, sorted by
-// order: of two equal entries, a's first.
-func merge(a, b []destEntry, order func(a, b destEntry) int) []destEntry {
-	out := make([]destEntry, 0, len(a)+len(b))
-	for len(a) > 0 && len(b) > 0 {
-		if order(b[0], a[0]) < 0 {
-			out, b = append(out, b[0]), b[1:]
-		} else {
-			out, a = append(out, a[0]), a[1:]
+// merger walks sorted runs in merged order: heads are the indexes of
+// their next entries.
+type merger struct {
+	runs  []destRun
+	heads []int
+	keyed bool
+}
+
+// smallest returns the run whose next entry comes first, or -1 when every
+// run is done. Runs hold different Services, so no two entries are equal.
+func (m *merger) smallest() int {
+	best := -1
+	for r := range m.runs {
+		if m.heads[r] < len(m.runs[r].entries) && (best < 0 || m.compare(r, best) < 0) {
+			best = r
 		}
 	}
-	out = append(out, a...)
-	return append(out, b...)
+	return best
+}
+
+// compare compares the next entries of runs a and b.
+func (m *merger) compare(a, b int) int {
+	ea, eb := &m.runs[a].entries[m.heads[a]], &m.runs[b].entries[m.heads[b]]
+	if m.keyed {
+		if c := ea.key.compare(eb.key); c != 0 {
+			return c
+		}
+	} else if c := m.runs[a].dsts[ea.dest].Compare(m.runs[b].dsts[eb.dest]); c != 0 {
+		return c
+	}
+	return cmp.Compare(ea.svc, eb.svc)
 }
 
 // SharedDestinations returns the destinations (Frontends without their
@@ -370,17 +377,22 @@ func (r *Ruleset) SharedDestinations() []Frontend {
 // sharedDestinations is SharedDestinations of svcs, sorted by name, whose
 // frontends are sorted in ranges (see sortedDestinations).
 func sharedDestinations(svcs []*Service, ranges [][2]int) []Frontend {
-	dsts, entries := sortedDestinations(svcs, ranges)
 	var shared []Frontend
-	for start := 0; start < len(entries); {
-		first, end, one := entries[start], start+1, true
-		for ; end < len(entries) && dsts[entries[end].dest] == dsts[first.dest]; end++ {
-			one = one && entries[end].svc == first.svc && entries[end].kind == first.kind
+	var cur *Frontend
+	var first destEntry
+	one := true
+	eachDestination(sortedDestinations(svcs, ranges), func(d *Frontend, e destEntry) {
+		switch {
+		case cur != nil && *d == *cur:
+			one = one && e.svc == first.svc && e.kind == first.kind
+			return
+		case cur != nil && !one:
+			shared = append(shared, *cur)
 		}
-		if !one {
-			shared = append(shared, dsts[first.dest])
-		}
-		start = end
+		cur, first, one = d, e, true
+	})
+	if cur != nil && !one {
+		shared = append(shared, *cur)
 	}
 	return shared
 }
@@ -388,24 +400,36 @@ func sharedDestinations(svcs []*Service, ranges [][2]int) []Frontend {
 // buildIndex makes the frontendIndex of svcs, which are sorted by name,
 // sorting their frontends in ranges (see sortedDestinations).
 func buildIndex(svcs []*Service, ranges [][2]int) frontendIndex {
-	dsts, entries := sortedDestinations(svcs, ranges)
-	same := func(a, b destEntry) bool { return a.svc == b.svc && dsts[a.dest] == dsts[b.dest] }
-	entries = slices.CompactFunc(entries, same)
-
-	groups := make([]frontendNames, 0, len(entries))
-	names := make([]servicemap.PortName, len(entries))
-	for i, e := range entries {
-		names[i] = svcs[e.svc].Name
+	runs := sortedDestinations(svcs, ranges)
+	n := 0
+	for _, run := range runs {
+		n += len(run.entries)
 	}
-	for start := 0; start < len(entries); {
-		end := start + 1
-		for end < len(entries) && dsts[entries[end].dest] == dsts[entries[start].dest] {
-			end++
+	// names has room for every entry: the groups' slices of it stay
+	// valid as it grows.
+	names := make([]servicemap.PortName, 0, n)
+	groups := make([]frontendNames, 0, n)
+	var cur *Frontend
+	var last destEntry
+	start := 0
+	group := func() {
+		if cur != nil {
+			// Capped, so that nothing appends into the next group's names.
+			groups = append(groups, frontendNames{*cur, names[start:len(names):len(names)]})
 		}
-		// Capped, so that nothing appends into the next group's names.
-		groups = append(groups, frontendNames{dsts[entries[start].dest], names[start:end:end]})
-		start = end
 	}
+	eachDestination(runs, func(d *Frontend, e destEntry) {
+		switch {
+		case cur != nil && *d == *cur && e.svc == last.svc:
+			return // the Service's second frontend there
+		case cur == nil || *d != *cur:
+			group()
+			cur, start = d, len(names)
+		}
+		names = append(names, svcs[e.svc].Name)
+		last = e
+	})
+	group()
 	return treeFromSorted(groups)
 }
 

@@ -405,8 +405,8 @@ func buildIndex(svcs []*Service, ranges [][2]int) frontendIndex {
 	for _, run := range runs {
 		n += len(run.entries)
 	}
-	// names has room for every entry: the groups' slices of it stay
-	// valid as it grows.
+	// names has room for every entry, so that appending to it never
+	// moves it from under the groups' slices of it.
 	names := make([]servicemap.PortName, 0, n)
 	groups := make([]frontendNames, 0, n)
 	var cur *Frontend

@@ -34,7 +34,10 @@
 //
 // The package is pure: the same snapshots and Config give an equal Ruleset
 // whatever order the objects arrived in, with no I/O, clock, randomness or
-// logging.
+// logging. Build, SharedDestinations and the Frontend index behind
+// ServicesAt and Owns split a large cluster's Services over up to
+// GOMAXPROCS goroutines, which have ended when they return; the result does
+// not depend on how many.
 //
 // # Limitations
 //

@@ -6,8 +6,58 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
+
+// evenSplit divides [0, n) into k contiguous ranges, in order, whose
+// lengths differ by at most one (some empty when k > n).
+func evenSplit(n, k int) [][2]int {
+	out := make([][2]int, k)
+	for i := range k {
+		out[i] = [2]int{i * n / k, (i + 1) * n / k}
+	}
+	return out
+}
+
+// BuildSplit is b.Build with the ServicePorts split into k ranges.
+func BuildSplit(b *Builder, services servicemap.Snapshot, eps endpoints.Snapshot, k int) (*Ruleset, []svcproxy.Warning) {
+	return b.build(services, eps, func(n int) [][2]int { return evenSplit(n, k) })
+}
+
+// SharedDestinationsSplit is r.SharedDestinations with the Services split
+// into k ranges.
+func SharedDestinationsSplit(r *Ruleset, k int) []Frontend {
+	svcs := r.Services()
+	return sharedDestinations(svcs, evenSplit(len(svcs), k))
+}
+
+// FrontendIndexLen makes the Frontend index of r's Services afresh, as
+// ServicesAt does on first use, and returns its number of destinations.
+func FrontendIndexLen(r *Ruleset) int {
+	svcs := r.Services()
+	return buildIndex(svcs, destRanges(svcs)).len
+}
+
+// IndexEntry is an entry of a Ruleset's Frontend index: a destination and
+// the names of the Service ports with a frontend there.
+type IndexEntry struct {
+	Destination Frontend
+	Names       []servicemap.PortName
+}
+
+// IndexSplit returns the entries of the Frontend index of r's Services,
+// made with the Services split into k ranges, in order.
+func IndexSplit(r *Ruleset, k int) []IndexEntry {
+	svcs := r.Services()
+	var out []IndexEntry
+	buildIndex(svcs, evenSplit(len(svcs), k)).all(func(e frontendNames) bool {
+		out = append(out, IndexEntry{e.f, e.names})
+		return true
+	})
+	return out
+}
 
 // CheckInvariants reports what is wrong with the structure of r: its tree
 // unbalanced or out of order, its Frontend index different from the one
@@ -31,7 +81,7 @@ func CheckInvariants(r *Ruleset) error {
 		return fmt.Errorf("Services() not sorted or not Len() long")
 	}
 	want := map[Frontend][]servicemap.PortName{}
-	buildIndex(all).all(func(e frontendNames) bool {
+	buildIndex(all, [][2]int{{0, len(all)}}).all(func(e frontendNames) bool {
 		want[e.f] = e.names
 		return true
 	})

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/internal/sorted"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -179,9 +180,11 @@ func (s *Service) takes(kind FrontendKind) bool {
 }
 
 // ServicesAt returns the names of the Service ports with a Frontend at f's
-// destination (its address, protocol and port; f.Kind is ignored), sorted. The slice must not be modified. It takes O(log n) time for n
-// Frontends in the Ruleset, after a first call on a Ruleset made by Build,
-// which takes O(n log n) to index them.
+// destination (its address, protocol and port; f.Kind is ignored), sorted.
+// The slice must not be modified. It takes O(log n) time for n Frontends
+// in the Ruleset, after a first call on a Ruleset made by Build, which
+// takes O(n log n) to index them, sorting them as SharedDestinations does
+// (in up to GOMAXPROCS goroutines; the index is the same for every number).
 func (r *Ruleset) ServicesAt(f Frontend) []servicemap.PortName {
 	idx := r.index()
 	e, _ := idx.get(f.destination())
@@ -205,7 +208,8 @@ func (r *Ruleset) index() frontendIndex {
 	if p := r.frontends.Load(); p != nil {
 		return *p
 	}
-	idx := buildIndex(r.Services())
+	svcs := r.Services()
+	idx := buildIndex(svcs, destRanges(svcs))
 	// Concurrent first calls make equal indexes; all use the one stored
 	// first.
 	r.frontends.CompareAndSwap(nil, &idx)
@@ -216,44 +220,143 @@ func (r *Ruleset) index() frontendIndex {
 type destEntry struct {
 	key  frontendKey // of the destination, when keyed
 	svc  int32       // the Service's index
-	dest int32       // the destination's index
+	dest int32       // the destination's index in its run's dsts
 	kind FrontendKind
 }
 
-// sortedDestinations returns the destinations of every frontend of svcs
-// (appendFrontends: a frontend a port has twice is there twice), and one
-// entry per frontend, sorted by destination (as Frontend.Compare sorts
-// them) and then by Service. It sorts by frontendKey (without pointers, so
-// that moving them costs the garbage collector nothing), or by
-// Frontend.Compare if one has no key.
-func sortedDestinations(svcs []*Service) ([]Frontend, []destEntry) {
-	dsts := make([]Frontend, 0, 3*len(svcs))
-	entries := make([]destEntry, 0, 3*len(svcs))
-	keyed := true
-	for i, s := range svcs {
-		first := len(dsts)
-		dsts = s.appendFrontends(dsts)
-		for d := first; d < len(dsts); d++ {
-			kind := dsts[d].Kind
-			dsts[d] = dsts[d].destination()
-			k, ok := frontendKeyOf(dsts[d])
-			keyed = keyed && ok
-			entries = append(entries, destEntry{k, int32(i), int32(d), kind})
+// minDestRange is the fewest Services whose frontends sortedDestinations
+// gives one goroutine to collect and sort: the frontends of fewer than
+// twice as many are sorted in the calling goroutine. maxDestRuns is the
+// most runs it makes, so that merging them compares few heads.
+const (
+	minDestRange = 1024
+	maxDestRuns  = 8
+)
+
+// destRanges are the ranges of svcs that sortedDestinations splits them
+// into.
+func destRanges(svcs []*Service) [][2]int {
+	n := len(svcs)
+	return parallel.Ranges(n, max(minDestRange, (n+maxDestRuns-1)/maxDestRuns))
+}
+
+// destRun is the frontends of one range of Services, sorted as
+// sortedDestinations sorts them: their destinations, and one entry per
+// frontend, whose svc is an index in all Services and whose dest an index
+// in dsts. keyed says that every destination has a frontendKey.
+type destRun struct {
+	dsts    []Frontend
+	entries []destEntry
+	keyed   bool
+}
+
+// sortedDestinations returns the frontends of svcs as sorted runs, one
+// per range of ranges (contiguous, in order, covering svcs), each
+// collected and sorted in a goroutine of its own: eachDestination walks
+// them merged.
+func sortedDestinations(svcs []*Service, ranges [][2]int) []destRun {
+	runs := make([]destRun, len(ranges))
+	parallel.Run(ranges, func(i, lo, hi int) {
+		runs[i] = sortedRun(svcs, lo, hi)
+	})
+	return runs
+}
+
+// sortedRun collects the frontends of svcs[lo:hi] (appendFrontends: a
+// frontend a port has twice is there twice) and sorts their entries by
+// destination (as Frontend.Compare sorts them), then by Service. It sorts
+// by frontendKey (without pointers, so that moving them costs the garbage
+// collector nothing), or by Frontend.Compare if one has no key.
+func sortedRun(svcs []*Service, lo, hi int) destRun {
+	run := destRun{
+		dsts:    make([]Frontend, 0, 3*(hi-lo)),
+		entries: make([]destEntry, 0, 3*(hi-lo)),
+		keyed:   true,
+	}
+	for i := lo; i < hi; i++ {
+		first := len(run.dsts)
+		run.dsts = svcs[i].appendFrontends(run.dsts)
+		for d := first; d < len(run.dsts); d++ {
+			kind := run.dsts[d].Kind
+			run.dsts[d] = run.dsts[d].destination()
+			k, ok := frontendKeyOf(run.dsts[d])
+			run.keyed = run.keyed && ok
+			run.entries = append(run.entries, destEntry{k, int32(i), int32(d), kind})
 		}
 	}
-	if keyed {
-		slices.SortFunc(entries, func(a, b destEntry) int {
+	if run.keyed {
+		slices.SortFunc(run.entries, func(a, b destEntry) int {
 			if c := a.key.compare(b.key); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.svc, b.svc)
 		})
 	} else {
-		slices.SortFunc(entries, func(a, b destEntry) int {
-			return cmp.Or(dsts[a.dest].Compare(dsts[b.dest]), cmp.Compare(a.svc, b.svc))
+		slices.SortFunc(run.entries, func(a, b destEntry) int {
+			return cmp.Or(run.dsts[a.dest].Compare(run.dsts[b.dest]), cmp.Compare(a.svc, b.svc))
 		})
 	}
-	return dsts, entries
+	return run
+}
+
+// eachDestination calls yield with every entry of runs and its
+// destination, in the order of one run of all the Services: by
+// destination, then by Service. The destinations, and the entries but for
+// the order of those of one Service at one destination, are the same for
+// every split into runs.
+func eachDestination(runs []destRun, yield func(d *Frontend, e destEntry)) {
+	if len(runs) == 1 {
+		for _, e := range runs[0].entries {
+			yield(&runs[0].dsts[e.dest], e)
+		}
+		return
+	}
+	m := merger{runs: runs, heads: make([]int, len(runs)), keyed: true}
+	for _, run := range runs {
+		m.keyed = m.keyed && run.keyed
+	}
+	for {
+		r := m.smallest()
+		if r < 0 {
+			return
+		}
+		e := runs[r].entries[m.heads[r]]
+		m.heads[r]++
+		yield(&runs[r].dsts[e.dest], e)
+	}
+}
+
+// merger walks sorted runs in merged order: heads are the indexes of
+// their next entries.
+type merger struct {
+	runs  []destRun
+	heads []int
+	keyed bool
+}
+
+// smallest returns the run whose next entry comes first, or -1 when every
+// run is done. Runs hold different Services, so no two entries are equal.
+func (m *merger) smallest() int {
+	best := -1
+	for r := range m.runs {
+		if m.heads[r] < len(m.runs[r].entries) && (best < 0 || m.compare(r, best) < 0) {
+			best = r
+		}
+	}
+	return best
+}
+
+// compare compares the next entries of runs a and b.
+func (m *merger) compare(a, b int) int {
+	ea, eb := &m.runs[a].entries[m.heads[a]], &m.runs[b].entries[m.heads[b]]
+	if m.keyed {
+		if c := ea.key.compare(eb.key); c != 0 {
+			return c
+		}
+	} else if c := m.runs[a].dsts[ea.dest].Compare(m.runs[b].dsts[eb.dest]); c != 0 {
+		return c
+	}
+	return cmp.Compare(ea.svc, eb.svc)
 }
 
 // SharedDestinations returns the destinations (Frontends without their
@@ -263,43 +366,70 @@ func sortedDestinations(svcs []*Service) ([]Frontend, []destEntry) {
 // own: Owns is true for it, and ServicesAt names only its port; a renderer
 // of a whole table asks Owns and ServicesAt about the shared ones only. It
 // takes O(n log n) time for n frontends, and does not build the index that
-// ServicesAt and Owns use.
+// ServicesAt and Owns use. For many Services it collects and sorts the
+// frontends in up to GOMAXPROCS goroutines; the result is the same for
+// every number.
 func (r *Ruleset) SharedDestinations() []Frontend {
-	dsts, entries := sortedDestinations(r.Services())
+	svcs := r.Services()
+	return sharedDestinations(svcs, destRanges(svcs))
+}
+
+// sharedDestinations is SharedDestinations of svcs, sorted by name, whose
+// frontends are sorted in ranges (see sortedDestinations).
+func sharedDestinations(svcs []*Service, ranges [][2]int) []Frontend {
 	var shared []Frontend
-	for start := 0; start < len(entries); {
-		first, end, one := entries[start], start+1, true
-		for ; end < len(entries) && dsts[entries[end].dest] == dsts[first.dest]; end++ {
-			one = one && entries[end].svc == first.svc && entries[end].kind == first.kind
+	var cur *Frontend
+	var first destEntry
+	one := true
+	eachDestination(sortedDestinations(svcs, ranges), func(d *Frontend, e destEntry) {
+		switch {
+		case cur != nil && *d == *cur:
+			one = one && e.svc == first.svc && e.kind == first.kind
+			return
+		case cur != nil && !one:
+			shared = append(shared, *cur)
 		}
-		if !one {
-			shared = append(shared, dsts[first.dest])
-		}
-		start = end
+		cur, first, one = d, e, true
+	})
+	if cur != nil && !one {
+		shared = append(shared, *cur)
 	}
 	return shared
 }
 
-// buildIndex makes the frontendIndex of svcs, which are sorted by name.
-func buildIndex(svcs []*Service) frontendIndex {
-	dsts, entries := sortedDestinations(svcs)
-	same := func(a, b destEntry) bool { return a.svc == b.svc && dsts[a.dest] == dsts[b.dest] }
-	entries = slices.CompactFunc(entries, same)
-
-	groups := make([]frontendNames, 0, len(entries))
-	names := make([]servicemap.PortName, len(entries))
-	for i, e := range entries {
-		names[i] = svcs[e.svc].Name
+// buildIndex makes the frontendIndex of svcs, which are sorted by name,
+// sorting their frontends in ranges (see sortedDestinations).
+func buildIndex(svcs []*Service, ranges [][2]int) frontendIndex {
+	runs := sortedDestinations(svcs, ranges)
+	n := 0
+	for _, run := range runs {
+		n += len(run.entries)
 	}
-	for start := 0; start < len(entries); {
-		end := start + 1
-		for end < len(entries) && dsts[entries[end].dest] == dsts[entries[start].dest] {
-			end++
+	// names has room for every entry, so that appending to it never
+	// moves it from under the groups' slices of it.
+	names := make([]servicemap.PortName, 0, n)
+	groups := make([]frontendNames, 0, n)
+	var cur *Frontend
+	var last destEntry
+	start := 0
+	group := func() {
+		if cur != nil {
+			// Capped, so that nothing appends into the next group's names.
+			groups = append(groups, frontendNames{*cur, names[start:len(names):len(names)]})
 		}
-		// Capped, so that nothing appends into the next group's names.
-		groups = append(groups, frontendNames{dsts[entries[start].dest], names[start:end:end]})
-		start = end
 	}
+	eachDestination(runs, func(d *Frontend, e destEntry) {
+		switch {
+		case cur != nil && *d == *cur && e.svc == last.svc:
+			return // the Service's second frontend there
+		case cur == nil || *d != *cur:
+			group()
+			cur, start = d, len(names)
+		}
+		names = append(names, svcs[e.svc].Name)
+		last = e
+	})
+	group()
 	return treeFromSorted(groups)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
 )
@@ -243,33 +244,84 @@ func masked(prefixes []netip.Prefix) []netip.Prefix {
 	return out
 }
 
+// minBuildRange is the fewest ServicePorts Build gives one goroutine: a
+// snapshot of fewer than twice as many is built in the calling goroutine.
+const minBuildRange = 1024
+
 // Build computes the Ruleset for every ServicePort of services of the
 // Builder's family, with endpoints from eps. ServicePorts of another family
 // are skipped with a warning, as are externalIPs that Config does not allow.
+//
+// Build splits a large snapshot into ranges of ServicePorts that it builds
+// in up to GOMAXPROCS goroutines; the Ruleset and the warnings, in their
+// order, are the same for every split. It writes nothing but the result.
 func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*Ruleset, []svcproxy.Warning) {
-	all := make([]*Service, 0, services.Len())
-	var warnings []svcproxy.Warning
-	for sp := range services.All() {
-		svc, w := b.service(sp, eps.Get(sp.Name))
-		warnings = append(warnings, w...)
-		if svc != nil {
-			all = append(all, svc)
-		}
-	}
-	rs := &Ruleset{config: b.config, services: treeFromSorted(all), source: snapshots{services, eps}}
-	rs.sorted.Store(&all)
-	return rs, warnings
+	return b.build(services, eps, func(n int) [][2]int { return parallel.Ranges(n, minBuildRange) })
 }
 
-// service computes the state of one ServicePort.
+// build is Build with the ranges that split returns for the number of
+// ServicePorts: contiguous, in order, covering them all.
+func (b *Builder) build(services servicemap.Snapshot, eps endpoints.Snapshot, split func(n int) [][2]int) (*Ruleset, []svcproxy.Warning) {
+	ports := make([]*servicemap.ServicePort, 0, services.Len())
+	for sp := range services.All() {
+		ports = append(ports, sp)
+	}
+	all := make([]*Service, len(ports))
+	ranges := split(len(ports))
+	warnings := make([][]svcproxy.Warning, len(ranges))
+	parallel.Run(ranges, func(i, lo, hi int) {
+		warnings[i] = b.buildRange(all[lo:hi], ports[lo:hi], eps)
+	})
+	all = slices.DeleteFunc(all, func(s *Service) bool { return s == nil })
+	rs := &Ruleset{config: b.config, services: treeFromSorted(all), source: snapshots{services, eps}}
+	rs.sorted.Store(&all)
+	return rs, slices.Concat(warnings...)
+}
+
+// buildRange sets dst[i] to the Service of ports[i], or to nil when that
+// port is skipped, and returns the warnings about the ports in their order.
+//
+// The Services of the range share one array, and their targets and Serving
+// a few (slabs). An array stays alive while one of its Services does: a
+// Ruleset that Update made from this one, sharing some of its Services,
+// keeps those it replaced alive too, at most this Build's memory, as the
+// tree's nodes (treeFromSorted), which point at them, already do.
+func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, eps endpoints.Snapshot) []svcproxy.Warning {
+	svcs := make([]Service, len(ports))
+	var alloc slabs
+	var warnings []svcproxy.Warning
+	for i, sp := range ports {
+		alloc.left = len(ports) - i
+		w, ok := b.fill(&svcs[i], sp, eps.Get(sp.Name), &alloc)
+		warnings = append(warnings, w...)
+		if ok {
+			dst[i] = &svcs[i]
+		}
+	}
+	return warnings
+}
+
+// service computes the state of one ServicePort, or nil when it is
+// skipped.
 func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) (*Service, []svcproxy.Warning) {
+	s := new(Service)
+	warnings, ok := b.fill(s, sp, eps, nil)
+	if !ok {
+		return nil, warnings
+	}
+	return s, warnings
+}
+
+// fill sets s, a zero Service, to the state of one ServicePort, whose
+// endpoints are eps, with slices from alloc; ok is false when the port is
+// skipped.
+func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, eps []endpoints.Endpoint, alloc *slabs) (warnings []svcproxy.Warning, ok bool) {
 	if sp.Family != b.config.Family {
 		report := svcproxy.Reporter{Kind: "Service", Namespace: sp.Name.Namespace, Name: sp.Name.Name}
 		report.Warnf("port %q is %s, the ruleset is %s: skipped", sp.Name.Port, sp.Family, b.config.Family)
-		return nil, report.Warnings
+		return report.Warnings, false
 	}
-	s := &Service{ServicePort: *sp}
-	var warnings []svcproxy.Warning
+	s.ServicePort = *sp
 	if b.config.RestrictExternalIPs && len(sp.ExternalIPs) > 0 {
 		warnings = b.restrictExternalIPs(s)
 	}
@@ -283,12 +335,12 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 	if b.config.ComputeHints {
 		eps = topology.Hints(sp.TrafficDistribution, eps)
 	}
-	hasAny := b.spread(s, eps)
+	hasAny := b.spread(s, eps, alloc)
 	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, func(src netip.Prefix) bool {
 		return slices.ContainsFunc(b.config.NodePortAddresses, src.Contains)
 	})
 	b.decide(s, hasAny)
-	return s, warnings
+	return warnings, true
 }
 
 // restrictExternalIPs keeps the external IPs of s that Config allows, and
@@ -308,14 +360,14 @@ func (b *Builder) restrictExternalIPs(s *Service) []svcproxy.Warning {
 }
 
 // spread sets the targets, Endpoints and Serving of s from eps, the
-// endpoints of its port, and reports whether the Service has a usable
-// endpoint anywhere.
+// endpoints of its port, with slices from alloc, and reports whether the
+// Service has a usable endpoint anywhere.
 //
 // Targets keep the order of eps. Endpoints and Serving are sorted: when eps
 // are sorted and one per address and port, as an endpoints.Snapshot gives
 // them, they are already, and Endpoints is eps itself when every endpoint
 // is reachable (capped, so that nothing appends into eps).
-func (b *Builder) spread(s *Service, eps []endpoints.Endpoint) bool {
+func (b *Builder) spread(s *Service, eps []endpoints.Endpoint, alloc *slabs) bool {
 	sel := topology.Select(&s.ServicePort, eps, b.config.Node)
 	var nCluster, nLocal, nReachable, nServing int
 	for i := range eps {
@@ -326,14 +378,16 @@ func (b *Builder) spread(s *Service, eps []endpoints.Endpoint) bool {
 		nServing += b2i(eps[i].Serving || eps[i].Ready)
 	}
 	if nCluster+nLocal > 0 {
-		ts := make([]Target, nCluster+nLocal)
+		ts := alloc.targetsOf(nCluster + nLocal)
 		node := b.config.Node.Name
 		s.ClusterTargets = targets(ts[:0:nCluster], eps, sel.Cluster, node)
 		s.LocalTargets = targets(ts[nCluster:nCluster:nCluster+nLocal], eps, sel.Local, node)
 	}
 	ordered := strictlySorted(eps)
 	s.Endpoints = reachable(eps, &sel, nReachable, ordered)
-	s.Serving = serving(eps, nServing, ordered)
+	if nServing > 0 {
+		s.Serving = serving(eps, alloc.servingOf(nServing), ordered)
+	}
 	return sel.HasAnyEndpoints()
 }
 
@@ -399,14 +453,10 @@ func reachable(eps []endpoints.Endpoint, sel *topology.Selection, n int, ordered
 	return out
 }
 
-// serving returns the addresses and ports of the n serving or ready
-// endpoints of eps, sorted, each once (ordered says eps are strictly sorted
-// already).
-func serving(eps []endpoints.Endpoint, n int, ordered bool) []netip.AddrPort {
-	if n == 0 {
-		return nil
-	}
-	out := make([]netip.AddrPort, 0, n)
+// serving appends to out, which has room for them, the addresses and ports
+// of the serving or ready endpoints of eps, sorted, each once (ordered says
+// eps are strictly sorted already).
+func serving(eps []endpoints.Endpoint, out []netip.AddrPort, ordered bool) []netip.AddrPort {
 	for i := range eps {
 		if eps[i].Serving || eps[i].Ready {
 			out = append(out, eps[i].AddrPort())

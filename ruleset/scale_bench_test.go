@@ -40,6 +40,51 @@ func BenchmarkScaleBuild(b *testing.B) {
 	}
 }
 
+// BenchmarkScaleSharedDestinations finds the shared destinations of a
+// built Ruleset, as the flat nftables render does on a first sync.
+func BenchmarkScaleSharedDestinations(b *testing.B) {
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			rs := scaleRuleset(b, n)
+			want := len(rs.SharedDestinations())
+			b.ReportAllocs()
+			for b.Loop() {
+				if got := len(rs.SharedDestinations()); got != want {
+					b.Fatalf("%d shared destinations, then %d", want, got)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkScaleFrontendIndex makes the Frontend index of a built Ruleset,
+// as its first ServicesAt or Owns does.
+func BenchmarkScaleFrontendIndex(b *testing.B) {
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			rs := scaleRuleset(b, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				if got := ruleset.FrontendIndexLen(rs); got < n {
+					b.Fatalf("%d destinations for %d Services", got, n)
+				}
+			}
+		})
+	}
+}
+
+// scaleRuleset builds the Ruleset of a generated cluster of n Services.
+func scaleRuleset(b *testing.B, n int) *ruleset.Ruleset {
+	b.Helper()
+	ss, es := scaleworld.Snapshots(scalegen.Spec{Services: n})
+	builder, err := ruleset.NewBuilder(scaleworld.Config())
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs, _ := builder.Build(ss, es)
+	return rs
+}
+
 // BenchmarkScaleDiff compares two Rulesets that differ in one endpoint of
 // one Service.
 func BenchmarkScaleDiff(b *testing.B) {

@@ -1,0 +1,49 @@
+package ruleset
+
+import "net/netip"
+
+// slabLen is the most elements of an array that slabs cut slices from,
+// unless one slice needs more.
+const slabLen = 1024
+
+// slabs cut the targets and Serving slices of the Services of one Build
+// range from a few shared arrays, rather than allocating each on its own.
+// Each slice is capped, so that an append to it copies instead of writing
+// into its neighbour's. A nil *slabs allocates each slice on its own.
+type slabs struct {
+	targets []Target
+	serving []netip.AddrPort
+	// left is the number of Services still to be built, this one
+	// included: a new array has room for that many slices like this
+	// one's, up to slabLen elements, so that a small Build allocates
+	// little more than it uses.
+	left int
+}
+
+// targetsOf returns n zero Targets.
+func (a *slabs) targetsOf(n int) []Target {
+	if a == nil {
+		return make([]Target, n)
+	}
+	return take(&a.targets, n, a.left)
+}
+
+// servingOf returns an empty slice with room for n addresses and ports.
+func (a *slabs) servingOf(n int) []netip.AddrPort {
+	if a == nil {
+		return make([]netip.AddrPort, 0, n)
+	}
+	return take(&a.serving, n, a.left)[:0]
+}
+
+// take cuts n zero elements off the front of *slab, first replacing it
+// with a new array when it has fewer than n: of n·left elements, but no
+// more than slabLen unless n is.
+func take[T any](slab *[]T, n, left int) []T {
+	if n > len(*slab) {
+		*slab = make([]T, max(n, min(n*left, slabLen)))
+	}
+	s := (*slab)[:n:n]
+	*slab = (*slab)[n:]
+	return s
+}

@@ -131,9 +131,11 @@ func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements 
 		targets += len(s.ClusterTargets) + len(s.LocalTargets)
 	}
 	hairpin := make([]netip.Addr, 0, targets)
+	var fs []ruleset.Frontend
 	for _, s := range svcs {
 		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
-		out.warnings = append(out.warnings, r.portInto(&acc, o, s, s.Frontends())...)
+		fs = s.AppendFrontends(fs[:0])
+		out.warnings = append(out.warnings, r.portInto(&acc, o, s, fs)...)
 		out.counts.countClasses(acc, 1)
 		hairpin = append(hairpin, acc.hairpin...)
 	}

@@ -63,9 +63,18 @@ func (f Frontend) destination() Frontend {
 // as a whole, its cluster IP, external IPs and load-balancer IPs each with
 // its protocol and port, and its node port.
 func (s *Service) Frontends() []Frontend {
-	fs := s.appendFrontends(make([]Frontend, 0, 3+len(s.ExternalIPs)+len(s.LoadBalancerIPs)))
+	return s.AppendFrontends(make([]Frontend, 0, 3+len(s.ExternalIPs)+len(s.LoadBalancerIPs)))
+}
+
+// AppendFrontends appends the Frontends of s, as Frontends returns them,
+// to dst and returns the extended slice: a renderer that walks every
+// Service reuses one buffer.
+func (s *Service) AppendFrontends(dst []Frontend) []Frontend {
+	start := len(dst)
+	dst = s.appendFrontends(dst)
+	fs := dst[start:]
 	slices.SortFunc(fs, Frontend.Compare)
-	return slices.Compact(fs)
+	return dst[:start+len(slices.Compact(fs))]
 }
 
 // destinations returns the destinations of the Frontends of s, sorted, each

@@ -114,3 +114,27 @@ func TestPropServedFrontends(t *testing.T) {
 		}
 	})
 }
+
+// TestPropAppendFrontends: AppendFrontends appends what Frontends returns,
+// sorted and each once, and leaves what dst held before it as it was.
+func TestPropAppendFrontends(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		family := genFamily(t, "family")
+		b, err := ruleset.NewBuilder(genConfig(t, family))
+		if err != nil {
+			t.Fatalf("NewBuilder: %v", err)
+		}
+		rs, _ := b.Build(feed(family, genHistory(t, family).order(t, "order")))
+		var all []ruleset.Frontend
+		for _, s := range rs.Services() {
+			before := slices.Clone(all)
+			all = s.AppendFrontends(all)
+			if !slices.Equal(all[:len(before)], before) {
+				t.Fatalf("%v: AppendFrontends changed what dst held", s.Name)
+			}
+			if got, want := all[len(before):], s.Frontends(); !slices.Equal(got, want) {
+				t.Fatalf("%v: AppendFrontends appended %v, Frontends gives %v", s.Name, got, want)
+			}
+		}
+	})
+}

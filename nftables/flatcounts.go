@@ -68,26 +68,6 @@ func sortedKeys(addrs []netip.Addr) ([]uint32, []v6Key) {
 	return k4, k6
 }
 
-// mergeSorted merges two sorted slices into one, sorted; it may return a
-// or b itself when the other is empty.
-func mergeSorted[K any](a, b []K, cmp func(x, y K) int) []K {
-	switch {
-	case len(a) == 0:
-		return b
-	case len(b) == 0:
-		return a
-	}
-	out := make([]K, 0, len(a)+len(b))
-	for len(a) > 0 && len(b) > 0 {
-		if cmp(b[0], a[0]) < 0 {
-			out, b = append(out, b[0]), b[1:]
-		} else {
-			out, a = append(out, a[0]), a[1:]
-		}
-	}
-	return append(append(out, a...), b...)
-}
-
 // countSorted counts every use in the sorted keys k4 and k6 (a use each,
 // as sortedKeys gives them), and returns the addresses in use, as
 // netip.Addr.Compare sorts them (IPv4 before IPv6).

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/svcproxy/svcproxy/internal/sorted"
 )
 
 // TestAddrCountsAsMap checks addrCounts against a map of counts: counted
@@ -35,7 +37,7 @@ func TestAddrCountsAsMap(t *testing.T) {
 		cut := rapid.IntRange(0, len(initial)).Draw(t, "cut")
 		a4, a6 := sortedKeys(initial[:cut])
 		b4, b6 := sortedKeys(initial[cut:])
-		c, inUse := countSorted(mergeSorted(a4, b4, compare4), mergeSorted(a6, b6, compare6))
+		c, inUse := countSorted(sorted.Merge(a4, b4, compare4), sorted.Merge(a6, b6, compare6))
 		var wantInUse []netip.Addr
 		for a := range want {
 			wantInUse = append(wantInUse, a)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/parallel"
+	"github.com/svcproxy/svcproxy/internal/sorted"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -85,7 +86,7 @@ func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int) (*FlatState
 		}
 		res.Warnings = append(res.Warnings, p.warnings...)
 		st.addCounts(p.counts)
-		k4, k6 = mergeSorted(k4, p.k4, compare4), mergeSorted(k6, p.k6, compare6)
+		k4, k6 = sorted.Merge(k4, p.k4, compare4), sorted.Merge(k6, p.k6, compare6)
 	}
 	var inUse []netip.Addr
 	st.hairpin, inUse = countSorted(k4, k6)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/cowmap"
+	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/internal/sorted"
 )
 
@@ -54,7 +55,8 @@ func (s Snapshot) Ports() []ServicePort {
 
 // All yields every ServicePort, sorted by PortName, as Ports returns them
 // but without copying them: the ServicePorts are the Snapshot's own and
-// must not be modified.
+// must not be modified. Ports and All sort a large Snapshot's Services on
+// up to GOMAXPROCS goroutines, which end before the first port is yielded.
 func (s Snapshot) All() iter.Seq[*ServicePort] {
 	return func(yield func(*ServicePort) bool) {
 		for _, ports := range s.sortedServices() {
@@ -72,7 +74,7 @@ func (s Snapshot) All() iter.Seq[*ServicePort] {
 // unsorted list. It holds no pointer, so that sorting moves no pointers
 // (whose moves the garbage collector must watch while it runs).
 type sortKey struct {
-	namespace, name uint64
+	namespace, name prefix
 	index           int
 }
 
@@ -81,49 +83,64 @@ type sortKey struct {
 // PortName and carry its namespace and name, so concatenating them gives
 // every port in PortName order while sorting only one small key per
 // Service. Most comparisons are decided by the prefixes, without reading
-// the strings.
+// the strings. A large Snapshot's keys are sorted in ranges on up to
+// GOMAXPROCS goroutines, and merged.
 func (s Snapshot) sortedServices() [][]ServicePort {
 	n := s.services.Len()
 	keys := make([]types.NamespacedName, 0, n)
 	ports := make([][]ServicePort, 0, n)
 	order := make([]sortKey, 0, n)
 	s.services.All(func(key types.NamespacedName, p []ServicePort) bool {
-		order = append(order, sortKey{prefix(key.Namespace), prefix(key.Name), len(keys)})
+		order = append(order, sortKey{prefixOf(key.Namespace), prefixOf(key.Name), len(keys)})
 		keys = append(keys, key)
 		ports = append(ports, p)
 		return true
 	})
-	slices.SortFunc(order, func(a, b sortKey) int {
+	compare := func(a, b sortKey) int {
 		ka, kb := &keys[a.index], &keys[b.index]
 		if c := comparePrefixed(a.namespace, b.namespace, ka.Namespace, kb.Namespace); c != 0 {
 			return c
 		}
 		return comparePrefixed(a.name, b.name, ka.Name, kb.Name)
-	})
-	sorted := make([][]ServicePort, len(order))
-	for i, k := range order {
-		sorted[i] = ports[k.index]
 	}
-	return sorted
+	ranges := parallel.Ranges(len(order), sortRangeMin)
+	parallel.Run(ranges, func(_, lo, hi int) { slices.SortFunc(order[lo:hi], compare) })
+	merged := order[ranges[0][0]:ranges[0][1]]
+	for _, r := range ranges[1:] {
+		merged = sorted.Merge(merged, order[r[0]:r[1]], compare)
+	}
+	out := make([][]ServicePort, len(merged))
+	for i, k := range merged {
+		out[i] = ports[k.index]
+	}
+	return out
 }
 
-// prefix is the first 8 bytes of s, zero-padded, as a big-endian number:
-// when two strings' prefixes differ, they order the strings as
+// sortRangeMin is the fewest Services whose keys sortedServices sorts on a
+// goroutine of their own.
+const sortRangeMin = 2048
+
+// prefix is the first 16 bytes of a string, zero-padded, as two big-endian
+// numbers: when two strings' prefixes differ, they order the strings as
 // strings.Compare does.
-func prefix(s string) uint64 {
-	var b [8]byte
+type prefix [2]uint64
+
+func prefixOf(s string) prefix {
+	var b [16]byte
 	copy(b[:], s)
-	return binary.BigEndian.Uint64(b[:])
+	return prefix{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
 }
 
 // comparePrefixed compares x and y, whose prefixes are px and py, as
 // strings.Compare does, reading the strings only when the prefixes do not
 // decide.
-func comparePrefixed(px, py uint64, x, y string) int {
+func comparePrefixed(px, py prefix, x, y string) int {
 	switch {
-	case px != py:
-		return cmp.Compare(px, py)
-	case len(x) == len(y) && len(x) <= 8:
+	case px[0] != py[0]:
+		return cmp.Compare(px[0], py[0])
+	case px[1] != py[1]:
+		return cmp.Compare(px[1], py[1])
+	case len(x) == len(y) && len(x) <= len(px)*8:
 		return 0
 	}
 	return strings.Compare(x, y)

@@ -1,6 +1,8 @@
 package servicemap_test
 
 import (
+	"fmt"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -306,6 +308,33 @@ func TestTrackerSnapshotImmutable(t *testing.T) {
 	all[10].Spec.Ports[0].Port = 9999
 	if sp, _ := cur.Get(pn("ns", "svc-10", "http", v1.ProtocolTCP)); sp.Port != 80 {
 		t.Errorf("Snapshot follows later edits of the Service object: port %d", sp.Port)
+	}
+}
+
+// All yields every port in PortName order also when the Services are
+// sorted in ranges on several goroutines: names that share their first 16
+// bytes, or differ only after them, in namespaces likewise.
+func TestSnapshotAllOrderOfMany(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	tr := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	const n = 9000
+	for i := range n {
+		ns := fmt.Sprintf("team-%d-namespace-%d", i%7, (i*7919)%13)
+		name := fmt.Sprintf("service-%03d-%d", (i*104729)%997, i)
+		tr.Update(service(named(ns, name)))
+	}
+	snap, _ := tr.Snapshot()
+	var names []servicemap.PortName
+	for sp := range snap.All() {
+		names = append(names, sp.Name)
+	}
+	if len(names) != n {
+		t.Fatalf("All yields %d ports, want %d", len(names), n)
+	}
+	for i := 1; i < n; i++ {
+		if names[i-1].Compare(names[i]) >= 0 {
+			t.Fatalf("All yields %v before %v", names[i-1], names[i])
+		}
 	}
 }
 

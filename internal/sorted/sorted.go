@@ -1,5 +1,6 @@
 // Package sorted walks two lists sorted by the same order side by side: the
-// merge step that diffs of snapshots, Rulesets and frontend lists share.
+// merge step that diffs of snapshots, Rulesets and frontend lists share, and
+// that joins lists sorted apart (on several goroutines).
 package sorted
 
 // Walk visits the union of a and b, both sorted by cmp with each key at most
@@ -22,4 +23,25 @@ func Walk[T any](a, b []T, cmp func(x, y T) int, onlyA, onlyB func(T), both func
 			j++
 		}
 	}
+}
+
+// Merge returns the elements of a and b, both sorted by cmp, in one sorted
+// list; of equal elements, a's come first. It returns a or b itself when
+// the other is empty, else a new slice.
+func Merge[T any](a, b []T, cmp func(x, y T) int) []T {
+	switch {
+	case len(a) == 0:
+		return b
+	case len(b) == 0:
+		return a
+	}
+	out := make([]T, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if cmp(b[0], a[0]) < 0 {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }

@@ -77,3 +77,27 @@ func TestWalkProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestMerge: the merge of two sorted lists is their concatenation sorted
+// stably (a's equal elements first), and an empty side returns the other.
+func TestMerge(t *testing.T) {
+	type pair struct{ key, from int }
+	byKey := func(x, y pair) int { return cmp.Compare(x.key, y.key) }
+	rapid.Check(t, func(t *rapid.T) {
+		gen := rapid.SliceOf(rapid.IntRange(0, 20))
+		var a, b []pair
+		for _, k := range gen.Draw(t, "a") {
+			a = append(a, pair{k, 0})
+		}
+		for _, k := range gen.Draw(t, "b") {
+			b = append(b, pair{k, 1})
+		}
+		slices.SortFunc(a, byKey)
+		slices.SortFunc(b, byKey)
+		want := slices.Concat(a, b)
+		slices.SortStableFunc(want, byKey)
+		if got := sorted.Merge(a, b, byKey); !slices.Equal(got, want) {
+			t.Fatalf("Merge(%v, %v) = %v, want %v", a, b, got, want)
+		}
+	})
+}

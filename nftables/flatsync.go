@@ -104,8 +104,8 @@ const flatRangeMin = 1024
 
 // flatElementsPerPort is the room for elements that flatTable makes per
 // Service port: the cluster-ips set's, and a set's element and a block of
-// targets for the cluster IP and one more frontend (more grow the array).
-const flatElementsPerPort = 5
+// targets for the cluster IP, and one more (more grow the array).
+const flatElementsPerPort = 4
 
 // flatRange is what one range of a Ruleset's Service ports puts in a whole
 // table: elements, warnings, the uses of groups and affinity classes, and

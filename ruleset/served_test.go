@@ -78,12 +78,7 @@ func TestServedFrontends(t *testing.T) {
 // and invalid addresses), with its Owner and the kind Owner gives.
 func TestPropServedFrontends(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		family := genFamily(t, "family")
-		b, err := ruleset.NewBuilder(genConfig(t, family))
-		if err != nil {
-			t.Fatalf("NewBuilder: %v", err)
-		}
-		rs, _ := b.Build(feed(family, genHistory(t, family).order(t, "order")))
+		_, _, rs, _ := genBuilt(t)
 		served := rs.ServedFrontends()
 		if !slices.IsSortedFunc(served, func(a, b ruleset.ServedFrontend) int { return a.Compare(b.Frontend) }) {
 			t.Fatalf("not sorted: %v", served)
@@ -119,12 +114,7 @@ func TestPropServedFrontends(t *testing.T) {
 // sorted and each once, and leaves what dst held before it as it was.
 func TestPropAppendFrontends(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		family := genFamily(t, "family")
-		b, err := ruleset.NewBuilder(genConfig(t, family))
-		if err != nil {
-			t.Fatalf("NewBuilder: %v", err)
-		}
-		rs, _ := b.Build(feed(family, genHistory(t, family).order(t, "order")))
+		_, _, rs, _ := genBuilt(t)
 		var all []ruleset.Frontend
 		for _, s := range rs.Services() {
 			before := slices.Clone(all)

@@ -165,3 +165,18 @@ func FlatSplitDiff(rs *ruleset.Ruleset, opts Options, k int) string {
 	}
 	return ""
 }
+
+// OwnershipDiff describes a frontend of rs whose owner the whole table's
+// ownership names otherwise than ruleset.Ruleset's index does, or returns
+// "".
+func OwnershipDiff(rs *ruleset.Ruleset) string {
+	whole, asked := wholeTableOwnership(rs), ownership{rs: rs}
+	for _, s := range rs.Services() {
+		for _, f := range s.Frontends() {
+			if w, a := whole.owns(s, f), asked.owns(s, f); w != a {
+				return fmt.Sprintf("%v of %v: whole table %v, Ruleset %v", f, s.Name, w, a)
+			}
+		}
+	}
+	return ""
+}

@@ -70,6 +70,19 @@ func TestFlatSplitMatchesOneRange(t *testing.T) {
 	})
 }
 
+// TestFlatOwnershipMatchesRuleset: the whole table's ownership, which asks
+// the Ruleset only about shared destinations and finds a shared cluster
+// IP's first port itself, names the owner that the Ruleset's index names,
+// for every frontend of a random cluster.
+func TestFlatOwnershipMatchesRuleset(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg, _, p, _ := genEvalConfig(t)
+		if diff := nftables.OwnershipDiff(genCluster(t, cfg, p)); diff != "" {
+			t.Fatal(diff)
+		}
+	})
+}
+
 // TestFlatIncrementalMatchesFull: after random changes, RenderFlatChanges
 // applied to a Fake that holds the old table gives what RenderFlat of the
 // new Ruleset gives, in transactions the kernel would accept.

@@ -5,15 +5,18 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"slices"
+
+	"github.com/svcproxy/svcproxy/internal/sorted"
 )
 
 // addrCounts counts the uses of endpoint addresses, IPv4 addresses under
 // their 32 bits and IPv6 addresses under their 16 bytes (as two uint64s,
-// which compare fast). Counted whole
-// (countSorted), the uses are two sorted arrays, made in one pass; uses added
-// later go into a map of changes, which is merged into the arrays when it
-// grows past half their length (in O(n), so O(1) amortized per change). Filling a hash map with the addresses of a
-// whole table costs a cache miss per address, a sort does not.
+// which compare fast). Counted whole (countSorted), the uses are two sorted
+// arrays, made in one pass; uses added later go into a map of changes,
+// which is merged into the arrays when it grows past half their length (in
+// O(n), so O(1) amortized per change). Filling a hash map with the
+// addresses of a whole table costs a cache miss per address, a sort does
+// not.
 type addrCounts struct {
 	v4 sortedCounts[uint32]
 	v6 sortedCounts[v6Key]
@@ -47,40 +50,51 @@ func v4Addr(k uint32) netip.Addr {
 
 var compare4 = cmp.Compare[uint32]
 
-// sortedKeys are the keys of addrs, a use each (repeats kept), sorted.
-func sortedKeys(addrs []netip.Addr) ([]uint32, []v6Key) {
-	var k4 []uint32
-	var k6 []v6Key
-	if len(addrs) > 0 && addrs[0].Is4() {
-		k4 = make([]uint32, 0, len(addrs))
-	} else {
-		k6 = make([]v6Key, 0, len(addrs))
-	}
-	for _, a := range addrs {
-		if a.Is4() {
-			k4 = append(k4, v4Key(a))
-		} else {
-			k6 = append(k6, v6KeyOf(a))
-		}
-	}
-	slices.Sort(k4)
-	slices.SortFunc(k6, compare6)
-	return k4, k6
+// useKeys are the keys of uses of addresses, a use each (repeats kept):
+// IPv4's and IPv6's.
+type useKeys struct {
+	v4 []uint32
+	v6 []v6Key
 }
 
-// countSorted counts every use in the sorted keys k4 and k6 (a use each,
-// as sortedKeys gives them), and returns the addresses in use, as
-// netip.Addr.Compare sorts them (IPv4 before IPv6).
-func countSorted(k4 []uint32, k6 []v6Key) (addrCounts, []netip.Addr) {
-	c := addrCounts{v4: fromSorted(k4), v6: fromSorted(k6)}
-	out := make([]netip.Addr, 0, len(c.v4.keys)+len(c.v6.keys))
-	for _, k := range c.v4.keys {
-		out = append(out, v4Addr(k))
+// add appends the keys of addrs.
+func (k *useKeys) add(addrs []netip.Addr) {
+	for _, a := range addrs {
+		if a.Is4() {
+			k.v4 = append(k.v4, v4Key(a))
+		} else {
+			k.v6 = append(k.v6, v6KeyOf(a))
+		}
 	}
-	for _, k := range c.v6.keys {
-		out = append(out, k.addr())
+}
+
+// sort sorts the keys.
+func (k *useKeys) sort() {
+	slices.Sort(k.v4)
+	slices.SortFunc(k.v6, compare6)
+}
+
+// merge returns the keys of k and o, both sorted, in one sorted list.
+func (k useKeys) merge(o useKeys) useKeys {
+	return useKeys{sorted.Merge(k.v4, o.v4, compare4), sorted.Merge(k.v6, o.v6, compare6)}
+}
+
+// countSorted counts every use in k, sorted.
+func countSorted(k useKeys) addrCounts {
+	return addrCounts{v4: fromSorted(k.v4), v6: fromSorted(k.v6)}
+}
+
+// inUse is the number of addresses that c, as countSorted made it (no
+// changes since), counts.
+func (c *addrCounts) inUse() int { return len(c.v4.keys) + len(c.v6.keys) }
+
+// at is the i'th address (0 ≤ i < inUse()) that c, as countSorted made it,
+// counts, as netip.Addr.Compare sorts them (IPv4 before IPv6).
+func (c *addrCounts) at(i int) netip.Addr {
+	if i < len(c.v4.keys) {
+		return v4Addr(c.v4.keys[i])
 	}
-	return c, out
+	return c.v6.keys[i-len(c.v4.keys)].addr()
 }
 
 // add adds d (1 or −1) to a's uses.

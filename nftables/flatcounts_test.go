@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
-
-	"github.com/svcproxy/svcproxy/internal/sorted"
 )
 
 // TestAddrCountsAsMap checks addrCounts against a map of counts: counted
@@ -35,9 +33,16 @@ func TestAddrCountsAsMap(t *testing.T) {
 		// Counted as flatTable counts them: in two parts, their keys
 		// sorted apart and merged.
 		cut := rapid.IntRange(0, len(initial)).Draw(t, "cut")
-		a4, a6 := sortedKeys(initial[:cut])
-		b4, b6 := sortedKeys(initial[cut:])
-		c, inUse := countSorted(sorted.Merge(a4, b4, compare4), sorted.Merge(a6, b6, compare6))
+		var a, b useKeys
+		a.add(initial[:cut])
+		b.add(initial[cut:])
+		a.sort()
+		b.sort()
+		c := countSorted(a.merge(b))
+		var inUse []netip.Addr
+		for i := range c.inUse() {
+			inUse = append(inUse, c.at(i))
+		}
 		var wantInUse []netip.Addr
 		for a := range want {
 			wantInUse = append(wantInUse, a)

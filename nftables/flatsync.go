@@ -9,7 +9,6 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/parallel"
-	"github.com/svcproxy/svcproxy/internal/sorted"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -77,8 +76,7 @@ func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int) (*FlatState
 	})
 	var res Result
 	elements := parts[0].elements
-	var k4 []uint32
-	var k6 []v6Key
+	var hairpin useKeys
 	for i := range parts {
 		p := &parts[i]
 		if i > 0 {
@@ -86,14 +84,13 @@ func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int) (*FlatState
 		}
 		res.Warnings = append(res.Warnings, p.warnings...)
 		st.addCounts(p.counts)
-		k4, k6 = sorted.Merge(k4, p.k4, compare4), sorted.Merge(k6, p.k6, compare6)
+		hairpin = hairpin.merge(p.hairpin)
 	}
-	var inUse []netip.Addr
-	st.hairpin, inUse = countSorted(k4, k6)
+	st.hairpin = countSorted(hairpin)
 	t := st.table()
 	t.Elements = elements
-	if len(inUse) > 0 {
-		t.Elements = append(t.Elements, hairpinBlock(inUse))
+	if n := st.hairpin.inUse(); n > 0 {
+		t.Elements = append(t.Elements, hairpinBlock(n, st.hairpin.at))
 	}
 	return st, t, res
 }
@@ -114,8 +111,7 @@ type flatRange struct {
 	elements []model.Element
 	warnings []svcproxy.Warning
 	counts   *FlatState
-	k4       []uint32
-	k6       []v6Key
+	hairpin  useKeys
 }
 
 // renderRange renders svcs, a range of the Service ports of a whole table
@@ -131,17 +127,21 @@ func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements 
 	for _, s := range svcs {
 		targets += len(s.ClusterTargets) + len(s.LocalTargets)
 	}
-	hairpin := make([]netip.Addr, 0, targets)
+	if r.family == model.IPv4 {
+		out.hairpin.v4 = make([]uint32, 0, targets)
+	} else {
+		out.hairpin.v6 = make([]v6Key, 0, targets)
+	}
 	var fs []ruleset.Frontend
 	for _, s := range svcs {
 		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
 		fs = s.AppendFrontends(fs[:0])
 		out.warnings = append(out.warnings, r.portInto(&acc, o, s, fs)...)
 		out.counts.countClasses(acc, 1)
-		hairpin = append(hairpin, acc.hairpin...)
+		out.hairpin.add(acc.hairpin)
 	}
 	out.elements = acc.elements
-	out.k4, out.k6 = sortedKeys(hairpin)
+	out.hairpin.sort()
 	return out
 }
 
@@ -210,17 +210,17 @@ func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int3
 	return groups, hairpin
 }
 
-// hairpinBlock is the block of the hairpin set's elements of addrs, its
-// keys made on up to GOMAXPROCS goroutines.
-func hairpinBlock(addrs []netip.Addr) model.Element {
-	keys := make([]model.Datum, 2*len(addrs))
-	parallel.Run(parallel.Ranges(len(addrs), hairpinRangeMin), func(_, lo, hi int) {
+// hairpinBlock is the block of the hairpin set's elements of n addresses,
+// the i'th addr(i), its keys made on up to GOMAXPROCS goroutines.
+func hairpinBlock(n int, addr func(i int) netip.Addr) model.Element {
+	keys := make([]model.Datum, 2*n)
+	parallel.Run(parallel.Ranges(n, hairpinRangeMin), func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
-			keys[2*i] = model.Addr(addrs[i])
+			keys[2*i] = model.Addr(addr(i))
 			keys[2*i+1] = keys[2*i]
 		}
 	})
-	return model.Element{Set: flatSetHairpin, Rows: len(addrs), RowKeys: keys}
+	return model.Element{Set: flatSetHairpin, Rows: n, RowKeys: keys}
 }
 
 // hairpinRangeMin is the fewest hairpin elements whose keys hairpinBlock
@@ -357,7 +357,7 @@ func elementDiff(del, add []model.Element) (d, a []model.Element) {
 func (st *FlatState) hairpinChanges(out *FlatChanges, addrs []netip.Addr) {
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	for _, a := range slices.Compact(addrs) {
-		e := model.Expand([]model.Element{hairpinBlock([]netip.Addr{a})})
+		e := model.Expand([]model.Element{hairpinBlock(1, func(int) netip.Addr { return a })})
 		if st.hairpin.get(a) > 0 {
 			out.add = append(out.add, e...)
 		} else {

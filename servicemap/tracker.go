@@ -89,9 +89,7 @@ func (s Snapshot) sortedServices() [][]ServicePort {
 	n := s.services.Len()
 	keys := make([]types.NamespacedName, 0, n)
 	ports := make([][]ServicePort, 0, n)
-	order := make([]sortKey, 0, n)
 	s.services.All(func(key types.NamespacedName, p []ServicePort) bool {
-		order = append(order, sortKey{prefixOf(key.Namespace), prefixOf(key.Name), len(keys)})
 		keys = append(keys, key)
 		ports = append(ports, p)
 		return true
@@ -103,8 +101,15 @@ func (s Snapshot) sortedServices() [][]ServicePort {
 		}
 		return comparePrefixed(a.name, b.name, ka.Name, kb.Name)
 	}
+	// Each range reads its keys' strings for their prefixes, and sorts.
+	order := make([]sortKey, len(keys))
 	ranges := parallel.Ranges(len(order), sortRangeMin)
-	parallel.Run(ranges, func(_, lo, hi int) { slices.SortFunc(order[lo:hi], compare) })
+	parallel.Run(ranges, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			order[i] = sortKey{prefixOf(keys[i].Namespace), prefixOf(keys[i].Name), i}
+		}
+		slices.SortFunc(order[lo:hi], compare)
+	})
 	merged := order[ranges[0][0]:ranges[0][1]]
 	for _, r := range ranges[1:] {
 		merged = sorted.Merge(merged, order[r[0]:r[1]], compare)

@@ -125,7 +125,13 @@ type sortedCounts[K comparable] struct {
 // fromSorted counts the keys of sorted, in which a key is repeated once
 // per use.
 func fromSorted[K comparable](sorted []K) sortedCounts[K] {
-	c := sortedCounts[K]{keys: make([]K, 0, len(sorted)), uses: make([]int32, 0, len(sorted))}
+	n := 0
+	for i := range sorted {
+		if i == 0 || sorted[i] != sorted[i-1] {
+			n++
+		}
+	}
+	c := sortedCounts[K]{keys: make([]K, 0, n), uses: make([]int32, 0, n)}
 	for _, k := range sorted {
 		if n := len(c.keys); n > 0 && c.keys[n-1] == k {
 			c.uses[n-1]++

@@ -87,7 +87,4 @@ func (s *Set) writeBody(b *strings.Builder) {
 // KeyBytes is the netlink encoding of an element key (or data value): the
 // fields' encodings concatenated, each padded to 4 bytes; for a prefix,
 // its first address.
-func KeyBytes(ds []Datum) []byte {
-	first, _ := encode(ds)
-	return first
-}
+func KeyBytes(ds []Datum) []byte { return appendFields(nil, false, ds, nil) }

@@ -83,7 +83,7 @@ func TestEncodeOneField(t *testing.T) {
 		{"IPv4 address", []Datum{Addr(netip.MustParseAddr("198.18.0.1"))}, []byte{198, 18, 0, 1}},
 		{"protocol . port", []Datum{Proto(6), Port(8080)}, []byte{6, 0, 0, 0, 0x1f, 0x90, 0, 0}},
 	} {
-		if got, _ := encode(c.ds); !bytes.Equal(got, c.want) {
+		if got := KeyBytes(c.ds); !bytes.Equal(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -382,18 +382,26 @@ func groupBySet(es []Element, interval map[string]bool) []elementGroup {
 	return groups
 }
 
-// encode concatenates the fields' encodings: the first and the last key.
-// A key or value of one field is not a concatenation, and has the field's
-// own length (a port's 2 bytes, a protocol's 1), not a register's 4.
-func encode(ds []Datum) (first, last []byte) {
-	for _, d := range ds {
-		first, last = d.appendBytes(first, false), d.appendBytes(last, true)
+// appendFields appends the encodings of the fields of head and then tail,
+// concatenated and padded to 4 bytes each (last: a prefix's last address,
+// else its first). A key or value of one field is not a concatenation, and
+// has the field's own length (a port's 2 bytes, a protocol's 1), not a
+// register's 4.
+func appendFields(buf []byte, last bool, head, tail []Datum) []byte {
+	start := len(buf)
+	for _, d := range head {
+		buf = d.appendBytes(buf, last)
 	}
-	if len(ds) == 1 {
-		n := ds[0].size()
-		first, last = first[:n], last[:n]
+	for _, d := range tail {
+		buf = d.appendBytes(buf, last)
 	}
-	return first, last
+	switch {
+	case len(head) == 1 && len(tail) == 0:
+		buf = buf[:start+head[0].size()]
+	case len(head) == 0 && len(tail) == 1:
+		buf = buf[:start+tail[0].size()]
+	}
+	return buf
 }
 
 // LimitTransactions bounds the transactions that SendInChunks sends to

@@ -87,24 +87,11 @@ func appendElement(buf []byte, index uint16, e *Element, r int, interval bool) [
 }
 
 // appendDataAttr appends a nested nft_data attribute holding the fields
-// of head and then tail, concatenated and padded to 4 bytes each; one
-// field is not a concatenation and has its own length (a port's 2 bytes, a
-// protocol's 1). last encodes a prefix's last address.
+// of head and then tail (appendFields). last encodes a prefix's last
+// address.
 func appendDataAttr(buf []byte, typ uint16, head, tail []Datum, last bool) []byte {
 	buf, nested := nlattr.Start(buf, typ|unix.NLA_F_NESTED)
 	buf, start := nlattr.Start(buf, attrDataValue)
-	value := len(buf)
-	for _, d := range head {
-		buf = d.appendBytes(buf, last)
-	}
-	for _, d := range tail {
-		buf = d.appendBytes(buf, last)
-	}
-	switch {
-	case len(head) == 1 && len(tail) == 0:
-		buf = buf[:value+head[0].size()]
-	case len(head) == 0 && len(tail) == 1:
-		buf = buf[:value+tail[0].size()]
-	}
+	buf = appendFields(buf, last, head, tail)
 	return nlattr.End(nlattr.End(buf, start), nested)
 }

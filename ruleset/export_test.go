@@ -8,29 +8,20 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
-// evenSplit divides [0, n) into k contiguous ranges, in order, whose
-// lengths differ by at most one (some empty when k > n).
-func evenSplit(n, k int) [][2]int {
-	out := make([][2]int, k)
-	for i := range k {
-		out[i] = [2]int{i * n / k, (i + 1) * n / k}
-	}
-	return out
-}
-
 // BuildSplit is b.Build with the ServicePorts split into k ranges.
 func BuildSplit(b *Builder, services servicemap.Snapshot, eps endpoints.Snapshot, k int) (*Ruleset, []svcproxy.Warning) {
-	return b.build(services, eps, func(n int) [][2]int { return evenSplit(n, k) })
+	return b.build(services, eps, func(n int) [][2]int { return parallel.Split(n, k) })
 }
 
 // SharedDestinationsSplit is r.SharedDestinations with the Services split
 // into k ranges.
 func SharedDestinationsSplit(r *Ruleset, k int) []Frontend {
 	svcs := r.Services()
-	return sharedDestinations(svcs, evenSplit(len(svcs), k))
+	return sharedDestinations(svcs, parallel.Split(len(svcs), k))
 }
 
 // FrontendIndexLen makes the Frontend index of r's Services afresh, as
@@ -52,7 +43,7 @@ type IndexEntry struct {
 func IndexSplit(r *Ruleset, k int) []IndexEntry {
 	svcs := r.Services()
 	var out []IndexEntry
-	buildIndex(svcs, evenSplit(len(svcs), k)).all(func(e frontendNames) bool {
+	buildIndex(svcs, parallel.Split(len(svcs), k)).all(func(e frontendNames) bool {
 		out = append(out, IndexEntry{e.f, e.names})
 		return true
 	})

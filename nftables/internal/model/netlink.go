@@ -344,41 +344,38 @@ func groupBySet(es []Element, interval map[string]bool) []elementGroup {
 		sorted[offset[id]] = int32(i)
 		offset[id]++
 	}
+	// Then the sets' elements, in that order, fill messages: a message
+	// ends at its set's last element or where the next row does not fit.
 	var groups []elementGroup
 	parts := make([]elementPart, 0, len(es))
-	var g elementGroup
-	first := 0 // g's first part in parts
-	closeGroup := func() {
+	first, bytes, cur := 0, 0, int32(-1) // the message being filled
+	end := func() {
 		if len(parts) > first {
-			g.parts = parts[first:len(parts):len(parts)]
-			groups = append(groups, g)
+			groups = append(groups, elementGroup{set: names[cur], parts: parts[first:len(parts):len(parts)], bytes: bytes})
 		}
-		first, g = len(parts), elementGroup{}
+		first, bytes = len(parts), 0
 	}
+	isInterval := false
 	for _, i := range sorted {
-		e := &es[i]
-		if e.Set != g.set {
-			closeGroup()
-			g.set = e.Set
+		if id := setOf[i]; id != cur {
+			end()
+			cur, isInterval = id, interval[names[id]]
 		}
-		row := rowBytes(e, interval[e.Set])
+		e := &es[i]
+		row := rowBytes(e, isInterval)
 		for from, n := 0, e.Len(); from < n; {
-			fit := min(n-from, (maxMessageBytes-g.bytes)/row)
-			if fit <= 0 {
-				if len(parts) > first {
-					set := g.set
-					closeGroup()
-					g.set = set
-					continue
-				}
-				fit = 1 // alone, over the bound
+			fit := min(n-from, (maxMessageBytes-bytes)/row)
+			if fit <= 0 && len(parts) > first {
+				end()
+				continue
 			}
+			fit = max(fit, 1) // alone, over the bound
 			parts = append(parts, elementPart{i, int32(from), int32(from + fit)})
-			g.bytes += fit * row
+			bytes += fit * row
 			from += fit
 		}
 	}
-	closeGroup()
+	end()
 	return groups
 }
 

@@ -167,3 +167,18 @@ func BenchmarkScaleFlatFirstSync(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScaleFlatGeneration is the scale tool's generation for the flat
+// layout: the trackers' snapshots, Build and FlatFirstSync, with the World
+// (its trackers and Ruleset) alive as it is in the scale tool.
+func BenchmarkScaleFlatGeneration(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			w := scaleworld.New(scalegen.Spec{Services: n})
+			b.ReportAllocs()
+			for b.Loop() {
+				nftables.FlatFirstSync(w.Build(), nftables.Options{})
+			}
+		})
+	}
+}

@@ -192,7 +192,8 @@ func (s *Set) IsMap() bool { return len(s.Value) > 0 || len(s.ValueType) > 0 }
 // set. A renderer writes many elements that differ in a field or two (a
 // frontend's targets, numbered 0…N−1) as one block, whose data it can
 // share with other blocks, instead of an element each; Expand makes
-// elements of the rows.
+// elements of the rows. A block with a Source has its rows made by it
+// instead, when they are read (RowKeys and Value nil).
 type Element struct {
 	Set     string
 	Key     []Datum
@@ -204,6 +205,18 @@ type Element struct {
 	Verdict *Verdict
 	Rows    int
 	RowKeys []Datum
+	Source  RowSource
+}
+
+// RowSource makes the rows of a block as they are read, for a renderer
+// that holds them in a form of its own, cheaper than data: a frontend's
+// targets as the Ruleset holds them. The rows it makes do not change while
+// a table holds its block.
+type RowSource interface {
+	// Widths are the data of each row's part of the key and of its value.
+	Widths() (key, value int)
+	// AppendRow appends row i's part of the key, then its value, to dst.
+	AppendRow(dst []Datum, i int) []Datum
 }
 
 // Datum is one field of an element key or value. It holds no pointer, so
@@ -474,13 +487,24 @@ func (d Datum) Uint() (uint32, bool) {
 	return 0, false
 }
 
-// bySet looks up a value per set name for elements one after another:
-// those of one set mostly come in runs, and a run's names are one string,
-// which compares equal without reading its bytes, so a run costs one map
-// lookup.
+// bySet looks up a value per set name for elements one after another. A
+// renderer gives the elements of one set one string for its name, and
+// interleaves a few sets (a set's element, then a map's block, for each
+// frontend): the last bySetWays names looked up are kept, and a name that
+// is one of them compares equal without reading its bytes, so that a run
+// of such elements costs a few map lookups.
 type bySet[V any] struct {
-	m          map[string]V
-	last       string
+	m    map[string]V
+	ways [bySetWays]bySetWay[V]
+	// next is the way the next miss replaces.
+	next int
+}
+
+// bySetWays is the number of names a bySet keeps.
+const bySetWays = 4
+
+type bySetWay[V any] struct {
+	set        string
 	v          V
 	ok, cached bool
 }
@@ -489,9 +513,14 @@ func lookupBySet[V any](m map[string]V) *bySet[V] { return &bySet[V]{m: m} }
 
 // get is m[set] and whether set is in m.
 func (l *bySet[V]) get(set string) (V, bool) {
-	if !l.cached || set != l.last {
-		l.last, l.cached = set, true
-		l.v, l.ok = l.m[set]
+	for i := range l.ways {
+		if w := &l.ways[i]; w.cached && w.set == set {
+			return w.v, w.ok
+		}
 	}
-	return l.v, l.ok
+	w := &l.ways[l.next]
+	l.next = (l.next + 1) % bySetWays
+	w.v, w.ok = l.m[set]
+	w.set, w.cached = set, true
+	return w.v, w.ok
 }

@@ -139,6 +139,18 @@ func targetPort(s *ruleset.Service) uint16 {
 	return port
 }
 
+// affinityRows make the rows of an affinity targets block from a
+// Service's targets (a Ruleset's, which do not change): row i is the
+// address and port of target i, the end of the key.
+type affinityRows []ruleset.Target
+
+func (*affinityRows) Widths() (key, value int) { return 2, 0 }
+
+func (t *affinityRows) AppendRow(dst []model.Datum, i int) []model.Datum {
+	ep := (*t)[i].Endpoint
+	return append(dst, model.Addr(ep.Addr()), model.Port(ep.Port()))
+}
+
 // affinityWarnings name a Service port whose affinity is not rendered.
 func (r *flatRenderer) affinityWarnings(s *ruleset.Service) []svcproxy.Warning {
 	if !s.Affinity.Enabled() || r.rendersAffinity(s) || len(s.ClusterTargets)+len(s.LocalTargets) == 0 {
@@ -149,16 +161,16 @@ func (r *flatRenderer) affinityWarnings(s *ruleset.Service) []svcproxy.Warning {
 
 // affinityTargets adds what a frontend of s with affinity needs, besides
 // its group's elements: its gate in the group, its current targets
-// (targets, s's LocalTargets when local) for the sources that the group
-// serves, and its timeout.
-func (r *flatRenderer) affinityTargets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, targets []ruleset.Target, local bool, comment string) {
+// (targets: s's ClusterTargets or LocalTargets) for the sources that the
+// group serves, and its timeout.
+func (r *flatRenderer) affinityTargets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, targets *[]ruleset.Target, comment string) {
 	proto := protoNumber(s.Name.Protocol)
 	timeout := uint32(s.Affinity.Seconds())
 	p.affinity = append(p.affinity, affinityClass{group: g, proto: proto, timeout: timeout})
 	p.elements = append(p.elements, model.Element{Set: affinityGateSet(g, proto), Key: key, Comment: comment})
 	for _, c := range g.sourceClasses() {
 		p.elements = append(p.elements, model.Element{Set: affinityTargetSet(g.nodePort(), c), Key: key,
-			Rows: len(targets), RowKeys: p.targetValues(targets, local), Comment: comment})
+			Rows: len(*targets), Source: (*affinityRows)(targets), Comment: comment})
 	}
 	once := []model.Element{{Set: affinityTimeoutSet(g.nodePort(), timeout), Key: key, Comment: comment}}
 	if r.family == model.IPv6 {

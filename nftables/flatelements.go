@@ -26,15 +26,9 @@ type flatPort struct {
 	// usesCluster and usesLocal report that a frontend of the port being
 	// rendered uses its ClusterTargets, its LocalTargets.
 	usesCluster, usesLocal bool
-	// values are the map values (address, port) of the port's
-	// ClusterTargets ([0]) and LocalTargets ([1]), two data per target,
-	// made once per port and shared by the elements of its frontends.
-	values [2][]model.Datum
 	// frontendStart is the index in elements of the first element of the
 	// frontend being rendered.
 	frontendStart int
-	// numbers are the data 0, 1, … (indices).
-	numbers []model.Datum
 	// arena is where the elements' keys and values are carved from, in
 	// chunks of at least arenaChunk data (0: as many as asked).
 	arena      []model.Datum
@@ -69,7 +63,7 @@ func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs
 		return []svcproxy.Warning{unsafeWarning(s)}
 	}
 	warns = append(warns, r.affinityWarnings(s)...)
-	p.usesCluster, p.usesLocal, p.values = false, false, [2][]model.Datum{}
+	p.usesCluster, p.usesLocal = false, false
 	// "namespace/name:port/PROTOCOL" may reach 148 bytes; nft refuses
 	// comments over 128, and with them the whole transaction: the
 	// comment keeps its first 128, which name the namespace and Service.
@@ -175,52 +169,38 @@ func (r *flatRenderer) route(p *flatPort, s *ruleset.Service, key []model.Datum,
 
 // targets adds a frontend of s to the group of its target count and
 // protocol, and its targets (LocalTargets when local, else
-// ClusterTargets), in the Ruleset's order, under indices 0…N−1.
+// ClusterTargets), in the Ruleset's order, under indices 0…N−1: a block
+// whose rows the Service's targets make (targetRows).
 func (r *flatRenderer) targets(p *flatPort, s *ruleset.Service, g flatGroup, key []model.Datum, local bool, comment string) {
-	targets := s.ClusterTargets
+	targets := &s.ClusterTargets
 	if local {
-		targets = s.LocalTargets
+		targets = &s.LocalTargets
 	}
-	if len(targets) == 0 {
+	if len(*targets) == 0 {
 		return
 	}
 	p.usesCluster, p.usesLocal = p.usesCluster || !local, p.usesLocal || local
-	k := groupN{group: g, n: len(targets), proto: protoNumber(s.Name.Protocol)}
+	k := groupN{group: g, n: len(*targets), proto: protoNumber(s.Name.Protocol)}
 	p.groups = append(p.groups, k)
 	names := r.names(k)
-	values := p.targetValues(targets, local)
 	p.elements = append(p.elements,
 		model.Element{Set: names.set, Key: key, Comment: comment},
-		model.Element{Set: names.targets, Key: key, Rows: len(targets), RowKeys: p.indices(len(targets)), Value: values, Comment: comment})
+		model.Element{Set: names.targets, Key: key, Rows: len(*targets), Source: (*targetRows)(targets), Comment: comment})
 	if r.rendersAffinity(s) {
-		r.affinityTargets(p, s, g, key, targets, local, comment)
+		r.affinityTargets(p, s, g, key, targets, comment)
 	}
 }
 
-// indices are the data 0…n−1 (model.Int), the row keys of a block of n
-// targets; p's blocks share them.
-func (p *flatPort) indices(n int) []model.Datum {
-	for i := len(p.numbers); i < n; i++ {
-		p.numbers = append(p.numbers, model.Int(uint32(i)))
-	}
-	return p.numbers[:n:n]
-}
+// targetRows make the rows of a targets block from a Service's targets (a
+// Ruleset's, which do not change): row i is index i, then the address and
+// port of target i.
+type targetRows []ruleset.Target
 
-// targetValues are the map values (address, port) of targets, the
-// ClusterTargets or (local) LocalTargets of the port being rendered.
-func (p *flatPort) targetValues(targets []ruleset.Target, local bool) []model.Datum {
-	i := 0
-	if local {
-		i = 1
-	}
-	if p.values[i] == nil {
-		values := p.datums(2 * len(targets))
-		for _, t := range targets {
-			values = append(values, model.Addr(t.Endpoint.Addr()), model.Port(t.Endpoint.Port()))
-		}
-		p.values[i] = values
-	}
-	return p.values[i]
+func (*targetRows) Widths() (key, value int) { return 1, 2 }
+
+func (t *targetRows) AppendRow(dst []model.Datum, i int) []model.Datum {
+	ep := (*t)[i].Endpoint
+	return append(dst, model.Int(uint32(i)), model.Addr(ep.Addr()), model.Port(ep.Port()))
 }
 
 // firewall adds a load-balancer frontend to the source-range firewall:

@@ -90,7 +90,7 @@ func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int) (*FlatState
 	t := st.table()
 	t.Elements = elements
 	if n := st.hairpin.inUse(); n > 0 {
-		t.Elements = append(t.Elements, hairpinBlock(n, st.hairpin.at))
+		t.Elements = append(t.Elements, model.Element{Set: flatSetHairpin, Rows: n, Source: &hairpinRows{st.hairpin}})
 	}
 	return st, t, res
 }
@@ -210,22 +210,19 @@ func (st *FlatState) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int3
 	return groups, hairpin
 }
 
-// hairpinBlock is the block of the hairpin set's elements of n addresses,
-// the i'th addr(i), its keys made on up to GOMAXPROCS goroutines.
-func hairpinBlock(n int, addr func(i int) netip.Addr) model.Element {
-	keys := make([]model.Datum, 2*n)
-	parallel.Run(parallel.Ranges(n, hairpinRangeMin), func(_, lo, hi int) {
-		for i := lo; i < hi; i++ {
-			keys[2*i] = model.Addr(addr(i))
-			keys[2*i+1] = keys[2*i]
-		}
-	})
-	return model.Element{Set: flatSetHairpin, Rows: n, RowKeys: keys}
-}
+// hairpinRows make the rows of the hairpin set's block from the addresses
+// that countSorted counted: row i is the key of the i'th address (its
+// address as source and destination). Later changes to the counts leave
+// the arrays that the rows are made from as they are (sortedCounts.merge
+// makes new ones).
+type hairpinRows struct{ c addrCounts }
 
-// hairpinRangeMin is the fewest hairpin elements whose keys hairpinBlock
-// makes on a goroutine of their own.
-const hairpinRangeMin = 8192
+func (*hairpinRows) Widths() (key, value int) { return 2, 0 }
+
+func (h *hairpinRows) AppendRow(dst []model.Datum, i int) []model.Datum {
+	a := model.Addr(h.c.at(i))
+	return append(dst, a, a)
+}
 
 // FlatChanges is what RenderFlatChanges wrote: the Result, and the element
 // changes that FlatNetlink can send instead of the transaction when
@@ -357,11 +354,12 @@ func elementDiff(del, add []model.Element) (d, a []model.Element) {
 func (st *FlatState) hairpinChanges(out *FlatChanges, addrs []netip.Addr) {
 	slices.SortFunc(addrs, netip.Addr.Compare)
 	for _, a := range slices.Compact(addrs) {
-		e := model.Expand([]model.Element{hairpinBlock(1, func(int) netip.Addr { return a })})
+		d := model.Addr(a)
+		e := model.Element{Set: flatSetHairpin, Key: []model.Datum{d, d}}
 		if st.hairpin.get(a) > 0 {
-			out.add = append(out.add, e...)
+			out.add = append(out.add, e)
 		} else {
-			out.del = append(out.del, e...)
+			out.del = append(out.del, e)
 		}
 	}
 }

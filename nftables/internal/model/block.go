@@ -17,14 +17,25 @@ func Count(es []Element) int {
 
 // rowWidths are the data of a row's part of the key and of the value of
 // block e.
-func (e *Element) rowWidths() (key, value int) { return len(e.RowKeys) / e.Rows, len(e.Value) / e.Rows }
+func (e *Element) rowWidths() (key, value int) {
+	if e.Source != nil {
+		return e.Source.Widths()
+	}
+	return len(e.RowKeys) / e.Rows, len(e.Value) / e.Rows
+}
 
 // row is row i of e: the row's own part of the key (after e.Key) and its
 // value. For an element that is not a block, row 0 is the element's key
-// (after e.Key: none) and value.
-func (e *Element) row(i int) (key, value []Datum) {
-	if e.Rows == 0 {
+// (after e.Key: none) and value. The row of a block with a Source is made
+// in buf, and holds until buf is next used.
+func (e *Element) row(i int, buf *[]Datum) (key, value []Datum) {
+	switch {
+	case e.Rows == 0:
 		return nil, e.Value
+	case e.Source != nil:
+		kw, _ := e.Source.Widths()
+		*buf = e.Source.AppendRow((*buf)[:0], i)
+		return (*buf)[:kw:kw], (*buf)[kw:]
 	}
 	kw, vw := e.rowWidths()
 	if vw == 0 {
@@ -35,12 +46,34 @@ func (e *Element) row(i int) (key, value []Datum) {
 
 // rows is rows [from, to) of block e, as a block.
 func (e *Element) rows(from, to int) Element {
-	kw, vw := e.rowWidths()
 	b := *e
 	b.Rows = to - from
+	if e.Source != nil {
+		b.Source = rowsFrom(e.Source, from)
+		return b
+	}
+	kw, vw := e.rowWidths()
 	b.RowKeys = e.RowKeys[from*kw : to*kw : to*kw]
 	b.Value = e.Value[from*vw : to*vw : to*vw]
 	return b
+}
+
+// offsetRows are the rows of a RowSource from its row from on.
+type offsetRows struct {
+	RowSource
+	from int
+}
+
+func (o offsetRows) AppendRow(dst []Datum, i int) []Datum {
+	return o.RowSource.AppendRow(dst, o.from+i)
+}
+
+// rowsFrom is src's rows from row from on.
+func rowsFrom(src RowSource, from int) RowSource {
+	if o, ok := src.(offsetRows); ok {
+		return offsetRows{o.RowSource, o.from + from}
+	}
+	return offsetRows{src, from}
 }
 
 // Expand returns es with every block replaced by its rows, each an element
@@ -56,12 +89,20 @@ func Expand(es []Element) []Element {
 			out = append(out, *e)
 			continue
 		}
-		kw, _ := e.rowWidths()
-		keys := make([]Datum, 0, e.Rows*(len(e.Key)+kw))
+		kw, vw := e.rowWidths()
+		if e.Source == nil {
+			vw = 0 // the values are e.Value's
+		}
+		data := make([]Datum, 0, e.Rows*(len(e.Key)+kw+vw))
+		var buf []Datum
 		for r := range e.Rows {
-			rowKey, value := e.row(r)
-			keys = append(append(keys, e.Key...), rowKey...)
-			key := keys[len(keys)-len(e.Key)-kw:]
+			rowKey, value := e.row(r, &buf)
+			data = append(append(data, e.Key...), rowKey...)
+			key := data[len(data)-len(e.Key)-kw:]
+			if e.Source != nil && vw > 0 {
+				data = append(data, value...)
+				value = data[len(data)-vw:]
+			}
 			out = append(out, Element{Set: e.Set, Key: key[:len(key):len(key)], Value: value, Comment: e.Comment})
 		}
 	}

@@ -11,12 +11,10 @@ import (
 
 // flatLikeBlocks is flatLikeTable with each Service's targets and pairs
 // written as blocks, and one more Service, with rows targets, whose block
-// needs more than one message.
+// needs more than one message. The blocks of every other Service, the last
+// one's included, have their rows made by a RowSource.
 func flatLikeBlocks(services, rows int) *Table {
 	t := flatLikeTable(0)
-	addr := func(net byte, i int) Datum {
-		return Addr(netip.AddrFrom4([4]byte{198, net, byte(i >> 8), byte(i)}))
-	}
 	indices := make([]Datum, max(rows, 10))
 	for i := range indices {
 		indices[i] = Int(uint32(i))
@@ -27,10 +25,17 @@ func flatLikeBlocks(services, rows int) *Table {
 			n = rows
 		}
 		comment := fmt.Sprintf("namespace-%d/service-%d:http/TCP", s%100, s)
-		frontend := []Datum{addr(19, s), Proto(6), Port(80)}
+		frontend := []Datum{testAddr(19, s), Proto(6), Port(80)}
+		if s%2 == services%2 {
+			t.Elements = append(t.Elements,
+				Element{Set: "frontends", Key: frontend, Comment: comment},
+				Element{Set: "targets", Key: frontend, Rows: n, Source: testTargets{s}, Comment: comment},
+				Element{Set: "pairs", Rows: n, Source: testPairs{s}})
+			continue
+		}
 		var values, pairs []Datum
 		for i := range n {
-			ep := addr(18, 10*s+i)
+			ep := testAddr(18, 10*s+i)
 			values, pairs = append(values, ep, Port(8080)), append(pairs, ep, ep)
 		}
 		t.Elements = append(t.Elements,
@@ -39,6 +44,31 @@ func flatLikeBlocks(services, rows int) *Table {
 			Element{Set: "pairs", Rows: n, RowKeys: pairs})
 	}
 	return t
+}
+
+func testAddr(net byte, i int) Datum {
+	return Addr(netip.AddrFrom4([4]byte{198, net, byte(i >> 8), byte(i)}))
+}
+
+// testTargets makes the rows of Service s's targets as flatLikeBlocks
+// writes them in data: index, then endpoint address and port.
+type testTargets struct{ s int }
+
+func (testTargets) Widths() (key, value int) { return 1, 2 }
+
+func (t testTargets) AppendRow(dst []Datum, i int) []Datum {
+	return append(dst, Int(uint32(i)), testAddr(18, 10*t.s+i), Port(8080))
+}
+
+// testPairs makes the rows of Service s's pairs: its endpoint address
+// twice, as key.
+type testPairs struct{ s int }
+
+func (testPairs) Widths() (key, value int) { return 2, 0 }
+
+func (p testPairs) AppendRow(dst []Datum, i int) []Datum {
+	a := testAddr(18, 10*p.s+i)
+	return append(dst, a, a)
 }
 
 // TestBlockRows: a block's rows are the elements it stands for, in text
@@ -83,7 +113,7 @@ func TestChunks(t *testing.T) {
 	size := func(es []Element) int {
 		bytes := 0
 		for i := range es {
-			bytes += es[i].Len() * (rowBytes(&es[i], false) + messageBytes*messageBytes/maxMessageBytes)
+			bytes += es[i].Len() * (rowBytes(&es[i], false, new([]Datum)) + messageBytes*messageBytes/maxMessageBytes)
 		}
 		return bytes
 	}

@@ -157,7 +157,7 @@ func TestDefinitionsAndNetlinkElements(t *testing.T) {
 func TestGroupBySet(t *testing.T) {
 	key := []Datum{Addr(netip.MustParseAddr("198.19.0.1")), Proto(6), Port(80)}
 	a := Element{Set: "a", Key: key, Comment: "ns/name:http/TCP"}
-	perMessage := maxMessageBytes / rowBytes(&a, false)
+	perMessage := maxMessageBytes / rowBytes(&a, false, new([]Datum))
 	var es []Element
 	for i := range perMessage + 1 {
 		e := a

@@ -162,7 +162,7 @@ func (b ElementBatch) messages() ([]netlink.Message, error) {
 			if es[i].Verdict != nil {
 				return nil, fmt.Errorf("element of %s: verdicts are not encoded for netlink", es[i].Set)
 			}
-			if e := &es[i]; e.Rows < 0 || e.Rows > 0 && (len(e.RowKeys)%e.Rows != 0 || len(e.Value)%e.Rows != 0) {
+			if e := &es[i]; e.Rows < 0 || e.Rows > 0 && e.Source == nil && (len(e.RowKeys)%e.Rows != 0 || len(e.Value)%e.Rows != 0) {
 				return nil, fmt.Errorf("block of %s: %d rows of %d key and %d value data", e.Set, e.Rows, len(e.RowKeys), len(e.Value))
 			}
 		}
@@ -207,9 +207,9 @@ const maxMessageBytes = 60000
 // of a block's rows have the same size) in a netlink message as
 // github.com/google/nftables encodes it: the nested key (and the last key
 // in an interval set), the value, the comment as user data, and their
-// attribute headers.
-func rowBytes(e *Element, interval bool) int {
-	rowKey, value := e.row(0)
+// attribute headers. A row that e's Source makes is made in buf.
+func rowBytes(e *Element, interval bool, buf *[]Datum) int {
+	rowKey, value := e.row(0, buf)
 	key := dataBytes(e.Key) + dataBytes(rowKey)
 	n := 64 + key + dataBytes(value) + len(e.Comment)
 	if interval {
@@ -254,9 +254,10 @@ func (c *Conn) SendInChunks(b ElementBatch) (int, error) {
 // rows where they do not fit: es itself when it fits whole.
 func (t *Table) chunks(es []Element, budget int) [][]Element {
 	interval := lookupBySet(t.intervalSets())
+	var buf []Datum
 	size := func(e *Element) int {
 		isInterval, _ := interval.get(e.Set)
-		return rowBytes(e, isInterval) + messageBytes*messageBytes/maxMessageBytes
+		return rowBytes(e, isInterval, &buf) + messageBytes*messageBytes/maxMessageBytes
 	}
 	total := 0
 	for i := range es {
@@ -356,13 +357,14 @@ func groupBySet(es []Element, interval map[string]bool) []elementGroup {
 		first, bytes = len(parts), 0
 	}
 	isInterval := false
+	var buf []Datum
 	for _, i := range sorted {
 		if id := setOf[i]; id != cur {
 			end()
 			cur, isInterval = id, interval[names[id]]
 		}
 		e := &es[i]
-		row := rowBytes(e, isInterval)
+		row := rowBytes(e, isInterval, &buf)
 		for from, n := 0, e.Len(); from < n; {
 			fit := min(n-from, (maxMessageBytes-bytes)/row)
 			if fit <= 0 && len(parts) > first {

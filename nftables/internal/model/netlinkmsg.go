@@ -52,11 +52,12 @@ func elementsMessage(typ uint16, family byte, table string, es []Element, g elem
 	data = nlattr.String(data, unix.NFTA_SET_TABLE, table)
 	data, list := nlattr.Start(data, unix.NFTA_SET_ELEM_LIST_ELEMENTS|unix.NLA_F_NESTED)
 	n := uint16(0)
+	var buf []Datum
 	for _, p := range g.parts {
 		e := &es[p.i]
 		for r := p.from; r < p.to; r++ {
 			n++
-			data = appendElement(data, n, e, int(r), interval)
+			data = appendElement(data, n, e, int(r), interval, &buf)
 		}
 	}
 	return netlink.Message{
@@ -66,9 +67,10 @@ func elementsMessage(typ uint16, family byte, table string, es []Element, g elem
 }
 
 // appendElement appends row r of e (a block's, or e itself) as the
-// index'th attribute of an element list.
-func appendElement(buf []byte, index uint16, e *Element, r int, interval bool) []byte {
-	rowKey, value := e.row(r)
+// index'th attribute of an element list. A row that e's Source makes is
+// made in rowBuf.
+func appendElement(buf []byte, index uint16, e *Element, r int, interval bool, rowBuf *[]Datum) []byte {
+	rowKey, value := e.row(r, rowBuf)
 	buf, start := nlattr.Start(buf, index|unix.NLA_F_NESTED)
 	buf = appendDataAttr(buf, unix.NFTA_SET_ELEM_KEY, e.Key, rowKey, false)
 	if interval {

@@ -192,6 +192,7 @@ func (t *Table) writeElements(b *strings.Builder, fam string) {
 		bySet[e.Set] = append(bySet[e.Set], i)
 	}
 	var line []byte
+	var buf []Datum
 	for _, set := range order {
 		line = append(line[:0], "add element "+fam+" "+set+" { "...)
 		n := 0
@@ -202,7 +203,7 @@ func (t *Table) writeElements(b *strings.Builder, fam string) {
 				if n++; n > 1 {
 					line = append(line, ", "...)
 				}
-				line = e.appendRowText(line, r, comment)
+				line = e.appendRowText(line, r, comment, &buf)
 			}
 		}
 		b.Write(append(line, " }\n"...))
@@ -230,9 +231,10 @@ func commentClause(c string) string {
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, "'") + `"` }
 
 // appendRowText appends row r of e (a block's, or e itself) as nft writes
-// an element, with comment, e's comment made an nft string's content.
-func (e *Element) appendRowText(b []byte, r int, comment string) []byte {
-	rowKey, value := e.row(r)
+// an element, with comment, e's comment made an nft string's content. A
+// row that e's Source makes is made in buf.
+func (e *Element) appendRowText(b []byte, r int, comment string, buf *[]Datum) []byte {
+	rowKey, value := e.row(r, buf)
 	b = appendData(b, e.Key)
 	if len(e.Key) > 0 && len(rowKey) > 0 {
 		b = append(b, " . "...)

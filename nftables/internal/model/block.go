@@ -15,46 +15,27 @@ func Count(es []Element) int {
 	return n
 }
 
-// rowWidths are the data of a row's part of the key and of the value of
-// block e.
-func (e *Element) rowWidths() (key, value int) {
-	if e.Source != nil {
-		return e.Source.Widths()
-	}
-	return len(e.RowKeys) / e.Rows, len(e.Value) / e.Rows
-}
-
 // row is row i of e: the row's own part of the key (after e.Key) and its
 // value. For an element that is not a block, row 0 is the element's key
-// (after e.Key: none) and value. The row of a block with a Source is made
-// in buf, and holds until buf is next used.
+// (after e.Key: none) and value. A block's row is made in buf, and holds
+// until buf is next used.
 func (e *Element) row(i int, buf *[]Datum) (key, value []Datum) {
-	switch {
-	case e.Rows == 0:
+	if e.Rows == 0 {
 		return nil, e.Value
-	case e.Source != nil:
-		kw, _ := e.Source.Widths()
-		*buf = e.Source.AppendRow((*buf)[:0], i)
-		return (*buf)[:kw:kw], (*buf)[kw:]
 	}
-	kw, vw := e.rowWidths()
+	kw, vw := e.Source.Widths()
+	*buf = e.Source.AppendRow((*buf)[:0], i)
 	if vw == 0 {
-		return e.RowKeys[i*kw : (i+1)*kw], nil
+		return (*buf)[:kw:kw], nil
 	}
-	return e.RowKeys[i*kw : (i+1)*kw], e.Value[i*vw : (i+1)*vw]
+	return (*buf)[:kw:kw], (*buf)[kw:]
 }
 
 // rows is rows [from, to) of block e, as a block.
 func (e *Element) rows(from, to int) Element {
 	b := *e
 	b.Rows = to - from
-	if e.Source != nil {
-		b.Source = rowsFrom(e.Source, from)
-		return b
-	}
-	kw, vw := e.rowWidths()
-	b.RowKeys = e.RowKeys[from*kw : to*kw : to*kw]
-	b.Value = e.Value[from*vw : to*vw : to*vw]
+	b.Source = rowsFrom(e.Source, from)
 	return b
 }
 
@@ -89,17 +70,14 @@ func Expand(es []Element) []Element {
 			out = append(out, *e)
 			continue
 		}
-		kw, vw := e.rowWidths()
-		if e.Source == nil {
-			vw = 0 // the values are e.Value's
-		}
+		kw, vw := e.Source.Widths()
 		data := make([]Datum, 0, e.Rows*(len(e.Key)+kw+vw))
 		var buf []Datum
 		for r := range e.Rows {
 			rowKey, value := e.row(r, &buf)
 			data = append(append(data, e.Key...), rowKey...)
 			key := data[len(data)-len(e.Key)-kw:]
-			if e.Source != nil && vw > 0 {
+			if vw > 0 {
 				data = append(data, value...)
 				value = data[len(data)-vw:]
 			}

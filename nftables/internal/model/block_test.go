@@ -11,14 +11,9 @@ import (
 
 // flatLikeBlocks is flatLikeTable with each Service's targets and pairs
 // written as blocks, and one more Service, with rows targets, whose block
-// needs more than one message. The blocks of every other Service, the last
-// one's included, have their rows made by a RowSource.
+// needs more than one message.
 func flatLikeBlocks(services, rows int) *Table {
 	t := flatLikeTable(0)
-	indices := make([]Datum, max(rows, 10))
-	for i := range indices {
-		indices[i] = Int(uint32(i))
-	}
 	for s := range services + 1 {
 		n := 10
 		if s == services {
@@ -26,22 +21,10 @@ func flatLikeBlocks(services, rows int) *Table {
 		}
 		comment := fmt.Sprintf("namespace-%d/service-%d:http/TCP", s%100, s)
 		frontend := []Datum{testAddr(19, s), Proto(6), Port(80)}
-		if s%2 == services%2 {
-			t.Elements = append(t.Elements,
-				Element{Set: "frontends", Key: frontend, Comment: comment},
-				Element{Set: "targets", Key: frontend, Rows: n, Source: testTargets{s}, Comment: comment},
-				Element{Set: "pairs", Rows: n, Source: testPairs{s}})
-			continue
-		}
-		var values, pairs []Datum
-		for i := range n {
-			ep := testAddr(18, 10*s+i)
-			values, pairs = append(values, ep, Port(8080)), append(pairs, ep, ep)
-		}
 		t.Elements = append(t.Elements,
 			Element{Set: "frontends", Key: frontend, Comment: comment},
-			Element{Set: "targets", Key: frontend, Rows: n, RowKeys: indices[:n], Value: values, Comment: comment},
-			Element{Set: "pairs", Rows: n, RowKeys: pairs})
+			Element{Set: "targets", Key: frontend, Rows: n, Source: testTargets{s}, Comment: comment},
+			Element{Set: "pairs", Rows: n, Source: testPairs{s}})
 	}
 	return t
 }
@@ -50,8 +33,8 @@ func testAddr(net byte, i int) Datum {
 	return Addr(netip.AddrFrom4([4]byte{198, net, byte(i >> 8), byte(i)}))
 }
 
-// testTargets makes the rows of Service s's targets as flatLikeBlocks
-// writes them in data: index, then endpoint address and port.
+// testTargets makes the rows of Service s's targets: index, then endpoint
+// address and port.
 type testTargets struct{ s int }
 
 func (testTargets) Widths() (key, value int) { return 1, 2 }
@@ -139,5 +122,26 @@ func TestChunks(t *testing.T) {
 		if len(chunks) < total/max(budget, maxRow) {
 			t.Errorf("budget %d: %d chunks for %d bytes", budget, len(chunks), total)
 		}
+	}
+}
+
+// TestMessagesRefuseBadBlocks: a block with negative rows, or rows but no
+// Source, is an error, not messages.
+func TestMessagesRefuseBadBlocks(t *testing.T) {
+	table := flatLikeBlocks(1, 10)
+	for _, c := range []struct {
+		name string
+		e    Element
+		want string
+	}{
+		{"negative rows", Element{Set: "targets", Rows: -1, Source: testTargets{0}}, "block of targets: -1 rows"},
+		{"no source", Element{Set: "targets", Rows: 3}, "block of targets: 3 rows without a source"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ElementBatch{Table: table, Add: []Element{c.e}}.messages()
+			if err == nil || err.Error() != c.want {
+				t.Errorf("error %v, want %q", err, c.want)
+			}
+		})
 	}
 }

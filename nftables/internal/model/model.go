@@ -185,15 +185,13 @@ func (s *Set) IsMap() bool { return len(s.Value) > 0 || len(s.ValueType) > 0 }
 // map). In an interval set, the last key field may be a prefix.
 //
 // An Element with Rows above 0 is a block: it stands for Rows elements of
-// Set, each with the block's Comment, whose keys all start with Key. Row
-// i's key is Key followed by row i's part of RowKeys, its value row i's
-// part of Value; the parts are equal, len(RowKeys)/Rows and len(Value)/Rows
-// data each. A block has no Verdict, and is not in a one-field interval
-// set. A renderer writes many elements that differ in a field or two (a
-// frontend's targets, numbered 0…N−1) as one block, whose data it can
-// share with other blocks, instead of an element each; Expand makes
-// elements of the rows. A block with a Source has its rows made by it
-// instead, when they are read (RowKeys and Value nil).
+// Set, each with the block's Comment, whose keys all start with Key. Its
+// Source makes each row: the rest of the row's key, and its value. A block
+// has no Value or Verdict, and is not in a one-field interval set. A
+// renderer writes many elements that differ in a field or two (a
+// frontend's targets, numbered 0…N−1) as one block whose rows it makes
+// from data of its own, instead of an element each; Expand makes elements
+// of the rows.
 type Element struct {
 	Set     string
 	Key     []Datum
@@ -204,7 +202,6 @@ type Element struct {
 	// modified.
 	Verdict *Verdict
 	Rows    int
-	RowKeys []Datum
 	Source  RowSource
 }
 

@@ -162,8 +162,11 @@ func (b ElementBatch) messages() ([]netlink.Message, error) {
 			if es[i].Verdict != nil {
 				return nil, fmt.Errorf("element of %s: verdicts are not encoded for netlink", es[i].Set)
 			}
-			if e := &es[i]; e.Rows < 0 || e.Rows > 0 && e.Source == nil && (len(e.RowKeys)%e.Rows != 0 || len(e.Value)%e.Rows != 0) {
-				return nil, fmt.Errorf("block of %s: %d rows of %d key and %d value data", e.Set, e.Rows, len(e.RowKeys), len(e.Value))
+			switch e := &es[i]; {
+			case e.Rows < 0:
+				return nil, fmt.Errorf("block of %s: %d rows", e.Set, e.Rows)
+			case e.Rows > 0 && e.Source == nil:
+				return nil, fmt.Errorf("block of %s: %d rows without a source", e.Set, e.Rows)
 			}
 		}
 	}

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // flatPort is what one Service port puts in the flat layout's table: its
@@ -50,25 +52,20 @@ func (p *flatPort) datums(n int) []model.Datum {
 // (ruleset.Ruleset.Owner) is left to it and named in a warning.
 func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, []svcproxy.Warning) {
 	var p flatPort
-	warns := r.portInto(&p, ownership{rs: rs}, s, s.Frontends())
+	warns := r.portInto(&p, ownership{rs: rs}, s, s.Frontends(), portComment(s.Name))
 	return p, warns
 }
 
 // portInto is port appending to p: its elements, groups and hairpin
 // addresses after those p holds, for the frontends of s (fs, its
-// Frontends) that o says s renders.
-func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs []ruleset.Frontend) []svcproxy.Warning {
+// Frontends) that o says s renders, with comment (portComment).
+func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs []ruleset.Frontend, comment string) []svcproxy.Warning {
 	var warns []svcproxy.Warning
 	if !safeName(s.Name) {
 		return []svcproxy.Warning{unsafeWarning(s)}
 	}
 	warns = append(warns, r.affinityWarnings(s)...)
 	p.usesCluster, p.usesLocal = false, false
-	// "namespace/name:port/PROTOCOL" may reach 148 bytes; nft refuses
-	// comments over 128, and with them the whole transaction: the
-	// comment keeps its first 128, which name the namespace and Service.
-	comment := s.Name.String() + "/" + string(s.Name.Protocol)
-	comment = comment[:min(len(comment), knftables.CommentLengthMax)]
 	for _, f := range fs {
 		if f.Kind == ruleset.KindClusterAddress { // one entry per address, whichever port has it
 			if o.owns(s, f) {
@@ -84,6 +81,42 @@ func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs
 	}
 	p.addHairpin(s)
 	return warns
+}
+
+// portComment is the comment of the elements of a Service port:
+// "namespace/name:port/PROTOCOL". That may reach 148 bytes; nft refuses
+// comments over 128, and with them the whole transaction: the comment
+// keeps its first 128, which name the namespace and Service.
+func portComment(n servicemap.PortName) string { return string(appendPortComment(nil, n)) }
+
+// appendPortComment appends portComment(n).
+func appendPortComment(b []byte, n servicemap.PortName) []byte {
+	start := len(b)
+	b = append(append(append(b, n.Namespace...), '/'), n.Name...)
+	if n.Port != "" {
+		b = append(append(b, ':'), n.Port...)
+	}
+	b = append(append(b, '/'), n.Protocol...)
+	return b[:start+min(len(b)-start, knftables.CommentLengthMax)]
+}
+
+// portComments are the portComments of svcs, in one string: that of
+// svcs[i] is all[ends[i-1]:ends[i]] (from 0 for the first).
+func portComments(svcs []*ruleset.Service) (all string, ends []int) {
+	n := 0
+	for _, s := range svcs {
+		n += len(s.Name.Namespace) + len(s.Name.Name) + len(s.Name.Port) + len(s.Name.Protocol) + 3
+	}
+	var b strings.Builder
+	b.Grow(n)
+	ends = make([]int, len(svcs))
+	var buf []byte
+	for i, s := range svcs {
+		buf = appendPortComment(buf[:0], s.Name)
+		b.Write(buf)
+		ends[i] = b.Len()
+	}
+	return b.String(), ends
 }
 
 // addHairpin appends the addresses of the target lists of s that p's

@@ -133,10 +133,13 @@ func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements 
 		out.hairpin.v6 = make([]v6Key, 0, targets)
 	}
 	var fs []ruleset.Frontend
-	for _, s := range svcs {
+	comments, ends := portComments(svcs)
+	start := 0
+	for i, s := range svcs {
 		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
 		fs = s.AppendFrontends(fs[:0])
-		out.warnings = append(out.warnings, r.portInto(&acc, o, s, fs)...)
+		out.warnings = append(out.warnings, r.portInto(&acc, o, s, fs, comments[start:ends[i]])...)
+		start = ends[i]
 		out.counts.countClasses(acc, 1)
 		out.hairpin.add(acc.hairpin)
 	}

@@ -62,26 +62,25 @@ func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int) (*FlatState
 	svcs := rs.Services()
 	owners := wholeTableOwnership(rs)
 	parts := make([]flatRange, len(ranges))
-	// The first range's elements have room for every range's, the
-	// configuration's and the hairpin block.
+	// One array has room for the configuration's elements, a window of
+	// flatElementsPerPort per port for each range, and the hairpin block.
+	// A range that outgrows its window moves to an array of its own.
 	config := st.r.flatConfigElements()
+	all := make([]model.Element, len(config), len(config)+flatElementsPerPort*len(svcs)+1)
+	copy(all, config)
+	windows := make([]int, len(ranges)+1)
+	windows[0] = len(config)
+	for i, r := range ranges {
+		windows[i+1] = windows[i] + flatElementsPerPort*(r[1]-r[0])
+	}
 	parallel.Run(ranges, func(i, lo, hi int) {
-		var elements []model.Element
-		if i == 0 {
-			elements = slices.Grow(config, flatElementsPerPort*len(svcs)+1)
-		} else {
-			elements = make([]model.Element, 0, flatElementsPerPort*(hi-lo))
-		}
-		parts[i] = st.renderRange(owners, svcs[lo:hi], elements)
+		parts[i] = st.renderRange(owners, svcs[lo:hi], all[windows[i]:windows[i]:windows[i+1]])
 	})
 	var res Result
-	elements := parts[0].elements
+	elements := joinElements(all, parts, windows)
 	var hairpin useKeys
 	for i := range parts {
 		p := &parts[i]
-		if i > 0 {
-			elements = append(elements, p.elements...)
-		}
 		res.Warnings = append(res.Warnings, p.warnings...)
 		st.addCounts(p.counts)
 		hairpin = hairpin.merge(p.hairpin)
@@ -93,6 +92,30 @@ func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int) (*FlatState
 		t.Elements = append(t.Elements, model.Element{Set: flatSetHairpin, Rows: n, Source: &hairpinRows{st.hairpin}})
 	}
 	return st, t, res
+}
+
+// joinElements returns the configuration's elements (all) and those of
+// each part in order, their elements rendered from windows[i] on in all's
+// array (from the array of their own of those that outgrew their window,
+// which ends at windows[i+1]). When none outgrew its window, the parts
+// are moved down in place, each to the end of the ones before (copy moves
+// overlapping elements as a memmove does, and a part never reaches the
+// next one's window).
+func joinElements(all []model.Element, parts []flatRange, windows []int) []model.Element {
+	n, inPlace := len(all), true
+	for i := range parts {
+		n += len(parts[i].elements)
+		inPlace = inPlace && len(parts[i].elements) <= windows[i+1]-windows[i]
+	}
+	out := all
+	if !inPlace || n > cap(all) {
+		out = make([]model.Element, 0, n+1)
+		out = append(out, all...)
+	}
+	for i := range parts {
+		out = append(out, parts[i].elements...)
+	}
+	return out
 }
 
 // flatRangeMin is the fewest Service ports that flatTable renders on a

@@ -95,8 +95,8 @@ func sortByTopBits(keys []uint64) []uint64 {
 		return keys
 	}
 	shift := 64 - bits.Len(uint(len(keys)))
-	// starts[b] is where bucket b begins in sorted; starts[b+1] where it
-	// ends, once the scatter below has moved every start to its end.
+	// starts[b] is where bucket b begins in sorted, and after the scatter
+	// below, where it ends.
 	starts := make([]int32, 1<<(64-shift)+1)
 	for _, k := range keys {
 		starts[k>>shift+1]++

@@ -43,7 +43,7 @@ func (s Snapshot) Len() int { return s.ports }
 // Ports returns every ServicePort, sorted by PortName.
 func (s Snapshot) Ports() []ServicePort {
 	all := make([]ServicePort, 0, s.ports)
-	for _, ports := range s.sortedServices() {
+	for ports := range s.sortedServices() {
 		all = append(all, ports...)
 	}
 	return all
@@ -55,7 +55,7 @@ func (s Snapshot) Ports() []ServicePort {
 // up to GOMAXPROCS goroutines, which end before the first port is yielded.
 func (s Snapshot) All() iter.Seq[*ServicePort] {
 	return func(yield func(*ServicePort) bool) {
-		for _, ports := range s.sortedServices() {
+		for ports := range s.sortedServices() {
 			for i := range ports {
 				if !yield(&ports[i]) {
 					return
@@ -66,11 +66,12 @@ func (s Snapshot) All() iter.Seq[*ServicePort] {
 }
 
 // sortedServices returns the ports of each Service of s, the Services
-// sorted by namespace and name. The ports of each Service are sorted by
-// PortName and carry its namespace and name, so concatenating them gives
-// every port in PortName order while sorting only one integer per Service
-// (serviceOrder).
-func (s Snapshot) sortedServices() [][]ServicePort {
+// sorted by namespace and name, as an iterator. The ports of each Service
+// are sorted by PortName and carry its namespace and name, so
+// concatenating them gives every port in PortName order while sorting
+// only one integer per Service (serviceOrder). The sort is done when the
+// iterator is made.
+func (s Snapshot) sortedServices() iter.Seq[[]ServicePort] {
 	n := s.services.Len()
 	keys := make([]types.NamespacedName, 0, n)
 	ports := make([][]ServicePort, 0, n)
@@ -80,11 +81,13 @@ func (s Snapshot) sortedServices() [][]ServicePort {
 		return true
 	})
 	order, l := serviceOrder(keys)
-	out := make([][]ServicePort, len(order))
-	for i, k := range order {
-		out[i] = ports[l.index(k)]
+	return func(yield func([]ServicePort) bool) {
+		for _, k := range order {
+			if !yield(ports[l.index(k)]) {
+				return
+			}
+		}
 	}
-	return out
 }
 
 // ChangesSince lists the ServicePorts that differ between since and s. It

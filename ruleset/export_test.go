@@ -21,7 +21,7 @@ func BuildSplit(b *Builder, services servicemap.Snapshot, eps endpoints.Snapshot
 // into k ranges.
 func SharedDestinationsSplit(r *Ruleset, k int) []Frontend {
 	svcs := r.Services()
-	return sharedDestinations(svcs, parallel.Split(len(svcs), k))
+	return sharedDestinations(svcs, parallel.Split(len(svcs), k), layoutFor(len(svcs)))
 }
 
 // FrontendIndexLen makes the Frontend index of r's Services afresh, as

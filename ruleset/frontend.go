@@ -192,8 +192,8 @@ func (s *Service) takes(kind FrontendKind) bool {
 // destination (its address, protocol and port; f.Kind is ignored), sorted.
 // The slice must not be modified. It takes O(log n) time for n Frontends
 // in the Ruleset, after a first call on a Ruleset made by Build, which
-// takes O(n log n) to index them, sorting them as SharedDestinations does
-// (in up to GOMAXPROCS goroutines; the index is the same for every number).
+// takes O(n log n) to index them, sorting them in up to GOMAXPROCS
+// goroutines (the index is the same for every number).
 func (r *Ruleset) ServicesAt(f Frontend) []servicemap.PortName {
 	idx := r.index()
 	e, _ := idx.get(f.destination())
@@ -234,16 +234,17 @@ type destEntry struct {
 }
 
 // minDestRange is the fewest Services whose frontends sortedDestinations
-// gives one goroutine to collect and sort: the frontends of fewer than
-// twice as many are sorted in the calling goroutine. maxDestRuns is the
-// most runs it makes, so that merging them compares few heads.
+// and sharedDestinations give one goroutine to collect and sort: those of
+// fewer than twice as many are sorted in the calling goroutine.
+// maxDestRuns is the most runs they make, so that merging them compares
+// few heads.
 const (
 	minDestRange = 1024
 	maxDestRuns  = 8
 )
 
-// destRanges are the ranges of svcs that sortedDestinations splits them
-// into.
+// destRanges are the ranges of svcs that sortedDestinations and
+// sharedDestinations split them into.
 func destRanges(svcs []*Service) [][2]int {
 	n := len(svcs)
 	return parallel.Ranges(n, max(minDestRange, (n+maxDestRuns-1)/maxDestRuns))
@@ -366,44 +367,6 @@ func (m *merger) compare(a, b int) int {
 		return c
 	}
 	return cmp.Compare(ea.svc, eb.svc)
-}
-
-// SharedDestinations returns the destinations (Frontends without their
-// kind) at which r has frontends of more than one Service port, or of one
-// port through two kinds (an address that is both an external and a
-// load-balancer IP), sorted. Every other frontend of a Service port is its
-// own: Owns is true for it, and ServicesAt names only its port; a renderer
-// of a whole table asks Owns and ServicesAt about the shared ones only. It
-// takes O(n log n) time for n frontends, and does not build the index that
-// ServicesAt and Owns use. For many Services it collects and sorts the
-// frontends in up to GOMAXPROCS goroutines; the result is the same for
-// every number.
-func (r *Ruleset) SharedDestinations() []Frontend {
-	svcs := r.Services()
-	return sharedDestinations(svcs, destRanges(svcs))
-}
-
-// sharedDestinations is SharedDestinations of svcs, sorted by name, whose
-// frontends are sorted in ranges (see sortedDestinations).
-func sharedDestinations(svcs []*Service, ranges [][2]int) []Frontend {
-	var shared []Frontend
-	var cur *Frontend
-	var first destEntry
-	one := true
-	eachDestination(sortedDestinations(svcs, ranges), func(d *Frontend, e destEntry) {
-		switch {
-		case cur != nil && *d == *cur:
-			one = one && e.svc == first.svc && e.kind == first.kind
-			return
-		case cur != nil && !one:
-			shared = append(shared, *cur)
-		}
-		cur, first, one = d, e, true
-	})
-	if cur != nil && !one {
-		shared = append(shared, *cur)
-	}
-	return shared
 }
 
 // buildIndex makes the frontendIndex of svcs, which are sorted by name,

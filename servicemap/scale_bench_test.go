@@ -62,3 +62,28 @@ func BenchmarkScaleTrackerOne(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkScaleSnapshotAll walks every ServicePort of a Snapshot in
+// PortName order, as Build does.
+func BenchmarkScaleSnapshotAll(b *testing.B) {
+	for _, n := range scaleSizes {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			svcs, _ := scalegen.Spec{Services: n}.Objects()
+			t := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+			for _, s := range svcs {
+				t.Update(s)
+			}
+			snap, _ := t.Snapshot()
+			b.ReportAllocs()
+			for b.Loop() {
+				count := 0
+				for range snap.All() {
+					count++
+				}
+				if count != n {
+					b.Fatalf("%d ServicePorts, want %d", count, n)
+				}
+			}
+		})
+	}
+}

@@ -1,18 +1,14 @@
 package servicemap
 
 import (
-	"cmp"
-	"encoding/binary"
 	"iter"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/cowmap"
-	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/internal/sorted"
 )
 
@@ -47,7 +43,7 @@ func (s Snapshot) Len() int { return s.ports }
 // Ports returns every ServicePort, sorted by PortName.
 func (s Snapshot) Ports() []ServicePort {
 	all := make([]ServicePort, 0, s.ports)
-	for _, ports := range s.sortedServices() {
+	for ports := range s.sortedServices() {
 		all = append(all, ports...)
 	}
 	return all
@@ -59,7 +55,7 @@ func (s Snapshot) Ports() []ServicePort {
 // up to GOMAXPROCS goroutines, which end before the first port is yielded.
 func (s Snapshot) All() iter.Seq[*ServicePort] {
 	return func(yield func(*ServicePort) bool) {
-		for _, ports := range s.sortedServices() {
+		for ports := range s.sortedServices() {
 			for i := range ports {
 				if !yield(&ports[i]) {
 					return
@@ -69,23 +65,13 @@ func (s Snapshot) All() iter.Seq[*ServicePort] {
 	}
 }
 
-// sortKey is the place of one Service in the order of a Snapshot's
-// Services: the prefixes of its namespace and name, and its index in the
-// unsorted list. It holds no pointer, so that sorting moves no pointers
-// (whose moves the garbage collector must watch while it runs).
-type sortKey struct {
-	namespace, name prefix
-	index           int
-}
-
 // sortedServices returns the ports of each Service of s, the Services
-// sorted by namespace and name. The ports of each Service are sorted by
-// PortName and carry its namespace and name, so concatenating them gives
-// every port in PortName order while sorting only one small key per
-// Service. Most comparisons are decided by the prefixes, without reading
-// the strings. A large Snapshot's keys are sorted in ranges on up to
-// GOMAXPROCS goroutines, and merged.
-func (s Snapshot) sortedServices() [][]ServicePort {
+// sorted by namespace and name, as an iterator. The ports of each Service
+// are sorted by PortName and carry its namespace and name, so
+// concatenating them gives every port in PortName order while sorting
+// only one integer per Service (serviceOrder). The sort is done when the
+// iterator is made.
+func (s Snapshot) sortedServices() iter.Seq[[]ServicePort] {
 	n := s.services.Len()
 	keys := make([]types.NamespacedName, 0, n)
 	ports := make([][]ServicePort, 0, n)
@@ -94,61 +80,14 @@ func (s Snapshot) sortedServices() [][]ServicePort {
 		ports = append(ports, p)
 		return true
 	})
-	compare := func(a, b sortKey) int {
-		ka, kb := &keys[a.index], &keys[b.index]
-		if c := comparePrefixed(a.namespace, b.namespace, ka.Namespace, kb.Namespace); c != 0 {
-			return c
+	order, l := serviceOrder(keys)
+	return func(yield func([]ServicePort) bool) {
+		for _, k := range order {
+			if !yield(ports[l.index(k)]) {
+				return
+			}
 		}
-		return comparePrefixed(a.name, b.name, ka.Name, kb.Name)
 	}
-	// Each range reads its keys' strings for their prefixes, and sorts.
-	order := make([]sortKey, len(keys))
-	ranges := parallel.Ranges(len(order), sortRangeMin)
-	parallel.Run(ranges, func(_, lo, hi int) {
-		for i := lo; i < hi; i++ {
-			order[i] = sortKey{prefixOf(keys[i].Namespace), prefixOf(keys[i].Name), i}
-		}
-		slices.SortFunc(order[lo:hi], compare)
-	})
-	merged := order[ranges[0][0]:ranges[0][1]]
-	for _, r := range ranges[1:] {
-		merged = sorted.Merge(merged, order[r[0]:r[1]], compare)
-	}
-	out := make([][]ServicePort, len(merged))
-	for i, k := range merged {
-		out[i] = ports[k.index]
-	}
-	return out
-}
-
-// sortRangeMin is the fewest Services whose keys sortedServices sorts on a
-// goroutine of their own.
-const sortRangeMin = 2048
-
-// prefix is the first 16 bytes of a string, zero-padded, as two big-endian
-// numbers: when two strings' prefixes differ, they order the strings as
-// strings.Compare does.
-type prefix [2]uint64
-
-func prefixOf(s string) prefix {
-	var b [16]byte
-	copy(b[:], s)
-	return prefix{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
-}
-
-// comparePrefixed compares x and y, whose prefixes are px and py, as
-// strings.Compare does, reading the strings only when the prefixes do not
-// decide.
-func comparePrefixed(px, py prefix, x, y string) int {
-	switch {
-	case px[0] != py[0]:
-		return cmp.Compare(px[0], py[0])
-	case px[1] != py[1]:
-		return cmp.Compare(px[1], py[1])
-	case len(x) == len(y) && len(x) <= len(px)*8:
-		return 0
-	}
-	return strings.Compare(x, y)
 }
 
 // ChangesSince lists the ServicePorts that differ between since and s. It

@@ -453,11 +453,11 @@ func place(eps []endpoints.Endpoint, marks []topology.Membership, cluster, local
 		if m := marks[i]; m&inLists != 0 {
 			at, onNode := ep.AddrPort(), m&topology.OnNode != 0
 			if m&topology.InCluster != 0 {
-				cluster[c] = Target{Endpoint: at, Local: onNode, Remaining: nCluster - c, Total: nCluster}
+				setTarget(&cluster[c], at, onNode, nCluster-c, nCluster)
 				c++
 			}
 			if m&topology.InLocal != 0 {
-				local[l] = Target{Endpoint: at, Local: onNode, Remaining: nLocal - l, Total: nLocal}
+				setTarget(&local[l], at, onNode, nLocal-l, nLocal)
 				l++
 			}
 		}
@@ -466,6 +466,16 @@ func place(eps []endpoints.Endpoint, marks []topology.Membership, cluster, local
 		}
 	}
 	return serving
+}
+
+// setTarget sets every field of *t. It writes them one by one: a Target
+// literal assigned whole is built in a temporary and copied, which costs
+// more than the fields' stores.
+func setTarget(t *Target, at netip.AddrPort, local bool, remaining, total int) {
+	t.Endpoint = at
+	t.Local = local
+	t.Remaining = remaining
+	t.Total = total
 }
 
 // reachable returns the endpoints of eps marked InCluster or InLocal,

@@ -367,28 +367,61 @@ func (b *Builder) restrictExternalIPs(s *Service) []svcproxy.Warning {
 // are sorted and one per address and port, as an endpoints.Snapshot gives
 // them, they are already, and Endpoints is eps itself when every endpoint
 // is reachable (capped, so that nothing appends into eps).
+//
+// It reads eps three times: Select's pass, the pass that marks and counts
+// each endpoint's lists (mark), and the pass that writes them (place).
 func (b *Builder) spread(s *Service, eps []endpoints.Endpoint, alloc *slabs) bool {
 	sel := topology.Select(&s.ServicePort, eps, b.config.Node)
-	var nCluster, nLocal, nReachable, nServing int
-	for i := range eps {
-		c, l := sel.Cluster(&eps[i]), sel.Local(&eps[i])
-		nCluster += b2i(c)
-		nLocal += b2i(l)
-		nReachable += b2i(c || l)
-		nServing += b2i(eps[i].Serving || eps[i].Ready)
+	marks := alloc.marksOf(len(eps))
+	n := mark(marks, eps, &sel)
+	var servingOut []netip.AddrPort
+	if n.serving > 0 {
+		servingOut = alloc.servingOf(n.serving)
 	}
-	if nCluster+nLocal > 0 {
-		ts := alloc.targetsOf(nCluster + nLocal)
-		node := b.config.Node.Name
-		s.ClusterTargets = targets(ts[:0:nCluster], eps, sel.Cluster, node)
-		s.LocalTargets = targets(ts[nCluster:nCluster:nCluster+nLocal], eps, sel.Local, node)
+	if n.cluster+n.local > 0 {
+		ts := alloc.targetsOf(n.cluster + n.local)
+		s.ClusterTargets, s.LocalTargets = nilIfEmpty(ts[:n.cluster:n.cluster]), nilIfEmpty(ts[n.cluster:])
 	}
-	ordered := strictlySorted(eps)
-	s.Endpoints = reachable(eps, &sel, nReachable, ordered)
-	if nServing > 0 {
-		s.Serving = serving(eps, alloc.servingOf(nServing), ordered)
+	servingOut = place(eps, marks, s.ClusterTargets, s.LocalTargets, servingOut)
+	if !n.ordered && len(servingOut) > 0 {
+		slices.SortFunc(servingOut, netip.AddrPort.Compare)
+		servingOut = slices.Compact(servingOut)
 	}
+	s.Serving = servingOut
+	s.Endpoints = reachable(eps, marks, n)
 	return sel.HasAnyEndpoints()
+}
+
+// counts are what mark counts in the endpoints of one port.
+type counts struct {
+	// cluster, local and reachable are the endpoints marked InCluster,
+	// InLocal, and either.
+	cluster, local, reachable int
+	// serving are the endpoints that are serving or ready.
+	serving int
+	// ordered says the endpoints are sorted by address and port, each
+	// address and port once.
+	ordered bool
+}
+
+// inLists are the Membership bits of the endpoints that some target
+// points at.
+const inLists = topology.InCluster | topology.InLocal
+
+// mark sets marks[i] to the Membership of eps[i] in sel, and counts them.
+func mark(marks []topology.Membership, eps []endpoints.Endpoint, sel *topology.Selection) counts {
+	n := counts{ordered: true}
+	for i := range eps {
+		ep := &eps[i]
+		m := sel.Membership(ep)
+		marks[i] = m
+		n.cluster += b2i(m&topology.InCluster != 0)
+		n.local += b2i(m&topology.InLocal != 0)
+		n.reachable += b2i(m&inLists != 0)
+		n.serving += b2i(ep.Serving || ep.Ready)
+		n.ordered = n.ordered && (i == 0 || eps[i-1].Compare(ep) < 0)
+	}
+	return n
 }
 
 // b2i is 1 for true and 0 for false.
@@ -399,72 +432,70 @@ func b2i(b bool) int {
 	return 0
 }
 
-// strictlySorted reports whether eps are sorted by address and port, each
-// address and port once.
-func strictlySorted(eps []endpoints.Endpoint) bool {
-	for i := 1; i < len(eps); i++ {
-		if eps[i-1].Compare(&eps[i]) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// targets appends to dst, in order, a Target for each endpoint of eps in
-// the list that in tests membership of; dst has room for them all.
-func targets(dst []Target, eps []endpoints.Endpoint, in func(*endpoints.Endpoint) bool, node string) []Target {
-	n := cap(dst)
-	if n == 0 {
+// nilIfEmpty is ts, or nil when ts is empty.
+func nilIfEmpty(ts []Target) []Target {
+	if len(ts) == 0 {
 		return nil
 	}
-	for i := range eps {
-		if !in(&eps[i]) {
-			continue
-		}
-		dst = append(dst, Target{
-			Endpoint:  eps[i].AddrPort(),
-			Local:     node != "" && eps[i].NodeName == node,
-			Remaining: n - len(dst),
-			Total:     n,
-		})
-	}
-	return dst
+	return ts
 }
 
-// reachable returns the n endpoints of eps that sel makes reachable,
-// sorted: eps itself, capped, when that is all of them and ordered says
-// eps are strictly sorted.
-func reachable(eps []endpoints.Endpoint, sel *topology.Selection, n int, ordered bool) []endpoints.Endpoint {
-	switch {
-	case n == 0:
-		return []endpoints.Endpoint{}
-	case n == len(eps) && ordered:
-		return eps[:n:n]
-	}
-	out := make([]endpoints.Endpoint, 0, n)
+// place writes, in one pass over eps in order, a Target for each endpoint
+// marked InCluster into cluster and for each marked InLocal into local,
+// which are exactly as long as those lists, and appends the address and
+// port of each serving or ready endpoint to serving, which has room for
+// them, returning it.
+func place(eps []endpoints.Endpoint, marks []topology.Membership, cluster, local []Target, serving []netip.AddrPort) []netip.AddrPort {
+	nCluster, nLocal := len(cluster), len(local)
+	var c, l int
 	for i := range eps {
-		if sel.Reachable(&eps[i]) {
+		ep := &eps[i]
+		if m := marks[i]; m&inLists != 0 {
+			at, onNode := ep.AddrPort(), m&topology.OnNode != 0
+			if m&topology.InCluster != 0 {
+				setTarget(&cluster[c], at, onNode, nCluster-c, nCluster)
+				c++
+			}
+			if m&topology.InLocal != 0 {
+				setTarget(&local[l], at, onNode, nLocal-l, nLocal)
+				l++
+			}
+		}
+		if ep.Serving || ep.Ready {
+			serving = append(serving, ep.AddrPort())
+		}
+	}
+	return serving
+}
+
+// setTarget sets every field of *t. It writes them one by one: a Target
+// literal assigned whole is built in a temporary and copied, which costs
+// more than the fields' stores.
+func setTarget(t *Target, at netip.AddrPort, local bool, remaining, total int) {
+	t.Endpoint = at
+	t.Local = local
+	t.Remaining = remaining
+	t.Total = total
+}
+
+// reachable returns the endpoints of eps marked InCluster or InLocal,
+// sorted: eps itself, capped, when that is all of them and they are
+// ordered.
+func reachable(eps []endpoints.Endpoint, marks []topology.Membership, n counts) []endpoints.Endpoint {
+	switch {
+	case n.reachable == 0:
+		return []endpoints.Endpoint{}
+	case n.reachable == len(eps) && n.ordered:
+		return eps[:len(eps):len(eps)]
+	}
+	out := make([]endpoints.Endpoint, 0, n.reachable)
+	for i := range eps {
+		if marks[i]&inLists != 0 {
 			out = append(out, eps[i])
 		}
 	}
-	if !ordered {
+	if !n.ordered {
 		slices.SortFunc(out, func(x, y endpoints.Endpoint) int { return x.Compare(&y) })
-	}
-	return out
-}
-
-// serving appends to out, which has room for them, the addresses and ports
-// of the serving or ready endpoints of eps, sorted, each once (ordered says
-// eps are strictly sorted already).
-func serving(eps []endpoints.Endpoint, out []netip.AddrPort, ordered bool) []netip.AddrPort {
-	for i := range eps {
-		if eps[i].Serving || eps[i].Ready {
-			out = append(out, eps[i].AddrPort())
-		}
-	}
-	if !ordered {
-		slices.SortFunc(out, netip.AddrPort.Compare)
-		out = slices.Compact(out)
 	}
 	return out
 }

@@ -1,13 +1,18 @@
 package ruleset
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/svcproxy/svcproxy/topology"
+)
 
 // slabLen is the most elements of an array that slabs cut slices from,
 // unless one slice needs more.
 const slabLen = 1024
 
 // slabs cut the targets and Serving slices of the Services of one Build
-// range from a few shared arrays, rather than allocating each on its own.
+// range from a few shared arrays, rather than allocating each on its own,
+// and hold the range's scratch.
 // Each slice is capped, so that an append to it copies instead of writing
 // into its neighbour's. A nil *slabs allocates each slice on its own.
 type slabs struct {
@@ -18,6 +23,20 @@ type slabs struct {
 	// one's, up to slabLen elements, so that a small Build allocates
 	// little more than it uses.
 	left int
+	// marks is scratch for the Service being built: the Membership of
+	// each of its endpoints. Each Service reuses it.
+	marks []topology.Membership
+}
+
+// marksOf returns n Memberships to overwrite, valid until the next call.
+func (a *slabs) marksOf(n int) []topology.Membership {
+	if a == nil {
+		return make([]topology.Membership, n)
+	}
+	if cap(a.marks) < n {
+		a.marks = make([]topology.Membership, max(n, 64))
+	}
+	return a.marks[:n]
 }
 
 // targetsOf returns n zero Targets.

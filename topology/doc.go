@@ -25,9 +25,9 @@
 //   - Hints never narrow node-local traffic, and the terminating fallback
 //     ignores hints.
 //
-// [Select] makes the same decisions without copying the endpoints: it says
-// of each endpoint which lists it is in, for a caller that builds lists of
-// its own.
+// [Select] makes the same decisions without copying the endpoints: its
+// [Selection.Membership] says of each endpoint which lists it is in, and
+// whether it is on the node, for a caller that builds lists of its own.
 //
 // Hints are written by the EndpointSlice controller. A proxy fed EndpointSlices
 // that did not pass through the controller can compute them with [Hints].

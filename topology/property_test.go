@@ -375,3 +375,26 @@ func TestPropHintsHonourTrafficDistribution(t *testing.T) {
 		}
 	})
 }
+
+// Membership says of each endpoint what Categorize's lists say, and OnNode
+// exactly for the endpoints whose NodeName is the node's (not "") name.
+func TestPropMembership(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := genInput(t, rapid.Bool().Draw(t, "wellFormed"))
+		r := Categorize(in.sp, in.eps, in.node)
+		sel := Select(in.sp, in.eps, in.node)
+		for i := range in.eps {
+			e := &in.eps[i]
+			m := sel.Membership(e)
+			want := map[string]bool{
+				"InCluster": contains(r.Cluster, e),
+				"InLocal":   contains(r.Local, e),
+				"OnNode":    in.node.Name != "" && e.NodeName == in.node.Name,
+			}
+			got := map[string]bool{"InCluster": m&InCluster != 0, "InLocal": m&InLocal != 0, "OnNode": m&OnNode != 0}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("Membership of %+v on %+v (-want +got):\n%s", *e, in.node, diff)
+			}
+		}
+	})
+}

@@ -65,10 +65,10 @@ func Categorize(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node Node)
 	var res Endpoints
 	res.HasAnyEndpoints = sel.HasAnyEndpoints()
 	if sel.usesCluster {
-		res.Cluster = filter(eps, sel.c.inCluster)
+		res.Cluster = filter(eps, sel.Cluster)
 	}
 	if sel.usesLocal {
-		res.Local = filter(eps, sel.c.inLocal)
+		res.Local = filter(eps, sel.Local)
 	}
 	switch {
 	case !sel.usesLocal:
@@ -93,31 +93,70 @@ func Categorize(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node Node)
 // without the lists: it says of each endpoint in which list it is. A caller
 // that only needs that (to build lists of its own) copies no endpoint.
 type Selection struct {
-	c                      categorizer
+	node                   Node
 	usesCluster, usesLocal bool
+	// What Select learns in its pass over the endpoints, from which
+	// Membership decides each endpoint's lists.
+	mode                  mode
+	anyReady              bool
+	anyServingTerminating bool
+	localReady            bool
 }
 
 // Select decides which of eps serve sp's traffic on node, as [Categorize]
-// does, with the same requirements on its arguments. It neither modifies
-// nor retains eps.
+// does, with the same requirements on its arguments, in one pass over eps.
+// It neither modifies nor retains eps.
 func Select(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node Node) Selection {
-	sel := Selection{usesCluster: sp.UsesClusterEndpoints(), usesLocal: sp.UsesLocalEndpoints()}
-	c := &sel.c
-	c.node = node
+	sel := Selection{node: node, usesCluster: sp.UsesClusterEndpoints(), usesLocal: sp.UsesLocalEndpoints()}
+	hints := newHintSummary()
 	for i := range eps {
 		ep := &eps[i]
 		switch {
 		case ep.Ready:
-			c.anyReady = true
-			c.localReady = c.localReady || c.isLocal(ep)
+			sel.anyReady = true
+			sel.localReady = sel.localReady || sel.onNode(ep)
+			if sel.usesCluster && hints.open() {
+				hints.add(ep, node)
+			}
 		case servingTerminating(ep):
-			c.anyServingTerminating = true
+			sel.anyServingTerminating = true
 		}
 	}
-	if sel.usesCluster {
-		c.mode = topologyMode(eps, node)
-	}
+	sel.mode = hints.mode()
 	return sel
+}
+
+// Membership is what a Selection says of one endpoint: the lists of
+// [Categorize] it is in, and whether it is on the node.
+type Membership uint8
+
+const (
+	// InCluster: the endpoint is in Categorize's Cluster list.
+	InCluster Membership = 1 << iota
+	// InLocal: the endpoint is in Categorize's Local list.
+	InLocal
+	// OnNode: the endpoint runs on the node (its NodeName is the node's
+	// Name, which is not ""), whether or not it is in a list.
+	OnNode
+)
+
+// Membership says in which of Categorize's lists ep, one of the endpoints
+// given to Select, is, and whether it runs on the node. InCluster is set
+// only when UsesCluster, InLocal only when UsesLocal, and InLocal implies
+// OnNode.
+func (s *Selection) Membership(ep *endpoints.Endpoint) Membership {
+	var m Membership
+	on := s.onNode(ep)
+	if on {
+		m = OnNode
+	}
+	if s.usesCluster && s.inCluster(ep) {
+		m |= InCluster
+	}
+	if on && s.usesLocal && s.usableLocally(ep) {
+		m |= InLocal
+	}
+	return m
 }
 
 // UsesCluster reports whether Categorize's Cluster list is non-nil: the
@@ -129,52 +168,42 @@ func (s *Selection) UsesCluster() bool { return s.usesCluster }
 func (s *Selection) UsesLocal() bool { return s.usesLocal }
 
 // HasAnyEndpoints is Categorize's HasAnyEndpoints.
-func (s *Selection) HasAnyEndpoints() bool { return s.c.anyReady || s.c.anyServingTerminating }
+func (s *Selection) HasAnyEndpoints() bool { return s.anyReady || s.anyServingTerminating }
 
 // Cluster reports whether ep, one of the endpoints given to Select, is in
 // Categorize's Cluster list.
-func (s *Selection) Cluster(ep *endpoints.Endpoint) bool { return s.usesCluster && s.c.inCluster(ep) }
+func (s *Selection) Cluster(ep *endpoints.Endpoint) bool { return s.Membership(ep)&InCluster != 0 }
 
 // Local reports whether ep, one of the endpoints given to Select, is in
 // Categorize's Local list.
-func (s *Selection) Local(ep *endpoints.Endpoint) bool { return s.usesLocal && s.c.inLocal(ep) }
+func (s *Selection) Local(ep *endpoints.Endpoint) bool { return s.Membership(ep)&InLocal != 0 }
 
 // Reachable reports whether ep, one of the endpoints given to Select, is in
 // Categorize's AllReachable list: in Cluster or in Local.
-func (s *Selection) Reachable(ep *endpoints.Endpoint) bool { return s.Cluster(ep) || s.Local(ep) }
-
-// categorizer holds what Categorize learns in its first pass over the
-// endpoints; its methods decide each endpoint's membership in the second.
-type categorizer struct {
-	node                  Node
-	mode                  mode
-	anyReady              bool
-	anyServingTerminating bool
-	localReady            bool
+func (s *Selection) Reachable(ep *endpoints.Endpoint) bool {
+	return s.Membership(ep)&(InCluster|InLocal) != 0
 }
 
-func (c *categorizer) isLocal(ep *endpoints.Endpoint) bool {
-	return c.node.Name != "" && ep.NodeName == c.node.Name
+func (s *Selection) onNode(ep *endpoints.Endpoint) bool {
+	return s.node.Name != "" && ep.NodeName == s.node.Name
 }
 
 // inCluster: ready endpoints the topology mode makes available, or, when no
 // endpoint is ready anywhere, serving-terminating endpoints regardless of
-// topology. topologyMode picks a mode only if it leaves a ready endpoint, so
-// the first case is never empty when some endpoint is ready.
-func (c *categorizer) inCluster(ep *endpoints.Endpoint) bool {
-	if c.anyReady {
-		return ep.Ready && c.mode.allows(ep, c.node)
+// topology. The mode narrows to hinted endpoints only if one of them is
+// ready, so the first case is never empty when some endpoint is ready.
+func (s *Selection) inCluster(ep *endpoints.Endpoint) bool {
+	if s.anyReady {
+		return ep.Ready && s.mode.allows(ep, s.node)
 	}
 	return servingTerminating(ep)
 }
 
-// inLocal: local ready endpoints, or, when there are none, local
-// serving-terminating endpoints. Hints play no part.
-func (c *categorizer) inLocal(ep *endpoints.Endpoint) bool {
-	if !c.isLocal(ep) {
-		return false
-	}
-	if c.localReady {
+// usableLocally: for an endpoint on the node, whether it is in Local:
+// ready, or, when no endpoint on the node is ready, serving-terminating.
+// Hints play no part.
+func (s *Selection) usableLocally(ep *endpoints.Endpoint) bool {
+	if s.localReady {
 		return ep.Ready
 	}
 	return servingTerminating(ep)
@@ -204,37 +233,45 @@ func (m mode) allows(ep *endpoints.Endpoint, node Node) bool {
 	}
 }
 
-// topologyMode reads the hints of the ready endpoints (those of unready
-// endpoints never matter). Node hints win when every ready endpoint has one
-// and some endpoint is hinted for this node; otherwise zone hints, under the
-// same two conditions for this node's zone; otherwise no topology.
-func topologyMode(eps []endpoints.Endpoint, node Node) mode {
-	anyReady := false
-	allNodeHints, forNode := true, false
-	allZoneHints, forZone := true, false
-	for i := range eps {
-		ep := &eps[i]
-		if !ep.Ready {
-			continue
-		}
-		anyReady = true
-		if len(ep.NodeHints) == 0 {
-			allNodeHints = false
-		} else if node.Name != "" && ep.HasNodeHint(node.Name) {
-			forNode = true
-		}
-		if len(ep.ZoneHints) == 0 {
-			allZoneHints = false
-		} else if node.Zone != "" && ep.HasZoneHint(node.Zone) {
-			forZone = true
-		}
+// hintSummary is what the hints of the ready endpoints (those of unready
+// endpoints never matter) say about the topology mode.
+type hintSummary struct {
+	allNodeHints, forNode bool
+	allZoneHints, forZone bool
+}
+
+func newHintSummary() hintSummary {
+	return hintSummary{allNodeHints: true, allZoneHints: true}
+}
+
+// open reports whether the hints of another ready endpoint can still
+// change the mode: once one ready endpoint had no node hint and one had no
+// zone hint, the mode is none whatever the others have.
+func (h *hintSummary) open() bool { return h.allNodeHints || h.allZoneHints }
+
+// add takes in the hints of ep, a ready endpoint, for node.
+func (h *hintSummary) add(ep *endpoints.Endpoint, node Node) {
+	if len(ep.NodeHints) == 0 {
+		h.allNodeHints = false
+	} else if node.Name != "" && ep.HasNodeHint(node.Name) {
+		h.forNode = true
 	}
+	if len(ep.ZoneHints) == 0 {
+		h.allZoneHints = false
+	} else if node.Zone != "" && ep.HasZoneHint(node.Zone) {
+		h.forZone = true
+	}
+}
+
+// mode is the topology mode of the ready endpoints added. Node hints win
+// when every ready endpoint has one and some endpoint is hinted for this
+// node; otherwise zone hints, under the same two conditions for this
+// node's zone; otherwise (and when no endpoint was added) no topology.
+func (h *hintSummary) mode() mode {
 	switch {
-	case !anyReady:
-		return modeNone
-	case allNodeHints && forNode:
+	case h.allNodeHints && h.forNode:
 		return modeSameNode
-	case allZoneHints && forZone:
+	case h.allZoneHints && h.forZone:
 		return modeSameZone
 	default:
 		return modeNone

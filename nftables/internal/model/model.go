@@ -484,24 +484,13 @@ func (d Datum) Uint() (uint32, bool) {
 	return 0, false
 }
 
-// bySet looks up a value per set name for elements one after another. A
-// renderer gives the elements of one set one string for its name, and
-// interleaves a few sets (a set's element, then a map's block, for each
-// frontend): the last bySetWays names looked up are kept, and a name that
-// is one of them compares equal without reading its bytes, so that a run
-// of such elements costs a few map lookups.
+// bySet looks up a value per set name for elements one after another:
+// those of one set mostly come in runs, and a run's names are one string,
+// which compares equal without reading its bytes, so a run costs one map
+// lookup.
 type bySet[V any] struct {
-	m    map[string]V
-	ways [bySetWays]bySetWay[V]
-	// next is the way the next miss replaces.
-	next int
-}
-
-// bySetWays is the number of names a bySet keeps.
-const bySetWays = 4
-
-type bySetWay[V any] struct {
-	set        string
+	m          map[string]V
+	last       string
 	v          V
 	ok, cached bool
 }
@@ -510,14 +499,9 @@ func lookupBySet[V any](m map[string]V) *bySet[V] { return &bySet[V]{m: m} }
 
 // get is m[set] and whether set is in m.
 func (l *bySet[V]) get(set string) (V, bool) {
-	for i := range l.ways {
-		if w := &l.ways[i]; w.cached && w.set == set {
-			return w.v, w.ok
-		}
+	if !l.cached || set != l.last {
+		l.last, l.cached = set, true
+		l.v, l.ok = l.m[set]
 	}
-	w := &l.ways[l.next]
-	l.next = (l.next + 1) % bySetWays
-	w.v, w.ok = l.m[set]
-	w.set, w.cached = set, true
-	return w.v, w.ok
+	return l.v, l.ok
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -77,15 +78,21 @@ func (t *Table) NetlinkElements() []Element { return t.elements(true) }
 func (t *Table) NftElements() []Element { return t.elements(false) }
 
 // elements are t's elements that ElementBatch encodes (netlink) or that
-// nft writes (not netlink), in order: a part of t.Elements when they are
-// one run of it (the flat layout puts its configuration first), else a
-// copy. The caller must not modify them.
+// nft writes (not netlink: those of the one-field interval sets), in
+// order: a part of t.Elements when they are one run of it (the flat layout
+// puts its configuration first), else a copy. The caller must not modify
+// them. An element of a set that t does not have is one that ElementBatch
+// encodes, and refuses. A table has few one-field interval sets, and
+// another set's name mostly differs from theirs in length, so each element
+// costs a comparison or two of lengths.
 func (t *Table) elements(netlink bool) []Element {
-	encodes := lookupBySet(t.netlinkSets())
-	keep := func(e *Element) bool {
-		enc, _ := encodes.get(e.Set)
-		return enc == netlink
+	var nft []string
+	for _, s := range t.Sets {
+		if !s.netlinkEncoded() {
+			nft = append(nft, s.Name)
+		}
 	}
+	keep := func(e *Element) bool { return slices.Contains(nft, e.Set) != netlink }
 	start, end := -1, -1
 	for i := range t.Elements {
 		if !keep(&t.Elements[i]) {

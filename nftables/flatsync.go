@@ -94,13 +94,13 @@ func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int) (*FlatState
 	return st, t, res
 }
 
-// joinElements returns the configuration's elements (all) and those of
-// each part in order, their elements rendered from windows[i] on in all's
-// array (from the array of their own of those that outgrew their window,
-// which ends at windows[i+1]). When none outgrew its window, the parts
-// are moved down in place, each to the end of the ones before (copy moves
-// overlapping elements as a memmove does, and a part never reaches the
-// next one's window).
+// joinElements returns the configuration's elements (all) followed by
+// each part's, in order, with room for one more. Part i rendered into its
+// window of all's array, [windows[i], windows[i+1]), or, having outgrown
+// it, into an array of its own. When none outgrew its window, the parts
+// move down in place, each to just after the ones before: a part moves
+// towards the start of the array and ends within its own window, so none
+// overwrites a part not yet moved (append copies as memmove does).
 func joinElements(all []model.Element, parts []flatRange, windows []int) []model.Element {
 	n, inPlace := len(all), true
 	for i := range parts {

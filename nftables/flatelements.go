@@ -31,7 +31,7 @@ type flatPort struct {
 	// frontendStart is the index in elements of the first element of the
 	// frontend being rendered.
 	frontendStart int
-	// arena is where the elements' keys and values are carved from, in
+	// arena is where the elements' keys are carved from, in
 	// chunks of at least arenaChunk data (0: as many as asked).
 	arena      []model.Datum
 	arenaChunk int

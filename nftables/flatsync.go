@@ -124,7 +124,8 @@ const flatRangeMin = 1024
 
 // flatElementsPerPort is the room for elements that flatTable makes per
 // Service port: the cluster-ips set's, and a set's element and a block of
-// targets for the cluster IP, and one more (more grow the array).
+// targets for the cluster IP, and one more. A range whose ports need more
+// than its window's room moves to an array of its own (joinElements).
 const flatElementsPerPort = 4
 
 // flatRange is what one range of a Ruleset's Service ports puts in a whole

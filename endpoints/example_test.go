@@ -13,7 +13,8 @@ import (
 
 // A Tracker merges the EndpointSlices of each Service and, at each
 // Snapshot, says which ports changed and which UDP or SCTP ports lost a
-// serving endpoint, whose conntrack entries must go.
+// serving endpoint, whose conntrack entries must go. A Snapshot's Port also
+// lists the endpoints that existing connections may keep using (Serving).
 func ExampleTracker() {
 	t := true
 	f := false
@@ -45,6 +46,7 @@ func ExampleTracker() {
 		for _, e := range snap.Get(udp) {
 			fmt.Printf("  %s node=%s ready=%v serving=%v terminating=%v\n", e.String(), e.NodeName, e.Ready, e.Serving, e.Terminating)
 		}
+		fmt.Println("  serving or ready:", snap.Port(udp).Serving)
 	}
 
 	tracker := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
@@ -65,14 +67,17 @@ func ExampleTracker() {
 	// changed: [kube-system/dns:dns kube-system/dns:dns-tcp] conntrack cleanup: []
 	//   198.18.1.2:5353 node=node-a ready=true serving=true terminating=false
 	//   198.18.1.3:5353 node=node-b ready=true serving=true terminating=false
+	//   serving or ready: [198.18.1.2:5353 198.18.1.3:5353]
 	// changed: [kube-system/dns:dns kube-system/dns:dns-tcp] conntrack cleanup: []
 	//   198.18.1.2:5353 node=node-a ready=true serving=true terminating=false
 	//   198.18.1.3:5353 node=node-b ready=true serving=true terminating=false
 	//   198.18.1.4:5353 node=node-b ready=true serving=true terminating=false
+	//   serving or ready: [198.18.1.2:5353 198.18.1.3:5353 198.18.1.4:5353]
 	// changed: [kube-system/dns:dns kube-system/dns:dns-tcp] conntrack cleanup: [kube-system/dns:dns]
 	//   198.18.1.2:5353 node=node-a ready=true serving=true terminating=false
 	//   198.18.1.3:5353 node=node-b ready=false serving=false terminating=true
 	//   198.18.1.4:5353 node=node-b ready=true serving=true terminating=false
+	//   serving or ready: [198.18.1.2:5353 198.18.1.4:5353]
 }
 
 // Merge combines the parsed slices of one Service, whatever their order.

@@ -405,9 +405,10 @@ func expectChanges(before, after map[types.NamespacedName]map[servicemap.PortNam
 }
 
 // TestPropertyTracker drives a Tracker with random slice updates, deletes
-// and Snapshots and checks each Snapshot, its Changes and Pending against a
-// model; at the end a fresh Tracker fed each slice's final state in any
-// order must give the same endpoints.
+// and Snapshots and checks each Snapshot (each port's endpoints, and its
+// Serving against them), its Changes and Pending against a model; at the
+// end a fresh Tracker fed each slice's final state in any order must give
+// the same endpoints.
 func TestPropertyTracker(t *testing.T) {
 	namespaces := []string{"ns", "kube-system"}
 	names := []string{"s1", "s2", "s3", "s4"}
@@ -461,6 +462,7 @@ func TestPropertyTracker(t *testing.T) {
 					if diff := cmp.Diff(cur[svc][name], snap.Get(name), cmpOpts); diff != "" {
 						t.Fatalf("endpoints of %v (-want +got):\n%s", name, diff)
 					}
+					checkPort(t, name, snap.Port(name))
 				}
 				last = cur
 			}
@@ -481,4 +483,22 @@ func TestPropertyTracker(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkPort fails t when port, what a Snapshot holds for the Service port
+// name, has other Serving addresses than its Endpoints that are serving or
+// ready, in their order, or when a slice has room beyond its length.
+func checkPort(t *rapid.T, name servicemap.PortName, port endpoints.Port) {
+	var want []netip.AddrPort
+	for _, ep := range port.Endpoints {
+		if ep.Serving || ep.Ready {
+			want = append(want, ep.AddrPort())
+		}
+	}
+	if diff := cmp.Diff(want, port.Serving, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
+		t.Fatalf("Serving of %v (-want +got):\n%s", name, diff)
+	}
+	if cap(port.Serving) != len(port.Serving) {
+		t.Fatalf("Serving of %v has room beyond its length: appending to one port's would write into another's", name)
+	}
 }

@@ -1,8 +1,11 @@
 package endpoints
 
 import (
+	"cmp"
 	"maps"
+	"net/netip"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -23,55 +26,111 @@ type Snapshot struct {
 
 // Get returns the endpoints of one Service port, sorted by address and port.
 // The slice must not be modified.
-func (s Snapshot) Get(name servicemap.PortName) []Endpoint {
+func (s Snapshot) Get(name servicemap.PortName) []Endpoint { return s.Port(name).Endpoints }
+
+// Port is what a Snapshot holds for one Service port. Its slices must not
+// be modified.
+type Port struct {
+	// Endpoints are the port's endpoints, sorted by address and port, each
+	// address and port once.
+	Endpoints []Endpoint
+	// Serving are the addresses and ports of the Endpoints that are serving
+	// or ready, in their order: those that existing connections may keep
+	// using, whichever node they run on and whether or not they take new
+	// ones. Nil when there are none.
+	Serving []netip.AddrPort
+}
+
+// Port returns what s holds for one Service port: the zero Port when it
+// has no endpoints.
+func (s Snapshot) Port(name servicemap.PortName) Port {
 	ports, _ := s.services.Get(types.NamespacedName{Namespace: name.Namespace, Name: name.Name})
 	return ports.get(name)
 }
 
 // portList is what a Snapshot holds for one Service: the endpoints of each
-// of its ports that has some, sorted by PortName. Every PortName carries the
-// Service's namespace and name. (A slice rather than a map: most Services
-// have one port, and a lookup then compares only the port's name and
-// protocol.)
+// of its ports that has some, sorted by port name and protocol. (A slice
+// rather than a map: most Services have one port, and a lookup then
+// compares only the port's name and protocol.)
 type portList []portEndpoints
 
 type portEndpoints struct {
-	name servicemap.PortName
-	eps  []Endpoint
+	// port and protocol are the port's PortName within its Service, which
+	// the Service's key in the Snapshot completes.
+	port     string
+	protocol v1.Protocol
+	eps      []Endpoint
+	// serving is Port.Serving, made once here rather than by every reader.
+	serving []netip.AddrPort
+}
+
+// nameIn is the PortName of p in the Service svc.
+func (p *portEndpoints) nameIn(svc types.NamespacedName) servicemap.PortName {
+	return servicemap.PortName{Namespace: svc.Namespace, Name: svc.Name, Port: p.port, Protocol: p.protocol}
 }
 
 // listOf returns the ports of merged, the merged endpoints of one Service,
-// sorted, leaving out those without endpoints.
+// each sorted by address and port with each address and port once, sorted,
+// leaving out those without endpoints. The ports' serving addresses share
+// one array.
 func listOf(merged map[servicemap.PortName][]Endpoint) portList {
 	list := make(portList, 0, len(merged))
+	n := 0
 	for name, eps := range merged {
 		if len(eps) > 0 {
-			list = append(list, portEndpoints{name, eps})
+			list = append(list, portEndpoints{port: name.Port, protocol: name.Protocol, eps: eps})
+			n += countServing(eps)
 		}
 	}
 	slices.SortFunc(list, comparePorts)
+	serving := make([]netip.AddrPort, 0, n)
+	for i := range list {
+		start := len(serving)
+		for j := range list[i].eps {
+			if ep := &list[i].eps[j]; ep.Serving || ep.Ready {
+				serving = append(serving, ep.AddrPort())
+			}
+		}
+		if len(serving) > start {
+			list[i].serving = serving[start:len(serving):len(serving)]
+		}
+	}
 	return list
 }
 
-func comparePorts(a, b portEndpoints) int { return a.name.Compare(b.name) }
-
-// get returns the endpoints of the port name of the list's Service.
-func (l portList) get(name servicemap.PortName) []Endpoint {
-	for i := range l {
-		if l[i].name.Port == name.Port && l[i].name.Protocol == name.Protocol {
-			return l[i].eps
+// countServing is the number of eps that are serving or ready.
+func countServing(eps []Endpoint) int {
+	n := 0
+	for i := range eps {
+		if eps[i].Serving || eps[i].Ready {
+			n++
 		}
 	}
-	return nil
+	return n
 }
 
-// walk calls changed for every port of before or after, with its endpoints
-// in each (nil where it has none), in PortName order.
-func walk(before, after portList, changed func(name servicemap.PortName, before, after []Endpoint)) {
+func comparePorts(a, b portEndpoints) int {
+	return cmp.Or(strings.Compare(a.port, b.port), strings.Compare(string(a.protocol), string(b.protocol)))
+}
+
+// get returns the Port of the port name of the list's Service.
+func (l portList) get(name servicemap.PortName) Port {
+	for i := range l {
+		if l[i].port == name.Port && l[i].protocol == name.Protocol {
+			return Port{Endpoints: l[i].eps, Serving: l[i].serving}
+		}
+	}
+	return Port{}
+}
+
+// walk calls changed for every port of before or after, two port lists of
+// one Service, with its endpoints in each (nil where it has none), in
+// PortName order.
+func walk(before, after portList, changed func(p *portEndpoints, before, after []Endpoint)) {
 	sorted.Walk(before, after, comparePorts,
-		func(b portEndpoints) { changed(b.name, b.eps, nil) },
-		func(a portEndpoints) { changed(a.name, nil, a.eps) },
-		func(b, a portEndpoints) { changed(b.name, b.eps, a.eps) })
+		func(b portEndpoints) { changed(&b, b.eps, nil) },
+		func(a portEndpoints) { changed(&a, nil, a.eps) },
+		func(b, a portEndpoints) { changed(&b, b.eps, a.eps) })
 }
 
 // Changes says which Service ports' endpoints differ between two Snapshots.
@@ -92,20 +151,21 @@ type Changes struct {
 // Snapshots; the result is right either way.
 func (s Snapshot) ChangesSince(since Snapshot) Changes {
 	var ch Changes
-	since.services.Diff(s.services, func(_ types.NamespacedName, before, after portList) {
-		ch.add(before, after)
+	since.services.Diff(s.services, func(svc types.NamespacedName, before, after portList) {
+		ch.add(svc, before, after)
 	})
 	ch.sort()
 	return ch
 }
 
-// add records the ports of one Service whose endpoints differ between before
-// and after.
-func (c *Changes) add(before, after portList) {
-	walk(before, after, func(name servicemap.PortName, b, a []Endpoint) {
+// add records the ports of the Service svc whose endpoints differ between
+// before and after.
+func (c *Changes) add(svc types.NamespacedName, before, after portList) {
+	walk(before, after, func(p *portEndpoints, b, a []Endpoint) {
 		if equalEndpoints(b, a) {
 			return
 		}
+		name := p.nameIn(svc)
 		c.Changed = append(c.Changed, name)
 		if name.Protocol != v1.ProtocolTCP && lostServing(b, a) {
 			c.ConntrackCleanup = append(c.ConntrackCleanup, name)
@@ -198,7 +258,7 @@ func (t *Tracker) remerge(service types.NamespacedName) {
 // with no endpoints being the same as a missing port.
 func sameEndpoints(a, b portList) bool {
 	same := true
-	walk(a, b, func(_ servicemap.PortName, x, y []Endpoint) {
+	walk(a, b, func(_ *portEndpoints, x, y []Endpoint) {
 		same = same && equalEndpoints(x, y)
 	})
 	return same
@@ -213,8 +273,8 @@ func (t *Tracker) Pending() int { return t.journal.Pending() }
 // call to Snapshot.
 func (t *Tracker) Snapshot() (Snapshot, Changes) {
 	var ch Changes
-	services := t.journal.Commit(func(_ types.NamespacedName, before, after portList) {
-		ch.add(before, after)
+	services := t.journal.Commit(func(svc types.NamespacedName, before, after portList) {
+		ch.add(svc, before, after)
 	})
 	ch.sort()
 	return Snapshot{services: services}, ch

@@ -108,7 +108,8 @@ type Service struct {
 	// Serving are the addresses and ports of every serving endpoint of the
 	// port, on any node, ready or terminating, sorted: the endpoints that
 	// existing flows may keep talking to, whether or not new traffic from
-	// this node goes there (what conntrack cleanup spares).
+	// this node goes there (what conntrack cleanup spares). The slice is
+	// the endpoints snapshot's own (endpoints.Port.Serving).
 	Serving []netip.AddrPort
 	// FirewallAllowsNode reports, for a port whose load-balancer traffic
 	// passes the source-range firewall, that the ranges let one of the
@@ -292,7 +293,7 @@ func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, ep
 	var warnings []svcproxy.Warning
 	for i, sp := range ports {
 		alloc.left = len(ports) - i
-		w, ok := b.fill(&svcs[i], sp, eps.Get(sp.Name), &alloc)
+		w, ok := b.fill(&svcs[i], sp, eps.Port(sp.Name), &alloc)
 		warnings = append(warnings, w...)
 		if ok {
 			dst[i] = &svcs[i]
@@ -301,11 +302,11 @@ func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, ep
 	return warnings
 }
 
-// service computes the state of one ServicePort, or nil when it is
-// skipped.
-func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) (*Service, []svcproxy.Warning) {
+// service computes the state of one ServicePort, whose endpoints are port,
+// or nil when it is skipped.
+func (b *Builder) service(sp *servicemap.ServicePort, port endpoints.Port) (*Service, []svcproxy.Warning) {
 	s := new(Service)
-	warnings, ok := b.fill(s, sp, eps, nil)
+	warnings, ok := b.fill(s, sp, port, nil)
 	if !ok {
 		return nil, warnings
 	}
@@ -313,9 +314,9 @@ func (b *Builder) service(sp *servicemap.ServicePort, eps []endpoints.Endpoint) 
 }
 
 // fill sets s, a zero Service, to the state of one ServicePort, whose
-// endpoints are eps, with slices from alloc; ok is false when the port is
+// endpoints are port, with slices from alloc; ok is false when the port is
 // skipped.
-func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, eps []endpoints.Endpoint, alloc *slabs) (warnings []svcproxy.Warning, ok bool) {
+func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, port endpoints.Port, alloc *slabs) (warnings []svcproxy.Warning, ok bool) {
 	if sp.Family != b.config.Family {
 		report := svcproxy.Reporter{Kind: "Service", Namespace: sp.Name.Namespace, Name: sp.Name.Name}
 		report.Warnf("port %q is %s, the ruleset is %s: skipped", sp.Name.Port, sp.Family, b.config.Family)
@@ -332,6 +333,9 @@ func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, eps []endpoints.E
 	// it true), and dropping external IPs above can leave the port with
 	// none.
 	s.ExternalPolicyLocal = s.ExternalPolicyLocal && s.ExternallyAccessible()
+	// The snapshot's own slice, capped, so that nothing appends into it.
+	s.Serving = slices.Clip(port.Serving)
+	eps := port.Endpoints
 	if b.config.ComputeHints {
 		eps = topology.Hints(sp.TrafficDistribution, eps)
 	}
@@ -359,14 +363,14 @@ func (b *Builder) restrictExternalIPs(s *Service) []svcproxy.Warning {
 	return report.Warnings
 }
 
-// spread sets the targets, Endpoints and Serving of s from eps, the
-// endpoints of its port, with slices from alloc, and reports whether the
-// Service has a usable endpoint anywhere.
+// spread sets the targets and Endpoints of s from eps, the endpoints of
+// its port, with slices from alloc, and reports whether the Service has a
+// usable endpoint anywhere.
 //
-// Targets keep the order of eps. Endpoints and Serving are sorted: when eps
-// are sorted and one per address and port, as an endpoints.Snapshot gives
-// them, they are already, and Endpoints is eps itself when every endpoint
-// is reachable (capped, so that nothing appends into eps).
+// Targets keep the order of eps. Endpoints are sorted: when eps are sorted
+// and one per address and port, as an endpoints.Snapshot gives them, they
+// are already, and Endpoints is eps itself when every endpoint is
+// reachable (capped, so that nothing appends into eps).
 //
 // It reads eps three times: Select's pass, the pass that marks and counts
 // each endpoint's lists (mark), and the pass that writes them (place).
@@ -374,20 +378,11 @@ func (b *Builder) spread(s *Service, eps []endpoints.Endpoint, alloc *slabs) boo
 	sel := topology.Select(&s.ServicePort, eps, b.config.Node)
 	marks := alloc.marksOf(len(eps))
 	n := mark(marks, eps, &sel)
-	var servingOut []netip.AddrPort
-	if n.serving > 0 {
-		servingOut = alloc.servingOf(n.serving)
-	}
 	if n.cluster+n.local > 0 {
 		ts := alloc.targetsOf(n.cluster + n.local)
 		s.ClusterTargets, s.LocalTargets = nilIfEmpty(ts[:n.cluster:n.cluster]), nilIfEmpty(ts[n.cluster:])
 	}
-	servingOut = place(eps, marks, s.ClusterTargets, s.LocalTargets, servingOut)
-	if !n.ordered && len(servingOut) > 0 {
-		slices.SortFunc(servingOut, netip.AddrPort.Compare)
-		servingOut = slices.Compact(servingOut)
-	}
-	s.Serving = servingOut
+	place(eps, marks, s.ClusterTargets, s.LocalTargets)
 	s.Endpoints = reachable(eps, marks, n)
 	return sel.HasAnyEndpoints()
 }
@@ -397,8 +392,6 @@ type counts struct {
 	// cluster, local and reachable are the endpoints marked InCluster,
 	// InLocal, and either.
 	cluster, local, reachable int
-	// serving are the endpoints that are serving or ready.
-	serving int
 	// ordered says the endpoints are sorted by address and port, each
 	// address and port once.
 	ordered bool
@@ -418,7 +411,6 @@ func mark(marks []topology.Membership, eps []endpoints.Endpoint, sel *topology.S
 		n.cluster += b2i(m&topology.InCluster != 0)
 		n.local += b2i(m&topology.InLocal != 0)
 		n.reachable += b2i(m&inLists != 0)
-		n.serving += b2i(ep.Serving || ep.Ready)
 		n.ordered = n.ordered && (i == 0 || eps[i-1].Compare(ep) < 0)
 	}
 	return n
@@ -442,10 +434,8 @@ func nilIfEmpty(ts []Target) []Target {
 
 // place writes, in one pass over eps in order, a Target for each endpoint
 // marked InCluster into cluster and for each marked InLocal into local,
-// which are exactly as long as those lists, and appends the address and
-// port of each serving or ready endpoint to serving, which has room for
-// them, returning it.
-func place(eps []endpoints.Endpoint, marks []topology.Membership, cluster, local []Target, serving []netip.AddrPort) []netip.AddrPort {
+// which are exactly as long as those lists.
+func place(eps []endpoints.Endpoint, marks []topology.Membership, cluster, local []Target) {
 	nCluster, nLocal := len(cluster), len(local)
 	var c, l int
 	for i := range eps {
@@ -461,11 +451,7 @@ func place(eps []endpoints.Endpoint, marks []topology.Membership, cluster, local
 				l++
 			}
 		}
-		if ep.Serving || ep.Ready {
-			serving = append(serving, ep.AddrPort())
-		}
 	}
-	return serving
 }
 
 // setTarget sets every field of *t. It writes them one by one: a Target

@@ -1,23 +1,18 @@
 package ruleset
 
-import (
-	"net/netip"
-
-	"github.com/svcproxy/svcproxy/topology"
-)
+import "github.com/svcproxy/svcproxy/topology"
 
 // slabLen is the most elements of an array that slabs cut slices from,
 // unless one slice needs more.
 const slabLen = 1024
 
-// slabs cut the targets and Serving slices of the Services of one Build
-// range from a few shared arrays, rather than allocating each on its own,
-// and hold the range's scratch.
-// Each slice is capped, so that an append to it copies instead of writing
-// into its neighbour's. A nil *slabs allocates each slice on its own.
+// slabs cut the targets of the Services of one Build range from a few
+// shared arrays, rather than allocating each on its own, and hold the
+// range's scratch. Each slice is capped, so that an append to it copies
+// instead of writing into its neighbour's. A nil *slabs allocates each
+// slice on its own.
 type slabs struct {
 	targets []Target
-	serving []netip.AddrPort
 	// left is the number of Services still to be built, this one
 	// included: a new array has room for that many slices like this
 	// one's, up to slabLen elements, so that a small Build allocates
@@ -45,14 +40,6 @@ func (a *slabs) targetsOf(n int) []Target {
 		return make([]Target, n)
 	}
 	return take(&a.targets, n, a.left)
-}
-
-// servingOf returns an empty slice with room for n addresses and ports.
-func (a *slabs) servingOf(n int) []netip.AddrPort {
-	if a == nil {
-		return make([]netip.AddrPort, 0, n)
-	}
-	return take(&a.serving, n, a.left)[:0]
 }
 
 // take cuts n zero elements off the front of *slab, first replacing it

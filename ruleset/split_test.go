@@ -37,7 +37,7 @@ func checkBuilt(t fataler, es endpoints.Snapshot, rs, whole *ruleset.Ruleset, k 
 	}
 	for _, s := range rs.Services() {
 		n := len(es.Get(s.Name))
-		if cap(s.ClusterTargets) != len(s.ClusterTargets) || cap(s.LocalTargets) != len(s.LocalTargets) || cap(s.Serving) > n {
+		if cap(s.ClusterTargets) != len(s.ClusterTargets) || cap(s.LocalTargets) != len(s.LocalTargets) || cap(s.Serving) != len(s.Serving) {
 			t.Fatalf("Build in %d ranges: %v: a slice has room beyond its %d endpoints", k, s.Name, n)
 		}
 	}

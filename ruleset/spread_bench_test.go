@@ -1,7 +1,6 @@
 package ruleset
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/endpoints"
@@ -39,10 +38,10 @@ func BenchmarkScaleSpread(b *testing.B) {
 		nEndpoints += len(eps[len(eps)-1])
 	}
 	svcs := make([]Service, len(ports))
-	targets, serving := make([]Target, 2*nEndpoints), make([]netip.AddrPort, nEndpoints)
+	targets := make([]Target, 2*nEndpoints)
 	b.ReportAllocs()
 	for b.Loop() {
-		alloc := slabs{targets: targets, serving: serving}
+		alloc := slabs{targets: targets}
 		for i, sp := range ports {
 			alloc.left = len(ports) - i
 			svcs[i] = Service{ServicePort: *sp}

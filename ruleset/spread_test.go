@@ -14,8 +14,7 @@ import (
 )
 
 // spreadWant is what spread must set, made the plain way from Categorize's
-// lists: targets in their order, Endpoints the reachable endpoints sorted,
-// Serving the serving or ready addresses sorted, each once.
+// lists: targets in their order, Endpoints the reachable endpoints sorted.
 func spreadWant(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node topology.Node) (Service, bool) {
 	r := topology.Categorize(sp, eps, node)
 	toTargets := func(list []endpoints.Endpoint) []Target {
@@ -34,13 +33,6 @@ func spreadWant(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node topol
 	s.ClusterTargets, s.LocalTargets = toTargets(r.Cluster), toTargets(r.Local)
 	s.Endpoints = slices.Clone(r.AllReachable)
 	slices.SortStableFunc(s.Endpoints, func(x, y endpoints.Endpoint) int { return x.Compare(&y) })
-	for _, e := range eps {
-		if e.Serving || e.Ready {
-			s.Serving = append(s.Serving, e.AddrPort())
-		}
-	}
-	slices.SortFunc(s.Serving, netip.AddrPort.Compare)
-	s.Serving = slices.Compact(s.Serving)
 	return s, r.HasAnyEndpoints
 }
 
@@ -80,9 +72,9 @@ func genSpreadEndpoints(t *rapid.T) []endpoints.Endpoint {
 }
 
 // Property: spread (through fill, with slabs shared by a run of ports, as
-// Build's ranges use, and without, as Update does) sets the targets,
-// Endpoints and Serving that Categorize's lists give, for sorted and for
-// unsorted input, of up to 80 endpoints.
+// Build's ranges use, and without, as Update does) sets the targets and
+// Endpoints that Categorize's lists give, for sorted and for unsorted
+// input, of up to 80 endpoints.
 func TestPropSpreadMatchesCategorize(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		node := topology.Node{
@@ -127,12 +119,12 @@ func TestPropSpreadMatchesCategorize(t *testing.T) {
 // told apart.
 type spreadOut struct {
 	ClusterTargets, LocalTargets []Target
-	Endpoints, Serving           []netip.AddrPort
+	Endpoints                    []netip.AddrPort
 }
 
 // spreadResult is the spreadOut of s.
 func spreadResult(s *Service) spreadOut {
-	out := spreadOut{ClusterTargets: s.ClusterTargets, LocalTargets: s.LocalTargets, Serving: s.Serving}
+	out := spreadOut{ClusterTargets: s.ClusterTargets, LocalTargets: s.LocalTargets}
 	if s.Endpoints != nil {
 		out.Endpoints = make([]netip.AddrPort, 0, len(s.Endpoints))
 	}

@@ -69,7 +69,7 @@ func (b *Builder) rebuild(prev *Ruleset, services servicemap.Snapshot, eps endpo
 		var after *Service
 		if sp, ok := services.Get(name); ok {
 			var w []svcproxy.Warning
-			after, w = b.service(&sp, eps.Get(name))
+			after, w = b.service(&sp, eps.Port(name))
 			warnings = append(warnings, w...)
 		}
 		switch {

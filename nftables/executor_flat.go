@@ -116,7 +116,7 @@ func (e *Executor) resyncFlat(ctx context.Context, rs *ruleset.Ruleset, existing
 		local[s.Name] = s.Interval && len(s.Key) == 1
 	}
 	tx := e.nft.NewTransaction()
-	for _, o := range flatDefinitionObjects(t) {
+	for _, o := range flatDefinitionObjects(st.configTable(t)) {
 		tx.Add(o)
 		switch o := o.(type) {
 		case *knftables.Chain:
@@ -183,7 +183,7 @@ func (e *Executor) loadFlat(ctx context.Context, rs *ruleset.Ruleset) (outcome, 
 	st, t, rendered := flatTable(rs, e.cfg.Options)
 	tx := e.nft.NewTransaction()
 	e.replaceTable(tx)
-	for _, o := range flatDefinitionObjects(t) {
+	for _, o := range flatDefinitionObjects(st.configTable(t)) {
 		tx.Add(o)
 	}
 	if err := e.nft.Run(ctx, tx); err != nil {

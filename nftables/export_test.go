@@ -148,7 +148,9 @@ func LimitFlatTransactions(n *FlatNetlink, bytes int) { n.conn.LimitTransactions
 
 // FlatSplitDiff renders the whole flat table of rs with its Service ports
 // in one range and split into k, and describes the first difference of
-// script, warnings or state, or returns "".
+// script, warnings or state, or of the definitions written from the
+// configuration's elements alone (configTable) and from all, or returns
+// "".
 func FlatSplitDiff(rs *ruleset.Ruleset, opts Options, k int) string {
 	st1, t1, r1 := flatTableIn(rs, opts, parallel.Split(rs.Len(), 1))
 	stk, tk, rk := flatTableIn(rs, opts, parallel.Split(rs.Len(), k))
@@ -162,6 +164,8 @@ func FlatSplitDiff(rs *ruleset.Ruleset, opts Options, k int) string {
 	case !slices.Equal(st1.hairpin.v4.keys, stk.hairpin.v4.keys), !slices.Equal(st1.hairpin.v4.uses, stk.hairpin.v4.uses),
 		!slices.Equal(st1.hairpin.v6.keys, stk.hairpin.v6.keys), !slices.Equal(st1.hairpin.v6.uses, stk.hairpin.v6.uses):
 		return fmt.Sprintf("hairpin uses in one range %v, in %d %v", st1.hairpin, k, stk.hairpin)
+	case stk.configTable(tk).Definitions() != tk.Definitions(), stk.configTable(tk).Redefinitions() != tk.Redefinitions():
+		return fmt.Sprintf("definitions of the configuration's elements:\n%s\nof all:\n%s", stk.configTable(tk).Definitions(), tk.Definitions())
 	}
 	return ""
 }

@@ -58,7 +58,8 @@ func TestFlatMatchesTrace(t *testing.T) {
 // TestFlatSplitMatchesOneRange: the whole flat table of a random cluster,
 // rendered with its Service ports split into ranges (as on several
 // processors), is the one rendered in one range: the same script, warnings
-// and state.
+// and state; and its definitions are those of its configuration's elements
+// alone.
 func TestFlatSplitMatchesOneRange(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg, opts, p, _ := genEvalConfig(t)

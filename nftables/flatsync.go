@@ -457,7 +457,7 @@ type FlatLoad struct {
 // continues from.
 func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
 	st, t, res := flatTable(rs, opts)
-	return st, FlatLoad{Definitions: t.Definitions(), table: t}, res
+	return st, FlatLoad{Definitions: st.configTable(t).Definitions(), table: t}, res
 }
 
 // FlatResync renders rs as a FlatLoad for a table that the flat layout
@@ -474,5 +474,17 @@ func FlatFirstSync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Res
 // definitions' transaction (it lists the table first).
 func FlatResync(rs *ruleset.Ruleset, opts Options) (*FlatState, FlatLoad, Result) {
 	st, t, res := flatTable(rs, opts)
-	return st, FlatLoad{Definitions: t.Redefinitions(), table: t, resync: true}, res
+	return st, FlatLoad{Definitions: st.configTable(t).Redefinitions(), table: t, resync: true}, res
+}
+
+// configTable is t, the whole flat-layout table that st was rendered
+// with, with only the configuration's elements, which flatTable puts
+// first. Those hold every element of a one-field interval set
+// (service-cidrs, cluster-cidrs): the elements that nft writes. So the
+// Definitions, Redefinitions and NftElements of the configTable are t's,
+// without a look at every Service port's elements.
+func (st *FlatState) configTable(t *model.Table) *model.Table {
+	c := *t
+	c.Elements = t.Elements[:len(st.r.flatConfigElements())]
+	return &c
 }

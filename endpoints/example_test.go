@@ -2,6 +2,7 @@ package endpoints_test
 
 import (
 	"fmt"
+	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -100,4 +101,24 @@ func ExampleMerge() {
 	}
 	// Output:
 	// shop/web:http 198.18.0.3:8080 198.18.0.9:8080
+}
+
+// PortOf gives the Port a Snapshot would hold for a port's endpoints,
+// sorted by address and port: with the addresses existing connections may
+// keep using, and a summary that lets a reader rule out cases without
+// reading each endpoint.
+func ExamplePortOf() {
+	p := endpoints.PortOf([]endpoints.Endpoint{
+		{Addr: netip.MustParseAddr("198.18.1.2"), Port: 8080, Ready: true, Serving: true, NodeName: "node-a"},
+		{Addr: netip.MustParseAddr("198.18.1.3"), Port: 8080, Ready: true, Serving: true, NodeName: "node-b"},
+	})
+	fmt.Println("serving:", p.Serving)
+	fmt.Println("all ready, no hints:", p.AllReadyUnhinted())
+	fmt.Println("maybe on node-a:", p.MaybeOnNode("node-a"))
+	fmt.Println("maybe on node-c:", p.MaybeOnNode("node-c"))
+	// Output:
+	// serving: [198.18.1.2:8080 198.18.1.3:8080]
+	// all ready, no hints: true
+	// maybe on node-a: true
+	// maybe on node-c: false
 }

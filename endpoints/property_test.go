@@ -487,12 +487,20 @@ func TestPropertyTracker(t *testing.T) {
 
 // checkPort fails t when port, what a Snapshot holds for the Service port
 // name, has other Serving addresses than its Endpoints that are serving or
-// ready, in their order, or when a slice has room beyond its length.
+// ready, in their order, or when a slice has room beyond its length; when
+// it says all are ready and unhinted and they are not (or the other way
+// round), or that none runs on a node one runs on; or when PortOf of the
+// endpoints of a port it holds says otherwise.
 func checkPort(t *rapid.T, name servicemap.PortName, port endpoints.Port) {
 	var want []netip.AddrPort
+	readyUnhinted := len(port.Endpoints) > 0
 	for _, ep := range port.Endpoints {
 		if ep.Serving || ep.Ready {
 			want = append(want, ep.AddrPort())
+		}
+		readyUnhinted = readyUnhinted && ep.Ready && len(ep.ZoneHints) == 0 && len(ep.NodeHints) == 0
+		if ep.NodeName != "" && !port.MaybeOnNode(ep.NodeName) {
+			t.Fatalf("%v says none of its endpoints runs on %q; %v does", name, ep.NodeName, ep.String())
 		}
 	}
 	if diff := cmp.Diff(want, port.Serving, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
@@ -500,5 +508,23 @@ func checkPort(t *rapid.T, name servicemap.PortName, port endpoints.Port) {
 	}
 	if cap(port.Serving) != len(port.Serving) {
 		t.Fatalf("Serving of %v has room beyond its length: appending to one port's would write into another's", name)
+	}
+	if port.AllReadyUnhinted() != readyUnhinted {
+		t.Fatalf("%v: AllReadyUnhinted = %v, want %v", name, port.AllReadyUnhinted(), readyUnhinted)
+	}
+	if port.MaybeOnNode("") {
+		t.Fatalf("%v says an endpoint may run on a node named \"\"", name)
+	}
+	if len(port.Endpoints) == 0 { // a port that the Snapshot does not hold
+		return
+	}
+	of := endpoints.PortOf(port.Endpoints)
+	if !slices.Equal(of.Serving, port.Serving) || of.AllReadyUnhinted() != port.AllReadyUnhinted() {
+		t.Fatalf("%v: PortOf its endpoints differs from the Snapshot's Port", name)
+	}
+	for _, node := range []string{"node-a", "node-b", "node-c", "other"} {
+		if of.MaybeOnNode(node) != port.MaybeOnNode(node) {
+			t.Fatalf("%v: PortOf its endpoints says MaybeOnNode(%q) = %v, the Snapshot's Port %v", name, node, of.MaybeOnNode(node), port.MaybeOnNode(node))
+		}
 	}
 }

@@ -28,19 +28,6 @@ type Snapshot struct {
 // The slice must not be modified.
 func (s Snapshot) Get(name servicemap.PortName) []Endpoint { return s.Port(name).Endpoints }
 
-// Port is what a Snapshot holds for one Service port. Its slices must not
-// be modified.
-type Port struct {
-	// Endpoints are the port's endpoints, sorted by address and port, each
-	// address and port once.
-	Endpoints []Endpoint
-	// Serving are the addresses and ports of the Endpoints that are serving
-	// or ready, in their order: those that existing connections may keep
-	// using, whichever node they run on and whether or not they take new
-	// ones. Nil when there are none.
-	Serving []netip.AddrPort
-}
-
 // Port returns what s holds for one Service port: the zero Port when it
 // has no endpoints.
 func (s Snapshot) Port(name servicemap.PortName) Port {
@@ -60,8 +47,10 @@ type portEndpoints struct {
 	port     string
 	protocol v1.Protocol
 	eps      []Endpoint
-	// serving is Port.Serving, made once here rather than by every reader.
+	// serving and summary are Port's, made once here rather than by every
+	// reader.
 	serving []netip.AddrPort
+	summary summary
 }
 
 // nameIn is the PortName of p in the Service svc.
@@ -94,6 +83,7 @@ func listOf(merged map[servicemap.PortName][]Endpoint) portList {
 		if len(serving) > start {
 			list[i].serving = serving[start:len(serving):len(serving)]
 		}
+		list[i].summary = summarize(list[i].eps)
 	}
 	return list
 }
@@ -117,7 +107,7 @@ func comparePorts(a, b portEndpoints) int {
 func (l portList) get(name servicemap.PortName) Port {
 	for i := range l {
 		if l[i].port == name.Port && l[i].protocol == name.Protocol {
-			return Port{Endpoints: l[i].eps, Serving: l[i].serving}
+			return Port{Endpoints: l[i].eps, Serving: l[i].serving, summary: l[i].summary}
 		}
 	}
 	return Port{}

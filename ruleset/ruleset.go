@@ -335,11 +335,7 @@ func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, port endpoints.Po
 	s.ExternalPolicyLocal = s.ExternalPolicyLocal && s.ExternallyAccessible()
 	// The snapshot's own slice, capped, so that nothing appends into it.
 	s.Serving = slices.Clip(port.Serving)
-	eps := port.Endpoints
-	if b.config.ComputeHints {
-		eps = topology.Hints(sp.TrafficDistribution, eps)
-	}
-	hasAny := b.spread(s, eps, alloc)
+	hasAny := b.spreadPort(s, port, alloc)
 	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, func(src netip.Prefix) bool {
 		return slices.ContainsFunc(b.config.NodePortAddresses, src.Contains)
 	})
@@ -361,6 +357,41 @@ func (b *Builder) restrictExternalIPs(s *Service) []svcproxy.Warning {
 		}
 	}
 	return report.Warnings
+}
+
+// spreadPort is spread for the endpoints of s's port as a Snapshot holds
+// them (port), or spreadAway when port says that it may be.
+func (b *Builder) spreadPort(s *Service, port endpoints.Port, alloc *slabs) bool {
+	eps := port.Endpoints
+	switch {
+	case b.config.ComputeHints:
+		return b.spread(s, topology.Hints(s.TrafficDistribution, eps), alloc)
+	case len(eps) > 0 && len(port.Serving) == len(eps) && port.AllReadyUnhinted() && !port.MaybeOnNode(b.config.Node.Name):
+		return b.spreadAway(s, eps, port.Serving, alloc)
+	}
+	return b.spread(s, eps, alloc)
+}
+
+// spreadAway is spread for eps, the endpoints of s's port, when they are
+// some, all ready, none with topology hints and none on this node, and
+// addrs are their addresses and ports, in order. Then every one is in the
+// Cluster list (when the port uses it) and none in Local, whatever else
+// they say, so spreadAway sets the targets from addrs, without reading
+// eps: a port's addresses take a third of the memory of its endpoints,
+// and most ports of a large cluster have none on a given node.
+func (b *Builder) spreadAway(s *Service, eps []endpoints.Endpoint, addrs []netip.AddrPort, alloc *slabs) bool {
+	if !s.UsesClusterEndpoints() {
+		s.Endpoints = []endpoints.Endpoint{}
+		return true
+	}
+	n := len(addrs)
+	ts := alloc.targetsOf(n)
+	for i, at := range addrs {
+		setTarget(&ts[i], at, false, n-i, n)
+	}
+	s.ClusterTargets = ts
+	s.Endpoints = eps[:n:n]
+	return true
 }
 
 // spread sets the targets and Endpoints of s from eps, the endpoints of

@@ -1,9 +1,13 @@
 package endpoints
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // Port is what a Snapshot holds for one Service port. Its slices must not
-// be modified.
+// be modified. The zero Port has no endpoints and knows nothing of them
+// (see AllReadyUnhinted and MaybeOnNode).
 type Port struct {
 	// Endpoints are the port's endpoints, sorted by address and port, each
 	// address and port once.
@@ -26,7 +30,7 @@ func PortOf(eps []Endpoint) Port {
 			serving = append(serving, eps[i].AddrPort())
 		}
 	}
-	return Port{Endpoints: eps, Serving: serving, summary: summarize(eps)}
+	return Port{Endpoints: eps, Serving: slices.Clip(serving), summary: summarize(eps)}
 }
 
 // AllReadyUnhinted reports that p has endpoints, and that every one is
@@ -62,7 +66,7 @@ const (
 	nodeBits                 = 62
 )
 
-// summarize is the summary of eps: none are not all ready and unhinted.
+// summarize is the summary of eps; no endpoints are not AllReadyUnhinted.
 func summarize(eps []Endpoint) summary {
 	s := summarized
 	if len(eps) > 0 {

@@ -377,8 +377,8 @@ func (b *Builder) spreadPort(s *Service, port endpoints.Port, alloc *slabs) bool
 // addrs are their addresses and ports, in order. Then every one is in the
 // Cluster list (when the port uses it) and none in Local, whatever else
 // they say, so spreadAway sets the targets from addrs, without reading
-// eps: a port's addresses take a third of the memory of its endpoints,
-// and most ports of a large cluster have none on a given node.
+// eps: a port's addresses take under a third of the memory of its
+// endpoints, and most ports of a large cluster have none on a given node.
 func (b *Builder) spreadAway(s *Service, eps []endpoints.Endpoint, addrs []netip.AddrPort, alloc *slabs) bool {
 	if !s.UsesClusterEndpoints() {
 		s.Endpoints = []endpoints.Endpoint{}

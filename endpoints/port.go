@@ -24,13 +24,33 @@ type Port struct {
 // eps, which must be sorted by address and port, each address and port
 // once (as Merge gives them).
 func PortOf(eps []Endpoint) Port {
-	var serving []netip.AddrPort
+	return Port{Endpoints: eps, Serving: slices.Clip(appendServing(nil, eps)), summary: summarize(eps)}
+}
+
+// usable reports whether existing connections may keep using ep: it is
+// serving or ready (Port.Serving).
+func (ep *Endpoint) usable() bool { return ep.Serving || ep.Ready }
+
+// appendServing appends the addresses and ports of the eps that are
+// usable, in their order, to dst.
+func appendServing(dst []netip.AddrPort, eps []Endpoint) []netip.AddrPort {
 	for i := range eps {
-		if eps[i].Serving || eps[i].Ready {
-			serving = append(serving, eps[i].AddrPort())
+		if eps[i].usable() {
+			dst = append(dst, eps[i].AddrPort())
 		}
 	}
-	return Port{Endpoints: eps, Serving: slices.Clip(serving), summary: summarize(eps)}
+	return dst
+}
+
+// countServing is the number of eps that are usable.
+func countServing(eps []Endpoint) int {
+	n := 0
+	for i := range eps {
+		if eps[i].usable() {
+			n++
+		}
+	}
+	return n
 }
 
 // AllReadyUnhinted reports that p has endpoints, and that every one is

@@ -75,28 +75,13 @@ func listOf(merged map[servicemap.PortName][]Endpoint) portList {
 	serving := make([]netip.AddrPort, 0, n)
 	for i := range list {
 		start := len(serving)
-		for j := range list[i].eps {
-			if ep := &list[i].eps[j]; ep.Serving || ep.Ready {
-				serving = append(serving, ep.AddrPort())
-			}
-		}
+		serving = appendServing(serving, list[i].eps)
 		if len(serving) > start {
 			list[i].serving = serving[start:len(serving):len(serving)]
 		}
 		list[i].summary = summarize(list[i].eps)
 	}
 	return list
-}
-
-// countServing is the number of eps that are serving or ready.
-func countServing(eps []Endpoint) int {
-	n := 0
-	for i := range eps {
-		if eps[i].Serving || eps[i].Ready {
-			n++
-		}
-	}
-	return n
 }
 
 func comparePorts(a, b portEndpoints) int {

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/svcproxy/svcproxy/internal/sorted"
+	"github.com/svcproxy/svcproxy/ruleset"
 )
 
 // addrCounts counts the uses of endpoint addresses, IPv4 addresses under
@@ -57,10 +58,10 @@ type useKeys struct {
 	v6 []v6Key
 }
 
-// add appends the keys of addrs.
-func (k *useKeys) add(addrs []netip.Addr) {
-	for _, a := range addrs {
-		if a.Is4() {
+// addTargets appends the keys of the targets' addresses.
+func (k *useKeys) addTargets(targets []ruleset.Target) {
+	for i := range targets {
+		if a := targets[i].Endpoint.Addr(); a.Is4() {
 			k.v4 = append(k.v4, v4Key(a))
 		} else {
 			k.v6 = append(k.v6, v6KeyOf(a))

@@ -6,7 +6,18 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/svcproxy/svcproxy/ruleset"
 )
+
+// targetsAt are targets at port 80 of addrs.
+func targetsAt(addrs []netip.Addr) []ruleset.Target {
+	out := make([]ruleset.Target, len(addrs))
+	for i, a := range addrs {
+		out[i] = ruleset.Target{Endpoint: netip.AddrPortFrom(a, 80)}
+	}
+	return out
+}
 
 // TestAddrCountsAsMap checks addrCounts against a map of counts: counted
 // whole, then changed by uses added and taken back in any order (a
@@ -34,8 +45,8 @@ func TestAddrCountsAsMap(t *testing.T) {
 		// sorted apart and merged.
 		cut := rapid.IntRange(0, len(initial)).Draw(t, "cut")
 		var a, b useKeys
-		a.add(initial[:cut])
-		b.add(initial[cut:])
+		a.addTargets(targetsAt(initial[:cut]))
+		b.addTargets(targetsAt(initial[cut:]))
 		a.sort()
 		b.sort()
 		c := countSorted(a.merge(b))

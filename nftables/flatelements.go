@@ -24,7 +24,10 @@ type flatPort struct {
 	elements []model.Element
 	groups   []groupN
 	hairpin  []netip.Addr
-	affinity []affinityClass
+	// hairpinKeys, when set, takes the hairpin addresses' keys in place
+	// of hairpin (a whole table's render counts them sorted).
+	hairpinKeys *useKeys
+	affinity    []affinityClass
 	// usesCluster and usesLocal report that a frontend of the port being
 	// rendered uses its ClusterTargets, its LocalTargets.
 	usesCluster, usesLocal bool
@@ -120,13 +123,17 @@ func portComments(svcs []*ruleset.Service) (all string, ends []int) {
 }
 
 // addHairpin appends the addresses of the target lists of s that p's
-// frontends use to p's hairpin addresses.
+// frontends use to p's hairpin addresses (or their keys to hairpinKeys).
 func (p *flatPort) addHairpin(s *ruleset.Service) {
 	for _, l := range []struct {
 		used    bool
 		targets []ruleset.Target
 	}{{p.usesCluster, s.ClusterTargets}, {p.usesLocal, s.LocalTargets}} {
-		if l.used {
+		switch {
+		case !l.used:
+		case p.hairpinKeys != nil:
+			p.hairpinKeys.addTargets(l.targets)
+		default:
 			for _, t := range l.targets {
 				p.hairpin = append(p.hairpin, t.Endpoint.Addr())
 			}

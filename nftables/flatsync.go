@@ -146,7 +146,7 @@ func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements 
 	r := *st.r
 	r.setNames = map[groupN]groupSetNames{}
 	out := flatRange{counts: &FlatState{counts: map[groupN]int{}, affinity: map[affinityClass]int{}}}
-	acc := flatPort{elements: elements, arenaChunk: 1 << 14}
+	acc := flatPort{elements: elements, arenaChunk: 1 << 14, hairpinKeys: &out.hairpin}
 	targets := 0
 	for _, s := range svcs {
 		targets += len(s.ClusterTargets) + len(s.LocalTargets)
@@ -160,12 +160,11 @@ func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements 
 	comments, ends := portComments(svcs)
 	start := 0
 	for i, s := range svcs {
-		acc.groups, acc.hairpin, acc.affinity = acc.groups[:0], acc.hairpin[:0], acc.affinity[:0]
+		acc.groups, acc.affinity = acc.groups[:0], acc.affinity[:0]
 		fs = s.AppendFrontends(fs[:0])
 		out.warnings = append(out.warnings, r.portInto(&acc, o, s, fs, comments[start:ends[i]])...)
 		start = ends[i]
 		out.counts.countClasses(acc, 1)
-		out.hairpin.add(acc.hairpin)
 	}
 	out.elements = acc.elements
 	out.hairpin.sort()

@@ -173,13 +173,28 @@ func safeName(name servicemap.PortName) bool {
 	default:
 		return false
 	}
-	for _, s := range []string{name.Namespace, name.Name, name.Port} {
-		for i := 0; i < len(s); i++ {
-			c := s[i]
-			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-				return false
-			}
+	return name.Namespace != "" && name.Name != "" &&
+		nameChars(name.Namespace) && nameChars(name.Name) && nameChars(name.Port)
+}
+
+// nameChars reports whether s has only the bytes of nameByte.
+func nameChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !nameByte[s[i]] {
+			return false
 		}
 	}
-	return name.Namespace != "" && name.Name != ""
+	return true
 }
+
+// nameByte marks the bytes that safeName lets through: [a-z0-9-].
+var nameByte = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	t['-'] = true
+	return t
+}()

@@ -134,6 +134,8 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	t.Cleanup(func() { l.nl.Close() })
 
 	var rs *ruleset.Ruleset
+	var coldBefore, coldAfter runtime.MemStats
+	runtime.ReadMemStats(&coldBefore)
 	build := timed(t, "generation: snapshots + Build", func() error { rs = w.Build(); return nil })
 	var load nftables.FlatLoad
 	var res nftables.Result
@@ -141,6 +143,7 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 		l.state, load, res = nftables.FlatFirstSync(rs, nftables.Options{})
 		return nil
 	})
+	runtime.ReadMemStats(&coldAfter)
 	rs = nil
 	defs := l.script("flat: first sync, definitions through nft", load.Definitions)
 	var loadTx int
@@ -151,6 +154,8 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	// Generation again, reps times: one run lands in or out of a garbage
 	// collection of the process's heap, which moves it by up to 2×.
 	var builds, renders []float64
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	for range reps {
 		start := time.Now()
 		again := w.Build()
@@ -158,6 +163,7 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 		nftables.FlatFirstSync(again, nftables.Options{})
 		builds, renders = append(builds, ms(mid.Sub(start))), append(renders, ms(time.Since(mid)))
 	}
+	runtime.ReadMemStats(&after)
 	lat := latencies(t, c, w, n, conns)
 	var resyncNL time.Duration
 	var resyncTx int
@@ -196,9 +202,11 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	row("netlink transactions of the first sync's elements", float64(loadTx), "tx")
 	row("FlatFirstSync / first sync", 100*float64(render)/float64(first), "%")
 	row("generation (snapshots + Build + FlatFirstSync) / first sync", 100*float64(build+render)/float64(first), "%")
+	row("garbage collections begun during that generation", float64(coldAfter.NumGC-coldBefore.NumGC), "collections")
 	row(fmt.Sprintf("generation again: snapshots + Build (median of %d)", reps), median(builds), "ms")
 	row(fmt.Sprintf("generation again: FlatFirstSync (median of %d)", reps), median(renders), "ms")
 	row("generation again (medians) / first sync", 100*(median(builds)+median(renders))/ms(first), "%")
+	row(fmt.Sprintf("garbage collections begun during the %d generations again", reps), float64(after.NumGC-before.NumGC), "collections")
 	row("whole table into no table (one nft -f)", ms(whole), "ms")
 	row("full resync of the loaded table (FlatResync + definitions through nft + elements over netlink)", ms(resyncNL), "ms")
 	row("netlink transactions of the resync's elements", float64(resyncTx), "tx")

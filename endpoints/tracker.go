@@ -191,6 +191,10 @@ func (t *Tracker) Update(es *discovery.EndpointSlice) (skipped string, warnings 
 	key := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
 	t.remove(key)
 	if slice != nil {
+		// The Tracker owns slice: its lists may be put in Merge's order.
+		for _, eps := range slice.Ports {
+			slices.SortFunc(eps, func(a, b Endpoint) int { return a.Compare(&b) })
+		}
 		t.slices[key] = slice
 		bySlice := t.byService[slice.Service]
 		if bySlice == nil {
@@ -222,11 +226,33 @@ func (t *Tracker) remove(key types.NamespacedName) {
 }
 
 func (t *Tracker) remerge(service types.NamespacedName) {
-	if bySlice := t.byService[service]; len(bySlice) > 0 {
-		t.journal.Set(service, listOf(Merge(slices.Collect(maps.Values(bySlice)))))
-	} else {
+	bySlice := t.byService[service]
+	if len(bySlice) == 0 {
 		t.journal.Delete(service)
+		return
 	}
+	parsed := slices.Collect(maps.Values(bySlice))
+	if len(parsed) == 1 && ownMerge(parsed[0]) {
+		t.journal.Set(service, listOf(parsed[0].Ports))
+		return
+	}
+	t.journal.Set(service, listOf(Merge(parsed)))
+}
+
+// ownMerge reports whether the lists of s, a Service's only slice, sorted
+// by address and port (as the Tracker sorts them), are what Merge makes of
+// s: no address and port is there twice. Then a Snapshot holds those lists
+// themselves rather than a copy; neither the Tracker nor a Snapshot changes
+// them.
+func ownMerge(s *Slice) bool {
+	for _, eps := range s.Ports {
+		for i := 1; i < len(eps); i++ {
+			if eps[i-1].AddrPort() == eps[i].AddrPort() {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // sameEndpoints reports whether two Services' port lists are equal, a port

@@ -37,9 +37,23 @@ func FromSlice(es *discovery.EndpointSlice, family v1.IPFamily, filter servicema
 	if es == nil {
 		return nil, "nil EndpointSlice", nil
 	}
+	t, skipped, warnings := parse(es, family, filter)
+	if t == nil {
+		return nil, skipped, warnings
+	}
+	slice = &Slice{Service: types.NamespacedName{Namespace: es.Namespace, Name: t.service}, Name: t.name, Ports: make(map[servicemap.PortName][]Endpoint, len(t.ports))}
+	for _, p := range t.ports {
+		slice.Ports[p.name] = p.eps
+	}
+	return slice, skipped, warnings
+}
+
+// parse is FromSlice with the slice's ports in a list, in the slice's
+// order, for a non-nil es.
+func parse(es *discovery.EndpointSlice, family v1.IPFamily, filter servicemap.Filter) (*tracked, string, []svcproxy.Warning) {
 	p := parser{es: es, report: svcproxy.Reporter{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name}}
-	slice, skipped = p.parse(family, filter)
-	return slice, skipped, p.report.Warnings
+	t, skipped := p.parse(family, filter)
+	return t, skipped, p.report.Warnings
 }
 
 type parser struct {
@@ -47,7 +61,7 @@ type parser struct {
 	report svcproxy.Reporter
 }
 
-func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*Slice, string) {
+func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*tracked, string) {
 	es := p.es
 	if ok, why := filter.Selects(es.Labels); !ok {
 		return nil, why
@@ -76,11 +90,7 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*Slice, st
 		return nil, p.report.Skipf("unknown address type %q", es.AddressType)
 	}
 
-	slice := &Slice{
-		Service: types.NamespacedName{Namespace: es.Namespace, Name: service},
-		Name:    es.Name,
-		Ports:   map[servicemap.PortName][]Endpoint{},
-	}
+	slice := &tracked{service: service, name: es.Name}
 	eps := p.endpoints(family)
 	for i := range es.Ports {
 		name, number, ok := p.port(&es.Ports[i])
@@ -88,7 +98,7 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*Slice, st
 			continue
 		}
 		name.Namespace, name.Name = es.Namespace, service
-		if _, dup := slice.Ports[name]; dup {
+		if slices.ContainsFunc(slice.ports, func(sp slicePort) bool { return sp.name == name }) {
 			p.report.Warnf("port %q/%s listed twice: second copy skipped", name.Port, name.Protocol)
 			continue
 		}
@@ -97,7 +107,7 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*Slice, st
 			ep.Port = number
 			withPort[j] = ep
 		}
-		slice.Ports[name] = withPort
+		slice.ports = append(slice.ports, slicePort{name, withPort})
 	}
 	return slice, ""
 }
@@ -207,11 +217,23 @@ func Merge(parsed []*Slice) map[servicemap.PortName][]Endpoint {
 			continue
 		}
 		for name, eps := range s.Ports {
-			for _, ep := range eps {
-				copies[name] = append(copies[name], sourced{ep, s.Name})
-			}
+			copies[name] = appendSourced(copies[name], eps, s.Name)
 		}
 	}
+	return dedupAll(copies)
+}
+
+// appendSourced appends the copies of eps, from the slice named slice, to
+// dst.
+func appendSourced(dst []sourced, eps []Endpoint, slice string) []sourced {
+	for _, ep := range eps {
+		dst = append(dst, sourced{ep, slice})
+	}
+	return dst
+}
+
+// dedupAll is dedup of each port's copies.
+func dedupAll(copies map[servicemap.PortName][]sourced) map[servicemap.PortName][]Endpoint {
 	merged := make(map[servicemap.PortName][]Endpoint, len(copies))
 	for name, cs := range copies {
 		merged[name] = dedup(cs)

@@ -2,6 +2,7 @@ package endpoints
 
 import (
 	"cmp"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -58,12 +59,12 @@ func (p *portEndpoints) nameIn(svc types.NamespacedName) servicemap.PortName {
 	return servicemap.PortName{Namespace: svc.Namespace, Name: svc.Name, Port: p.port, Protocol: p.protocol}
 }
 
-// listOf returns the ports of merged, the merged endpoints of one Service,
+// listOf returns the ports of merged, the merged endpoints of one Service
 // each sorted by address and port with each address and port once, sorted,
 // leaving out those without endpoints. The ports' serving addresses share
 // one array.
-func listOf(merged map[servicemap.PortName][]Endpoint) portList {
-	list := make(portList, 0, len(merged))
+func listOf(merged iter.Seq2[servicemap.PortName, []Endpoint]) portList {
+	var list portList
 	n := 0
 	for name, eps := range merged {
 		if len(eps) > 0 {
@@ -163,10 +164,27 @@ type Tracker struct {
 	family v1.IPFamily
 	filter servicemap.Filter
 	// slices holds every used slice, by slice namespace and name.
-	slices map[types.NamespacedName]*Slice
-	// byService holds the slices of each Service, by slice name.
-	byService map[types.NamespacedName]map[string]*Slice
+	slices map[types.NamespacedName]*tracked
+	// byService holds the slices of each Service, in no order.
+	byService map[types.NamespacedName][]*tracked
 	journal   *cowmap.Journal[portList]
+}
+
+// tracked is a parsed slice as a Tracker keeps it: a Slice with its ports
+// in a list rather than a map (a slice has a port or two, and a Go map of
+// one entry takes some 700 bytes). In a Tracker, each port's endpoints are
+// sorted by address and port: it owns them, and Merge's result does not
+// depend on their order.
+type tracked struct {
+	// service is the name of the owning Service, in the slice's namespace.
+	service, name string
+	ports         []slicePort
+}
+
+// slicePort is one port of a parsed slice and its endpoints.
+type slicePort struct {
+	name servicemap.PortName
+	eps  []Endpoint
 }
 
 // NewTracker returns an empty Tracker for family whose slices pass filter.
@@ -174,8 +192,8 @@ func NewTracker(family v1.IPFamily, filter servicemap.Filter) *Tracker {
 	return &Tracker{
 		family:    family,
 		filter:    filter,
-		slices:    map[types.NamespacedName]*Slice{},
-		byService: map[types.NamespacedName]map[string]*Slice{},
+		slices:    map[types.NamespacedName]*tracked{},
+		byService: map[types.NamespacedName][]*tracked{},
 		journal:   cowmap.NewJournal(sameEndpoints),
 	}
 }
@@ -187,22 +205,17 @@ func (t *Tracker) Update(es *discovery.EndpointSlice) (skipped string, warnings 
 	if es == nil {
 		return "nil EndpointSlice", nil
 	}
-	slice, skipped, warnings := FromSlice(es, t.family, t.filter)
+	slice, skipped, warnings := parse(es, t.family, t.filter)
 	key := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
 	t.remove(key)
 	if slice != nil {
-		// The Tracker owns slice: its lists may be put in Merge's order.
-		for _, eps := range slice.Ports {
-			slices.SortFunc(eps, func(a, b Endpoint) int { return a.Compare(&b) })
+		for _, p := range slice.ports {
+			slices.SortFunc(p.eps, func(a, b Endpoint) int { return a.Compare(&b) })
 		}
+		service := types.NamespacedName{Namespace: es.Namespace, Name: slice.service}
 		t.slices[key] = slice
-		bySlice := t.byService[slice.Service]
-		if bySlice == nil {
-			bySlice = map[string]*Slice{}
-			t.byService[slice.Service] = bySlice
-		}
-		bySlice[slice.Name] = slice
-		t.remerge(slice.Service)
+		t.byService[service] = append(t.byService[service], slice)
+		t.remerge(service)
 	}
 	return skipped, warnings
 }
@@ -218,11 +231,14 @@ func (t *Tracker) remove(key types.NamespacedName) {
 		return
 	}
 	delete(t.slices, key)
-	delete(t.byService[old.Service], old.Name)
-	if len(t.byService[old.Service]) == 0 {
-		delete(t.byService, old.Service)
+	service := types.NamespacedName{Namespace: key.Namespace, Name: old.service}
+	rest := slices.DeleteFunc(t.byService[service], func(s *tracked) bool { return s == old })
+	if len(rest) == 0 {
+		delete(t.byService, service)
+	} else {
+		t.byService[service] = rest
 	}
-	t.remerge(old.Service)
+	t.remerge(service)
 }
 
 func (t *Tracker) remerge(service types.NamespacedName) {
@@ -231,23 +247,33 @@ func (t *Tracker) remerge(service types.NamespacedName) {
 		t.journal.Delete(service)
 		return
 	}
-	parsed := slices.Collect(maps.Values(bySlice))
-	if len(parsed) == 1 && ownMerge(parsed[0]) {
-		t.journal.Set(service, listOf(parsed[0].Ports))
+	if len(bySlice) == 1 && ownMerge(bySlice[0]) {
+		t.journal.Set(service, listOf(func(yield func(servicemap.PortName, []Endpoint) bool) {
+			for _, p := range bySlice[0].ports {
+				if !yield(p.name, p.eps) {
+					return
+				}
+			}
+		}))
 		return
 	}
-	t.journal.Set(service, listOf(Merge(parsed)))
+	copies := map[servicemap.PortName][]sourced{}
+	for _, s := range bySlice {
+		for _, p := range s.ports {
+			copies[p.name] = appendSourced(copies[p.name], p.eps, s.name)
+		}
+	}
+	t.journal.Set(service, listOf(maps.All(dedupAll(copies))))
 }
 
-// ownMerge reports whether the lists of s, a Service's only slice, sorted
-// by address and port (as the Tracker sorts them), are what Merge makes of
-// s: no address and port is there twice. Then a Snapshot holds those lists
-// themselves rather than a copy; neither the Tracker nor a Snapshot changes
-// them.
-func ownMerge(s *Slice) bool {
-	for _, eps := range s.Ports {
-		for i := 1; i < len(eps); i++ {
-			if eps[i-1].AddrPort() == eps[i].AddrPort() {
+// ownMerge reports whether the lists of s, a Service's only slice, are
+// what Merge makes of it: sorted (as the Tracker sorts them), no address
+// and port is there twice. Then a Snapshot holds those lists themselves
+// rather than a copy; neither the Tracker nor a Snapshot changes them.
+func ownMerge(s *tracked) bool {
+	for _, p := range s.ports {
+		for i := 1; i < len(p.eps); i++ {
+			if p.eps[i-1].AddrPort() == p.eps[i].AddrPort() {
 				return false
 			}
 		}

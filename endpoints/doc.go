@@ -18,7 +18,9 @@
 // Tracker follows slice adds, updates and deletes in any order and hands out
 // immutable Snapshots with the ports whose endpoints changed, and the UDP and
 // SCTP ports that lost a serving endpoint, whose conntrack entries may now
-// point at a pod that is gone.
+// point at a pod that is gone. It holds each endpoint of a Service whose
+// endpoints are all in one slice (the usual case) once: its Snapshots share
+// the lists it parsed from that slice.
 //
 // The package is pure: no I/O, no clock, no randomness, no logging.
 //

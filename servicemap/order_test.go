@@ -3,7 +3,6 @@ package servicemap
 import (
 	"cmp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -11,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"pgregory.net/rapid"
 
-	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/internal/parallel"
 )
 
@@ -51,32 +49,4 @@ func TestPropServiceOrder(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestCollectInParts checks that collect, in any number of parts, returns
-// every Service of a Snapshot with its ports, in the map's order.
-func TestCollectInParts(t *testing.T) {
-	var m cowmap.Map[[]ServicePort]
-	for i := range 500 {
-		key := types.NamespacedName{Namespace: string(rune('a' + i%7)), Name: strconv.Itoa(i)}
-		m = m.With(key, []ServicePort{{Name: PortName{Namespace: key.Namespace, Name: key.Name}, Port: uint16(i)}})
-	}
-	s := Snapshot{services: m}
-	var wantKeys []types.NamespacedName
-	var wantPorts [][]ServicePort
-	m.All(func(k types.NamespacedName, p []ServicePort) bool {
-		wantKeys, wantPorts = append(wantKeys, k), append(wantPorts, p)
-		return true
-	})
-	for _, k := range []int{1, 2, 3, 7} {
-		keys, ports := s.collect(parallel.Split(m.Len(), k))
-		if diff := gocmp.Diff(wantKeys, keys); diff != "" {
-			t.Errorf("%d parts: keys (-want +got):\n%s", k, diff)
-		}
-		for i := range ports {
-			if len(ports[i]) != 1 || &ports[i][0] != &wantPorts[i][0] {
-				t.Errorf("%d parts: ports of %v are not the Snapshot's", k, keys[i])
-			}
-		}
-	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/cowmap"
-	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/internal/sorted"
 )
 
@@ -73,7 +72,14 @@ func (s Snapshot) All() iter.Seq[*ServicePort] {
 // only one integer per Service (serviceOrder). The sort is done when the
 // iterator is made.
 func (s Snapshot) sortedServices() iter.Seq[[]ServicePort] {
-	keys, ports := s.collect(parallel.Ranges(s.services.Len(), sortRangeMin))
+	n := s.services.Len()
+	keys := make([]types.NamespacedName, 0, n)
+	ports := make([][]ServicePort, 0, n)
+	s.services.All(func(key types.NamespacedName, p []ServicePort) bool {
+		keys = append(keys, key)
+		ports = append(ports, p)
+		return true
+	})
 	order, l := serviceOrder(keys)
 	return func(yield func([]ServicePort) bool) {
 		for _, k := range order {
@@ -82,28 +88,6 @@ func (s Snapshot) sortedServices() iter.Seq[[]ServicePort] {
 			}
 		}
 	}
-}
-
-// collect returns the keys of s's Services and their ports, in the map's
-// order, walking as many parts of the map as there are ranges, each in a
-// goroutine of its own.
-func (s Snapshot) collect(ranges [][2]int) ([]types.NamespacedName, [][]ServicePort) {
-	k := len(ranges)
-	starts := make([]int, k+1)
-	for i := range k {
-		starts[i+1] = starts[i] + s.services.PartLen(i, k)
-	}
-	keys := make([]types.NamespacedName, starts[k])
-	ports := make([][]ServicePort, starts[k])
-	parallel.Run(ranges, func(i, _, _ int) {
-		j := starts[i]
-		s.services.Part(i, k, func(key types.NamespacedName, p []ServicePort) bool {
-			keys[j], ports[j] = key, p
-			j++
-			return true
-		})
-	})
-	return keys, ports
 }
 
 // ChangesSince lists the ServicePorts that differ between since and s. It

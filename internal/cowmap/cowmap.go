@@ -126,34 +126,11 @@ func (m Map[V]) Without(key types.NamespacedName) Map[V] {
 
 // All calls yield for every entry, in no particular order, until yield
 // returns false.
-func (m Map[V]) All(yield func(types.NamespacedName, V) bool) { m.Part(0, 1, yield) }
-
-// PartLen is the number of entries in part i of k (see Part). It reads
-// no entry.
-func (m Map[V]) PartLen(i, k int) int {
-	if m.root == nil {
-		return 0
-	}
-	n := 0
-	for _, in := range m.root[i*fanout/k : (i+1)*fanout/k] {
-		if in != nil {
-			for _, l := range in {
-				n += len(l)
-			}
-		}
-	}
-	return n
-}
-
-// Part calls yield for the entries of part i of k (0 ≤ i < k) until yield
-// returns false: the parts, in order, are All's entries in All's order,
-// and goroutines may walk them at once. A part holds about Len()/k entries
-// when k is well under 64.
-func (m Map[V]) Part(i, k int, yield func(types.NamespacedName, V) bool) {
+func (m Map[V]) All(yield func(types.NamespacedName, V) bool) {
 	if m.root == nil {
 		return
 	}
-	for _, in := range m.root[i*fanout/k : (i+1)*fanout/k] {
+	for _, in := range m.root {
 		if in == nil {
 			continue
 		}

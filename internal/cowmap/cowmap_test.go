@@ -195,31 +195,6 @@ func TestAllStopsEarly(t *testing.T) {
 	}
 }
 
-// TestPropParts checks that the parts of a Map, for any number of them,
-// are All's entries in All's order, and that PartLen counts each part.
-func TestPropParts(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		var m Map[int]
-		for i := range rapid.IntRange(0, 300).Draw(t, "keys") {
-			m = m.With(key(rapid.SampledFrom([]string{"a", "b", "kube-system"}).Draw(t, "ns"), fmt.Sprint(i)), i)
-		}
-		var all []types.NamespacedName
-		m.All(func(k types.NamespacedName, _ int) bool { all = append(all, k); return true })
-		k := rapid.IntRange(1, 80).Draw(t, "parts")
-		var parts []types.NamespacedName
-		for i := range k {
-			before := len(parts)
-			m.Part(i, k, func(key types.NamespacedName, _ int) bool { parts = append(parts, key); return true })
-			if n := m.PartLen(i, k); n != len(parts)-before {
-				t.Fatalf("PartLen(%d, %d) = %d, Part yields %d", i, k, n, len(parts)-before)
-			}
-		}
-		if diff := cmp.Diff(all, parts); diff != "" {
-			t.Fatalf("parts of %d, concatenated, differ from All (-All +parts):\n%s", k, diff)
-		}
-	})
-}
-
 // TestPropertyModel checks random With/Without sequences against Go maps,
 // keeping every version and checking all of them at the end.
 func TestPropertyModel(t *testing.T) {

@@ -149,16 +149,15 @@ func (r *flatRenderer) warn(s *ruleset.Service, reason string) svcproxy.Warning 
 // frontend adds the elements of one frontend that s owns.
 func (r *flatRenderer) frontend(p *flatPort, s *ruleset.Service, f ruleset.Frontend, comment string) {
 	p.frontendStart = len(p.elements)
-	proto, port := model.Proto(protoNumber(f.Protocol)), model.Port(f.Port)
 	switch {
 	case f.Protocol == "":
 		p.elements = append(p.elements, model.Element{Set: flatSetClusterIPs, Key: append(p.datums(1), model.Addr(f.Addr)), Comment: comment})
 	case !f.Addr.IsValid():
-		r.route(p, s, append(p.datums(2), proto, port), false, true, comment)
+		r.route(p, s, append(p.datums(2), model.Proto(protoNumber(f.Protocol)), model.Port(f.Port)), false, true, comment)
 	case f.Addr == s.ClusterIP:
-		r.route(p, s, append(p.datums(3), model.Addr(f.Addr), proto, port), true, false, comment)
+		r.route(p, s, model.AppendAddrProtoPort(p.datums(3), f.Addr, protoNumber(f.Protocol), f.Port), true, false, comment)
 	default:
-		key := append(p.datums(3), model.Addr(f.Addr), proto, port)
+		key := model.AppendAddrProtoPort(p.datums(3), f.Addr, protoNumber(f.Protocol), f.Port)
 		r.route(p, s, key, false, false, comment)
 		// An address that is both an external and a load-balancer IP is
 		// reached as an external IP, which no firewall guards.

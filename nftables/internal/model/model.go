@@ -99,6 +99,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -235,9 +236,15 @@ type Datum struct {
 }
 
 func numDatum(k datumKind, n uint32) Datum {
-	d := Datum{kind: k}
-	binary.LittleEndian.PutUint32(d.ip[:4], n)
+	var d Datum
+	d.setNum(k, n)
 	return d
+}
+
+// setNum makes *d the datum of kind k with number n.
+func (d *Datum) setNum(k datumKind, n uint32) {
+	*d = Datum{kind: k}
+	binary.LittleEndian.PutUint32(d.ip[:4], n)
 }
 
 // num is a protocol, port or integer datum's number.
@@ -264,6 +271,12 @@ func Prefix(p netip.Prefix) Datum {
 }
 
 func withAddr(d Datum, a netip.Addr) Datum {
+	d.putAddr(a)
+	return d
+}
+
+// putAddr puts address a in *d.
+func (d *Datum) putAddr(a netip.Addr) {
 	d.is4, d.zoned = a.Is4(), a.Zone() != ""
 	if d.is4 {
 		b := a.As4()
@@ -271,7 +284,20 @@ func withAddr(d Datum, a netip.Addr) Datum {
 	} else {
 		d.ip = a.As16()
 	}
-	return d
+}
+
+// AppendAddrProtoPort appends Addr(a), Proto(proto) and Port(port) to
+// dst, a frontend's key. It writes them in place: making each Datum in a
+// temporary and copying it costs a flat layout's render more than the
+// rest of the key.
+func AppendAddrProtoPort(dst []Datum, a netip.Addr, proto uint8, port uint16) []Datum {
+	n := len(dst)
+	dst = slices.Grow(dst, 3)[:n+3]
+	dst[n] = Datum{kind: datumAddr}
+	dst[n].putAddr(a)
+	dst[n+1].setNum(datumProto, uint32(proto))
+	dst[n+2].setNum(datumPort, uint32(port))
+	return dst
 }
 
 // addr is the datum's address (without its zone).

@@ -39,6 +39,32 @@ func TestDatum(t *testing.T) {
 	}
 }
 
+// TestAppendAddrProtoPort checks that the key written in place is the
+// one of Addr, Proto and Port, after what dst held, with or without room.
+func TestAppendAddrProtoPort(t *testing.T) {
+	net6 := Network(netip.MustParsePrefix("2001:db8::/32"))
+	stale := []Datum{Int(1), net6, net6, net6}
+	for _, c := range []struct {
+		name string
+		dst  []Datum
+		addr netip.Addr
+	}{
+		{"IPv4, no room", nil, netip.MustParseAddr("198.19.0.1")},
+		{"IPv6, no room", nil, netip.MustParseAddr("2001:db8::1")},
+		{"IPv4 after a datum, room left", append(make([]Datum, 0, 8), Int(7)), netip.MustParseAddr("198.19.255.254")},
+		{"IPv6 with a zone, room left", make([]Datum, 0, 3), netip.MustParseAddr("fe80::1%eth0")},
+		{"room over used data", stale[:1], netip.MustParseAddr("198.18.0.9")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want := append(slices.Clip(slices.Clone(c.dst)), Addr(c.addr), Proto(132), Port(30080))
+			got := AppendAddrProtoPort(c.dst, c.addr, 132, 30080)
+			if !slices.Equal(got, want) {
+				t.Errorf("AppendAddrProtoPort = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 func TestMatches(t *testing.T) {
 	net := Prefix(netip.MustParsePrefix("198.18.64.0/18"))
 	for _, c := range []struct {

@@ -59,7 +59,7 @@ func (p *portEndpoints) nameIn(svc types.NamespacedName) servicemap.PortName {
 	return servicemap.PortName{Namespace: svc.Namespace, Name: svc.Name, Port: p.port, Protocol: p.protocol}
 }
 
-// listOf returns the ports of merged, the merged endpoints of one Service
+// listOf returns the ports of merged, the merged endpoints of one Service,
 // each sorted by address and port with each address and port once, sorted,
 // leaving out those without endpoints. The ports' serving addresses share
 // one array.
@@ -181,6 +181,15 @@ type tracked struct {
 	ports         []slicePort
 }
 
+// all yields each port of s with its endpoints.
+func (s *tracked) all(yield func(servicemap.PortName, []Endpoint) bool) {
+	for _, p := range s.ports {
+		if !yield(p.name, p.eps) {
+			return
+		}
+	}
+}
+
 // slicePort is one port of a parsed slice and its endpoints.
 type slicePort struct {
 	name servicemap.PortName
@@ -248,13 +257,7 @@ func (t *Tracker) remerge(service types.NamespacedName) {
 		return
 	}
 	if len(bySlice) == 1 && ownMerge(bySlice[0]) {
-		t.journal.Set(service, listOf(func(yield func(servicemap.PortName, []Endpoint) bool) {
-			for _, p := range bySlice[0].ports {
-				if !yield(p.name, p.eps) {
-					return
-				}
-			}
-		}))
+		t.journal.Set(service, listOf(bySlice[0].all))
 		return
 	}
 	copies := map[servicemap.PortName][]sourced{}

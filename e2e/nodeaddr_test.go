@@ -58,7 +58,10 @@ func TestZonedNodeAddressIsSkipped(t *testing.T) {
 			at(serviceIP(false, 70), 80), at(serviceIP(true, 70), 80),
 			at(c.Node.IPv4, 30170), at(c.Node.IPv6, 30170),
 		} {
-			expectOnly(t, spread(t, client, addr, 10), c.Pods...)
+			// Both pods, each taking a connection with probability ½:
+			// 40 connections miss one with probability 2⁻³⁹ (10 would,
+			// with 2⁻⁹).
+			expectOnly(t, spread(t, client, addr, 40), c.Pods...)
 		}
 		expectRefused(t, client, at(linkAddr(client), 30170))
 		expectLogged(t, p,

@@ -37,7 +37,7 @@ func FromSlice(es *discovery.EndpointSlice, family v1.IPFamily, filter servicema
 	if es == nil {
 		return nil, "nil EndpointSlice", nil
 	}
-	t, skipped, warnings := parse(es, family, filter)
+	t, skipped, warnings := parse(es, family, filter, false)
 	if t == nil {
 		return nil, skipped, warnings
 	}
@@ -48,10 +48,11 @@ func FromSlice(es *discovery.EndpointSlice, family v1.IPFamily, filter servicema
 	return slice, skipped, warnings
 }
 
-// parse is FromSlice with the slice's ports in a list, in the slice's
-// order, for a non-nil es.
-func parse(es *discovery.EndpointSlice, family v1.IPFamily, filter servicemap.Filter) (*tracked, string, []svcproxy.Warning) {
-	p := parser{es: es, report: svcproxy.Reporter{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name}}
+// parse is FromSlice with the slice's ports in a list, for a non-nil es:
+// each port's endpoints in the slice's order, or sorted by address and
+// port when sorted is set (sorted once, before the copy for each port).
+func parse(es *discovery.EndpointSlice, family v1.IPFamily, filter servicemap.Filter, sorted bool) (*tracked, string, []svcproxy.Warning) {
+	p := parser{es: es, report: svcproxy.Reporter{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name}, sorted: sorted}
 	t, skipped := p.parse(family, filter)
 	return t, skipped, p.report.Warnings
 }
@@ -59,6 +60,8 @@ func parse(es *discovery.EndpointSlice, family v1.IPFamily, filter servicemap.Fi
 type parser struct {
 	es     *discovery.EndpointSlice
 	report svcproxy.Reporter
+	// sorted sorts the endpoints by address (parse).
+	sorted bool
 }
 
 func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*tracked, string) {
@@ -92,6 +95,11 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*tracked, 
 
 	slice := &tracked{service: service, name: es.Name}
 	eps := p.endpoints(family)
+	if p.sorted {
+		// Every copy below has one port, so it is then sorted by address
+		// and port.
+		slices.SortFunc(eps, func(a, b Endpoint) int { return a.Compare(&b) })
+	}
 	for i := range es.Ports {
 		name, number, ok := p.port(&es.Ports[i])
 		if !ok {

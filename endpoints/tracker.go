@@ -173,7 +173,7 @@ type Tracker struct {
 // tracked is a parsed slice as a Tracker keeps it: a Slice with its ports
 // in a list rather than a map (a slice has a port or two, and a Go map of
 // one entry takes some 700 bytes). In a Tracker, each port's endpoints are
-// sorted by address and port: it owns them, and Merge's result does not
+// sorted by address and port (parse's sorted): Merge's result does not
 // depend on their order.
 type tracked struct {
 	// service is the name of the owning Service, in the slice's namespace.
@@ -214,13 +214,10 @@ func (t *Tracker) Update(es *discovery.EndpointSlice) (skipped string, warnings 
 	if es == nil {
 		return "nil EndpointSlice", nil
 	}
-	slice, skipped, warnings := parse(es, t.family, t.filter)
+	slice, skipped, warnings := parse(es, t.family, t.filter, true)
 	key := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
 	t.remove(key)
 	if slice != nil {
-		for _, p := range slice.ports {
-			slices.SortFunc(p.eps, func(a, b Endpoint) int { return a.Compare(&b) })
-		}
 		service := types.NamespacedName{Namespace: es.Namespace, Name: slice.service}
 		t.slices[key] = slice
 		t.byService[service] = append(t.byService[service], slice)

@@ -18,7 +18,7 @@
 //     short-circuited to KUBE-SVC-, the rest to KUBE-SVL-), KUBE-FW-
 //     (load-balancer source ranges); per endpoint KUBE-SEP- (hairpin
 //     masquerade and DNAT);
-//   - targets picked with -m statistic --probability 1/Remaining written
+//   - targets picked with -m statistic --probability 1/(N−i) (target i of N) written
 //     with ten decimals, the last unconditionally; ClientIP affinity with
 //     -m recent checks before them and --set on the DNAT rule;
 //   - nat KUBE-MARK-MASQ and KUBE-POSTROUTING (MASQUERADE --random-fully of

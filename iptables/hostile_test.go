@@ -37,7 +37,7 @@ func hostileService(ns, name, port string) *ruleset.Service {
 		ExternalTraffic: ruleset.ExternalTraffic{Steered: true, ShortCircuit: true},
 		Endpoints:       []endpoints.Endpoint{ep},
 	}
-	s.ClusterTargets = []ruleset.Target{{Endpoint: ep.AddrPort(), Local: true, Remaining: 1, Total: 1}}
+	s.ClusterTargets = []ruleset.Target{{Endpoint: ep.AddrPort(), Local: true}}
 	s.LocalTargets = s.ClusterTargets
 	return s
 }

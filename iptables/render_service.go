@@ -115,8 +115,8 @@ func (r *renderer) endpointChainRules(p *plan) {
 
 // targets writes a policy chain (KUBE-SVC- or KUBE-SVL-): the masquerade
 // rule for cluster-IP traffic when it is the internal chain, the affinity
-// checks, then one rule per target, each taken with probability
-// 1/Remaining, the last unconditionally.
+// checks, then one rule per target, target i of N taken with probability
+// 1/(N−i) (ruleset.Probability), the last unconditionally.
 func (r *renderer) targets(p *plan, chain string, ts []ruleset.Target, internal bool) {
 	if internal && p.service.ClusterIP.IsValid() {
 		r.clusterIPMasquerade(p, chain)
@@ -124,12 +124,12 @@ func (r *renderer) targets(p *plan, chain string, ts []ruleset.Target, internal 
 	if p.service.Affinity.Enabled() {
 		r.affinityChecks(p, chain, ts)
 	}
-	for _, t := range ts {
+	for i, t := range ts {
 		r.rule(chain)
 		r.comment(p.portName, " -> ", addrPortString(t.Endpoint))
-		if t.Remaining > 1 {
+		if remaining := len(ts) - i; remaining > 1 {
 			r.str(" -m statistic --mode random --probability ")
-			r.str(r.probability(t.Remaining))
+			r.str(r.probability(remaining))
 		}
 		r.jump(p.endpointChainOf(t.Endpoint))
 	}

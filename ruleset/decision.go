@@ -249,7 +249,7 @@ func decide(route Route, s *Service, src Source, masq, short bool) Decision {
 	}
 	d := Decision{Verdict: VerdictForward, Masquerade: masq, ShortCircuit: short, Targets: make([]Choice, len(ts))}
 	for i, t := range ts {
-		d.Targets[i] = Choice{Target: t, Share: t.Share(), Masquerade: masq || t.Endpoint.Addr() == src.Addr}
+		d.Targets[i] = Choice{Target: t, Share: Share(len(ts)), Masquerade: masq || t.Endpoint.Addr() == src.Addr}
 	}
 	return d
 }

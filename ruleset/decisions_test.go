@@ -106,14 +106,15 @@ func TestTargetShare(t *testing.T) {
 	rs := build(t, v4Config(), []*v1.Service{service("ns", "svc", "198.19.0.10")}, []*discovery.EndpointSlice{endpointSlice("ns", "svc", "svc-1", eps...)})
 	s, _ := rs.Service(webPort("ns", "svc"))
 	reached := big.NewRat(1, 1) // the chance a walk of the list reaches target i
-	for i, tg := range s.ClusterTargets {
-		if tg.Share().Cmp(big.NewRat(1, 3)) != 0 {
-			t.Errorf("target %d: Share %v, want 1/3", i, tg.Share())
-		}
+	n := len(s.ClusterTargets)
+	if n != 3 || ruleset.Share(n).Cmp(big.NewRat(1, 3)) != 0 {
+		t.Fatalf("%d targets, Share %v; want 3, 1/3", n, ruleset.Share(max(n, 1)))
+	}
+	for i := range s.ClusterTargets {
 		// The cascade gives each target its share.
-		got := new(big.Rat).Mul(reached, tg.Probability())
-		if got.Cmp(tg.Share()) != 0 {
-			t.Errorf("target %d: cascade gives %v, Share says %v", i, got, tg.Share())
+		got := new(big.Rat).Mul(reached, ruleset.Probability(i, n))
+		if got.Cmp(ruleset.Share(n)) != 0 {
+			t.Errorf("target %d: cascade gives %v, Share says %v", i, got, ruleset.Share(n))
 		}
 		reached.Sub(reached, got)
 	}
@@ -233,5 +234,48 @@ func TestOwner(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestProbabilityAndShare(t *testing.T) {
+	for _, tc := range []struct {
+		i, n        int
+		probability string // "" when Probability panics
+	}{
+		{0, 1, "1"},
+		{0, 3, "1/3"},
+		{1, 3, "1/2"},
+		{2, 3, "1"},
+		{3, 3, ""},
+		{-1, 3, ""},
+		{0, 0, ""},
+	} {
+		got := func() (s string) {
+			defer func() {
+				if recover() != nil {
+					s = ""
+				}
+			}()
+			return ruleset.Probability(tc.i, tc.n).RatString()
+		}()
+		if got != tc.probability {
+			t.Errorf("Probability(%d, %d) = %q, want %q", tc.i, tc.n, got, tc.probability)
+		}
+	}
+	for _, tc := range []struct {
+		n     int
+		share string
+	}{{1, "1"}, {4, "1/4"}, {0, ""}, {-2, ""}} {
+		got := func() (s string) {
+			defer func() {
+				if recover() != nil {
+					s = ""
+				}
+			}()
+			return ruleset.Share(tc.n).RatString()
+		}()
+		if got != tc.share {
+			t.Errorf("Share(%d) = %q, want %q", tc.n, got, tc.share)
+		}
 	}
 }

@@ -51,12 +51,12 @@ func exampleSlice(name string, nodesByAddr ...string) *discovery.EndpointSlice {
 }
 
 func printTargets(kind string, ts []ruleset.Target) {
-	for _, t := range ts {
+	for i, t := range ts {
 		local := ""
 		if t.Local {
 			local = " (local)"
 		}
-		fmt.Printf("  %s %s with probability %v%s\n", kind, t.Endpoint, t.Probability().RatString(), local)
+		fmt.Printf("  %s %s with probability %v%s\n", kind, t.Endpoint, ruleset.Probability(i, len(ts)).RatString(), local)
 	}
 }
 

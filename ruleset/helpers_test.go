@@ -203,7 +203,8 @@ func buildWarned(t testing.TB, cfg ruleset.Config, svcs []*v1.Service, eslices [
 // form that reads well in a diff.
 type summary struct {
 	Internal, External string
-	// Cluster and Local are the targets as "ip:port r<Remaining>[ local]".
+	// Cluster and Local are the targets as "ip:port r<N−i>[ local]", for
+	// target i of N: a walk of the list picks it with probability 1/(N−i).
 	Cluster, Local []string
 	// Endpoints are the Service's Endpoints as "ip:port".
 	Endpoints []string
@@ -215,8 +216,8 @@ type summary struct {
 
 func targetStrings(ts []ruleset.Target) []string {
 	var out []string
-	for _, t := range ts {
-		s := fmt.Sprintf("%s r%d", t.Endpoint, t.Remaining)
+	for i, t := range ts {
+		s := fmt.Sprintf("%s r%d", t.Endpoint, len(ts)-i)
 		if t.Local {
 			s += " local"
 		}

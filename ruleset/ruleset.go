@@ -53,25 +53,35 @@ func (r Route) String() string {
 
 // Target is one endpoint in a list of targets that traffic is spread over.
 // Walking the list in order, target i of N is picked with probability
-// 1/Remaining, where Remaining = N−i; the last target (Remaining 1) takes
-// whatever is left. Each target thus receives exactly 1/N of new flows: its
-// Share, for a data plane that picks a target directly (a hash or Maglev
-// table) rather than walking the list.
+// 1/(N−i) (Probability); the last takes whatever is left. Each target thus
+// receives exactly 1/N of new flows (Share), for a data plane that picks a
+// target directly (a hash or Maglev table) rather than walking the list.
+// A Target holds no more than its endpoint: its place in the list says
+// the rest.
 type Target struct {
 	Endpoint netip.AddrPort
 	// Local reports whether the endpoint runs on this node.
-	Local     bool
-	Remaining int
-	// Total is N, the number of targets in the list.
-	Total int
+	Local bool
 }
 
-// Probability is the exact probability with which the target is picked
-// when reached in a walk of its list: 1/Remaining.
-func (t Target) Probability() *big.Rat { return big.NewRat(1, int64(t.Remaining)) }
+// Probability is the exact probability with which target i of a list of n
+// targets is picked when a walk of the list reaches it: 1/(n−i), so 1 for
+// the last. It panics unless 0 ≤ i < n.
+func Probability(i, n int) *big.Rat {
+	if i < 0 || i >= n {
+		panic(fmt.Sprintf("ruleset.Probability: target %d of %d", i, n))
+	}
+	return big.NewRat(1, int64(n-i))
+}
 
-// Share is the exact fraction of new flows the target receives: 1/Total.
-func (t Target) Share() *big.Rat { return big.NewRat(1, int64(t.Total)) }
+// Share is the exact fraction of new flows that each target of a list of
+// n targets receives: 1/n. It panics unless n > 0.
+func Share(n int) *big.Rat {
+	if n <= 0 {
+		panic(fmt.Sprintf("ruleset.Share: %d targets", n))
+	}
+	return big.NewRat(1, int64(n))
+}
 
 // Service is the desired state of one ServicePort. Its ServicePort is the
 // one from the servicemap, with ExternalIPs restricted by Config.
@@ -387,7 +397,7 @@ func (b *Builder) spreadAway(s *Service, eps []endpoints.Endpoint, addrs []netip
 	n := len(addrs)
 	ts := alloc.targetsOf(n)
 	for i, at := range addrs {
-		setTarget(&ts[i], at, false, n-i, n)
+		setTarget(&ts[i], at, false)
 	}
 	s.ClusterTargets = ts
 	s.Endpoints = eps[:n:n]
@@ -467,18 +477,17 @@ func nilIfEmpty(ts []Target) []Target {
 // marked InCluster into cluster and for each marked InLocal into local,
 // which are exactly as long as those lists.
 func place(eps []endpoints.Endpoint, marks []topology.Membership, cluster, local []Target) {
-	nCluster, nLocal := len(cluster), len(local)
 	var c, l int
 	for i := range eps {
 		ep := &eps[i]
 		if m := marks[i]; m&inLists != 0 {
 			at, onNode := ep.AddrPort(), m&topology.OnNode != 0
 			if m&topology.InCluster != 0 {
-				setTarget(&cluster[c], at, onNode, nCluster-c, nCluster)
+				setTarget(&cluster[c], at, onNode)
 				c++
 			}
 			if m&topology.InLocal != 0 {
-				setTarget(&local[l], at, onNode, nLocal-l, nLocal)
+				setTarget(&local[l], at, onNode)
 				l++
 			}
 		}
@@ -488,11 +497,9 @@ func place(eps []endpoints.Endpoint, marks []topology.Membership, cluster, local
 // setTarget sets every field of *t. It writes them one by one: a Target
 // literal assigned whole is built in a temporary and copied, which costs
 // more than the fields' stores.
-func setTarget(t *Target, at netip.AddrPort, local bool, remaining, total int) {
+func setTarget(t *Target, at netip.AddrPort, local bool) {
 	t.Endpoint = at
 	t.Local = local
-	t.Remaining = remaining
-	t.Total = total
 }
 
 // reachable returns the endpoints of eps marked InCluster or InLocal,

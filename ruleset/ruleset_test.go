@@ -386,15 +386,15 @@ func TestTargets(t *testing.T) {
 	s, _ := rs.Service(webPort("ns", "web"))
 	ap := netip.MustParseAddrPort
 	wantCluster := []ruleset.Target{
-		{Endpoint: ap("198.18.1.1:8080"), Local: true, Remaining: 5, Total: 5},
-		{Endpoint: ap("198.18.1.3:8080"), Local: true, Remaining: 4, Total: 5},
-		{Endpoint: ap("198.18.2.2:8080"), Local: false, Remaining: 3, Total: 5},
-		{Endpoint: ap("198.18.2.4:8080"), Local: false, Remaining: 2, Total: 5},
-		{Endpoint: ap("198.18.9.9:8080"), Local: false, Remaining: 1, Total: 5},
+		{Endpoint: ap("198.18.1.1:8080"), Local: true},
+		{Endpoint: ap("198.18.1.3:8080"), Local: true},
+		{Endpoint: ap("198.18.2.2:8080"), Local: false},
+		{Endpoint: ap("198.18.2.4:8080"), Local: false},
+		{Endpoint: ap("198.18.9.9:8080"), Local: false},
 	}
 	wantLocal := []ruleset.Target{
-		{Endpoint: ap("198.18.1.1:8080"), Local: true, Remaining: 2, Total: 2},
-		{Endpoint: ap("198.18.1.3:8080"), Local: true, Remaining: 1, Total: 2},
+		{Endpoint: ap("198.18.1.1:8080"), Local: true},
+		{Endpoint: ap("198.18.1.3:8080"), Local: true},
 	}
 	if diff := cmp.Diff(wantCluster, s.ClusterTargets, cmpOpts); diff != "" {
 		t.Errorf("ClusterTargets (-want +got):\n%s", diff)
@@ -402,9 +402,9 @@ func TestTargets(t *testing.T) {
 	if diff := cmp.Diff(wantLocal, s.LocalTargets, cmpOpts); diff != "" {
 		t.Errorf("LocalTargets (-want +got):\n%s", diff)
 	}
-	for i, tg := range s.ClusterTargets {
-		if got, want := tg.Probability(), big.NewRat(1, int64(5-i)); got.Cmp(want) != 0 {
-			t.Errorf("target %d: Probability() = %v, want %v", i, got, want)
+	for i := range s.ClusterTargets {
+		if got, want := ruleset.Probability(i, len(s.ClusterTargets)), big.NewRat(1, int64(5-i)); got.Cmp(want) != 0 {
+			t.Errorf("target %d: Probability = %v, want %v", i, got, want)
 		}
 	}
 

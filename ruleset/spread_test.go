@@ -19,12 +19,10 @@ func spreadWant(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node topol
 	r := topology.Categorize(sp, eps, node)
 	toTargets := func(list []endpoints.Endpoint) []Target {
 		var out []Target
-		for i, e := range list {
+		for _, e := range list {
 			out = append(out, Target{
-				Endpoint:  e.AddrPort(),
-				Local:     node.Name != "" && e.NodeName == node.Name,
-				Remaining: len(list) - i,
-				Total:     len(list),
+				Endpoint: e.AddrPort(),
+				Local:    node.Name != "" && e.NodeName == node.Name,
 			})
 		}
 		return out

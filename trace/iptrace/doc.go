@@ -53,8 +53,7 @@
 // # What the rules cannot tell
 //
 // The Outcome holds what the rules say. Target.Local (which node runs an
-// endpoint) is never set, and Target.Remaining numbers the targets in rule
-// order. Outcome.Masquerade is whether nat POSTROUTING would masquerade the
+// endpoint) is never set, and the targets are in rule order. Outcome.Masquerade is whether nat POSTROUTING would masquerade the
 // flow with the mark it had when it entered the chain that translated it
 // (so that a hairpin flow, marked in the endpoint's own chain, is not
 // counted). Outcome.ShortCircuit is read from kube-proxy's comments ("pod

@@ -86,9 +86,6 @@ func (w *walker) outcome(ends []branch) (trace.Outcome, error) {
 		out.Masquerade = out.Masquerade && o.Masquerade
 		out.Targets = addTarget(out.Targets, o.Targets...)
 	}
-	for i := range out.Targets {
-		out.Targets[i].Remaining = len(out.Targets) - i
-	}
 	return out, nil
 }
 
@@ -189,8 +186,7 @@ var shareTolerance = big.NewRat(1, 1_000_000_000)
 //     KindExternalIP and KindLoadBalancerIP.
 //   - Targets as a set of endpoints: each with its Masquerade exactly and
 //     its Share within 1e-9. Target.Local (which node runs the endpoint)
-//     is not in the rules and is not compared; neither is Remaining (got
-//     numbers the targets in rule order).
+//     is not in the rules and is not compared.
 func Agree(spec, got trace.Outcome) error {
 	switch {
 	case spec.Result != got.Result:

@@ -152,9 +152,9 @@ func TestAgree(t *testing.T) {
 		want string // "" when Agree passes
 	}{
 		{"equal", spec, ""},
-		{"targets in another order, Local and Remaining unset", with(func(o *trace.Outcome) {
+		{"targets in another order, Local unset", with(func(o *trace.Outcome) {
 			o.Targets[0], o.Targets[2] = o.Targets[2], o.Targets[0]
-			o.Targets[1].Local, o.Targets[1].Remaining = true, 7
+			o.Targets[1].Local = true
 		}), ""},
 		{"a share within 1e-9", with(func(o *trace.Outcome) { o.Targets[0].Share = kernelThird }), ""},
 		{"a zero Kind for an external IP", with(func(o *trace.Outcome) { o.Kind = 0 }), ""},

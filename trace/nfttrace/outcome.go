@@ -88,7 +88,7 @@ func (p Path) String() string {
 //     cannot tell.
 //   - Targets: the DNAT destinations with their exact shares (numgen
 //     draws), and for each whether postrouting masquerades it. Their Local
-//     and Remaining are not known from the rules and are left zero.
+//     is not known from the rules and is left false.
 //   - Masquerade: whether postrouting would masquerade each flow with the
 //     mark it had when it entered the chain that DNATs it, changed by the
 //     DNAT rule's own mark statements (so not counting the hairpin mark
@@ -249,8 +249,8 @@ func (ev *evaluation) masqueradedWith(b *branch, mark uint64) (bool, error) {
 //     the flat layout's firewall, for a port with source ranges, tells
 //     them apart).
 //   - Targets: sorted by endpoint, with only Endpoint, Share and
-//     Masquerade (a target's Local and Remaining are the Ruleset's
-//     bookkeeping, not in the rules).
+//     Masquerade (a target's Local is the Ruleset's bookkeeping, not in
+//     the rules).
 func Comparable(o trace.Outcome) trace.Outcome {
 	if o.Kind == ruleset.KindLoadBalancerIP {
 		o.Kind = ruleset.KindExternalIP

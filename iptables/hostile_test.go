@@ -20,7 +20,7 @@ import (
 func hostileService(ns, name, port string) *ruleset.Service {
 	ep := endpoints.Endpoint{Addr: netip.MustParseAddr("198.18.64.2"), Port: 8080, Ready: true, Serving: true, NodeName: testNode}
 	s := &ruleset.Service{
-		ServicePort: servicemap.ServicePort{
+		ServicePort: &servicemap.ServicePort{
 			Name:                     servicemap.PortName{Namespace: ns, Name: name, Port: port, Protocol: v1.ProtocolTCP},
 			Family:                   v1.IPv4Protocol,
 			ClusterIP:                netip.MustParseAddr("198.19.0.10"),

@@ -1,6 +1,7 @@
 package ruleset_test
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -153,6 +154,61 @@ func TestNewBuilderCopiesConfig(t *testing.T) {
 	rs.Config().ClusterCIDRs[0] = netip.MustParsePrefix("0.0.0.0/0")
 	if got := rs.Config().ClusterCIDRs; !cmp.Equal(got, pfx("198.18.0.0/16"), cmpOpts) {
 		t.Errorf("after changing the result of Config(), the Ruleset's ClusterCIDRs = %v, want 198.18.0.0/16", got)
+	}
+}
+
+// A Service holds its snapshot's ServicePort, unless Config changes it:
+// then a copy, and the snapshot's is left as it was.
+func TestServicePortIsTheSnapshotsUnlessChanged(t *testing.T) {
+	b, err := ruleset.NewBuilder(v4Config(func(c *ruleset.Config) {
+		c.RestrictExternalIPs = true
+		c.AllowedExternalIPs = pfx("198.19.100.0/24")
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, es := snapshots(t, v1.IPv4Protocol, []*v1.Service{
+		service("ns", "plain", "198.19.0.10", externalIPs("198.19.100.1")),
+		service("ns", "some", "198.19.0.11", externalIPs("198.19.100.2", "203.0.113.5")),
+		service("ns", "none", "198.19.0.12", externalIPs("203.0.113.6"), eTPLocal),
+		// Local from the Service as a whole, with no IPv4 external frontend.
+		service("ns", "other", "198.19.0.13", externalIPs("2001:db8::6"), eTPLocal),
+	}, nil)
+	rs, _ := b.Build(ss, es)
+	for _, tc := range []struct {
+		name    string
+		shared  bool
+		ips     []string // the Service's ExternalIPs
+		snapIPs []string // the snapshot's, unchanged
+		local   bool     // the Service's ExternalPolicyLocal; the snapshot's is unchanged
+	}{
+		{"plain", true, []string{"198.19.100.1"}, []string{"198.19.100.1"}, false},
+		{"some", false, []string{"198.19.100.2"}, []string{"198.19.100.2", "203.0.113.5"}, false},
+		{"none", false, nil, []string{"203.0.113.6"}, false},
+		{"other", false, nil, nil, false},
+	} {
+		s, ok := rs.Service(webPort("ns", tc.name))
+		sp, _ := ss.Get(webPort("ns", tc.name))
+		if !ok {
+			t.Fatalf("%s: no Service", tc.name)
+		}
+		if shared := s.ServicePort == &ss.Service("ns", tc.name)[0]; shared != tc.shared {
+			t.Errorf("%s: holds the snapshot's ServicePort %v, want %v", tc.name, shared, tc.shared)
+		}
+		if got := fmt.Sprint(s.ExternalIPs); got != fmt.Sprint(addrs(tc.ips...)) {
+			t.Errorf("%s: ExternalIPs %s, want %v", tc.name, got, tc.ips)
+		}
+		if got := fmt.Sprint(sp.ExternalIPs); got != fmt.Sprint(addrs(tc.snapIPs...)) {
+			t.Errorf("%s: the snapshot's ExternalIPs %s, want %v", tc.name, got, tc.snapIPs)
+		}
+		if s.ExternalPolicyLocal != tc.local {
+			t.Errorf("%s: ExternalPolicyLocal %v, want %v", tc.name, s.ExternalPolicyLocal, tc.local)
+		}
+	}
+	for _, name := range []string{"none", "other"} {
+		if sp, _ := ss.Get(webPort("ns", name)); !sp.ExternalPolicyLocal {
+			t.Errorf("%s: the snapshot's ExternalPolicyLocal was cleared", name)
+		}
 	}
 }
 

@@ -84,9 +84,12 @@ func Share(n int) *big.Rat {
 }
 
 // Service is the desired state of one ServicePort. Its ServicePort is the
-// one from the servicemap, with ExternalIPs restricted by Config.
+// servicemap snapshot's own, which must not be modified; or, where Config
+// restricts its ExternalIPs or it has no external frontend left for an
+// ExternalPolicyLocal to apply to, a copy with those changed. A Service
+// comes from a Ruleset: its ServicePort is never nil there.
 type Service struct {
-	servicemap.ServicePort
+	*servicemap.ServicePort
 	// Internal is where traffic to the cluster IP goes: RouteCluster,
 	// RouteLocal (internalTrafficPolicy Local), RouteReject or RouteDrop.
 	// A route that spreads over targets always has some.
@@ -149,7 +152,7 @@ func (s *Service) UsesFirewall() bool {
 // the same conntrack entries, under one Config: ClusterIPMasquerade, which
 // comes from the Config alone, is not compared.
 func (s *Service) Equal(o *Service) bool {
-	return s.ServicePort.Equal(&o.ServicePort) &&
+	return (s.ServicePort == o.ServicePort || s.ServicePort.Equal(o.ServicePort)) &&
 		s.Internal == o.Internal && s.External == o.External &&
 		s.ExternalTraffic == o.ExternalTraffic &&
 		slices.Equal(s.ClusterTargets, o.ClusterTargets) &&
@@ -332,9 +335,15 @@ func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, port endpoints.Po
 		report.Warnf("port %q is %s, the ruleset is %s: skipped", sp.Name.Port, sp.Family, b.config.Family)
 		return report.Warnings, false
 	}
-	s.ServicePort = *sp
+	s.ServicePort = sp
 	if b.config.RestrictExternalIPs && len(sp.ExternalIPs) > 0 {
-		warnings = b.restrictExternalIPs(s)
+		var ips []netip.Addr
+		ips, warnings = b.restrictExternalIPs(sp)
+		if len(ips) < len(sp.ExternalIPs) {
+			own := *sp
+			own.ExternalIPs = ips
+			s.ServicePort = &own
+		}
 	}
 	// externalTrafficPolicy Local only means something for a port with
 	// external frontends of this family. The servicemap decides it from the
@@ -342,7 +351,13 @@ func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, port endpoints.Po
 	// LoadBalancer without node ports or ingress IPs of this family, makes
 	// it true), and dropping external IPs above can leave the port with
 	// none.
-	s.ExternalPolicyLocal = s.ExternalPolicyLocal && s.ExternallyAccessible()
+	if s.ExternalPolicyLocal && !s.ExternallyAccessible() {
+		if s.ServicePort == sp {
+			own := *sp
+			s.ServicePort = &own
+		}
+		s.ExternalPolicyLocal = false
+	}
 	// The snapshot's own slice, capped, so that nothing appends into it.
 	s.Serving = slices.Clip(port.Serving)
 	hasAny := b.spreadPort(s, port, alloc)
@@ -353,20 +368,19 @@ func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, port endpoints.Po
 	return warnings, true
 }
 
-// restrictExternalIPs keeps the external IPs of s that Config allows, and
-// warns about the others.
-func (b *Builder) restrictExternalIPs(s *Service) []svcproxy.Warning {
-	report := svcproxy.Reporter{Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name}
-	ips := s.ExternalIPs
-	s.ExternalIPs = nil
-	for _, ip := range ips {
+// restrictExternalIPs returns the external IPs of sp that Config allows,
+// and warnings about the others.
+func (b *Builder) restrictExternalIPs(sp *servicemap.ServicePort) ([]netip.Addr, []svcproxy.Warning) {
+	report := svcproxy.Reporter{Kind: "Service", Namespace: sp.Name.Namespace, Name: sp.Name.Name}
+	var allowed []netip.Addr
+	for _, ip := range sp.ExternalIPs {
 		if slices.ContainsFunc(b.config.AllowedExternalIPs, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-			s.ExternalIPs = append(s.ExternalIPs, ip)
+			allowed = append(allowed, ip)
 		} else {
 			report.Warnf("externalIP %s is not allowed: not served", ip)
 		}
 	}
-	return report.Warnings
+	return allowed, report.Warnings
 }
 
 // spreadPort is spread for the endpoints of s's port as a Snapshot holds
@@ -416,7 +430,7 @@ func (b *Builder) spreadAway(s *Service, eps []endpoints.Endpoint, addrs []netip
 // It reads eps three times: Select's pass, the pass that marks and counts
 // each endpoint's lists (mark), and the pass that writes them (place).
 func (b *Builder) spread(s *Service, eps []endpoints.Endpoint, alloc *slabs) bool {
-	sel := topology.Select(&s.ServicePort, eps, b.config.Node)
+	sel := topology.Select(s.ServicePort, eps, b.config.Node)
 	marks := alloc.marksOf(len(eps))
 	n := mark(marks, eps, &sel)
 	if n.cluster+n.local > 0 {

@@ -59,7 +59,7 @@ func genHostileServices(t *rapid.T, minN, maxN int) []*Service {
 	n := rapid.IntRange(minN, maxN).Draw(t, "services")
 	svcs := make([]*Service, n)
 	for i := range svcs {
-		s := &Service{}
+		s := &Service{ServicePort: &servicemap.ServicePort{}}
 		s.Name = servicemap.PortName{Namespace: "ns", Name: fmt.Sprintf("s%05d", i),
 			Protocol: rapid.SampledFrom(hostileProtocols).Draw(t, "protocol")}
 		s.ClusterIP = addr.Draw(t, "clusterIP")
@@ -129,7 +129,7 @@ func TestPropSortByTopBits(t *testing.T) {
 func TestSharedDestinationsCases(t *testing.T) {
 	ip := netip.MustParseAddr
 	tcp := func(name string, cluster string, port uint16, mods ...func(*Service)) *Service {
-		s := &Service{}
+		s := &Service{ServicePort: &servicemap.ServicePort{}}
 		s.Name = servicemap.PortName{Namespace: "ns", Name: name, Protocol: v1.ProtocolTCP}
 		s.ClusterIP, s.Port = ip(cluster), port
 		for _, m := range mods {

@@ -44,7 +44,7 @@ func BenchmarkScaleSpread(b *testing.B) {
 		alloc := slabs{targets: targets}
 		for i, sp := range ports {
 			alloc.left = len(ports) - i
-			svcs[i] = Service{ServicePort: *sp}
+			svcs[i] = Service{ServicePort: sp}
 			builder.spread(&svcs[i], eps[i], &alloc)
 		}
 	}

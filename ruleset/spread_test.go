@@ -100,7 +100,7 @@ func TestPropSpreadMatchesCategorize(t *testing.T) {
 				port = endpoints.PortOf(eps)
 			}
 			for _, a := range []*slabs{&alloc, nil} {
-				got := Service{ServicePort: sp}
+				got := Service{ServicePort: &sp}
 				gotAny := b.spreadPort(&got, port, a)
 				if gotAny != wantAny {
 					t.Fatalf("spread says has any endpoints %v, want %v", gotAny, wantAny)

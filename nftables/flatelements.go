@@ -55,19 +55,19 @@ func (p *flatPort) datums(n int) []model.Datum {
 // (ruleset.Ruleset.Owner) is left to it and named in a warning.
 func (r *flatRenderer) port(rs *ruleset.Ruleset, s *ruleset.Service) (flatPort, []svcproxy.Warning) {
 	var p flatPort
+	if !safeName(s.Name) {
+		return p, []svcproxy.Warning{unsafeWarning(s)}
+	}
 	warns := r.portInto(&p, ownership{rs: rs}, s, s.Frontends(), portComment(s.Name))
 	return p, warns
 }
 
 // portInto is port appending to p: its elements, groups and hairpin
 // addresses after those p holds, for the frontends of s (fs, its
-// Frontends) that o says s renders, with comment (portComment).
+// Frontends) that o says s renders, with comment (portComment). The
+// caller has checked that s's name is safe (safeName).
 func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs []ruleset.Frontend, comment string) []svcproxy.Warning {
-	var warns []svcproxy.Warning
-	if !safeName(s.Name) {
-		return []svcproxy.Warning{unsafeWarning(s)}
-	}
-	warns = append(warns, r.affinityWarnings(s)...)
+	warns := r.affinityWarnings(s)
 	p.usesCluster, p.usesLocal = false, false
 	for _, f := range fs {
 		if f.Kind == ruleset.KindClusterAddress { // one entry per address, whichever port has it
@@ -104,7 +104,9 @@ func appendPortComment(b []byte, n servicemap.PortName) []byte {
 }
 
 // portComments are the portComments of svcs, in one string: that of
-// svcs[i] is all[ends[i-1]:ends[i]] (from 0 for the first).
+// svcs[i] is all[ends[i-1]:ends[i]] (from 0 for the first), empty when its
+// name is not safe (safeName), and only then. Checking a name just before
+// copying it reads it from memory once.
 func portComments(svcs []*ruleset.Service) (all string, ends []int) {
 	n := 0
 	for _, s := range svcs {
@@ -115,8 +117,10 @@ func portComments(svcs []*ruleset.Service) (all string, ends []int) {
 	ends = make([]int, len(svcs))
 	var buf []byte
 	for i, s := range svcs {
-		buf = appendPortComment(buf[:0], s.Name)
-		b.Write(buf)
+		if safeName(s.Name) {
+			buf = appendPortComment(buf[:0], s.Name)
+			b.Write(buf)
+		}
 		ends[i] = b.Len()
 	}
 	return b.String(), ends

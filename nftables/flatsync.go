@@ -160,10 +160,15 @@ func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements 
 	comments, ends := portComments(svcs)
 	start := 0
 	for i, s := range svcs {
+		comment := comments[start:ends[i]]
+		start = ends[i]
+		if comment == "" {
+			out.warnings = append(out.warnings, unsafeWarning(s))
+			continue
+		}
 		acc.groups, acc.affinity = acc.groups[:0], acc.affinity[:0]
 		fs = s.AppendFrontends(fs[:0])
-		out.warnings = append(out.warnings, r.portInto(&acc, o, s, fs, comments[start:ends[i]])...)
-		start = ends[i]
+		out.warnings = append(out.warnings, r.portInto(&acc, o, s, fs, comment)...)
 		out.counts.countClasses(acc, 1)
 	}
 	out.elements = acc.elements

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 
@@ -147,16 +148,20 @@ func ChunkedChanges(newTx func() *knftables.Transaction, old, new *ruleset.Rules
 func LimitFlatTransactions(n *FlatNetlink, bytes int) { n.conn.LimitTransactions(bytes) }
 
 // FlatSplitDiff renders the whole flat table of rs with its Service ports
-// in one range and split into k, and describes the first difference of
-// script, warnings or state, or of the definitions written from the
-// configuration's elements alone (configTable) and from all, or returns
-// "".
+// in one range, one by one, and split into k, in blocks; and describes the
+// first difference of script, elements set by set, warnings or state, or
+// of the definitions written from the configuration's elements alone
+// (configTable) and from all, or returns "".
 func FlatSplitDiff(rs *ruleset.Ruleset, opts Options, k int) string {
-	st1, t1, r1 := flatTableIn(rs, opts, parallel.Split(rs.Len(), 1))
-	stk, tk, rk := flatTableIn(rs, opts, parallel.Split(rs.Len(), k))
+	st1, t1, r1 := flatTableIn(rs, opts, parallel.Split(rs.Len(), 1), false)
+	stk, tk, rk := flatTableIn(rs, opts, parallel.Split(rs.Len(), k), true)
 	switch {
 	case t1.Script() != tk.Script():
 		return fmt.Sprintf("script in one range:\n%s\nin %d:\n%s", t1.Script(), k, tk.Script())
+	case elementsBySet(t1) != elementsBySet(tk):
+		return fmt.Sprintf("elements in one range:\n%s\nin %d:\n%s", elementsBySet(t1), k, elementsBySet(tk))
+	case commentOverBound(tk) != "":
+		return commentOverBound(tk)
 	case fmt.Sprint(r1.Warnings) != fmt.Sprint(rk.Warnings):
 		return fmt.Sprintf("warnings in one range %v, in %d %v", r1.Warnings, k, rk.Warnings)
 	case !maps.Equal(st1.counts, stk.counts), !maps.Equal(st1.affinity, stk.affinity):
@@ -168,6 +173,45 @@ func FlatSplitDiff(rs *ruleset.Ruleset, opts Options, k int) string {
 		return fmt.Sprintf("definitions of the configuration's elements:\n%s\nof all:\n%s", stk.configTable(tk).Definitions(), tk.Definitions())
 	}
 	return ""
+}
+
+// commentOverBound describes a row of a block of t whose comment is longer
+// than its block's bound (model.RowComments), which the netlink messages'
+// sizes count on, or returns "".
+func commentOverBound(t *model.Table) string {
+	for _, e := range t.Elements {
+		c, ok := e.Source.(model.RowComments)
+		if !ok {
+			continue
+		}
+		for i := range e.Rows {
+			if len(c.RowComment(i)) > c.MaxCommentLen() {
+				return fmt.Sprintf("%s row %d: comment %q over its block's bound %d", e.Set, i, c.RowComment(i), c.MaxCommentLen())
+			}
+		}
+	}
+	return ""
+}
+
+// elementsBySet lists t's elements, each block's rows one by one, set by
+// set in the order the sets first appear, with their comments.
+func elementsBySet(t *model.Table) string {
+	es := model.Expand(t.Elements)
+	var sets []string
+	for _, e := range es {
+		if !slices.Contains(sets, e.Set) {
+			sets = append(sets, e.Set)
+		}
+	}
+	var b strings.Builder
+	for _, set := range sets {
+		for _, e := range es {
+			if e.Set == set {
+				fmt.Fprintf(&b, "%s %v : %v %v %q\n", e.Set, e.Key, e.Value, e.Verdict, e.Comment)
+			}
+		}
+	}
+	return b.String()
 }
 
 // OwnershipDiff describes a frontend of rs whose owner the whole table's

@@ -36,7 +36,7 @@ type FlatState struct {
 // that held another Ruleset it leaves the sets of endpoint counts no longer
 // in use, empty; FlatScript replaces the table whole. It is pure.
 func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*FlatState, Result) {
-	st, t, res := flatTable(rs, opts)
+	st, t, res := flatTableIn(rs, opts, parallel.Ranges(rs.Len(), flatRangeMin), false)
 	for _, o := range t.Objects() {
 		tx.Add(o)
 		switch o.(type) {
@@ -47,34 +47,51 @@ func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*
 	return st, res
 }
 
-// flatTable is the whole flat-layout table of rs, and its state. It
-// renders ranges of rs's Service ports on up to GOMAXPROCS goroutines
-// (parallel.Run) and joins them in order: the table is the same for every
-// split.
+// flatTable is the whole flat-layout table of rs, and its state, with the
+// elements of its Service ports in blocks (portBlocks). It renders ranges
+// of rs's Service ports on up to GOMAXPROCS goroutines (parallel.Run) and
+// joins them in order: the table is the same for every split.
 func flatTable(rs *ruleset.Ruleset, opts Options) (*FlatState, *model.Table, Result) {
-	return flatTableIn(rs, opts, parallel.Ranges(rs.Len(), flatRangeMin))
+	return flatTableIn(rs, opts, parallel.Ranges(rs.Len(), flatRangeMin), true)
 }
 
 // flatTableIn is flatTable with rs's Service ports split into ranges (as
-// parallel.Ranges splits them).
-func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int) (*FlatState, *model.Table, Result) {
+// parallel.Ranges splits them), their elements in blocks set by set when
+// inBlocks, else one by one, port by port: the same script
+// (model.Table.Script) either way.
+func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int, inBlocks bool) (*FlatState, *model.Table, Result) {
 	st := &FlatState{r: newFlatRenderer(rs.Config(), opts), counts: map[groupN]int{}, affinity: map[affinityClass]int{}}
 	svcs := rs.Services()
 	owners := wholeTableOwnership(rs)
 	parts := make([]flatRange, len(ranges))
-	// One array has room for the configuration's elements, a window of
-	// flatElementsPerPort per port for each range, and the hairpin block.
-	// A range that outgrows its window moves to an array of its own.
 	config := st.r.flatConfigElements()
-	all := make([]model.Element, len(config), len(config)+flatElementsPerPort*len(svcs)+1)
-	copy(all, config)
 	windows := make([]int, len(ranges)+1)
 	windows[0] = len(config)
-	for i, r := range ranges {
-		windows[i+1] = windows[i] + flatElementsPerPort*(r[1]-r[0])
+	var all []model.Element
+	var interval map[string]bool
+	if inBlocks {
+		// Each range's blocks go into an array of their own.
+		all = append(make([]model.Element, 0, len(config)+1), config...)
+		for i := range ranges {
+			windows[i+1] = len(config)
+		}
+		interval = map[string]bool{}
+		for _, s := range st.r.flatFixedSets() {
+			interval[s.Name] = s.Interval
+		}
+	} else {
+		// One array has room for the configuration's elements, a window
+		// of flatElementsPerPort per port for each range, and the hairpin
+		// block. A range that outgrows its window moves to an array of
+		// its own.
+		all = make([]model.Element, len(config), len(config)+flatElementsPerPort*len(svcs)+1)
+		copy(all, config)
+		for i, r := range ranges {
+			windows[i+1] = windows[i] + flatElementsPerPort*(r[1]-r[0])
+		}
 	}
 	parallel.Run(ranges, func(i, lo, hi int) {
-		parts[i] = st.renderRange(owners, svcs[lo:hi], all[windows[i]:windows[i]:windows[i+1]])
+		parts[i] = st.renderRange(owners, svcs[lo:hi], all[windows[i]:windows[i]:windows[i+1]], interval, inBlocks)
 	})
 	var res Result
 	elements := joinElements(all, parts, windows)
@@ -142,11 +159,14 @@ type flatRange struct {
 // whose ownership is o, appending their elements to elements. It writes
 // nothing that another range reads: its renderer is a copy of st's with
 // its own cache of set names.
-func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements []model.Element) flatRange {
+func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements []model.Element, interval map[string]bool, inBlocks bool) flatRange {
 	r := *st.r
 	r.setNames = map[groupN]groupSetNames{}
 	out := flatRange{counts: &FlatState{counts: map[groupN]int{}, affinity: map[affinityClass]int{}}}
 	acc := flatPort{elements: elements, arenaChunk: 1 << 14, hairpinKeys: &out.hairpin}
+	if inBlocks { // the port's keys are copied before its next
+		acc.arenaChunk = 1 << 8
+	}
 	targets := 0
 	for _, s := range svcs {
 		targets += len(s.ClusterTargets) + len(s.LocalTargets)
@@ -158,6 +178,10 @@ func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements 
 	}
 	var fs []ruleset.Frontend
 	comments, ends := portComments(svcs)
+	var blocks *portBlocks
+	if inBlocks {
+		blocks = newPortBlocks(svcs, comments, ends, interval)
+	}
 	start := 0
 	for i, s := range svcs {
 		comment := comments[start:ends[i]]
@@ -167,11 +191,20 @@ func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements 
 			continue
 		}
 		acc.groups, acc.affinity = acc.groups[:0], acc.affinity[:0]
+		if blocks != nil { // the port's elements and keys are blocks' now
+			acc.elements, acc.arena = acc.elements[:0], acc.arena[:0]
+		}
 		fs = s.AppendFrontends(fs[:0])
 		out.warnings = append(out.warnings, r.portInto(&acc, o, s, fs, comment)...)
 		out.counts.countClasses(acc, 1)
+		if blocks != nil {
+			blocks.add(i, acc.elements)
+		}
 	}
 	out.elements = acc.elements
+	if blocks != nil {
+		out.elements = blocks.elements()
+	}
 	out.hairpin.sort()
 	return out
 }

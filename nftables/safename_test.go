@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -62,18 +63,20 @@ func TestFlatSkipsUnsafeNames(t *testing.T) {
 	}
 	svcs := []*ruleset.Service{svc("a", "198.19.0.1"), svc("B_ad", "198.19.0.2"), svc("c", "198.19.0.3")}
 	st := &FlatState{r: newFlatRenderer(ruleset.Config{Family: v1.IPv4Protocol}, Options{})}
-	out := st.renderRange(ownership{shared: map[ruleset.Frontend]bool{}}, svcs, nil)
-	var comments []string
-	for _, e := range out.elements {
-		if !slices.Contains(comments, e.Comment) {
-			comments = append(comments, e.Comment)
+	for _, inBlocks := range []bool{false, true} {
+		out := st.renderRange(ownership{shared: map[ruleset.Frontend]bool{}}, svcs, nil, map[string]bool{}, inBlocks)
+		var comments []string
+		for _, e := range model.Expand(out.elements) {
+			if !slices.Contains(comments, e.Comment) {
+				comments = append(comments, e.Comment)
+			}
 		}
-	}
-	if want := []string{"a/web:http/TCP", "c/web:http/TCP"}; !slices.Equal(comments, want) {
-		t.Errorf("whole table: elements of %q, want %q", comments, want)
-	}
-	if len(out.warnings) != 1 || out.warnings[0].Namespace != "B_ad" {
-		t.Errorf("whole table: warnings %v, want one about B_ad", out.warnings)
+		if want := []string{"a/web:http/TCP", "c/web:http/TCP"}; !slices.Equal(comments, want) {
+			t.Errorf("whole table (in blocks %v): elements of %q, want %q", inBlocks, comments, want)
+		}
+		if len(out.warnings) != 1 || out.warnings[0].Namespace != "B_ad" {
+			t.Errorf("whole table (in blocks %v): warnings %v, want one about B_ad", inBlocks, out.warnings)
+		}
 	}
 	p, warns := st.r.port(nil, svcs[1])
 	if len(p.elements) != 0 || len(warns) != 1 || warns[0].Namespace != "B_ad" {

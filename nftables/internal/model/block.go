@@ -31,6 +31,37 @@ func (e *Element) row(i int, buf *[]Datum) (key, value []Datum) {
 	return (*buf)[:kw:kw], (*buf)[kw:]
 }
 
+// rowComment is row i's comment: that of e's Source when it has
+// RowComments, else e's Comment.
+func (e *Element) rowComment(i int) string {
+	if c, from, ok := e.rowComments(); ok {
+		return c.RowComment(from + i)
+	}
+	return e.Comment
+}
+
+// maxCommentLen bounds the length of the comment of each of e's rows.
+func (e *Element) maxCommentLen() int {
+	if c, _, ok := e.rowComments(); ok {
+		return c.MaxCommentLen()
+	}
+	return len(e.Comment)
+}
+
+// rowComments is the RowComments of block e's rows, if its Source has
+// them: row i of e is the RowComments' row from+i.
+func (e *Element) rowComments() (c RowComments, from int, ok bool) {
+	if e.Rows == 0 {
+		return nil, 0, false
+	}
+	src := e.Source
+	if o, isOffset := src.(offsetRows); isOffset {
+		src, from = o.RowSource, o.from
+	}
+	c, ok = src.(RowComments)
+	return c, from, ok
+}
+
 // rows is rows [from, to) of block e, as a block.
 func (e *Element) rows(from, to int) Element {
 	b := *e
@@ -81,7 +112,7 @@ func Expand(es []Element) []Element {
 				data = append(data, value...)
 				value = data[len(data)-vw:]
 			}
-			out = append(out, Element{Set: e.Set, Key: key[:len(key):len(key)], Value: value, Comment: e.Comment})
+			out = append(out, Element{Set: e.Set, Key: key[:len(key):len(key)], Value: value, Comment: e.rowComment(r)})
 		}
 	}
 	return out

@@ -11,7 +11,9 @@ import (
 
 // flatLikeBlocks is flatLikeTable with each Service's targets and pairs
 // written as blocks, and one more Service, with rows targets, whose block
-// needs more than one message.
+// needs more than one message; then the services+1 Services' second
+// frontends, in one block whose rows have comments of their own
+// (testFrontends).
 func flatLikeBlocks(services, rows int) *Table {
 	t := flatLikeTable(0)
 	for s := range services + 1 {
@@ -26,8 +28,25 @@ func flatLikeBlocks(services, rows int) *Table {
 			Element{Set: "targets", Key: frontend, Rows: n, Source: testTargets{s}, Comment: comment},
 			Element{Set: "pairs", Rows: n, Source: testPairs{s}})
 	}
+	t.Elements = append(t.Elements, Element{Set: "frontends", Rows: services + 1, Source: testFrontends{}, Comment: "not used"})
 	return t
 }
+
+// testFrontends makes the rows of the Services' second frontends, each
+// with its Service's comment, of lengths that differ.
+type testFrontends struct{}
+
+func (testFrontends) Widths() (key, value int) { return 3, 0 }
+
+func (testFrontends) AppendRow(dst []Datum, i int) []Datum {
+	return append(dst, testAddr(20, i), Proto(6), Port(443))
+}
+
+func (testFrontends) RowComment(i int) string {
+	return fmt.Sprintf("namespace-%d/service-%d:https/TCP", i%7, i)
+}
+
+func (testFrontends) MaxCommentLen() int { return 128 }
 
 func testAddr(net byte, i int) Datum {
 	return Addr(netip.AddrFrom4([4]byte{198, net, byte(i >> 8), byte(i)}))
@@ -59,7 +78,7 @@ func (p testPairs) AppendRow(dst []Datum, i int) []Datum {
 func TestBlockRows(t *testing.T) {
 	blocks := flatLikeBlocks(3, 12)
 	rows := &Table{Family: blocks.Family, Name: blocks.Name, Sets: blocks.Sets, Elements: Expand(blocks.Elements)}
-	if got, want := len(rows.Elements), 3*(1+10+10)+1+12+12; got != want || Count(blocks.Elements) != want {
+	if got, want := len(rows.Elements), 3*(1+10+10)+1+12+12+4; got != want || Count(blocks.Elements) != want {
 		t.Fatalf("%d elements expanded, Count %d; want %d", got, Count(blocks.Elements), want)
 	}
 	e := rows.Elements[1+10+3] // Service 0's pair 3
@@ -69,6 +88,10 @@ func TestBlockRows(t *testing.T) {
 	e = rows.Elements[2] // Service 0's target 1
 	if e.Set != "targets" || fmt.Sprint(e.Key, e.Value) != "[198.19.0.0 tcp 80 1] [198.18.0.1 8080]" {
 		t.Errorf("target 1: %+v", e)
+	}
+	e = rows.Elements[len(rows.Elements)-2] // the second frontend of Service 2
+	if e.Set != "frontends" || fmt.Sprint(e.Key) != "[198.20.0.2 tcp 443]" || e.Comment != "namespace-2/service-2:https/TCP" {
+		t.Errorf("second frontend of Service 2: %+v", e)
 	}
 	if diff := cmp.Diff(rows.Script(), blocks.Script()); diff != "" {
 		t.Errorf("script of blocks (-rows +blocks):\n%s", diff)
@@ -101,8 +124,8 @@ func TestChunks(t *testing.T) {
 		return bytes
 	}
 	row, maxRow, total := size(want[1:2]), 0, size(want)
-	for i := range want {
-		maxRow = max(maxRow, size(want[i:i+1]))
+	for i := range blocks.Elements { // a block's rows as their bound counts them
+		maxRow = max(maxRow, size(blocks.Elements[i:i+1])/blocks.Elements[i].Len())
 	}
 	for _, budget := range []int{1, 7 * row, 100 * row, 1 << 30} {
 		chunks := blocks.chunks(blocks.Elements, budget)

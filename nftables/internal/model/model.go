@@ -186,8 +186,9 @@ func (s *Set) IsMap() bool { return len(s.Value) > 0 || len(s.ValueType) > 0 }
 // map). In an interval set, the last key field may be a prefix.
 //
 // An Element with Rows above 0 is a block: it stands for Rows elements of
-// Set, each with the block's Comment, whose keys all start with Key. Its
-// Source makes each row: the rest of the row's key, and its value. A block
+// Set, each with the block's Comment (or, when its Source has RowComments,
+// a comment of its own), whose keys all start with Key. Its Source makes
+// each row: the rest of the row's key, and its value. A block
 // has no Value or Verdict, and is not in a one-field interval set. A
 // renderer writes many elements that differ in a field or two (a
 // frontend's targets, numbered 0…N−1) as one block whose rows it makes
@@ -215,6 +216,17 @@ type RowSource interface {
 	Widths() (key, value int)
 	// AppendRow appends row i's part of the key, then its value, to dst.
 	AppendRow(dst []Datum, i int) []Datum
+}
+
+// RowComments is a RowSource whose rows have comments of their own: a
+// block of the elements of many Service ports, each with its port's
+// comment. The block's Comment is then not used.
+type RowComments interface {
+	RowSource
+	// RowComment is row i's comment.
+	RowComment(i int) string
+	// MaxCommentLen bounds the length of every row's comment.
+	MaxCommentLen() int
 }
 
 // Datum is one field of an element key or value. It holds no pointer, so

@@ -206,15 +206,16 @@ func (t *Table) intervalSets() map[string]bool {
 // list is one attribute, whose length must fit in 16 bits.
 const maxMessageBytes = 60000
 
-// rowBytes bounds the bytes of one of the elements that e stands for (all
-// of a block's rows have the same size) in a netlink message as
+// rowBytes bounds the bytes of one of the elements that e stands for (a
+// block's rows have the same size but for their comments) in a netlink
+// message as
 // github.com/google/nftables encodes it: the nested key (and the last key
 // in an interval set), the value, the comment as user data, and their
 // attribute headers. A row that e's Source makes is made in buf.
 func rowBytes(e *Element, interval bool, buf *[]Datum) int {
 	rowKey, value := e.row(0, buf)
 	key := dataBytes(e.Key) + dataBytes(rowKey)
-	n := 64 + key + dataBytes(value) + len(e.Comment)
+	n := 64 + key + dataBytes(value) + e.maxCommentLen()
 	if interval {
 		n += key
 	}

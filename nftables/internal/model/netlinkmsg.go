@@ -79,10 +79,10 @@ func appendElement(buf []byte, index uint16, e *Element, r int, interval bool, r
 	if len(value) > 0 {
 		buf = appendDataAttr(buf, unix.NFTA_SET_ELEM_DATA, value, nil, false)
 	}
-	if e.Comment != "" {
+	if comment := e.rowComment(r); comment != "" {
 		var udata int
 		buf, udata = nlattr.Start(buf, unix.NFTA_SET_ELEM_USERDATA)
-		buf = append(append(append(buf, udataComment, byte(len(e.Comment)+1)), e.Comment...), 0)
+		buf = append(append(append(buf, udataComment, byte(len(comment)+1)), comment...), 0)
 		buf = nlattr.End(buf, udata)
 	}
 	return nlattr.End(buf, start)

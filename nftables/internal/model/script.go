@@ -206,9 +206,13 @@ func (t *Table) writeElements(b *strings.Builder, fam string) {
 		for _, i := range bySet[set] {
 			e := &t.Elements[i]
 			comment := strings.ReplaceAll(e.Comment, `"`, "'")
+			_, _, own := e.rowComments()
 			for r := range e.Len() {
 				if n++; n > 1 {
 					line = append(line, ", "...)
+				}
+				if own {
+					comment = strings.ReplaceAll(e.rowComment(r), `"`, "'")
 				}
 				line = e.appendRowText(line, r, comment, &buf)
 			}

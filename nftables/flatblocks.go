@@ -44,6 +44,7 @@ const keyChunk = 1 << 12
 // while rows is set, are rows' (not yet in elements).
 type portSet struct {
 	set      string
+	interval bool
 	elements []model.Element
 	rows     *portRows
 }
@@ -92,13 +93,8 @@ func (b *portBlocks) add(i int, es []model.Element) {
 	b.lastKey = nil
 	for k := range es {
 		e := &es[k]
-		ps := b.bySet[e.Set]
-		if ps == nil {
-			ps = &portSet{set: e.Set}
-			b.bySet[e.Set] = ps
-			b.sets = append(b.sets, ps)
-		}
-		if local, ok := b.entry(i, s, e); ok {
+		ps := b.set(e.Set)
+		if local, ok := b.entry(i, s, ps, e); ok {
 			if r := ps.rows; r == nil || r.width != len(e.Key) || r.targets != e.Rows {
 				ps.end()
 				ps.rows = &portRows{b: b, width: len(e.Key), targets: e.Rows}
@@ -122,12 +118,23 @@ func (b *portBlocks) add(i int, es []model.Element) {
 	}
 }
 
-// entry reports whether e, an element of port i, s, can be an entry of a
-// portRows, and whether it is a block of s's LocalTargets: a key, or a
-// block of the port's targets, with the port's comment, in a set that is
-// not an interval set.
-func (b *portBlocks) entry(i int, s *ruleset.Service, e *model.Element) (local, ok bool) {
-	if e.Value != nil || e.Verdict != nil || b.interval[e.Set] || e.Comment != b.comment(i) {
+// set is the portSet of set.
+func (b *portBlocks) set(set string) *portSet {
+	ps := b.bySet[set]
+	if ps == nil {
+		ps = &portSet{set: set, interval: b.interval[set]}
+		b.bySet[set] = ps
+		b.sets = append(b.sets, ps)
+	}
+	return ps
+}
+
+// entry reports whether e, an element of port i, s, in ps, can be an
+// entry of a portRows, and whether it is a block of s's LocalTargets: a
+// key, or a block of the port's targets, with the port's comment, in a
+// set that is not an interval set.
+func (b *portBlocks) entry(i int, s *ruleset.Service, ps *portSet, e *model.Element) (local, ok bool) {
+	if e.Value != nil || e.Verdict != nil || ps.interval || e.Comment != b.comment(i) {
 		return false, false
 	}
 	switch {

@@ -25,6 +25,10 @@ type portBlocks struct {
 	interval map[string]bool
 	sets     []*portSet
 	bySet    map[string]*portSet
+	// previous are the sets of the elements of the port added last, in
+	// order: a port's k-th element is most often in the same set as the
+	// previous port's, found without hashing its name.
+	previous []*portSet
 	// keys hold the entries' keys, in chunks of keyChunk data that are
 	// never moved, addressed by keyRef; lastKey is the key of the port
 	// being added that was last stored, at lastRef (a frontend's key is
@@ -93,7 +97,7 @@ func (b *portBlocks) add(i int, es []model.Element) {
 	b.lastKey = nil
 	for k := range es {
 		e := &es[k]
-		ps := b.set(e.Set)
+		ps := b.set(k, e.Set)
 		if local, ok := b.entry(i, s, ps, e); ok {
 			if r := ps.rows; r == nil || r.width != len(e.Key) || r.targets != e.Rows {
 				ps.end()
@@ -118,13 +122,21 @@ func (b *portBlocks) add(i int, es []model.Element) {
 	}
 }
 
-// set is the portSet of set.
-func (b *portBlocks) set(set string) *portSet {
+// set is the portSet of set, the k-th element's of the port being added.
+func (b *portBlocks) set(k int, set string) *portSet {
+	if k < len(b.previous) && b.previous[k].set == set {
+		return b.previous[k]
+	}
 	ps := b.bySet[set]
 	if ps == nil {
 		ps = &portSet{set: set, interval: b.interval[set]}
 		b.bySet[set] = ps
 		b.sets = append(b.sets, ps)
+	}
+	if k < len(b.previous) {
+		b.previous[k] = ps
+	} else {
+		b.previous = append(b.previous, ps)
 	}
 	return ps
 }

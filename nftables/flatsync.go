@@ -156,7 +156,9 @@ type flatRange struct {
 }
 
 // renderRange renders svcs, a range of the Service ports of a whole table
-// whose ownership is o, appending their elements to elements. It writes
+// whose ownership is o, appending their elements to elements; or, when
+// inBlocks, returning them in blocks set by set (portBlocks; interval
+// names the interval sets, whose elements stay elements). It writes
 // nothing that another range reads: its renderer is a copy of st's with
 // its own cache of set names.
 func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements []model.Element, interval map[string]bool, inBlocks bool) flatRange {

@@ -74,7 +74,7 @@ type portRows struct {
 // port's LocalTargets.
 type portEntry struct{ key, port uint32 }
 
-// portLocal marks, in portRows.ports, an entry of the LocalTargets.
+// portLocal marks, in portEntry.port, an entry of the LocalTargets.
 const portLocal = 1 << 31
 
 func newPortBlocks(svcs []*ruleset.Service, comments string, ends []int, interval map[string]bool) *portBlocks {

@@ -3,10 +3,14 @@ package nftables
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -81,5 +85,36 @@ func TestFlatSkipsUnsafeNames(t *testing.T) {
 	p, warns := st.r.port(nil, svcs[1])
 	if len(p.elements) != 0 || len(warns) != 1 || warns[0].Namespace != "B_ad" {
 		t.Errorf("one port: %d elements, warnings %v; want none, one about B_ad", len(p.elements), warns)
+	}
+}
+
+// The same for kube-proxy's layout: the whole table's render warns about a
+// Service port whose name safeName refuses and writes nothing of it, and
+// writes the ports around it.
+func TestFullSkipsUnsafeNames(t *testing.T) {
+	rs := scaleworld.New(scalegen.Spec{Services: 2}).Ruleset
+	r, err := newRenderer(rs.Config(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := *rs.Services()[0]
+	port := *bad.ServicePort
+	port.Name.Namespace = "B_ad"
+	bad.ServicePort = &port
+	var res Result
+	tx := knftables.NewFake(knftables.IPv4Family, DefaultTable).NewTransaction()
+	st := newFullState(r, rs, &res, func(string) bool { return false }, false)
+	st.services(r.knftWriter(tx), []*ruleset.Service{rs.Services()[0], &bad, rs.Services()[1]})
+	text := tx.String()
+	if strings.Contains(text, "B_ad") {
+		t.Errorf("the unsafe port is rendered:\n%s", text)
+	}
+	for _, s := range rs.Services() {
+		if !strings.Contains(text, s.Name.Namespace+"/"+s.Name.Name) {
+			t.Errorf("%v is not rendered", s.Name)
+		}
+	}
+	if len(res.Warnings) != 1 || res.Warnings[0].Namespace != "B_ad" {
+		t.Errorf("warnings %v, want one about B_ad", res.Warnings)
 	}
 }

@@ -17,10 +17,8 @@ import (
 // they first appear: the table's script is the same as from the elements
 // one by one.
 type portBlocks struct {
-	svcs []*ruleset.Service
-	// comments and ends are the ports' comments (portComments).
-	comments string
-	ends     []int
+	svcs     []*ruleset.Service
+	comments portCommentList
 	// interval are the interval sets, whose elements stay elements.
 	interval map[string]bool
 	sets     []*portSet
@@ -77,17 +75,14 @@ type portEntry struct{ key, port uint32 }
 // portLocal marks, in portEntry.port, an entry of the LocalTargets.
 const portLocal = 1 << 31
 
-func newPortBlocks(svcs []*ruleset.Service, comments string, ends []int, interval map[string]bool) *portBlocks {
-	return &portBlocks{svcs: svcs, comments: comments, ends: ends, interval: interval, bySet: map[string]*portSet{}}
-}
-
-// comment is the comment of port i (an index in b.svcs).
-func (b *portBlocks) comment(i int) string {
-	start := 0
-	if i > 0 {
-		start = b.ends[i-1]
+// newPortBlocks holds the elements of svcs, whose comments are comments,
+// for the flat layout's table as r renders it.
+func newPortBlocks(r *flatRenderer, svcs []*ruleset.Service, comments portCommentList) *portBlocks {
+	b := &portBlocks{svcs: svcs, comments: comments, interval: map[string]bool{}, bySet: map[string]*portSet{}}
+	for _, s := range r.flatFixedSets() {
+		b.interval[s.Name] = s.Interval
 	}
-	return b.comments[start:b.ends[i]]
+	return b
 }
 
 // add takes in the elements es of port i (an index in b.svcs), which
@@ -146,7 +141,7 @@ func (b *portBlocks) set(k int, set string) *portSet {
 // key, or a block of the port's targets, with the port's comment, in a
 // set that is not an interval set.
 func (b *portBlocks) entry(i int, s *ruleset.Service, ps *portSet, e *model.Element) (local, ok bool) {
-	if e.Value != nil || e.Verdict != nil || ps.interval || e.Comment != b.comment(i) {
+	if e.Value != nil || e.Verdict != nil || ps.interval || e.Comment != b.comments.at(i) {
 		return false, false
 	}
 	switch {
@@ -239,7 +234,7 @@ func (r *portRows) targetsOf(e portEntry) *[]ruleset.Target {
 }
 
 func (r *portRows) RowComment(i int) string {
-	return r.b.comment(int(r.entries[i/max(r.targets, 1)].port &^ portLocal))
+	return r.b.comments.at(int(r.entries[i/max(r.targets, 1)].port &^ portLocal))
 }
 
 func (r *portRows) MaxCommentLen() int { return r.maxComment }

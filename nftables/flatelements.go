@@ -103,18 +103,34 @@ func appendPortComment(b []byte, n servicemap.PortName) []byte {
 	return b[:start+min(len(b)-start, knftables.CommentLengthMax)]
 }
 
-// portComments are the portComments of svcs, in one string: that of
-// svcs[i] is all[ends[i-1]:ends[i]] (from 0 for the first), empty when its
-// name is not safe (safeName), and only then. Checking a name just before
-// copying it reads it from memory once.
-func portComments(svcs []*ruleset.Service) (all string, ends []int) {
+// portCommentList is the portComments of a list of Service ports, in one
+// string: that of port i is all[ends[i-1]:ends[i]] (from 0 for the
+// first).
+type portCommentList struct {
+	all  string
+	ends []int
+}
+
+// at is the comment of port i.
+func (c portCommentList) at(i int) string {
+	start := 0
+	if i > 0 {
+		start = c.ends[i-1]
+	}
+	return c.all[start:c.ends[i]]
+}
+
+// portComments are the portComments of svcs, each empty when its name is
+// not safe (safeName), and only then. Checking a name just before copying
+// it reads it from memory once.
+func portComments(svcs []*ruleset.Service) portCommentList {
 	n := 0
 	for _, s := range svcs {
 		n += len(s.Name.Namespace) + len(s.Name.Name) + len(s.Name.Port) + len(s.Name.Protocol) + 3
 	}
 	var b strings.Builder
 	b.Grow(n)
-	ends = make([]int, len(svcs))
+	ends := make([]int, len(svcs))
 	var buf []byte
 	for i, s := range svcs {
 		if safeName(s.Name) {
@@ -123,7 +139,7 @@ func portComments(svcs []*ruleset.Service) (all string, ends []int) {
 		}
 		ends[i] = b.Len()
 	}
-	return b.String(), ends
+	return portCommentList{b.String(), ends}
 }
 
 // addHairpin appends the addresses of the target lists of s that p's

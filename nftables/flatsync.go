@@ -64,34 +64,25 @@ func flatTableIn(rs *ruleset.Ruleset, opts Options, ranges [][2]int, inBlocks bo
 	svcs := rs.Services()
 	owners := wholeTableOwnership(rs)
 	parts := make([]flatRange, len(ranges))
-	config := st.r.flatConfigElements()
+	// A range's blocks are few, in an array of their own: every window is
+	// empty, and joinElements copies them after the configuration's. One
+	// by one, one array has room for the configuration's elements, a
+	// window of flatElementsPerPort per port for each range, and the
+	// hairpin block; a range that outgrows its window moves to an array of
+	// its own.
+	all := st.r.flatConfigElements()
 	windows := make([]int, len(ranges)+1)
-	windows[0] = len(config)
-	var all []model.Element
-	var interval map[string]bool
-	if inBlocks {
-		// Each range's blocks go into an array of their own.
-		all = append(make([]model.Element, 0, len(config)+1), config...)
-		for i := range ranges {
-			windows[i+1] = len(config)
-		}
-		interval = map[string]bool{}
-		for _, s := range st.r.flatFixedSets() {
-			interval[s.Name] = s.Interval
-		}
-	} else {
-		// One array has room for the configuration's elements, a window
-		// of flatElementsPerPort per port for each range, and the hairpin
-		// block. A range that outgrows its window moves to an array of
-		// its own.
-		all = make([]model.Element, len(config), len(config)+flatElementsPerPort*len(svcs)+1)
-		copy(all, config)
+	for i := range windows {
+		windows[i] = len(all)
+	}
+	if !inBlocks {
+		all = append(make([]model.Element, 0, len(all)+flatElementsPerPort*len(svcs)+1), all...)
 		for i, r := range ranges {
 			windows[i+1] = windows[i] + flatElementsPerPort*(r[1]-r[0])
 		}
 	}
 	parallel.Run(ranges, func(i, lo, hi int) {
-		parts[i] = st.renderRange(owners, svcs[lo:hi], all[windows[i]:windows[i]:windows[i+1]], interval, inBlocks)
+		parts[i] = st.renderRange(owners, svcs[lo:hi], all[windows[i]:windows[i]:windows[i+1]], inBlocks)
 	})
 	var res Result
 	elements := joinElements(all, parts, windows)
@@ -157,11 +148,10 @@ type flatRange struct {
 
 // renderRange renders svcs, a range of the Service ports of a whole table
 // whose ownership is o, appending their elements to elements; or, when
-// inBlocks, returning them in blocks set by set (portBlocks; interval
-// names the interval sets, whose elements stay elements). It writes
+// inBlocks, returning them in blocks set by set (portBlocks). It writes
 // nothing that another range reads: its renderer is a copy of st's with
 // its own cache of set names.
-func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements []model.Element, interval map[string]bool, inBlocks bool) flatRange {
+func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements []model.Element, inBlocks bool) flatRange {
 	r := *st.r
 	r.setNames = map[groupN]groupSetNames{}
 	out := flatRange{counts: &FlatState{counts: map[groupN]int{}, affinity: map[affinityClass]int{}}}
@@ -179,15 +169,13 @@ func (st *FlatState) renderRange(o ownership, svcs []*ruleset.Service, elements 
 		out.hairpin.v6 = make([]v6Key, 0, targets)
 	}
 	var fs []ruleset.Frontend
-	comments, ends := portComments(svcs)
+	comments := portComments(svcs)
 	var blocks *portBlocks
 	if inBlocks {
-		blocks = newPortBlocks(svcs, comments, ends, interval)
+		blocks = newPortBlocks(&r, svcs, comments)
 	}
-	start := 0
 	for i, s := range svcs {
-		comment := comments[start:ends[i]]
-		start = ends[i]
+		comment := comments.at(i)
 		if comment == "" {
 			out.warnings = append(out.warnings, unsafeWarning(s))
 			continue

@@ -68,7 +68,7 @@ func TestFlatSkipsUnsafeNames(t *testing.T) {
 	svcs := []*ruleset.Service{svc("a", "198.19.0.1"), svc("B_ad", "198.19.0.2"), svc("c", "198.19.0.3")}
 	st := &FlatState{r: newFlatRenderer(ruleset.Config{Family: v1.IPv4Protocol}, Options{})}
 	for _, inBlocks := range []bool{false, true} {
-		out := st.renderRange(ownership{shared: map[ruleset.Frontend]bool{}}, svcs, nil, map[string]bool{}, inBlocks)
+		out := st.renderRange(ownership{shared: map[ruleset.Frontend]bool{}}, svcs, nil, inBlocks)
 		var comments []string
 		for _, e := range model.Expand(out.elements) {
 			if !slices.Contains(comments, e.Comment) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/svcproxy/svcproxy/internal/netnsrun"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/nftables"
 )
@@ -86,5 +87,59 @@ func TestExecutorNetNS(t *testing.T) {
 	}
 	if self, err := os.Readlink("/proc/self/ns/net"); err != nil || self != selfBefore {
 		t.Errorf("the test process moved from %s to %s (%v)", selfBefore, self, err)
+	}
+}
+
+// TestCleanupNetNS runs the package's Cleanup in a namespace that holds
+// both layouts' tables in both families: it deletes the named table (the
+// kube-proxy layout's by default) in ip and ip6 and nothing else, a
+// missing table is not an error, and a bad name is refused before nft
+// runs. The host's ruleset is as it was.
+func TestCleanupNetNS(t *testing.T) {
+	netns.Require(t, "nft")
+	lab := netns.NewLab(t)
+	target := lab.NewNS("nftcleanup")
+	hostBefore := hostRuleset(t)
+	ns, err := netnsrun.Open(filepath.Join("/run/netns", target.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	ctx := context.Background()
+	for _, f := range []string{"ip", "ip6"} {
+		for _, table := range []string{nftables.DefaultTable, nftables.DefaultFlatTable} {
+			if out, err := target.Run(ctx, "nft", "add", "table", f, table); err != nil {
+				t.Fatalf("adding table %s %s: %v\n%s", f, table, err, out)
+			}
+		}
+	}
+	tables := func() string {
+		t.Helper()
+		out, err := target.Run(ctx, "nft", "list", "tables")
+		if err != nil {
+			t.Fatalf("listing the tables: %v\n%s", err, out)
+		}
+		return strings.Join(strings.Fields(out), " ")
+	}
+	for _, step := range []struct {
+		name, table string
+		want        string
+	}{
+		{"the default table", "", "table ip svcproxy-flat table ip6 svcproxy-flat"},
+		{"the default table again, missing", "", "table ip svcproxy-flat table ip6 svcproxy-flat"},
+		{"the flat layout's table", nftables.DefaultFlatTable, ""},
+	} {
+		if err := ns.Do(func() error { return nftables.Cleanup(ctx, step.table) }); err != nil {
+			t.Fatalf("%s: Cleanup: %v", step.name, err)
+		}
+		if got := tables(); got != step.want {
+			t.Errorf("%s: tables %q after Cleanup, want %q", step.name, got, step.want)
+		}
+	}
+	if err := ns.Do(func() error { return nftables.Cleanup(ctx, "bad name") }); err == nil {
+		t.Error("Cleanup of a table named \"bad name\": no error")
+	}
+	if diff := cmp.Diff(hostBefore, hostRuleset(t)); diff != "" {
+		t.Errorf("the host's ruleset changed (-before +after):\n%s", diff)
 	}
 }

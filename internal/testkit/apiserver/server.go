@@ -314,5 +314,3 @@ func (s *Server) Audit() string {
 	return string(data)
 }
 
-// APIServerLog returns what kube-apiserver has written so far.
-func (s *Server) APIServerLog() string { return s.apiserverLog.String() }

@@ -487,15 +487,6 @@ func (d Datum) Matches(v Datum) bool {
 	return d == v
 }
 
-// AddrPort is the address and port of a map value of two fields (address
-// . port), as DNATMap rewrites a destination to; false for other values.
-func AddrPort(ds []Datum) (netip.AddrPort, bool) {
-	if len(ds) != 2 || ds[0].kind != datumAddr || ds[1].kind != datumPort {
-		return netip.AddrPort{}, false
-	}
-	return netip.AddrPortFrom(ds[0].addr(), uint16(ds[1].num())), true
-}
-
 // AsPrefix is an address, as the prefix of its full length, or a prefix;
 // false for the other data and for an address with a zone, which a prefix
 // cannot hold.

@@ -28,7 +28,8 @@ import (
 // (the Executor over netlink, as TestScale runs it) in one run, at each
 // SVCPROXY_SCALE_N (default 10000): generation (once from a collected
 // heap, then again: the median, and the mean, which counts the collections
-// that generations' allocations bring), first sync, full resync of the
+// that generations' allocations bring; with the process's CPU time, which
+// tells more work from less of the machine), first sync, full resync of the
 // loaded table, one Service changed, added and removed, and connect()
 // latency. The flat layout's first sync writes its definitions with nft
 // and its elements over netlink (FlatFirstSync); its resync is timed two
@@ -144,6 +145,7 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	// of collections; their mean says what that share costs.
 	runtime.GC()
 	runtime.ReadMemStats(&coldBefore)
+	coldCPU := cpuTime()
 	build := timed(t, "generation: snapshots + Build", func() error { rs = w.Build(); return nil })
 	var load nftables.FlatLoad
 	var res nftables.Result
@@ -151,6 +153,7 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 		l.state, load, res = nftables.FlatFirstSync(rs, nftables.Options{})
 		return nil
 	})
+	coldCPU = cpuTime() - coldCPU
 	runtime.ReadMemStats(&coldAfter)
 	rs = nil
 	defs := l.script("flat: first sync, definitions through nft", load.Definitions)
@@ -164,6 +167,7 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	var builds, renders []float64
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	againCPU := cpuTime()
 	for range reps {
 		start := time.Now()
 		again := w.Build()
@@ -171,6 +175,7 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 		nftables.FlatFirstSync(again, nftables.Options{})
 		builds, renders = append(builds, ms(mid.Sub(start))), append(renders, ms(time.Since(mid)))
 	}
+	againCPU = cpuTime() - againCPU
 	runtime.ReadMemStats(&after)
 	lat := latencies(t, c, w, n, conns)
 	var resyncNL time.Duration
@@ -211,11 +216,13 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	row("FlatFirstSync / first sync", 100*float64(render)/float64(first), "%")
 	row("generation (snapshots + Build + FlatFirstSync) / first sync", 100*float64(build+render)/float64(first), "%")
 	row("garbage collections begun during that generation", float64(coldAfter.NumGC-coldBefore.NumGC), "collections")
+	row("CPU time of the process during that generation", ms(coldCPU), "ms")
 	row(fmt.Sprintf("generation again: snapshots + Build (median of %d)", reps), median(builds), "ms")
 	row(fmt.Sprintf("generation again: FlatFirstSync (median of %d)", reps), median(renders), "ms")
 	row("generation again (medians) / first sync", 100*(median(builds)+median(renders))/ms(first), "%")
 	row(fmt.Sprintf("generation again (mean of %d, collections included) / first sync", reps), 100*(mean(builds)+mean(renders))/ms(first), "%")
 	row(fmt.Sprintf("garbage collections begun during the %d generations again", reps), float64(after.NumGC-before.NumGC), "collections")
+	row(fmt.Sprintf("CPU time of the process during the %d generations again (mean)", reps), ms(againCPU)/float64(reps), "ms")
 	row("whole table into no table (one nft -f)", ms(whole), "ms")
 	row("full resync of the loaded table (FlatResync + definitions through nft + elements over netlink)", ms(resyncNL), "ms")
 	row("netlink transactions of the resync's elements", float64(resyncTx), "tx")
@@ -251,6 +258,17 @@ func (l *flatLab) changes(w *scaleworld.World, n, reps int) (change, add, remove
 		remove = append(remove, l.incremental("flat: 1 Service removed", prev, w.Ruleset))
 	}
 	return change, add, remove
+}
+
+// cpuTime is the CPU time the process has used so far, user and system,
+// all threads (getrusage): beside a wall time, it tells a generation that
+// did more work from one that got less of the machine's processors.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // memory is the process's peak RSS so far and its heap in use, in bytes.

@@ -313,4 +313,3 @@ func (s *Server) Audit() string {
 	}
 	return string(data)
 }
-

@@ -1,238 +1,325 @@
-// Package cowmap is a copy-on-write map keyed by namespace and name, and the
-// Journal that the trackers of servicemap and endpoints are built on. Taking
-// an immutable snapshot after a change costs time proportional to the change,
-// not to the size of the map.
+// Package cowmap is a copy-on-write map keyed by namespace and name, kept in
+// key order, and the Journal that the trackers of servicemap and endpoints
+// are built on. Taking an immutable snapshot after a change costs time
+// proportional to the change, not to the size of the map.
 //
-// Entries live in 4,096 leaves (small arrays of entries, each with its key's
-// hash) in a two-level table of 64 × 64, chosen by an FNV-1a hash of the
-// key. A Map is immutable; With and Without return a new Map that shares
-// everything but the path to the leaf they touch: they copy the root table
-// of 64 pointers, one inner table of 64 leaves and one leaf. With 30,000
-// keys a leaf holds about 7 entries, so a change costs the same at 100 keys
-// as at 30,000.
+// Entries live in the leaves of a B+tree (sorted arrays of at most
+// maxNode entries) under inner nodes of at most maxNode children, each
+// with the least key of its subtree. A Map is immutable; With and Without
+// return a new Map that shares everything but the path to the leaf they
+// touch: a copy of each node on it, three at 30,000 keys.
 //
-// The map is unordered on purpose. ruleset keeps its own persistent
-// structure, an ordered tree, because Diff and the renderers walk Services in
-// name order; the trackers need no order and get O(1) changes from hashing.
+// The map is ordered so that a full sync reads it in order: the Services
+// of a servicemap snapshot in the order the renderers walk them, without a
+// sort, and the endpoints of an endpoints snapshot alongside them
+// (AllFrom), without a lookup per Service.
 package cowmap
 
 import (
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 )
 
-const (
-	fanout     = 64
-	leafCount  = fanout * fanout
-	leafBits   = 6
-	leafMask   = fanout - 1
-	hashOffset = 2166136261
-	hashPrime  = 16777619
-)
+// maxNode is the most entries of a leaf and children of an inner node. A
+// node that grows past it splits in two halves.
+const maxNode = 32
 
-type (
-	// A leaf is a slice of entries in no order, replaced (never changed)
-	// by a change: Diff tells a shared leaf from a copied one by the
-	// address of its first entry. A slice rather than a Go map: a leaf
-	// holds a few entries, and a lookup then reads one array, skipping
-	// the entries of other hashes without reading their keys.
-	leaf[V any]  []entry[V]
-	inner[V any] [fanout]leaf[V]
-	table[V any] [fanout]*inner[V]
-)
-
-type entry[V any] struct {
-	hash uint32 // the key's hash, of which the leaf index is 12 bits
-	key  types.NamespacedName
-	val  V
+// node is a leaf (kids nil) or an inner node of a B+tree. It is never
+// changed once a Map holds it.
+type node[V any] struct {
+	// keys are a leaf's entries' keys, sorted; or an inner node's
+	// children's least keys, sorted (each child holds the keys from its
+	// own up to the next child's).
+	keys []types.NamespacedName
+	// vals are a leaf's entries' values, by index in keys.
+	vals []V
+	// kids are an inner node's children, all of one height.
+	kids []*node[V]
 }
 
-// Map is an immutable map from types.NamespacedName to V. The zero Map is
-// empty and ready to use.
+// Map is an immutable map from types.NamespacedName to V, ordered by
+// namespace, then name. The zero Map is empty and ready to use.
 type Map[V any] struct {
-	root   *table[V]
+	root   *node[V]
 	length int
+}
+
+// Compare orders keys by namespace, then name.
+func Compare(a, b types.NamespacedName) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 // Len is the number of keys.
 func (m Map[V]) Len() int { return m.length }
 
+// child is the index of the child of inner node n whose keys key falls
+// among: the last whose least key is not above key, or the first.
+func (n *node[V]) child(key types.NamespacedName) int {
+	i, found := slices.BinarySearchFunc(n.keys, key, Compare)
+	if !found && i > 0 {
+		i--
+	}
+	return i
+}
+
 // Get returns the value for key and whether it is present.
 func (m Map[V]) Get(key types.NamespacedName) (V, bool) {
+	n := m.root
+	if n == nil {
+		var zero V
+		return zero, false
+	}
+	for n.kids != nil {
+		n = n.kids[n.child(key)]
+	}
+	if j, found := slices.BinarySearchFunc(n.keys, key, Compare); found {
+		return n.vals[j], true
+	}
 	var zero V
-	if m.root == nil {
-		return zero, false
-	}
-	h := hashOf(key)
-	i := leafOf(h)
-	in := m.root[i>>leafBits]
-	if in == nil {
-		return zero, false
-	}
-	l := in[i&leafMask]
-	if j := l.find(h, key); j >= 0 {
-		return l[j].val, true
-	}
 	return zero, false
 }
 
-// find returns the index of key, whose hash is h, in l, or -1.
-func (l leaf[V]) find(h uint32, key types.NamespacedName) int {
-	for j := range l {
-		if l[j].hash == h && l[j].key == key {
-			return j
-		}
+// With returns a Map in which key maps to v. The entry holds key itself,
+// also where an equal key was there before.
+func (m Map[V]) With(key types.NamespacedName, v V) Map[V] {
+	if m.root == nil {
+		return Map[V]{root: &node[V]{keys: []types.NamespacedName{key}, vals: []V{v}}, length: 1}
 	}
-	return -1
+	n, split, added := insert(m.root, key, v)
+	if split != nil {
+		n = &node[V]{keys: []types.NamespacedName{n.keys[0], split.keys[0]}, kids: []*node[V]{n, split}}
+	}
+	if added {
+		return Map[V]{root: n, length: m.length + 1}
+	}
+	return Map[V]{root: n, length: m.length}
 }
 
-// With returns a Map in which key maps to v.
-func (m Map[V]) With(key types.NamespacedName, v V) Map[V] {
-	h := hashOf(key)
-	n, in, i := m.copyPath(leafOf(h))
-	old := in[i]
-	j := old.find(h, key)
-	var l leaf[V]
-	if j >= 0 {
-		l = slices.Clone(old)
-		l[j].val = v
-	} else {
-		l = append(make(leaf[V], 0, len(old)+1), old...)
-		l = append(l, entry[V]{h, key, v})
-		n.length++
+// insert returns a copy of n with key mapped to v, and the upper half of
+// that copy when it outgrew maxNode (then the copy is the lower half);
+// added reports that key was not in n.
+func insert[V any](n *node[V], key types.NamespacedName, v V) (c, split *node[V], added bool) {
+	if n.kids == nil {
+		j, found := slices.BinarySearchFunc(n.keys, key, Compare)
+		if found {
+			c = &node[V]{keys: slices.Clone(n.keys), vals: slices.Clone(n.vals)}
+			c.keys[j], c.vals[j] = key, v
+			return c, nil, false
+		}
+		c = &node[V]{keys: inserted(n.keys, j, key), vals: inserted(n.vals, j, v)}
+		c, split = c.splitIfFull()
+		return c, split, true
 	}
-	in[i] = l
-	return n
+	i := n.child(key)
+	kid, kidSplit, added := insert(n.kids[i], key, v)
+	if kidSplit == nil {
+		c = &node[V]{keys: slices.Clone(n.keys), kids: slices.Clone(n.kids)}
+	} else {
+		c = &node[V]{keys: inserted(n.keys, i+1, kidSplit.keys[0]), kids: inserted(n.kids, i+1, kidSplit)}
+	}
+	c.keys[i], c.kids[i] = kid.keys[0], kid
+	c, split = c.splitIfFull()
+	return c, split, added
+}
+
+// inserted is a copy of s with v at index i, in an array of its own just
+// long enough: the Map holds every node's arrays as they are made, and
+// append's room to grow would stay unused.
+func inserted[T any](s []T, i int, v T) []T {
+	out := make([]T, len(s)+1)
+	copy(out, s[:i])
+	out[i] = v
+	copy(out[i+1:], s[i:])
+	return out
+}
+
+// splitIfFull returns n, or, when it has more than maxNode entries or
+// children, its lower and upper halves, each in arrays of its own (halves
+// of one array would keep all of it alive while either lives).
+func (n *node[V]) splitIfFull() (lower, upper *node[V]) {
+	if len(n.keys) <= maxNode {
+		return n, nil
+	}
+	h := len(n.keys) / 2
+	lower = &node[V]{keys: slices.Clone(n.keys[:h])}
+	upper = &node[V]{keys: slices.Clone(n.keys[h:])}
+	if n.kids == nil {
+		lower.vals, upper.vals = slices.Clone(n.vals[:h]), slices.Clone(n.vals[h:])
+	} else {
+		lower.kids, upper.kids = slices.Clone(n.kids[:h]), slices.Clone(n.kids[h:])
+	}
+	return lower, upper
 }
 
 // Without returns a Map without key.
 func (m Map[V]) Without(key types.NamespacedName) Map[V] {
-	if _, ok := m.Get(key); !ok {
+	if m.root == nil {
 		return m
 	}
-	h := hashOf(key)
-	n, in, i := m.copyPath(leafOf(h))
-	old := in[i]
-	j := old.find(h, key)
-	var l leaf[V]
-	if len(old) > 1 {
-		l = slices.Concat(old[:j], old[j+1:])
+	n, removed := remove(m.root, key)
+	if !removed {
+		return m
 	}
-	in[i] = l
-	n.length--
-	return n
+	for n != nil && n.kids != nil && len(n.kids) == 1 {
+		n = n.kids[0]
+	}
+	return Map[V]{root: n, length: m.length - 1}
 }
 
-// All calls yield for every entry, in no particular order, until yield
-// returns false.
-func (m Map[V]) All(yield func(types.NamespacedName, V) bool) {
-	if m.root == nil {
-		return
-	}
-	for _, in := range m.root {
-		if in == nil {
-			continue
+// remove returns a copy of n without key, nil when that leaves it empty,
+// and whether key was there (else n itself). Nodes may be left with few
+// entries: a B+tree that never merges them stays correct, and a tracker's
+// keys rarely shrink by much.
+func remove[V any](n *node[V], key types.NamespacedName) (*node[V], bool) {
+	if n.kids == nil {
+		j, found := slices.BinarySearchFunc(n.keys, key, Compare)
+		if !found {
+			return n, false
 		}
-		for _, l := range in {
-			for j := range l {
-				if !yield(l[j].key, l[j].val) {
-					return
-				}
+		if len(n.keys) == 1 {
+			return nil, true
+		}
+		return &node[V]{keys: slices.Delete(slices.Clone(n.keys), j, j+1), vals: slices.Delete(slices.Clone(n.vals), j, j+1)}, true
+	}
+	i := n.child(key)
+	kid, removed := remove(n.kids[i], key)
+	if !removed {
+		return n, false
+	}
+	c := &node[V]{keys: slices.Clone(n.keys), kids: slices.Clone(n.kids)}
+	if kid == nil {
+		if len(c.kids) == 1 {
+			return nil, true
+		}
+		c.keys, c.kids = slices.Delete(c.keys, i, i+1), slices.Delete(c.kids, i, i+1)
+	} else {
+		c.keys[i], c.kids[i] = kid.keys[0], kid
+	}
+	return c, true
+}
+
+// All calls yield for every entry, in key order, until yield returns
+// false.
+func (m Map[V]) All(yield func(types.NamespacedName, V) bool) {
+	if m.root != nil {
+		all(m.root, yield)
+	}
+}
+
+// all is All for the subtree n; false when yield stopped it.
+func all[V any](n *node[V], yield func(types.NamespacedName, V) bool) bool {
+	if n.kids == nil {
+		for j := range n.keys {
+			if !yield(n.keys[j], n.vals[j]) {
+				return false
 			}
 		}
+		return true
 	}
+	for _, k := range n.kids {
+		if !all(k, yield) {
+			return false
+		}
+	}
+	return true
+}
+
+// AllFrom is All from the first key not below from on: it finds that key
+// as Get does, then reads on in order.
+func (m Map[V]) AllFrom(from types.NamespacedName, yield func(types.NamespacedName, V) bool) {
+	if m.root != nil {
+		allFrom(m.root, from, yield)
+	}
+}
+
+// allFrom is AllFrom for the subtree n; false when yield stopped it.
+func allFrom[V any](n *node[V], from types.NamespacedName, yield func(types.NamespacedName, V) bool) bool {
+	if n.kids == nil {
+		j, _ := slices.BinarySearchFunc(n.keys, from, Compare)
+		for ; j < len(n.keys); j++ {
+			if !yield(n.keys[j], n.vals[j]) {
+				return false
+			}
+		}
+		return true
+	}
+	i := n.child(from)
+	if !allFrom(n.kids[i], from, yield) {
+		return false
+	}
+	for _, k := range n.kids[i+1:] {
+		if !all(k, yield) {
+			return false
+		}
+	}
+	return true
 }
 
 // Diff calls changed for every key of m or o that may map to different
-// values in the two: the keys of every leaf that the two Maps do not share.
-// The value is the zero V where a key is missing. Between a Map and one made
-// from it by k calls of With and Without, Diff visits O(k) leaves, about
-// seven keys each at 30,000 keys; between unrelated Maps it visits all.
+// values in the two: the keys of every subtree that the two Maps do not
+// share, in key order. The value is the zero V where a key is missing.
+// Between a Map and one made from it by k calls of With and Without, Diff
+// visits O(k) leaves (or the subtree over a node that split or lost a
+// child: at most maxNode leaves for each); between unrelated Maps it
+// visits all.
 func (m Map[V]) Diff(o Map[V], changed func(key types.NamespacedName, before, after V)) {
-	if m.root == o.root {
+	diff(m.root, o.root, changed)
+}
+
+// diff is Diff for the subtrees a (before) and b (after), either nil.
+func diff[V any](a, b *node[V], changed func(key types.NamespacedName, before, after V)) {
+	if a == b {
 		return
 	}
-	var none table[V]
-	mr, or := m.root, o.root
-	if mr == nil {
-		mr = &none
-	}
-	if or == nil {
-		or = &none
-	}
-	for t := range fanout {
-		mi, oi := mr[t], or[t]
-		if mi == oi {
-			continue
+	if a != nil && b != nil && a.kids != nil && b.kids != nil && slices.Equal(a.keys, b.keys) {
+		// The children cover the same keys, pairwise.
+		for i := range a.kids {
+			diff(a.kids[i], b.kids[i], changed)
 		}
-		for l := range fanout {
-			var ml, ol leaf[V]
-			if mi != nil {
-				ml = mi[l]
-			}
-			if oi != nil {
-				ol = oi[l]
-			}
-			if !same(ml, ol) {
-				diffLeaves(ml, ol, changed)
-			}
-		}
+		return
 	}
+	merge(entries(a), entries(b), changed)
 }
 
-// same reports whether a and b are one leaf (or both empty).
-func same[V any](a, b leaf[V]) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+// entry is a key and its value.
+type entry[V any] struct {
+	key types.NamespacedName
+	val V
 }
 
-// diffLeaves calls changed for every key of before and after.
-func diffLeaves[V any](before, after leaf[V], changed func(key types.NamespacedName, before, after V)) {
+// entries are the entries of the subtree n (none for nil), in order.
+func entries[V any](n *node[V]) []entry[V] {
+	var out []entry[V]
+	if n != nil {
+		all(n, func(k types.NamespacedName, v V) bool {
+			out = append(out, entry[V]{k, v})
+			return true
+		})
+	}
+	return out
+}
+
+// merge calls changed for every key of before or after, two sorted lists
+// of entries, in order, with the zero V where one lacks it.
+func merge[V any](before, after []entry[V], changed func(key types.NamespacedName, before, after V)) {
 	var zero V
-	for _, b := range before {
-		a := zero
-		if j := after.find(b.hash, b.key); j >= 0 {
-			a = after[j].val
+	i, j := 0, 0
+	for i < len(before) || j < len(after) {
+		switch {
+		case j == len(after) || i < len(before) && Compare(before[i].key, after[j].key) < 0:
+			changed(before[i].key, before[i].val, zero)
+			i++
+		case i == len(before) || Compare(before[i].key, after[j].key) > 0:
+			changed(after[j].key, zero, after[j].val)
+			j++
+		default:
+			changed(after[j].key, before[i].val, after[j].val)
+			i, j = i+1, j+1
 		}
-		changed(b.key, b.val, a)
 	}
-	for _, a := range after {
-		if before.find(a.hash, a.key) < 0 {
-			changed(a.key, zero, a.val)
-		}
-	}
-}
-
-// copyPath returns a Map sharing all of m but the path to leaf i: the root
-// table and leaf i's inner table are copies, returned with the index of the
-// leaf in it for the caller to replace.
-func (m Map[V]) copyPath(i uint16) (Map[V], *inner[V], uint16) {
-	root := new(table[V])
-	if m.root != nil {
-		*root = *m.root
-	}
-	in := new(inner[V])
-	if old := root[i>>leafBits]; old != nil {
-		*in = *old
-	}
-	root[i>>leafBits] = in
-	return Map[V]{root: root, length: m.length}, in, i & leafMask
-}
-
-// hashOf is the FNV-1a hash of key.
-func hashOf(key types.NamespacedName) uint32 {
-	h := uint32(hashOffset)
-	for i := 0; i < len(key.Namespace); i++ {
-		h = (h ^ uint32(key.Namespace[i])) * hashPrime
-	}
-	h = (h ^ '/') * hashPrime
-	for i := 0; i < len(key.Name); i++ {
-		h = (h ^ uint32(key.Name[i])) * hashPrime
-	}
-	return h
-}
-
-// leafOf is the leaf of a key whose hash is h: 12 bits of it.
-func leafOf(h uint32) uint16 {
-	return uint16((h ^ h>>12 ^ h>>24) % leafCount)
 }

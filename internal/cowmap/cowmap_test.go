@@ -3,9 +3,11 @@ package cowmap
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/apimachinery/pkg/types"
 	"pgregory.net/rapid"
 )
@@ -152,34 +154,146 @@ func TestPersistence(t *testing.T) {
 	}
 }
 
-func TestLeavesSpreadAndShare(t *testing.T) {
-	used := map[uint16]bool{}
-	for i := range 30000 {
-		used[leafOf(hashOf(key("ns", fmt.Sprintf("svc-%d", i))))] = true
+// checkTree checks the B+tree invariants of m: every leaf at one depth,
+// no node empty or over maxNode, keys sorted, an inner node's keys its
+// children's least keys, and Len the number of entries.
+func checkTree[V any](t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, m Map[V]) {
+	t.Helper()
+	if m.root == nil {
+		if m.length != 0 {
+			t.Fatalf("empty tree, Len %d", m.length)
+		}
+		return
 	}
-	if len(used) < leafCount*95/100 {
-		t.Errorf("30000 keys use only %d of %d leaves", len(used), leafCount)
+	leafDepth, count := -1, 0
+	var walk func(n *node[V], depth int)
+	walk = func(n *node[V], depth int) {
+		if len(n.keys) == 0 || len(n.keys) > maxNode {
+			t.Fatalf("node with %d keys", len(n.keys))
+		}
+		if !slices.IsSortedFunc(n.keys, Compare) || len(slices.CompactFunc(slices.Clone(n.keys), func(a, b types.NamespacedName) bool { return a == b })) != len(n.keys) {
+			t.Fatalf("keys not sorted and distinct: %v", n.keys)
+		}
+		if n.kids == nil {
+			if len(n.vals) != len(n.keys) {
+				t.Fatalf("leaf with %d keys and %d values", len(n.keys), len(n.vals))
+			}
+			if leafDepth >= 0 && depth != leafDepth {
+				t.Fatalf("leaves at depths %d and %d", leafDepth, depth)
+			}
+			leafDepth = depth
+			count += len(n.keys)
+			return
+		}
+		if len(n.kids) != len(n.keys) {
+			t.Fatalf("inner node with %d keys and %d children", len(n.keys), len(n.kids))
+		}
+		for i, k := range n.kids {
+			if k.keys[0] != n.keys[i] {
+				t.Fatalf("child %d's least key %v, its parent says %v", i, k.keys[0], n.keys[i])
+			}
+			walk(k, depth+1)
+		}
 	}
+	walk(m.root, 0)
+	if count != m.length {
+		t.Fatalf("Len %d, %d entries", m.length, count)
+	}
+}
 
+// nodes are the nodes of the subtree n.
+func nodes[V any](n *node[V]) map[*node[V]]bool {
+	out := map[*node[V]]bool{}
+	var walk func(n *node[V])
+	walk = func(n *node[V]) {
+		out[n] = true
+		for _, k := range n.kids {
+			walk(k)
+		}
+	}
+	if n != nil {
+		walk(n)
+	}
+	return out
+}
+
+// TestChangeCopiesOnePath checks that With and Without copy only the path
+// to the leaf they change: at 30,000 keys, a replaced value copies one
+// node per level and shares the others.
+func TestChangeCopiesOnePath(t *testing.T) {
 	var m Map[int]
 	for i := range 30000 {
-		m = m.With(key("ns", fmt.Sprintf("svc-%d", i)), i)
+		m = m.With(key("ns", fmt.Sprintf("svc-%05d", i)), i)
 	}
-	k := key("ns", "svc-42")
-	n := m.With(k, -1)
-	changed := leafOf(hashOf(k))
-	for i := range leafCount {
-		top, low := i>>leafBits, i&leafMask
-		if m.root[top] == nil || n.root[top] == nil {
-			continue
+	checkTree(t, m)
+	depth := 0
+	for n := m.root; n.kids != nil; n = n.kids[0] {
+		depth++
+	}
+	before := nodes(m.root)
+	for _, next := range []Map[int]{
+		m.With(key("ns", "svc-00042"), -1),
+		m.Without(key("ns", "svc-00042")),
+	} {
+		checkTree(t, next)
+		fresh := 0
+		for n := range nodes(next.root) {
+			if !before[n] {
+				fresh++
+			}
 		}
-		same := fmt.Sprintf("%p", n.root[top][low]) == fmt.Sprintf("%p", m.root[top][low])
-		if (uint16(i) == changed) == same {
-			t.Errorf("leaf %d shared=%v after a change in leaf %d", i, same, changed)
+		if fresh != depth+1 {
+			t.Errorf("a change made %d new nodes, want %d (one per level)", fresh, depth+1)
 		}
-		if sameInner := n.root[top] == m.root[top]; sameInner != (top != int(changed>>leafBits)) {
-			t.Errorf("inner table %d shared=%v after a change in leaf %d", top, sameInner, changed)
+	}
+}
+
+// TestAllInOrder checks that All and AllFrom yield in key order, AllFrom
+// from the first key not below its start, present or not.
+func TestAllInOrder(t *testing.T) {
+	var m Map[int]
+	var keys []types.NamespacedName
+	for i := range 2000 {
+		k := key(fmt.Sprintf("ns-%d", i%7), fmt.Sprintf("svc-%d", i))
+		keys = append(keys, k)
+		m = m.With(k, i)
+	}
+	slices.SortFunc(keys, Compare)
+	collect := func(from *types.NamespacedName) []types.NamespacedName {
+		var got []types.NamespacedName
+		yield := func(k types.NamespacedName, _ int) bool { got = append(got, k); return true }
+		if from == nil {
+			m.All(yield)
+		} else {
+			m.AllFrom(*from, yield)
 		}
+		return got
+	}
+	if diff := cmp.Diff(keys, collect(nil)); diff != "" {
+		t.Errorf("All (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		from types.NamespacedName
+		want []types.NamespacedName
+	}{
+		{keys[0], keys},
+		{key("", ""), keys},
+		{keys[700], keys[700:]},
+		{key(keys[700].Namespace, keys[700].Name+"!"), keys[701:]},
+		{keys[len(keys)-1], keys[len(keys)-1:]},
+		{key("ot", ""), nil},
+	} {
+		if diff := cmp.Diff(tc.want, collect(&tc.from), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("AllFrom(%v) (-want +got):\n%s", tc.from, diff)
+		}
+	}
+	calls := 0
+	m.AllFrom(keys[10], func(types.NamespacedName, int) bool { calls++; return calls < 3 })
+	if calls != 3 {
+		t.Errorf("AllFrom called yield %d times after it returned false at 3", calls)
 	}
 }
 
@@ -200,14 +314,16 @@ func TestAllStopsEarly(t *testing.T) {
 func TestPropertyModel(t *testing.T) {
 	genKey := rapid.Custom(func(t *rapid.T) types.NamespacedName {
 		return key(rapid.SampledFrom([]string{"", "a", "b", "kube-system"}).Draw(t, "ns"),
-			rapid.StringMatching(`[a-z]{0,3}`).Draw(t, "name"))
+			rapid.StringMatching(`[a-f]{0,3}`).Draw(t, "name"))
 	})
 	rapid.Check(t, func(t *rapid.T) {
 		m := Map[int]{}
 		model := map[types.NamespacedName]int{}
 		var versions []Map[int]
 		var models []map[types.NamespacedName]int
-		for i, n := 0, rapid.IntRange(0, 100).Draw(t, "ops"); i < n; i++ {
+		// Up to 600 changes of about 1,000 keys: trees of three levels,
+		// nodes that split and children that go.
+		for i, n := 0, rapid.IntRange(0, 600).Draw(t, "ops"); i < n; i++ {
 			k := genKey.Draw(t, "key")
 			if rapid.Bool().Draw(t, "with") {
 				m = m.With(k, i)
@@ -220,6 +336,7 @@ func TestPropertyModel(t *testing.T) {
 			models = append(models, maps.Clone(model))
 		}
 		for i := range versions {
+			checkTree(t, versions[i])
 			if versions[i].Len() != len(models[i]) {
 				t.Fatalf("version %d: Len = %d, want %d", i, versions[i].Len(), len(models[i]))
 			}
@@ -240,10 +357,16 @@ func TestPropertyModel(t *testing.T) {
 // right values, and nothing for a Map and itself.
 func TestPropDiff(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		keys := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g"})
+		// A base of up to 1,500 keys (three levels), two Maps made from it
+		// by up to 30 changes each, among its keys and others.
+		nameOf := func(i int) types.NamespacedName { return key(fmt.Sprint("ns-", i%5), fmt.Sprint("svc-", i)) }
+		var base Map[int]
+		for i := range rapid.IntRange(0, 1500).Draw(t, "base") {
+			base = base.With(nameOf(i), 1)
+		}
 		apply := func(m Map[int], label string) (Map[int], map[types.NamespacedName]int) {
-			for range rapid.IntRange(0, 8).Draw(t, label+"-ops") {
-				k := key(keys.Draw(t, label+"-ns"), keys.Draw(t, label+"-name"))
+			for range rapid.IntRange(0, 30).Draw(t, label+"-ops") {
+				k := nameOf(rapid.IntRange(0, 1600).Draw(t, label+"-key"))
 				if rapid.Bool().Draw(t, label+"-delete") {
 					m = m.Without(k)
 				} else {
@@ -254,7 +377,6 @@ func TestPropDiff(t *testing.T) {
 			m.All(func(k types.NamespacedName, v int) bool { want[k] = v; return true })
 			return m, want
 		}
-		base, _ := apply(Map[int]{}, "base")
 		a, wantA := apply(base, "a")
 		b, wantB := apply(base, "b")
 		seen := map[types.NamespacedName]bool{}

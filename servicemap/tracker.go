@@ -43,50 +43,27 @@ func (s Snapshot) Len() int { return s.ports }
 // Ports returns every ServicePort, sorted by PortName.
 func (s Snapshot) Ports() []ServicePort {
 	all := make([]ServicePort, 0, s.ports)
-	for ports := range s.sortedServices() {
+	s.services.All(func(_ types.NamespacedName, ports []ServicePort) bool {
 		all = append(all, ports...)
-	}
+		return true
+	})
 	return all
 }
 
 // All yields every ServicePort, sorted by PortName, as Ports returns them
 // but without copying them: the ServicePorts are the Snapshot's own and
-// must not be modified. Ports and All sort a large Snapshot's Services on
-// up to GOMAXPROCS goroutines, which end before the first port is yielded.
+// must not be modified. The Snapshot keeps its Services in order, each
+// with its ports in order, so All sorts nothing.
 func (s Snapshot) All() iter.Seq[*ServicePort] {
 	return func(yield func(*ServicePort) bool) {
-		for ports := range s.sortedServices() {
+		s.services.All(func(_ types.NamespacedName, ports []ServicePort) bool {
 			for i := range ports {
 				if !yield(&ports[i]) {
-					return
+					return false
 				}
 			}
-		}
-	}
-}
-
-// sortedServices returns the ports of each Service of s, the Services
-// sorted by namespace and name, as an iterator. The ports of each Service
-// are sorted by PortName and carry its namespace and name, so
-// concatenating them gives every port in PortName order while sorting
-// only one integer per Service (serviceOrder). The sort is done when the
-// iterator is made.
-func (s Snapshot) sortedServices() iter.Seq[[]ServicePort] {
-	n := s.services.Len()
-	keys := make([]types.NamespacedName, 0, n)
-	ports := make([][]ServicePort, 0, n)
-	s.services.All(func(key types.NamespacedName, p []ServicePort) bool {
-		keys = append(keys, key)
-		ports = append(ports, p)
-		return true
-	})
-	order, l := serviceOrder(keys)
-	return func(yield func([]ServicePort) bool) {
-		for _, k := range order {
-			if !yield(ports[l.index(k)]) {
-				return
-			}
-		}
+			return true
+		})
 	}
 }
 

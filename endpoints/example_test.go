@@ -3,6 +3,7 @@ package endpoints_test
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -121,4 +122,41 @@ func ExamplePortOf() {
 	// all ready, no hints: true
 	// maybe on node-a: true
 	// maybe on node-c: false
+}
+
+// PortsOf reads the endpoints of many ports in one ordered walk, as a
+// full sync does: the ports of a servicemap snapshot, in the order All
+// yields them, each with its Port (none for a Service without slices).
+func ExampleSnapshot_PortsOf() {
+	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	port, portName := int32(8080), "http"
+	for i, name := range []string{"api", "db", "web"} {
+		svcs.Update(&v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec: v1.ServiceSpec{
+				ClusterIPs: []string{fmt.Sprintf("198.19.0.%d", 10+i)},
+				Ports:      []v1.ServicePort{{Name: "http", Port: 80}},
+			},
+		})
+		if name == "db" {
+			continue
+		}
+		eps.Update(&discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "shop", Name: name + "-1", Labels: map[string]string{discovery.LabelServiceName: name}},
+			AddressType: discovery.AddressTypeIPv4,
+			Ports:       []discovery.EndpointPort{{Name: &portName, Port: &port}},
+			Endpoints:   []discovery.Endpoint{{Addresses: []string{fmt.Sprintf("198.18.1.%d", 1+i)}}},
+		})
+	}
+	ss, _ := svcs.Snapshot()
+	es, _ := eps.Snapshot()
+	ports := slices.Collect(ss.All())
+	for i, p := range es.PortsOf(ports) {
+		fmt.Println(ports[i].Name, p.Serving)
+	}
+	// Output:
+	// shop/api:http [198.18.1.1:8080]
+	// shop/db:http []
+	// shop/web:http [198.18.1.3:8080]
 }

@@ -3,6 +3,7 @@ package endpoints_test
 import (
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -464,6 +465,7 @@ func TestPropertyTracker(t *testing.T) {
 					}
 					checkPort(t, name, snap.Port(name))
 				}
+				checkPortsOf(t, snap, allNames, namespaces, services)
 				last = cur
 			}
 		}
@@ -525,6 +527,52 @@ func checkPort(t *rapid.T, name servicemap.PortName, port endpoints.Port) {
 	for _, node := range []string{"node-a", "node-b", "node-c", "other"} {
 		if of.MaybeOnNode(node) != port.MaybeOnNode(node) {
 			t.Fatalf("%v: PortOf its endpoints says MaybeOnNode(%q) = %v, the Snapshot's Port %v", name, node, of.MaybeOnNode(node), port.MaybeOnNode(node))
+		}
+	}
+}
+
+// checkPortsOf checks that PortsOf yields, for a sorted list of port
+// names (those of names, and of Services with and without endpoints in
+// namespaces before, among and after those of the snapshot), each with
+// its index and what Port gives for it, and stops when told to.
+func checkPortsOf(t *rapid.T, snap endpoints.Snapshot, names map[servicemap.PortName]bool, namespaces, services []string) {
+	var ports []*servicemap.ServicePort
+	for name := range names {
+		ports = append(ports, &servicemap.ServicePort{Name: name})
+	}
+	for _, ns := range append([]string{"a", "zz"}, namespaces...) {
+		for _, svc := range append([]string{"aaa", "zzz"}, services...) {
+			ports = append(ports, &servicemap.ServicePort{Name: servicemap.PortName{Namespace: ns, Name: svc, Protocol: v1.ProtocolTCP}})
+		}
+	}
+	slices.SortFunc(ports, func(a, b *servicemap.ServicePort) int { return a.Name.Compare(b.Name) })
+	ports = slices.CompactFunc(ports, func(a, b *servicemap.ServicePort) bool { return a.Name == b.Name })
+	from := rapid.IntRange(0, len(ports)).Draw(t, "portsFrom")
+	ports = ports[from:]
+	next := 0
+	for i, got := range snap.PortsOf(ports) {
+		if i != next {
+			t.Fatalf("PortsOf yielded index %d, want %d", i, next)
+		}
+		if want := snap.Port(ports[i].Name); !reflect.DeepEqual(got, want) {
+			t.Fatalf("PortsOf: %v: %+v, Port gives %+v", ports[i].Name, got, want)
+		}
+		next++
+	}
+	if next != len(ports) {
+		t.Fatalf("PortsOf yielded %d of %d ports", next, len(ports))
+	}
+	if len(ports) > 1 {
+		stop := rapid.IntRange(1, len(ports)-1).Draw(t, "portsStop")
+		calls := 0
+		for range snap.PortsOf(ports) {
+			calls++
+			if calls == stop {
+				break
+			}
+		}
+		if calls != stop {
+			t.Fatalf("PortsOf went on after a break at %d: %d calls", stop, calls)
 		}
 	}
 }

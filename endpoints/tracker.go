@@ -36,6 +36,44 @@ func (s Snapshot) Port(name servicemap.PortName) Port {
 	return ports.get(name)
 }
 
+// PortsOf yields each of ports, which must be sorted by PortName (as
+// servicemap.Snapshot.All yields them), with its index in ports and the
+// Port that Port gives for its name, in one walk of s from the first
+// one's Service on: where Port finds each Service on its own, PortsOf
+// reads s in order alongside ports, as a full sync that reads the
+// endpoints of every port does.
+func (s Snapshot) PortsOf(ports []*servicemap.ServicePort) iter.Seq2[int, Port] {
+	return func(yield func(int, Port) bool) {
+		if len(ports) == 0 {
+			return
+		}
+		i, stopped := 0, false
+		serviceOf := func(p *servicemap.ServicePort) types.NamespacedName {
+			return types.NamespacedName{Namespace: p.Name.Namespace, Name: p.Name.Name}
+		}
+		s.services.AllFrom(serviceOf(ports[0]), func(svc types.NamespacedName, list portList) bool {
+			for ; i < len(ports); i++ {
+				c := cowmap.Compare(serviceOf(ports[i]), svc)
+				if c > 0 {
+					break
+				}
+				port := Port{}
+				if c == 0 {
+					port = list.get(ports[i].Name)
+				}
+				if !yield(i, port) {
+					stopped = true
+					return false
+				}
+			}
+			return i < len(ports)
+		})
+		for ; !stopped && i < len(ports); i++ {
+			stopped = !yield(i, Port{})
+		}
+	}
+}
+
 // portList is what a Snapshot holds for one Service: the endpoints of each
 // of its ports that has some, sorted by port name and protocol. (A slice
 // rather than a map: most Services have one port, and a lookup then

@@ -304,9 +304,9 @@ func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, ep
 	svcs := make([]Service, len(ports))
 	var alloc slabs
 	var warnings []svcproxy.Warning
-	for i, sp := range ports {
+	for i, port := range eps.PortsOf(ports) {
 		alloc.left = len(ports) - i
-		w, ok := b.fill(&svcs[i], sp, eps.Port(sp.Name), &alloc)
+		w, ok := b.fill(&svcs[i], ports[i], port, &alloc)
 		warnings = append(warnings, w...)
 		if ok {
 			dst[i] = &svcs[i]

@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/svcproxy/svcproxy/internal/sorted"
 )
 
 // maxNode is the most entries of a leaf and children of an inner node. A
@@ -69,9 +71,9 @@ func (n *node[V]) child(key types.NamespacedName) int {
 
 // Get returns the value for key and whether it is present.
 func (m Map[V]) Get(key types.NamespacedName) (V, bool) {
+	var zero V
 	n := m.root
 	if n == nil {
-		var zero V
 		return zero, false
 	}
 	for n.kids != nil {
@@ -80,7 +82,6 @@ func (m Map[V]) Get(key types.NamespacedName) (V, bool) {
 	if j, found := slices.BinarySearchFunc(n.keys, key, Compare); found {
 		return n.vals[j], true
 	}
-	var zero V
 	return zero, false
 }
 
@@ -264,26 +265,50 @@ func allFrom[V any](n *node[V], from types.NamespacedName, yield func(types.Name
 // values in the two: the keys of every subtree that the two Maps do not
 // share, in key order. The value is the zero V where a key is missing.
 // Between a Map and one made from it by k calls of With and Without, Diff
-// visits O(k) leaves (or the subtree over a node that split or lost a
-// child: at most maxNode leaves for each); between unrelated Maps it
-// visits all.
+// visits O(k) leaves, and the leaves beside a node that split or lost a
+// child (its parent's other children that it does not share: at most
+// maxNode); between unrelated Maps it visits all.
 func (m Map[V]) Diff(o Map[V], changed func(key types.NamespacedName, before, after V)) {
 	diff(m.root, o.root, changed)
 }
 
-// diff is Diff for the subtrees a (before) and b (after), either nil.
+// diff is Diff for the subtrees a (before) and b (after), either nil,
+// which hold every key that either holds outside the subtrees that the
+// caller found shared.
 func diff[V any](a, b *node[V], changed func(key types.NamespacedName, before, after V)) {
 	if a == b {
 		return
 	}
-	if a != nil && b != nil && a.kids != nil && b.kids != nil && slices.Equal(a.keys, b.keys) {
-		// The children cover the same keys, pairwise.
-		for i := range a.kids {
-			diff(a.kids[i], b.kids[i], changed)
+	if a != nil && b != nil && a.kids != nil && b.kids != nil {
+		if slices.Equal(a.keys, b.keys) {
+			// The children cover the same keys, pairwise.
+			for i := range a.kids {
+				diff(a.kids[i], b.kids[i], changed)
+			}
+			return
 		}
+		// A child that both hold has the same entries in both; the others
+		// hold the rest of the keys.
+		onlyA, onlyB := unshared(a.kids, b.kids), unshared(b.kids, a.kids)
+		if len(onlyA) == 1 && len(onlyB) == 1 {
+			diff(onlyA[0], onlyB[0], changed)
+			return
+		}
+		walk(entries(onlyA...), entries(onlyB...), changed)
 		return
 	}
-	merge(entries(a), entries(b), changed)
+	walk(entries(a), entries(b), changed)
+}
+
+// unshared are the nodes of xs that ys does not hold, in order.
+func unshared[V any](xs, ys []*node[V]) []*node[V] {
+	var out []*node[V]
+	for _, x := range xs {
+		if !slices.Contains(ys, x) {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // entry is a key and its value.
@@ -292,34 +317,27 @@ type entry[V any] struct {
 	val V
 }
 
-// entries are the entries of the subtree n (none for nil), in order.
-func entries[V any](n *node[V]) []entry[V] {
+// entries are the entries of the subtrees ns (nil ones hold none), in
+// order.
+func entries[V any](ns ...*node[V]) []entry[V] {
 	var out []entry[V]
-	if n != nil {
-		all(n, func(k types.NamespacedName, v V) bool {
-			out = append(out, entry[V]{k, v})
-			return true
-		})
+	for _, n := range ns {
+		if n != nil {
+			all(n, func(k types.NamespacedName, v V) bool {
+				out = append(out, entry[V]{k, v})
+				return true
+			})
+		}
 	}
 	return out
 }
 
-// merge calls changed for every key of before or after, two sorted lists
+// walk calls changed for every key of before or after, two sorted lists
 // of entries, in order, with the zero V where one lacks it.
-func merge[V any](before, after []entry[V], changed func(key types.NamespacedName, before, after V)) {
+func walk[V any](before, after []entry[V], changed func(key types.NamespacedName, before, after V)) {
 	var zero V
-	i, j := 0, 0
-	for i < len(before) || j < len(after) {
-		switch {
-		case j == len(after) || i < len(before) && Compare(before[i].key, after[j].key) < 0:
-			changed(before[i].key, before[i].val, zero)
-			i++
-		case i == len(before) || Compare(before[i].key, after[j].key) > 0:
-			changed(after[j].key, zero, after[j].val)
-			j++
-		default:
-			changed(after[j].key, before[i].val, after[j].val)
-			i, j = i+1, j+1
-		}
-	}
+	sorted.Walk(before, after, func(x, y entry[V]) int { return Compare(x.key, y.key) },
+		func(b entry[V]) { changed(b.key, b.val, zero) },
+		func(a entry[V]) { changed(a.key, zero, a.val) },
+		func(b, a entry[V]) { changed(a.key, b.val, a.val) })
 }

@@ -14,7 +14,9 @@ var ErrFullSyncNeeded = errors.New("a full sync is needed")
 
 // SyncResult is what a backend's Sync reports, in the same terms for every
 // backend: it is the result of the Sync method of engine.Backend, which
-// iptables.Executor and nftables.Executor implement.
+// iptables.Executor and nftables.Executor implement. A backend's own account
+// of a sync is its own type (iptables.SyncDetails, nftables.SyncDetails,
+// each with its SyncResult), which its Executor's Apply returns.
 type SyncResult struct {
 	// Full is true when the sync rewrote everything the backend owns,
 	// false when it applied only what changed (or nothing).
@@ -26,8 +28,4 @@ type SyncResult struct {
 	NextSync time.Duration
 	// Warnings are the objects the backend skipped while rendering.
 	Warnings []Warning
-	// Details is the backend's own account of the sync: a
-	// *iptables.SyncDetails or a *nftables.SyncDetails for the executors
-	// of this module; nil when the backend has none.
-	Details any
 }

@@ -66,8 +66,8 @@ func bulkLab(t *testing.T, n int, counts []int, mode string, changeChunk int, re
 		var res nftables.SyncDetails
 		rs := w.Ruleset
 		d := timed(t, what, func() error {
-			out, err := e.Sync(ctx, rs)
-			res = nftables.DetailsOf(out)
+			out, err := e.Apply(ctx, rs)
+			res = out
 			if err == nil && out.Full != wantFull {
 				err = fmt.Errorf("full sync %v (%v), want %v", out.Full, res.Fallback, wantFull)
 			}

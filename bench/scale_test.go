@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	gnft "github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -19,6 +17,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	gnft "github.com/google/nftables"
+	"github.com/google/nftables/expr"
 
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
@@ -273,7 +274,7 @@ func runIptables(t *testing.T, n, reps, conns int, rep *report, floors map[strin
 	sync := func(what string, wantFull bool) time.Duration {
 		rs := w.Ruleset
 		return timed(t, what, func() error {
-			res, err := e.Sync(ctx, rs)
+			res, err := e.Apply(ctx, rs)
 			if err == nil && res.Full != wantFull {
 				err = fmt.Errorf("full sync %v, want %v", res.Full, wantFull)
 			}
@@ -337,8 +338,8 @@ func runNftables(t *testing.T, n, reps, conns int, resync bool, rep *report, flo
 	sync := func(what string, wantFull bool) time.Duration {
 		rs := w.Ruleset
 		return timed(t, what, func() error {
-			res, err := e.Sync(ctx, rs)
-			details := nftables.DetailsOf(res)
+			res, err := e.Apply(ctx, rs)
+			details := res
 			if err == nil && res.Full != wantFull {
 				err = fmt.Errorf("full sync %v (%v), want %v", res.Full, details.Fallback, wantFull)
 			}
@@ -469,7 +470,7 @@ func runChunks(t *testing.T, n int, list string, rep *report, floors map[string]
 				ns.ToolOnPath(t, "nft")
 				e := netlinkExecutor(t, ns, chunk)
 				d := timed(t, fmt.Sprintf("first sync over netlink, chunks of %d", chunk), func() error {
-					_, err := e.Sync(context.Background(), w.Ruleset)
+					_, err := e.Apply(context.Background(), w.Ruleset)
 					return err
 				})
 				times[chunk] = append(times[chunk], ms(d))

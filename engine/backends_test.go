@@ -42,29 +42,26 @@ func executors(t *testing.T) map[string]engine.Backend {
 	return map[string]engine.Backend{"iptables": ipt, "nftables": nft}
 }
 
-// TestExecutorsShareErrors: both executors use svcproxy.ErrFullSyncNeeded.
+// TestExecutorsShareErrors: a first sync falls back for
+// svcproxy.ErrFullSyncNeeded, the one value every backend wraps.
 func TestExecutorsShareErrors(t *testing.T) {
-	if iptables.ErrFullSyncNeeded != svcproxy.ErrFullSyncNeeded || nftables.ErrFullSyncNeeded != svcproxy.ErrFullSyncNeeded {
-		t.Errorf("ErrFullSyncNeeded: iptables %p, nftables %p, svcproxy %p; want one value",
-			iptables.ErrFullSyncNeeded, nftables.ErrFullSyncNeeded, svcproxy.ErrFullSyncNeeded)
-	}
 	rs := fixture.Ruleset(t, ruleset.Config{Family: v1.IPv4Protocol, Node: topology.Node{Name: "node-a"}})
-	res, err := executors(t)["nftables"].Sync(context.Background(), rs)
-	if err != nil || !errors.Is(nftables.DetailsOf(res).Fallback, svcproxy.ErrFullSyncNeeded) {
-		t.Errorf("first nftables sync: fallback %v, %v; want ErrFullSyncNeeded", nftables.DetailsOf(res).Fallback, err)
+	res, err := executors(t)["nftables"].(*nftables.Executor).Apply(context.Background(), rs)
+	if err != nil || !errors.Is(res.Fallback, svcproxy.ErrFullSyncNeeded) {
+		t.Errorf("first nftables sync: fallback %v, %v; want svcproxy.ErrFullSyncNeeded", res.Fallback, err)
 	}
 }
 
 // TestExecutorsAsBackends: both executors sync fully first, then
-// incrementally, carry their own Details, and may be used from several
+// incrementally, and may be used from several
 // goroutines at once (run with -race).
 func TestExecutorsAsBackends(t *testing.T) {
 	rs := fixture.Ruleset(t, ruleset.Config{Family: v1.IPv4Protocol, Node: topology.Node{Name: "node-a"}})
 	ctx := context.Background()
 	for name, b := range executors(t) {
 		first, err := b.Sync(ctx, rs)
-		if err != nil || !first.Full || first.Details == nil {
-			t.Fatalf("%s: first sync %+v, %v; want a full one with details", name, first, err)
+		if err != nil || !first.Full {
+			t.Fatalf("%s: first sync %+v, %v; want a full one", name, first, err)
 		}
 		var wg sync.WaitGroup
 		for i := range 8 {

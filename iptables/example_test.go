@@ -149,10 +149,10 @@ func ExampleExecutor() {
 		panic(err)
 	}
 	ctx := context.Background()
-	res, err := e.Sync(ctx, web("198.18.64.2", "198.18.65.2"))
+	res, err := e.Apply(ctx, web("198.18.64.2", "198.18.65.2"))
 	fmt.Println("full:", res.Full, err)
-	res, err = e.Sync(ctx, web("198.18.64.2"))
-	details := iptables.DetailsOf(res)
+	res, err = e.Apply(ctx, web("198.18.64.2"))
+	details := res
 	fmt.Printf("full: %v changed: %v fallback: %q %v\n", res.Full, details.Changes.Changed, details.Fallback, err)
 	// Output:
 	// iptables-restore --noflush --counters -w (2564 bytes in)

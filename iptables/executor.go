@@ -207,9 +207,10 @@ func (e *Executor) Close() error {
 	return nil
 }
 
-// SyncDetails says what a Sync did beyond svcproxy.SyncResult: it is the
-// SyncResult's Details (see DetailsOf).
+// SyncDetails is what one sync did: the svcproxy.SyncResult that Sync
+// returns, and this backend's own account of it (Apply returns both).
 type SyncDetails struct {
+	svcproxy.SyncResult
 	// Changes are the ServicePorts a partial sync rewrote or removed.
 	Changes ruleset.Changes
 	// Skipped is true when nothing had changed since the last successful
@@ -227,15 +228,6 @@ type SyncDetails struct {
 	// error. SyncResult.Full is then true.
 	Fallback       FallbackReason
 	FallbackDetail string
-}
-
-// DetailsOf returns the SyncDetails of a result of Executor.Sync, or the
-// zero SyncDetails when res has none.
-func DetailsOf(res svcproxy.SyncResult) SyncDetails {
-	if d, ok := res.Details.(*SyncDetails); ok && d != nil {
-		return *d
-	}
-	return SyncDetails{}
 }
 
 // RequestFullSync makes the next Sync a full one, as after a failure (for
@@ -270,13 +262,20 @@ func (e *Executor) RequestFullSync() {
 //
 // After any failure the next Sync is a full one.
 func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
+	d, err := e.Apply(ctx, rs)
+	return d.SyncResult, err
+}
+
+// Apply is Sync, and returns this backend's account of the sync too.
+func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if f := rs.Config().Family; f != e.family {
-		return svcproxy.SyncResult{}, fmt.Errorf("iptables executor: %s Ruleset given to the %s executor", f, e.family)
+		return SyncDetails{}, fmt.Errorf("iptables executor: %s Ruleset given to the %s executor", f, e.family)
 	}
 	full, details, err := e.sync(ctx, rs)
-	return svcproxy.SyncResult{Full: full, Details: &details}, err
+	details.Full = full
+	return details, err
 }
 
 // sync is Sync with e.mu held; it reports whether the sync was full.

@@ -257,7 +257,7 @@ func TestExecutorFullThenPartial(t *testing.T) {
 	one := build(t, testConfig(),
 		service("ns1", "web", "198.19.0.10", nodePort(30080)),
 		slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(3, false)...))
-	res, err := e.Sync(ctx, one)
+	res, err := e.Apply(ctx, one)
 	if err != nil || !res.Full {
 		t.Fatalf("first Sync: %+v, %v; want a full sync", res, err)
 	}
@@ -274,8 +274,8 @@ func TestExecutorFullThenPartial(t *testing.T) {
 	wantState(t, k, one, nil)
 
 	// Nothing changed: nothing runs.
-	res, err = e.Sync(ctx, one)
-	if err != nil || !DetailsOf(res).Skipped || len(k.takeCommands()) != 0 {
+	res, err = e.Apply(ctx, one)
+	if err != nil || !res.Skipped || len(k.takeCommands()) != 0 {
 		t.Fatalf("unchanged Sync: %+v, %v; want it skipped", res, err)
 	}
 
@@ -285,8 +285,8 @@ func TestExecutorFullThenPartial(t *testing.T) {
 		slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(2, false)...),
 		service("ns2", "api", "198.19.0.11"),
 		slice("ns2", "api", "api-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...))
-	res, err = e.Sync(ctx, two)
-	if err != nil || res.Full || len(DetailsOf(res).Changes.Added) != 1 || len(DetailsOf(res).Changes.Changed) != 1 {
+	res, err = e.Apply(ctx, two)
+	if err != nil || res.Full || len(res.Changes.Added) != 1 || len(res.Changes.Changed) != 1 {
 		t.Fatalf("second Sync: %+v, %v; want a partial sync", res, err)
 	}
 	if cmds := k.takeCommands(); len(cmds) != 2 {
@@ -296,7 +296,7 @@ func TestExecutorFullThenPartial(t *testing.T) {
 
 	// A requested full sync re-checks the jumps but adds none.
 	e.RequestFullSync()
-	if res, err := e.Sync(ctx, two); err != nil || !res.Full {
+	if res, err := e.Apply(ctx, two); err != nil || !res.Full {
 		t.Fatalf("requested full Sync: %+v, %v", res, err)
 	}
 	if got := k.jumpCount(DefaultNames()); got != len(jumps) {
@@ -306,7 +306,7 @@ func TestExecutorFullThenPartial(t *testing.T) {
 
 	// Removing everything deletes every per-Service chain at once.
 	empty := build(t, testConfig())
-	if _, err := e.Sync(ctx, empty); err != nil {
+	if _, err := e.Apply(ctx, empty); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, k, empty, nil)
@@ -318,27 +318,27 @@ func TestExecutorFailureFallsBackToFullSync(t *testing.T) {
 	e := newTestExecutor(t, k)
 	a := build(t, testConfig(), service("ns1", "web", "198.19.0.10"), slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(2, false)...))
 	b := build(t, testConfig(), service("ns1", "web", "198.19.0.10"), slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...))
-	if _, err := e.Sync(ctx, a); err != nil {
+	if _, err := e.Apply(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	// The partial restore and the full one after it fail.
 	k.failRestore = 2
-	res, err := e.Sync(ctx, b)
+	res, err := e.Apply(ctx, b)
 	var ce *CommandError
-	if !errors.As(err, &ce) || ce.ExitCode != 1 || DetailsOf(res).Fallback != FallbackPartialFailed {
+	if !errors.As(err, &ce) || ce.ExitCode != 1 || res.Fallback != FallbackPartialFailed {
 		t.Fatalf("Sync with failing restores: %+v, %v; want a CommandError after a fallback", res, err)
 	}
 	wantState(t, k, a, nil) // a failed restore changes nothing
-	res, err = e.Sync(ctx, b)
-	if err != nil || !res.Full || DetailsOf(res).Fallback != FallbackNone {
+	res, err = e.Apply(ctx, b)
+	if err != nil || !res.Full || res.Fallback != FallbackNone {
 		t.Fatalf("Sync after a failure: %+v, %v; want a full sync, not a fallback", res, err)
 	}
 	wantState(t, k, b, nil)
 
 	// Only the partial restore fails: the full sync runs in the same Sync.
 	k.failRestore = 1
-	res, err = e.Sync(ctx, a)
-	if err != nil || !res.Full || DetailsOf(res).Fallback != FallbackPartialFailed || !strings.Contains(DetailsOf(res).FallbackDetail, "injected failure") {
+	res, err = e.Apply(ctx, a)
+	if err != nil || !res.Full || res.Fallback != FallbackPartialFailed || !strings.Contains(res.FallbackDetail, "injected failure") {
 		t.Fatalf("Sync with a failing partial restore: %+v, %v; want a full sync after it", res, err)
 	}
 	wantState(t, k, a, nil)
@@ -348,12 +348,12 @@ func TestExecutorFailureFallsBackToFullSync(t *testing.T) {
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	k.failRestore = 1
-	res, err = e.Sync(cancelled, b)
-	if err == nil || res.Full || DetailsOf(res).Fallback != FallbackNone {
+	res, err = e.Apply(cancelled, b)
+	if err == nil || res.Full || res.Fallback != FallbackNone {
 		t.Fatalf("Sync with ctx done and a failing restore: %+v, %v; want the partial failure alone", res, err)
 	}
 	wantState(t, k, a, nil)
-	if res, err := e.Sync(ctx, b); err != nil || !res.Full || DetailsOf(res).Fallback != FallbackNone {
+	if res, err := e.Apply(ctx, b); err != nil || !res.Full || res.Fallback != FallbackNone {
 		t.Fatalf("Sync after it: %+v, %v; want a full sync", res, err)
 	}
 	wantState(t, k, b, nil)
@@ -362,14 +362,14 @@ func TestExecutorFailureFallsBackToFullSync(t *testing.T) {
 	cfg := testConfig()
 	cfg.MasqueradeAll = true
 	c := build(t, cfg, service("ns1", "web", "198.19.0.10"), slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...))
-	if res, err := e.Sync(ctx, c); err != nil || !res.Full {
+	if res, err := e.Apply(ctx, c); err != nil || !res.Full {
 		t.Fatalf("Sync after a Config change: %+v, %v; want a full sync", res, err)
 	}
 	wantState(t, k, c, nil)
 
 	// The wrong family is refused.
 	six := build(t, ruleset.Config{Family: v1.IPv6Protocol})
-	if _, err := e.Sync(ctx, six); err == nil {
+	if _, err := e.Apply(ctx, six); err == nil {
 		t.Error("IPv6 Ruleset accepted by the IPv4 executor")
 	}
 }
@@ -399,12 +399,12 @@ func TestExecutorRemovesLeftoversOnly(t *testing.T) {
 	k.tables["nat"]["KUBE-MASQ-NONPOD"] = []string{}
 	e := newTestExecutor(t, k)
 	rs := build(t, testConfig(), service("ns1", "web", "198.19.0.10"), slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...))
-	res, err := e.Sync(ctx, rs)
+	res, err := e.Apply(ctx, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"KUBE-MASQ-NONPOD", "KUBE-SEP-BBBBBBBBBBBBBBBB", "KUBE-SVC-AAAAAAAAAAAAAAAA"}; !slices.Equal(DetailsOf(res).Leftovers, want) {
-		t.Errorf("Leftovers %v, want %v", DetailsOf(res).Leftovers, want)
+	if want := []string{"KUBE-MASQ-NONPOD", "KUBE-SEP-BBBBBBBBBBBBBBBB", "KUBE-SVC-AAAAAAAAAAAAAAAA"}; !slices.Equal(res.Leftovers, want) {
+		t.Errorf("Leftovers %v, want %v", res.Leftovers, want)
 	}
 	wantState(t, k, rs, foreign())
 }
@@ -434,7 +434,7 @@ func testCleanup(ctx context.Context, t *testing.T, family v1.IPFamily, chunk in
 	if family == v1.IPv6Protocol {
 		sc = scenarioNamed(t, "ipv6")
 	}
-	if _, err := e.Sync(ctx, sc.ruleset(t)); err != nil {
+	if _, err := e.Apply(ctx, sc.ruleset(t)); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Cleanup(ctx); err != nil {
@@ -453,7 +453,7 @@ func testCleanup(ctx context.Context, t *testing.T, family v1.IPFamily, chunk in
 	if err := e.Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := e.Sync(ctx, sc.ruleset(t)); err != nil || !res.Full {
+	if res, err := e.Apply(ctx, sc.ruleset(t)); err != nil || !res.Full {
 		t.Fatalf("Sync after Cleanup: %+v, %v", res, err)
 	}
 }

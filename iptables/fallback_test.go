@@ -114,7 +114,7 @@ func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, 
 		}
 	}
 	before, after := build(t, testConfig(), objects(3)...), build(t, testConfig(), objects(2)...)
-	if res, err := e.Sync(ctx, before); err != nil || !res.Full {
+	if res, err := e.Apply(ctx, before); err != nil || !res.Full {
 		t.Fatalf("first Sync: %+v, %v; want a full sync", res, err)
 	}
 	if missing, err := e.CheckState(ctx); missing != "" || err != nil {
@@ -127,12 +127,12 @@ func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, 
 	}
 	k.takeCommands()
 
-	res, err := e.Sync(ctx, after)
+	res, err := e.Apply(ctx, after)
 	if err != nil {
 		t.Fatalf("Sync after the change: %v", err)
 	}
-	if DetailsOf(res).Fallback != want || !strings.Contains(DetailsOf(res).FallbackDetail, wantDetail) {
-		t.Errorf("Fallback %q, detail %q; want %q with %q", DetailsOf(res).Fallback, DetailsOf(res).FallbackDetail, want, wantDetail)
+	if res.Fallback != want || !strings.Contains(res.FallbackDetail, wantDetail) {
+		t.Errorf("Fallback %q, detail %q; want %q with %q", res.Fallback, res.FallbackDetail, want, wantDetail)
 	}
 	if wantFull := want != FallbackNone; res.Full != wantFull {
 		t.Errorf("Full = %v, want %v", res.Full, wantFull)
@@ -145,7 +145,7 @@ func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, 
 		t.Errorf("%d jumps, want %d", got, len(jumps))
 	}
 	// And the next change is partial again.
-	if res, err := e.Sync(ctx, before); err != nil || res.Full {
+	if res, err := e.Apply(ctx, before); err != nil || res.Full {
 		t.Errorf("next Sync: %+v, %v; want a partial sync", res, err)
 	}
 	wantNamedState(t, k, names, before, nil)

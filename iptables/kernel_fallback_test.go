@@ -100,7 +100,7 @@ func testDamagedPartialSync(t *testing.T, c *netns.Cluster, e *Executor, names N
 	ctx := context.Background()
 	stable := netip.MustParseAddrPort("198.19.0.20:80")
 	e.RequestFullSync()
-	if res, err := e.Sync(ctx, initial); err != nil || !res.Full {
+	if res, err := e.Apply(ctx, initial); err != nil || !res.Full {
 		t.Fatalf("full Sync: %+v, %v", res, err)
 	}
 	reachStable(t, c, stable)
@@ -108,13 +108,13 @@ func testDamagedPartialSync(t *testing.T, c *netns.Cluster, e *Executor, names N
 		c.Node.MustRun("iptables", append([]string{"-w"}, args...)...)
 	}
 	start := time.Now()
-	res, err := e.Sync(ctx, changed)
+	res, err := e.Apply(ctx, changed)
 	if err != nil {
 		t.Fatalf("Sync after the change: %v", err)
 	}
 	t.Logf("sync after the change in %v: %+v", time.Since(start).Round(time.Millisecond), res)
-	if !res.Full || DetailsOf(res).Fallback != d.want || !strings.Contains(DetailsOf(res).FallbackDetail, d.wantDetail) {
-		t.Errorf("Sync after the change: full %v, fallback %q (%s); want a full sync, %q naming %q", res.Full, DetailsOf(res).Fallback, DetailsOf(res).FallbackDetail, d.want, d.wantDetail)
+	if !res.Full || res.Fallback != d.want || !strings.Contains(res.FallbackDetail, d.wantDetail) {
+		t.Errorf("Sync after the change: full %v, fallback %q (%s); want a full sync, %q naming %q", res.Full, res.Fallback, res.FallbackDetail, d.want, d.wantDetail)
 	}
 	reachStable(t, c, stable)
 	if st := readSaved(t, c.Node.NS, false, names); len(st.jumps) != len(jumps) {

@@ -136,12 +136,12 @@ func TestKernelAcceptsRenderings(t *testing.T) {
 				}
 				rs := sc.ruleset(t)
 				start := time.Now()
-				res, err := e.Sync(ctx, rs)
+				res, err := e.Apply(ctx, rs)
 				if err != nil {
 					t.Fatalf("%s: Sync: %v", sc.name, err)
 				}
-				if DetailsOf(res).Fallback != FallbackNone {
-					t.Errorf("%s: fell back to a full sync on an untouched kernel: %s: %s", sc.name, DetailsOf(res).Fallback, DetailsOf(res).FallbackDetail)
+				if res.Fallback != FallbackNone {
+					t.Errorf("%s: fell back to a full sync on an untouched kernel: %s: %s", sc.name, res.Fallback, res.FallbackDetail)
 				}
 				t.Logf("%s: %s sync in %v", sc.name, map[bool]string{true: "full", false: "partial"}[res.Full], time.Since(start).Round(time.Millisecond))
 				st := readSaved(t, ns, v6, names)
@@ -218,7 +218,7 @@ func testKernelTraffic(t *testing.T, v6 bool) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := e.Sync(ctx, build(t, cfg, objects(0, 1, 2)...)); err != nil {
+	if _, err := e.Apply(ctx, build(t, cfg, objects(0, 1, 2)...)); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("full sync in %v", time.Since(start).Round(time.Millisecond))
@@ -283,7 +283,7 @@ func testKernelTraffic(t *testing.T, v6 bool) {
 
 	// A partial sync: web keeps only the remote pod.
 	start = time.Now()
-	res, err := e.Sync(ctx, build(t, cfg, objects(2)...))
+	res, err := e.Apply(ctx, build(t, cfg, objects(2)...))
 	if err != nil || res.Full {
 		t.Fatalf("second Sync: %+v, %v; want a partial sync", res, err)
 	}

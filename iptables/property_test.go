@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"pgregory.net/rapid"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -435,10 +436,10 @@ func TestRenderPartialNeedsFull(t *testing.T) {
 	cfg := testConfig()
 	cfg.MasqueradeAll = true
 	b := build(t, cfg, service("ns1", "web", "198.19.0.10"))
-	if _, err := RenderPartial(Names{}, nil, a, ruleset.Diff(nil, a)); err != ErrFullSyncNeeded {
-		t.Errorf("nil old: %v, want ErrFullSyncNeeded", err)
+	if _, err := RenderPartial(Names{}, nil, a, ruleset.Diff(nil, a)); err != svcproxy.ErrFullSyncNeeded {
+		t.Errorf("nil old: %v, want svcproxy.ErrFullSyncNeeded", err)
 	}
-	if _, err := RenderPartial(Names{}, a, b, ruleset.Diff(a, b)); err != ErrFullSyncNeeded {
-		t.Errorf("config change: %v, want ErrFullSyncNeeded", err)
+	if _, err := RenderPartial(Names{}, a, b, ruleset.Diff(a, b)); err != svcproxy.ErrFullSyncNeeded {
+		t.Errorf("config change: %v, want svcproxy.ErrFullSyncNeeded", err)
 	}
 }

@@ -10,12 +10,6 @@ import (
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
-// ErrFullSyncNeeded is returned by RenderPartial when only a full render can
-// bring the kernel to the new state: there is no previous Ruleset, or the
-// two were built with different Configs. It is svcproxy.ErrFullSyncNeeded,
-// the value every backend uses.
-var ErrFullSyncNeeded = svcproxy.ErrFullSyncNeeded
-
 // Render returns the iptables-restore input (for iptables-restore with an
 // IPv4 Ruleset, ip6tables-restore with an IPv6 one) that makes the filter
 // and nat tables hold the rules of rs, with kube-proxy's chain structure.
@@ -55,10 +49,10 @@ func renderFull(names Names, rs *ruleset.Ruleset, opts renderOptions) []byte {
 // ServicePorts, and those a changed ServicePort no longer uses, are flushed
 // and deleted. The chains of unchanged ServicePorts are not mentioned.
 //
-// It returns ErrFullSyncNeeded when old is nil or ch.ConfigChanged.
+// It returns svcproxy.ErrFullSyncNeeded when old is nil or ch.ConfigChanged.
 func RenderPartial(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes) ([]byte, error) {
 	if old == nil || ch.ConfigChanged {
-		return nil, ErrFullSyncNeeded
+		return nil, svcproxy.ErrFullSyncNeeded
 	}
 	r := newRenderer(names, new.Config())
 	r.owns = new.Owns

@@ -6,6 +6,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -27,7 +28,7 @@ import (
 // stale (after at least a second, see Result.Stale); those that new does not
 // use again are deleted.
 //
-// It returns ErrFullSyncNeeded when old is nil or was built with another
+// It returns svcproxy.ErrFullSyncNeeded when old is nil or was built with another
 // Config. It is pure: it only appends to tx.
 func RenderChanges(tx *knftables.Transaction, old, new *ruleset.Ruleset, opts Options, deleteChains []string) (Result, error) {
 	return renderChanges(func(r *renderer) txWriter { return r.knftWriter(tx) }, old, new, opts, deleteChains)
@@ -176,15 +177,15 @@ type changePlan struct {
 }
 
 // planChanges works out the changes from old to new. It returns
-// ErrFullSyncNeeded when old is nil or was built with another Config, and
+// svcproxy.ErrFullSyncNeeded when old is nil or was built with another Config, and
 // adds to res the warnings of the changed ports whose names are unsafe.
 func planChanges(old, new *ruleset.Ruleset, opts Options, res *Result) (*changePlan, error) {
 	if old == nil {
-		return nil, fmt.Errorf("%w: no previous ruleset", ErrFullSyncNeeded)
+		return nil, fmt.Errorf("%w: no previous ruleset", svcproxy.ErrFullSyncNeeded)
 	}
 	diff := ruleset.Diff(old, new)
 	if diff.ConfigChanged {
-		return nil, fmt.Errorf("%w: the ruleset config changed", ErrFullSyncNeeded)
+		return nil, fmt.Errorf("%w: the ruleset config changed", svcproxy.ErrFullSyncNeeded)
 	}
 	r, err := newRenderer(new.Config(), opts)
 	if err != nil {

@@ -40,7 +40,7 @@ func TestKernelChunkedChanges(t *testing.T) {
 		w.add(svc("ns1", name, ip(i)), slice("ns1", name, 8080, ep{ip: pod0.IPv4.String(), node: node}))
 	}
 	old := w.build()
-	if res, err := ex.Sync(ctx, old); err != nil || !res.Full {
+	if res, err := ex.Apply(ctx, old); err != nil || !res.Full {
 		t.Fatalf("first sync: %+v, %v", res, err)
 	}
 
@@ -52,11 +52,11 @@ func TestKernelChunkedChanges(t *testing.T) {
 	w.svcs.Delete("ns1", "svc0")
 	rs := w.update(old)
 	now = now.Add(2 * time.Second)
-	res, err := ex.Sync(ctx, rs)
+	res, err := ex.Apply(ctx, rs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if details := nftables.DetailsOf(res); res.Full || !details.Netlink || details.Transactions < 4 {
+	if details := res; res.Full || !details.Netlink || details.Transactions < 4 {
 		t.Fatalf("sync of 12 changed ports: %+v %+v; want an incremental sync over netlink in at least 4 transactions", res, details)
 	}
 

@@ -126,11 +126,11 @@ func ExampleExecutor() {
 		exampleRuleset("198.18.64.2", "198.18.65.2"),
 		exampleRuleset("198.18.64.2", "198.18.65.2"),
 	} {
-		res, err := ex.Sync(context.Background(), rs)
+		res, err := ex.Apply(context.Background(), rs)
 		if err != nil {
 			panic(err)
 		}
-		fmt.Printf("full=%v operations=%d\n", res.Full, nftables.DetailsOf(res).Operations)
+		fmt.Printf("full=%v operations=%d\n", res.Full, res.Operations)
 	}
 	// Output:
 	// full=true operations=67

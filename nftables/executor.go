@@ -142,9 +142,10 @@ type Executor struct {
 	flatNL *FlatNetlink
 }
 
-// SyncDetails says what one Sync did beyond svcproxy.SyncResult: it is the
-// SyncResult's Details (see DetailsOf).
+// SyncDetails is what one sync did: the svcproxy.SyncResult that Sync
+// returns, and this backend's own account of it (Apply returns both).
 type SyncDetails struct {
+	svcproxy.SyncResult
 	// Fallback is why an incremental sync was not possible or failed, when
 	// a full sync replaced it; nil otherwise.
 	Fallback error
@@ -165,15 +166,6 @@ type SyncDetails struct {
 	// the netlink path was asked for.
 	Netlink    bool
 	NotNetlink error
-}
-
-// DetailsOf returns the SyncDetails of a result of Executor.Sync, or the
-// zero SyncDetails when res has none.
-func DetailsOf(res svcproxy.SyncResult) SyncDetails {
-	if d, ok := res.Details.(*SyncDetails); ok && d != nil {
-		return *d
-	}
-	return SyncDetails{}
 }
 
 // outcome is what the steps of a sync report, before Sync turns it into a
@@ -296,14 +288,21 @@ func (e *Executor) Close() error {
 // first Sync at least StaleChainDelay later: while some wait,
 // SyncResult.NextSync says when that Sync is due.
 func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
+	d, err := e.Apply(ctx, rs)
+	return d.SyncResult, err
+}
+
+// Apply is Sync, and returns this backend's account of the sync too.
+func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails, error) {
 	if f := rs.Config().Family; f != e.cfg.Family {
-		return svcproxy.SyncResult{}, fmt.Errorf("nftables: ruleset is %s, executor is %s", f, e.cfg.Family)
+		return SyncDetails{}, fmt.Errorf("nftables: ruleset is %s, executor is %s", f, e.cfg.Family)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.cfg.Now()
 	res, err := e.sync(ctx, rs, now)
-	out := svcproxy.SyncResult{Full: res.full, Warnings: res.warnings, Details: &res.SyncDetails}
+	out := res.SyncDetails
+	out.Full, out.Warnings = res.full, res.warnings
 	if err == nil {
 		out.NextSync = e.nextSync(now)
 	}
@@ -323,7 +322,7 @@ func (e *Executor) sync(ctx context.Context, rs *ruleset.Ruleset, now time.Time)
 		}
 		fallback = err
 	} else {
-		fallback = fmt.Errorf("%w: no ruleset applied yet", ErrFullSyncNeeded)
+		fallback = fmt.Errorf("%w: no ruleset applied yet", svcproxy.ErrFullSyncNeeded)
 	}
 	res, err := e.syncFull(ctx, rs, now)
 	res.Fallback = fallback

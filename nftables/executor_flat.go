@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/netnsrun"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -37,7 +38,7 @@ func (e *Executor) syncFlat(ctx context.Context, rs *ruleset.Ruleset) (outcome, 
 		}
 		fallback = err
 	} else {
-		fallback = fmt.Errorf("%w: no ruleset applied yet", ErrFullSyncNeeded)
+		fallback = fmt.Errorf("%w: no ruleset applied yet", svcproxy.ErrFullSyncNeeded)
 	}
 	res, err := e.syncFlatFull(ctx, rs)
 	res.Fallback = fallback

@@ -51,8 +51,8 @@ func executorFlatFamily(t *testing.T, c *netns.Cluster, v6 bool) {
 	w := newWorld(t, cfg)
 	sync := func(what string, full, netlink bool, minTx, maxTx int) {
 		t.Helper()
-		res, err := ex.Sync(ctx, w.build())
-		d := nftables.DetailsOf(res)
+		res, err := ex.Apply(ctx, w.build())
+		d := res
 		if err != nil || res.Full != full || d.Netlink != netlink || d.Transactions < minTx || d.Transactions > maxTx {
 			t.Fatalf("%s: %+v %+v, %v; want full %v, netlink %v, %d to %d transactions", what, res, d, err, full, netlink, minTx, maxTx)
 		}

@@ -75,11 +75,11 @@ func TestExecutorFlat(t *testing.T) {
 	for _, step := range steps {
 		step.change()
 		rs := w.build()
-		res, err := ex.Sync(ctx, rs)
+		res, err := ex.Apply(ctx, rs)
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
 		}
-		d := nftables.DetailsOf(res)
+		d := res
 		if res.Full != step.full || d.Transactions != step.tx || res.NextSync != 0 || d.Netlink {
 			t.Errorf("%s: full %v, %d transactions, NextSync %v, netlink %v; want full %v, %d transactions, no NextSync, no netlink",
 				step.name, res.Full, d.Transactions, res.NextSync, d.Netlink, step.full, step.tx)
@@ -111,7 +111,7 @@ func TestExecutorFlat(t *testing.T) {
 	if missing, err := ex.CheckState(ctx); missing != "chain masquerading" || err != nil {
 		t.Errorf("CheckState without the chain masquerading: %q, %v", missing, err)
 	}
-	if _, err := ex.Sync(ctx, last); err != nil {
+	if _, err := ex.Apply(ctx, last); err != nil {
 		t.Fatal(err)
 	}
 	if err := ex.Cleanup(ctx); err != nil {

@@ -56,14 +56,14 @@ func TestExecutorNetNS(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, cfg)
 	w.add(svc("ns1", "web", "198.19.0.10"), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: "node-a"}))
-	if res, err := ex.Sync(ctx, w.build()); err != nil || !res.Full {
+	if res, err := ex.Apply(ctx, w.build()); err != nil || !res.Full {
 		t.Fatalf("first Sync: full %v, %v; want a full sync", res.Full, err)
 	}
 	// An incremental sync goes over the netlink socket, which must be in
 	// the target namespace too.
 	w.add(svc("ns1", "db", "198.19.0.11"), slice("ns1", "db", 5432, ep{ip: "198.18.65.2", node: "node-a"}))
-	res, err := ex.Sync(ctx, w.build())
-	if details := nftables.DetailsOf(res); err != nil || res.Full || !details.Netlink {
+	res, err := ex.Apply(ctx, w.build())
+	if details := res; err != nil || res.Full || !details.Netlink {
 		t.Fatalf("second Sync: %+v %+v, %v; want an incremental sync over netlink", res, details, err)
 	}
 	listing, err := target.Run(ctx, "nft", "list", "table", "ip", nftables.DefaultTable)

@@ -295,11 +295,11 @@ type FlatChanges struct {
 // not read beyond those that share a frontend with a changed one; rules
 // change only when an endpoint count of a protocol appears in or leaves a
 // target group.
-// It returns ErrFullSyncNeeded when the Configs differ or st is nil.
+// It returns svcproxy.ErrFullSyncNeeded when the Configs differ or st is nil.
 func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *ruleset.Ruleset) (FlatChanges, error) {
 	ch := ruleset.Diff(old, new)
 	if st == nil || old == nil || ch.ConfigChanged {
-		return FlatChanges{}, ErrFullSyncNeeded
+		return FlatChanges{}, svcproxy.ErrFullSyncNeeded
 	}
 	var out FlatChanges
 	var olds, news []flatPort

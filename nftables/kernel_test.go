@@ -288,11 +288,11 @@ func TestKernelService(t *testing.T) {
 		sync := func(wantFull bool) nftables.SyncDetails {
 			t.Helper()
 			now = now.Add(2 * time.Second)
-			res, err := ex.Sync(context.Background(), w.build())
+			res, err := ex.Apply(context.Background(), w.build())
 			if err != nil {
 				t.Fatal(err)
 			}
-			details := nftables.DetailsOf(res)
+			details := res
 			if res.Full != wantFull {
 				t.Fatalf("sync: full=%v, want %v (fallback: %v)", res.Full, wantFull, details.Fallback)
 			}
@@ -456,7 +456,7 @@ func BenchmarkKernelSync(b *testing.B) {
 				b.Fatal(err)
 			}
 			start := time.Now()
-			if _, err := ex.Sync(context.Background(), before); err != nil {
+			if _, err := ex.Apply(context.Background(), before); err != nil {
 				b.Fatal(err)
 			}
 			full := time.Since(start)
@@ -466,7 +466,7 @@ func BenchmarkKernelSync(b *testing.B) {
 				if i%2 == 1 {
 					rs = before
 				}
-				res, err := ex.Sync(context.Background(), rs)
+				res, err := ex.Apply(context.Background(), rs)
 				if err != nil || res.Full {
 					b.Fatalf("%+v, %v", res, err)
 				}

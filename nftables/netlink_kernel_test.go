@@ -68,15 +68,15 @@ func TestNetlinkMatchesNFT(t *testing.T) {
 	sync := func(p pair, rs *ruleset.Ruleset, what string, sameText bool) {
 		t.Helper()
 		now = now.Add(700 * time.Millisecond)
-		nlRes, err := p.netlink.Sync(ctx, rs)
+		nlRes, err := p.netlink.Apply(ctx, rs)
 		if err != nil {
 			t.Fatalf("%s: netlink executor: %v", what, err)
 		}
-		cliRes, err := p.cli.Sync(ctx, rs)
+		cliRes, err := p.cli.Apply(ctx, rs)
 		if err != nil {
 			t.Fatalf("%s: nft executor: %v", what, err)
 		}
-		nl, cli := nftables.DetailsOf(nlRes), nftables.DetailsOf(cliRes)
+		nl, cli := nlRes, cliRes
 		if nlRes.Full != cliRes.Full || !nlRes.Full && nl.Operations != cli.Operations {
 			t.Fatalf("%s: netlink sync %+v %+v, nft sync %+v %+v", what, nlRes, nl, cliRes, cli)
 		}
@@ -156,7 +156,7 @@ func TestNetlinkRefusedFallsBackToFullSync(t *testing.T) {
 	w := newWorld(t, config4())
 	w.add(svc("ns1", "web", "198.19.0.10"), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}))
 	rs := w.build()
-	if res, err := ex.Sync(ctx, rs); err != nil || !res.Full {
+	if res, err := ex.Apply(ctx, rs); err != nil || !res.Full {
 		t.Fatalf("first sync: %+v, %v", res, err)
 	}
 	if _, err := ns.Run(ctx, nft, "delete", "table", "ip", nftables.DefaultTable); err != nil {
@@ -164,8 +164,8 @@ func TestNetlinkRefusedFallsBackToFullSync(t *testing.T) {
 	}
 	w.add(slice("ns1", "web", 8080, ep{ip: "198.18.64.3", node: node}))
 	rs = w.update(rs)
-	res, err := ex.Sync(ctx, rs)
-	if err != nil || !res.Full || nftables.DetailsOf(res).Fallback == nil || !strings.Contains(nftables.DetailsOf(res).Fallback.Error(), "refused") {
+	res, err := ex.Apply(ctx, rs)
+	if err != nil || !res.Full || res.Fallback == nil || !strings.Contains(res.Fallback.Error(), "refused") {
 		t.Fatalf("sync after the table was deleted: %+v, %v; want a full sync after the kernel refused the incremental one", res, err)
 	}
 	if got, want := kernelState(t, ns, nft, knftables.IPv4Family, nftables.DefaultTable), fullState(t, ns, nft, rs, nftables.Options{}, nil); got != want {
@@ -255,7 +255,7 @@ func TestKernelCheckState(t *testing.T) {
 			sync := func() {
 				t.Helper()
 				ex.RequestFullSync()
-				if _, err := ex.Sync(ctx, w.build()); err != nil {
+				if _, err := ex.Apply(ctx, w.build()); err != nil {
 					t.Fatal(err)
 				}
 				if missing, err := ex.CheckState(ctx); missing != "" || err != nil {

@@ -468,7 +468,7 @@ func TestExecutor(t *testing.T) {
 			fail := step > 0 && rapid.IntRange(0, 4).Draw(t, "fail") == 0
 			fake.failNext = fail
 			now = now.Add(time.Duration(rapid.IntRange(0, 2000).Draw(t, "ms")) * time.Millisecond)
-			res, err := ex.Sync(context.Background(), rs)
+			res, err := ex.Apply(context.Background(), rs)
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
@@ -476,7 +476,7 @@ func TestExecutor(t *testing.T) {
 			if fake.failNext { // nothing to do, so nothing ran
 				fake.failNext, wantFull = false, false
 			}
-			details := nftables.DetailsOf(res)
+			details := res
 			if wantFull != res.Full {
 				t.Fatalf("step %d: full=%v, want %v (fallback %v)", step, res.Full, wantFull, details.Fallback)
 			}

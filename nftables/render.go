@@ -25,12 +25,6 @@ type Options struct {
 	Layout Layout
 }
 
-// ErrFullSyncNeeded is returned by RenderChanges when it cannot compute the
-// changes: there is no previous Ruleset, or the two Rulesets were built with
-// different Configs. Render the whole table instead. It is
-// svcproxy.ErrFullSyncNeeded, the value every backend uses.
-var ErrFullSyncNeeded = svcproxy.ErrFullSyncNeeded
-
 // Result reports what a rendered transaction does besides reaching the
 // desired state.
 type Result struct {

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/trace"
 	"github.com/svcproxy/svcproxy/trace/iptrace"
 )
@@ -34,7 +35,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		b.Run(fmt.Sprintf("evaluate/%d", n), func(b *testing.B) {
 			for b.Loop() {
 				o, _, err := rules.Evaluate(p)
-				if err != nil || o.Result != trace.Forwarded || len(o.Targets) != 10 {
+				if err != nil || o.Verdict != ruleset.VerdictForward || len(o.Targets) != 10 {
 					b.Fatalf("%+v, %v", o, err)
 				}
 			}

@@ -205,7 +205,7 @@ func withJumps(names Names, text []byte) []byte {
 func iptablesSpec(rs *ruleset.Ruleset, p trace.Packet) (want trace.Outcome, dropHook string) {
 	want = trace.Trace(rs, p, trace.IPTablesMode)
 	loopback := netip.MustParsePrefix("127.0.0.0/8")
-	if want.Result == trace.Dropped && want.Service == (servicemap.PortName{}) && p.FromNode &&
+	if want.Verdict == ruleset.VerdictDrop && want.Service == (servicemap.PortName{}) && p.FromNode &&
 		loopback.Contains(p.Dst.Addr()) && !loopback.Contains(p.Src.Addr()) {
 		dropHook = "filter OUTPUT"
 	}
@@ -236,7 +236,7 @@ func disagreement(c evalCase, text []byte, seen map[string]int) string {
 			return fmt.Sprintf("node %s, %v (to the node: %v): %v\nwant %+v\ngot  %+v\npath:\n%s", c.rs.Config().Node.Name, p, p.ToNode, err, want, got, path)
 		}
 		if seen != nil {
-			seen[got.Result.String()]++
+			seen[got.Verdict.String()]++
 			for _, f := range features(p, got) {
 				seen[f]++
 			}
@@ -283,7 +283,7 @@ func features(p trace.Packet, o trace.Outcome) []string {
 func wantEveryResult(t *testing.T, seen map[string]int) {
 	t.Helper()
 	t.Logf("seen: %v", seen)
-	for _, r := range []trace.Result{trace.NotService, trace.Rejected, trace.Dropped, trace.Firewalled, trace.Forwarded} {
+	for _, r := range []ruleset.Verdict{ruleset.VerdictNotServed, ruleset.VerdictReject, ruleset.VerdictDrop, ruleset.VerdictFirewall, ruleset.VerdictForward} {
 		if seen[r.String()] == 0 {
 			t.Errorf("no packet was %s: the generators miss a case", r)
 		}

@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/trace"
 	"github.com/svcproxy/svcproxy/trace/iptrace"
 )
@@ -58,7 +59,7 @@ func TestKernelEvaluate(t *testing.T) {
 		if d := disagreement(c, []byte(saved), seen); d != "" {
 			t.Errorf("case %d: %s\n%s output:\n%s", seed, d, save, saved)
 		}
-		forwarded += seen[trace.Forwarded.String()]
+		forwarded += seen[ruleset.VerdictForward.String()]
 		if err := e.Cleanup(ctx); err != nil {
 			t.Fatalf("case %d: Cleanup: %v", seed, err)
 		}
@@ -159,7 +160,7 @@ func wantDropHook(t *testing.T, ns *netns.NS, p trace.Packet, hook string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Result != trace.Dropped || len(path) == 0 || path[len(path)-1].Hook != hook {
-		t.Errorf("%v: %s, want dropped on %s; path:\n%s", p, o.Result, hook, path)
+	if o.Verdict != ruleset.VerdictDrop || len(path) == 0 || path[len(path)-1].Hook != hook {
+		t.Errorf("%v: %s, want dropped on %s; path:\n%s", p, o.Verdict, hook, path)
 	}
 }

@@ -53,9 +53,9 @@ func ExampleRuleset_ServedFrontends() {
 		fmt.Printf("%s: the %s of %s, %s\n", sf.Frontend, sf.Kind, sf.Service.Name, rs.Decide(sf.Service, sf.Kind, ruleset.Source{}).Verdict)
 	}
 	// Output:
-	// node port 30080/TCP: the node port of demo/web:http, forward
-	// 198.19.0.10:80/TCP: the cluster IP of demo/web:http, forward
-	// 198.19.0.11:80/TCP: the cluster IP of demo/db:http, reject
+	// node port 30080/TCP: the node port of demo/web:http, forwarded
+	// 198.19.0.10:80/TCP: the cluster IP of demo/web:http, forwarded
+	// 198.19.0.11:80/TCP: the cluster IP of demo/db:http, rejected
 }
 
 // A data plane that picks targets itself chooses the target of each new flow

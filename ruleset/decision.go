@@ -56,21 +56,27 @@ const (
 	// VerdictReject: the Service has no usable endpoint anywhere; the
 	// client is told at once (TCP reset, ICMP unreachable).
 	VerdictReject
-	// VerdictDrop: a Local traffic policy applies and this node has no
-	// usable endpoint; the packet is dropped.
+	// VerdictDrop: the packet is dropped: a Local traffic policy applies
+	// and this node has no usable endpoint (or, in a trace, the address is
+	// an unallocated one of the Service CIDRs).
 	VerdictDrop
+	// VerdictFirewall: the load-balancer source-range firewall drops the
+	// packet (Service.Firewalled).
+	VerdictFirewall
 )
 
 func (v Verdict) String() string {
 	switch v {
 	case VerdictNotServed:
-		return "not served"
+		return "not a Service"
 	case VerdictForward:
-		return "forward"
+		return "forwarded"
 	case VerdictReject:
-		return "reject"
+		return "rejected"
 	case VerdictDrop:
-		return "drop"
+		return "dropped"
+	case VerdictFirewall:
+		return "dropped by the source-range firewall"
 	}
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }

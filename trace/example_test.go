@@ -60,7 +60,7 @@ ports: [{name: http, port: 8080}]
 		{Protocol: v1.ProtocolTCP, Src: netip.MustParseAddrPort("198.18.0.1:40000"), Dst: netip.MustParseAddrPort("198.19.0.10:80"), FromNode: true},
 	} {
 		o := trace.Trace(rs, p, trace.Options{})
-		fmt.Printf("%v: %s by %s %s\n", p, o.Result, o.Service, o.Kind)
+		fmt.Printf("%v: %s by %s %s\n", p, o.Verdict, o.Service, o.Kind)
 		for _, c := range o.Targets {
 			fmt.Printf("  %v share %s masquerade %v\n", c.Endpoint, c.Share.RatString(), c.Masquerade)
 		}

@@ -47,9 +47,9 @@ func TestPropTrace(t *testing.T) {
 			cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b }), cmp.Comparer(func(a, b affinity.Policy) bool { return a == b })); diff != "" {
 			t.Fatalf("%v: not deterministic:\n%s", p, diff)
 		}
-		if o.Result != trace.Forwarded {
+		if o.Verdict != ruleset.VerdictForward {
 			if len(o.Targets) > 0 {
-				t.Fatalf("%v: %s with targets %v", p, o.Result, o.Targets)
+				t.Fatalf("%v: %s with targets %v", p, o.Verdict, o.Targets)
 			}
 			return
 		}

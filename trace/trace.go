@@ -103,44 +103,13 @@ var (
 	NFTablesMode = Options{RejectUnknownPorts: true, DropUnallocated: true, FirewallFirst: true}
 )
 
-// Result is the kind of outcome.
-type Result uint8
-
-const (
-	// NotService: no Service takes the packet; the rules leave it alone.
-	NotService Result = iota
-	// Rejected: the client is told at once (TCP reset, ICMP unreachable).
-	Rejected
-	// Dropped: the packet is dropped (a Local policy with no endpoint on
-	// this node, or an unallocated address of the Service CIDRs).
-	Dropped
-	// Firewalled: the load-balancer source-range firewall drops it.
-	Firewalled
-	// Forwarded: the flow goes to one of Outcome.Targets.
-	Forwarded
-)
-
-func (r Result) String() string {
-	switch r {
-	case NotService:
-		return "not a Service"
-	case Rejected:
-		return "rejected"
-	case Dropped:
-		return "dropped"
-	case Firewalled:
-		return "dropped by the source-range firewall"
-	case Forwarded:
-		return "forwarded"
-	}
-	return fmt.Sprintf("Result(%d)", uint8(r))
-}
-
 // Outcome is where a packet goes.
 type Outcome struct {
-	Result Result
+	// Verdict is what happens to the packet: VerdictNotServed when no
+	// Service takes it and the rules leave it alone.
+	Verdict ruleset.Verdict
 	// Service is the Service port that took the packet, and Kind the
-	// kind of frontend it came through; zero when Result is NotService or
+	// kind of frontend it came through; zero when Verdict is VerdictNotServed or
 	// the packet is dropped for an unallocated address or rejected for an
 	// unknown port.
 	Service servicemap.PortName
@@ -163,8 +132,8 @@ func Trace(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 		return Outcome{}
 	}
 	out := decide(rs, p, opts)
-	if opts.LocalnetGuard && guarded(rs.Config(), p) && out.Result != Forwarded {
-		return Outcome{Result: Dropped}
+	if opts.LocalnetGuard && guarded(rs.Config(), p) && out.Verdict != ruleset.VerdictForward {
+		return Outcome{Verdict: ruleset.VerdictDrop}
 	}
 	return out
 }
@@ -183,23 +152,23 @@ func decide(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	src := ruleset.Source{Addr: p.Src.Addr(), FromNode: p.FromNode}
 	out := Outcome{Service: s.Name, Kind: kind}
 	if s.Firewalled(kind, src.Addr) || opts.FirewallFirst && s.SourceRangesDeny(kind, src.Addr) {
-		out.Result = Firewalled
+		out.Verdict = ruleset.VerdictFirewall
 		return out
 	}
 	d := rs.Decide(s, kind, src)
 	switch d.Verdict {
 	case ruleset.VerdictReject:
-		out.Result = Rejected
+		out.Verdict = ruleset.VerdictReject
 	case ruleset.VerdictDrop:
-		out.Result = Dropped
+		out.Verdict = ruleset.VerdictDrop
 	case ruleset.VerdictForward:
-		out.Result = Forwarded
+		out.Verdict = ruleset.VerdictForward
 		out.Targets, out.Masquerade, out.ShortCircuit, out.Affinity = d.Targets, d.Masquerade, d.ShortCircuit, s.Affinity
 		return out
 	default:
 		return Outcome{}
 	}
-	if opts.ArrivingRejectsOnly && out.Result == Rejected && p.FromNode && !p.ToNode && (kind == ruleset.KindExternalIP || kind == ruleset.KindLoadBalancerIP) {
+	if opts.ArrivingRejectsOnly && out.Verdict == ruleset.VerdictReject && p.FromNode && !p.ToNode && (kind == ruleset.KindExternalIP || kind == ruleset.KindLoadBalancerIP) {
 		return Outcome{}
 	}
 	return out
@@ -214,9 +183,9 @@ func nodePortRefusal(rs *ruleset.Ruleset, p Packet) (Outcome, bool) {
 	}
 	switch s.External {
 	case ruleset.RouteReject:
-		return Outcome{Result: Rejected, Service: s.Name, Kind: ruleset.KindNodePort}, true
+		return Outcome{Verdict: ruleset.VerdictReject, Service: s.Name, Kind: ruleset.KindNodePort}, true
 	case ruleset.RouteDrop:
-		return Outcome{Result: Dropped, Service: s.Name, Kind: ruleset.KindNodePort}, true
+		return Outcome{Verdict: ruleset.VerdictDrop, Service: s.Name, Kind: ruleset.KindNodePort}, true
 	}
 	return Outcome{}, false
 }
@@ -267,12 +236,12 @@ func unmatched(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	dst := p.Dst.Addr().WithZone("")
 	if len(rs.ServicesAt(ruleset.Frontend{Kind: ruleset.KindClusterAddress, Addr: dst})) > 0 {
 		if opts.RejectUnknownPorts {
-			return Outcome{Result: Rejected}
+			return Outcome{Verdict: ruleset.VerdictReject}
 		}
 		return Outcome{}
 	}
 	if opts.DropUnallocated && slices.ContainsFunc(rs.Config().ServiceCIDRs, func(c netip.Prefix) bool { return c.Contains(dst) }) {
-		return Outcome{Result: Dropped}
+		return Outcome{Verdict: ruleset.VerdictDrop}
 	}
 	return Outcome{}
 }

@@ -49,11 +49,11 @@ func cluster(t *testing.T, mods ...func(*ruleset.Config)) *ruleset.Ruleset {
 
 // summary writes an Outcome on one line, for table tests.
 func summary(o trace.Outcome) string {
-	if o.Result != trace.Forwarded {
+	if o.Verdict != ruleset.VerdictForward {
 		if o.Service.Name == "" {
-			return o.Result.String()
+			return o.Verdict.String()
 		}
-		return fmt.Sprintf("%s %s %s", o.Service.Name, o.Kind, o.Result)
+		return fmt.Sprintf("%s %s %s", o.Service.Name, o.Kind, o.Verdict)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s ->", o.Service.Name, o.Kind)

@@ -151,7 +151,7 @@ func stepText(path []step, i int) string {
 // the Service port, then each target (by endpoint) with its share, then
 // short-circuit and affinity.
 func describeOutcome(o trace.Outcome) []string {
-	head := o.Result.String()
+	head := o.Verdict.String()
 	switch {
 	case o.Service.Name != "" && o.Kind != 0:
 		head += fmt.Sprintf(" through the %s of %s", o.Kind, o.Service)

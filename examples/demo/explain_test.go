@@ -169,7 +169,7 @@ func TestExplainDisagreement(t *testing.T) {
 	}
 	dropsAll := func(*ruleset.Ruleset) (evaluator, error) {
 		return func(trace.Packet) (trace.Outcome, []step, error) {
-			return trace.Outcome{Result: trace.Dropped}, []step{{where: "input", text: "input: drop"}}, nil
+			return trace.Outcome{Verdict: ruleset.VerdictDrop}, []step{{where: "input", text: "input: drop"}}, nil
 		}, nil
 	}
 	for _, b := range backends {

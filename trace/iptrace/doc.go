@@ -42,13 +42,13 @@
 // A rule with anything else (another match or target, an interface, a port
 // range) is an error naming its line: it is never ignored.
 //
-// Results: REJECT is trace.Rejected; DROP (or a DROP policy) is
-// trace.Firewalled when the flow ran through a load-balancer firewall chain
+// Results: REJECT is ruleset.VerdictReject; DROP (or a DROP policy) is
+// ruleset.VerdictFirewall when the flow ran through a load-balancer firewall chain
 // (PREFIX-FW-HASH) without taking any of its jumps, or the DROP is in such a
-// chain, and trace.Dropped otherwise; a flow accepted after a DNAT is
-// trace.Forwarded to the DNAT's destination, masqueraded when a MASQUERADE
+// chain, and ruleset.VerdictDrop otherwise; a flow accepted after a DNAT is
+// ruleset.VerdictForward to the DNAT's destination, masqueraded when a MASQUERADE
 // rule took it in nat POSTROUTING; anything else accepted is
-// trace.NotService.
+// ruleset.VerdictNotServed.
 //
 // # What the rules cannot tell
 //

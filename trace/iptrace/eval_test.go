@@ -15,7 +15,7 @@ import (
 // summary writes an Outcome on one line, for table tests.
 func summary(o trace.Outcome) string {
 	var b strings.Builder
-	b.WriteString(o.Result.String())
+	b.WriteString(o.Verdict.String())
 	if o.Service.Name != "" {
 		fmt.Fprintf(&b, " %v/%s (%s)", o.Service, o.Service.Protocol, o.Kind)
 	}

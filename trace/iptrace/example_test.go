@@ -51,7 +51,7 @@ COMMIT
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("%s: %s", s, o.Result)
+		fmt.Printf("%s: %s", s, o.Verdict)
 		for _, c := range o.Targets {
 			fmt.Printf(" %v (%s)", c.Endpoint, c.Share.FloatString(2))
 			if c.Masquerade {

@@ -80,8 +80,8 @@ func (w *walker) outcome(ends []branch) (trace.Outcome, error) {
 			out = o
 			continue
 		}
-		if o.Result != out.Result || o.Service != out.Service || o.Kind != out.Kind || o.ShortCircuit != out.ShortCircuit || o.Affinity != out.Affinity {
-			return trace.Outcome{}, fmt.Errorf("the flow splits: %s by %v (%s) and %s by %v (%s)", out.Result, out.Service, out.Kind, o.Result, o.Service, o.Kind)
+		if o.Verdict != out.Verdict || o.Service != out.Service || o.Kind != out.Kind || o.ShortCircuit != out.ShortCircuit || o.Affinity != out.Affinity {
+			return trace.Outcome{}, fmt.Errorf("the flow splits: %s by %v (%s) and %s by %v (%s)", out.Verdict, out.Service, out.Kind, o.Verdict, o.Service, o.Kind)
 		}
 		out.Masquerade = out.Masquerade && o.Masquerade
 		out.Targets = addTarget(out.Targets, o.Targets...)
@@ -109,11 +109,11 @@ func (w *walker) branchOutcome(b branch) (trace.Outcome, error) {
 	var out trace.Outcome
 	switch {
 	case b.verdict == verdictReject:
-		out.Result = trace.Rejected
+		out.Verdict = ruleset.VerdictReject
 	case b.verdict == verdictDrop && (f.fwRefused || b.by != nil && isFirewallChain(b.by.chain)):
-		out.Result = trace.Firewalled
+		out.Verdict = ruleset.VerdictFirewall
 	case b.verdict == verdictDrop:
-		out.Result = trace.Dropped
+		out.Verdict = ruleset.VerdictDrop
 	case f.dnat:
 		return w.forwarded(f)
 	default:
@@ -134,7 +134,7 @@ func (w *walker) branchOutcome(b branch) (trace.Outcome, error) {
 
 // forwarded is the Outcome of a branch that a DNAT rule translated.
 func (w *walker) forwarded(f *flow) (trace.Outcome, error) {
-	out := trace.Outcome{Result: trace.Forwarded, ShortCircuit: f.shortCircuit}
+	out := trace.Outcome{Verdict: ruleset.VerdictForward, ShortCircuit: f.shortCircuit}
 	if f.entry != nil {
 		out.Service, out.Kind = f.entry.portName(), f.entry.kind()
 	}
@@ -189,8 +189,8 @@ var shareTolerance = big.NewRat(1, 1_000_000_000)
 //     is not in the rules and is not compared.
 func Agree(spec, got trace.Outcome) error {
 	switch {
-	case spec.Result != got.Result:
-		return fmt.Errorf("result %s, want %s", got.Result, spec.Result)
+	case spec.Verdict != got.Verdict:
+		return fmt.Errorf("result %s, want %s", got.Verdict, spec.Verdict)
 	case spec.Service != got.Service:
 		return fmt.Errorf("Service port %v, want %v", got.Service, spec.Service)
 	case spec.Kind != got.Kind && !(got.Kind == 0 && (spec.Kind == ruleset.KindExternalIP || spec.Kind == ruleset.KindLoadBalancerIP)):

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"pgregory.net/rapid"
 
+	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/trace"
 	"github.com/svcproxy/svcproxy/trace/iptrace"
 )
@@ -75,7 +76,7 @@ func TestPropNoPanic(t *testing.T) {
 			ToNode:   rapid.Bool().Draw(t, "toNode"),
 		}
 		o, _, err := rules.Evaluate(p)
-		if err != nil || o.Result != trace.Forwarded {
+		if err != nil || o.Verdict != ruleset.VerdictForward {
 			return
 		}
 		sum := 0.0

@@ -138,7 +138,7 @@ func TestAgree(t *testing.T) {
 	aff, _ := affinity.ClientIP(600)
 	half, third := big.NewRat(1, 2), big.NewRat(1, 3)
 	kernelThird, _ := new(big.Rat).SetString("0.33333333349")
-	spec := trace.Outcome{Result: trace.Forwarded, Service: web, Kind: ruleset.KindExternalIP, Affinity: aff,
+	spec := trace.Outcome{Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindExternalIP, Affinity: aff,
 		Targets: []ruleset.Choice{ep("198.18.1.1:80", third, false), ep("198.18.1.2:80", third, false), ep("198.18.1.3:80", third, false)}}
 	with := func(f func(*trace.Outcome)) trace.Outcome {
 		o := spec
@@ -167,7 +167,7 @@ func TestAgree(t *testing.T) {
 		{"no affinity", with(func(o *trace.Outcome) { o.Affinity = affinity.Policy{} }), "affinity None, want ClientIP(600s)"},
 		{"masqueraded", with(func(o *trace.Outcome) { o.Masquerade = true }), "masquerade true, want false"},
 		{"short-circuited", with(func(o *trace.Outcome) { o.ShortCircuit = true }), "short-circuit true, want false"},
-		{"dropped", trace.Outcome{Result: trace.Dropped}, "result dropped, want forwarded"},
+		{"dropped", trace.Outcome{Verdict: ruleset.VerdictDrop}, "result dropped, want forwarded"},
 	} {
 		err := iptrace.Agree(spec, tc.got)
 		switch {

@@ -31,19 +31,19 @@ func TestEvaluateDemo(t *testing.T) {
 	cart, shop, dns := demoPort("cart", "http", v1.ProtocolTCP), demoPort("shop", "http", v1.ProtocolTCP), demoPort("dns", "dns", v1.ProtocolUDP)
 	tenMinutes, _ := affinity.ClientIP(600)
 	want := map[string]trace.Outcome{
-		demoPackets[0]:  {Result: trace.Forwarded, Service: web, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.11:8080", 2, false), choice("198.18.2.12:8080", 2, false)}},
-		demoPackets[1]:  {Result: trace.Forwarded, Service: web, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.11:8080", 2, false), choice("198.18.2.12:8080", 2, false)}},
-		demoPackets[2]:  {Result: trace.Firewalled, Service: api, Kind: ruleset.KindLoadBalancerIP},
-		demoPackets[3]:  {Result: trace.Dropped, Service: api, Kind: ruleset.KindLoadBalancerIP},
-		demoPackets[4]:  {Result: trace.Firewalled, Service: api, Kind: ruleset.KindLoadBalancerIP},
-		demoPackets[5]:  {Result: trace.Rejected, Service: empty, Kind: ruleset.KindClusterIP},
-		demoPackets[6]:  {Result: trace.Forwarded, Service: cart, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.41:8080", 2, false), choice("198.18.2.42:8080", 2, false)}, Affinity: tenMinutes},
-		demoPackets[7]:  {Result: trace.Forwarded, Service: shop, Kind: ruleset.KindNodePort, Targets: []ruleset.Choice{choice("198.18.1.31:8080", 1, false)}},
-		demoPackets[8]:  {Result: trace.Forwarded, Service: shop, Kind: ruleset.KindNodePort, Targets: []ruleset.Choice{choice("198.18.1.31:8080", 3, true), choice("198.18.2.32:8080", 3, true), choice("198.18.2.33:8080", 3, true)}, Masquerade: true, ShortCircuit: true},
-		demoPackets[9]:  {Result: trace.Dropped, Service: api, Kind: ruleset.KindNodePort},
-		demoPackets[10]: {Result: trace.Rejected},
-		demoPackets[11]: {Result: trace.Forwarded, Service: dns, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.21:53", 1, false)}},
-		demoPackets[12]: {Result: trace.Forwarded, Service: dns, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.21:53", 1, true)}},
+		demoPackets[0]:  {Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.11:8080", 2, false), choice("198.18.2.12:8080", 2, false)}},
+		demoPackets[1]:  {Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.11:8080", 2, false), choice("198.18.2.12:8080", 2, false)}},
+		demoPackets[2]:  {Verdict: ruleset.VerdictFirewall, Service: api, Kind: ruleset.KindLoadBalancerIP},
+		demoPackets[3]:  {Verdict: ruleset.VerdictDrop, Service: api, Kind: ruleset.KindLoadBalancerIP},
+		demoPackets[4]:  {Verdict: ruleset.VerdictFirewall, Service: api, Kind: ruleset.KindLoadBalancerIP},
+		demoPackets[5]:  {Verdict: ruleset.VerdictReject, Service: empty, Kind: ruleset.KindClusterIP},
+		demoPackets[6]:  {Verdict: ruleset.VerdictForward, Service: cart, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.41:8080", 2, false), choice("198.18.2.42:8080", 2, false)}, Affinity: tenMinutes},
+		demoPackets[7]:  {Verdict: ruleset.VerdictForward, Service: shop, Kind: ruleset.KindNodePort, Targets: []ruleset.Choice{choice("198.18.1.31:8080", 1, false)}},
+		demoPackets[8]:  {Verdict: ruleset.VerdictForward, Service: shop, Kind: ruleset.KindNodePort, Targets: []ruleset.Choice{choice("198.18.1.31:8080", 3, true), choice("198.18.2.32:8080", 3, true), choice("198.18.2.33:8080", 3, true)}, Masquerade: true, ShortCircuit: true},
+		demoPackets[9]:  {Verdict: ruleset.VerdictDrop, Service: api, Kind: ruleset.KindNodePort},
+		demoPackets[10]: {Verdict: ruleset.VerdictReject},
+		demoPackets[11]: {Verdict: ruleset.VerdictForward, Service: dns, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.21:53", 1, false)}},
+		demoPackets[12]: {Verdict: ruleset.VerdictForward, Service: dns, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.1.21:53", 1, true)}},
 		demoPackets[13]: {},
 		demoPackets[14]: {},
 	}
@@ -83,7 +83,7 @@ func TestEvaluateSemantics(t *testing.T) {
 		return trace.Packet{Protocol: v1.ProtocolTCP, Src: netip.MustParseAddrPort(src), Dst: netip.MustParseAddrPort(dst)}
 	}
 	dnat := func(ep string, share int64, masq bool) trace.Outcome {
-		return trace.Outcome{Result: trace.Forwarded, Targets: []ruleset.Choice{choice(ep, share, masq)}}
+		return trace.Outcome{Verdict: ruleset.VerdictForward, Targets: []ruleset.Choice{choice(ep, share, masq)}}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -94,12 +94,12 @@ func TestEvaluateSemantics(t *testing.T) {
 		name:   "return goes back after the jump",
 		body:   forward + "add chain ip t a\nadd rule ip t a return\nadd rule ip t a drop\nadd rule ip t fwd jump a\nadd rule ip t fwd reject\n",
 		packet: tcp("198.18.0.5:1", "198.18.0.6:80"),
-		want:   trace.Outcome{Result: trace.Rejected},
+		want:   trace.Outcome{Verdict: ruleset.VerdictReject},
 	}, {
 		name:   "the end of a chain reached by goto returns to the caller of the chain that went there",
 		body:   forward + "add chain ip t a\nadd chain ip t b\nadd rule ip t a goto b\nadd rule ip t a drop\nadd rule ip t fwd jump a\nadd rule ip t fwd reject\n",
 		packet: tcp("198.18.0.5:1", "198.18.0.6:80"),
-		want:   trace.Outcome{Result: trace.Rejected},
+		want:   trace.Outcome{Verdict: ruleset.VerdictReject},
 	}, {
 		name:   "a goto from the base chain ends it",
 		body:   forward + "add chain ip t b\nadd rule ip t fwd goto b\nadd rule ip t fwd reject\n",
@@ -109,22 +109,22 @@ func TestEvaluateSemantics(t *testing.T) {
 		name:   "the base chain's drop policy",
 		body:   "add chain ip t fwd { type filter hook forward priority 0 ; policy drop ; }\n",
 		packet: tcp("198.18.0.5:1", "198.18.0.6:80"),
-		want:   trace.Outcome{Result: trace.Dropped},
+		want:   trace.Outcome{Verdict: ruleset.VerdictDrop},
 	}, {
 		name:   "base chains by priority, not by order",
 		body:   "add chain ip t late { type filter hook forward priority 10 ; }\nadd chain ip t early { type filter hook forward priority filter - 10 ; }\nadd rule ip t late drop\nadd rule ip t early reject\n",
 		packet: tcp("198.18.0.5:1", "198.18.0.6:80"),
-		want:   trace.Outcome{Result: trace.Rejected},
+		want:   trace.Outcome{Verdict: ruleset.VerdictReject},
 	}, {
 		name:   "accept ends the base chain only",
 		body:   forward + "add chain ip t fwd2 { type filter hook forward priority 5 ; }\nadd rule ip t fwd accept\nadd rule ip t fwd drop\nadd rule ip t fwd2 reject\n",
 		packet: tcp("198.18.0.5:1", "198.18.0.6:80"),
-		want:   trace.Outcome{Result: trace.Rejected},
+		want:   trace.Outcome{Verdict: ruleset.VerdictReject},
 	}, {
 		name:   "prefixes and ranges in an anonymous set",
 		body:   forward + "add rule ip t fwd ip saddr { 10.0.0.0/8 , 198.18.0.1-198.18.0.9 } reject\n",
 		packet: tcp("198.18.0.5:1", "198.18.0.6:80"),
-		want:   trace.Outcome{Result: trace.Rejected},
+		want:   trace.Outcome{Verdict: ruleset.VerdictReject},
 	}, {
 		name:   "outside the ranges",
 		body:   forward + "add rule ip t fwd ip saddr { 10.0.0.0/8 , 198.18.0.1-198.18.0.4 } reject\n",
@@ -134,7 +134,7 @@ func TestEvaluateSemantics(t *testing.T) {
 		name:   "a negated set",
 		body:   forward + "add rule ip t fwd ip saddr != { 198.18.0.0/24 } drop\n",
 		packet: tcp("198.18.1.5:1", "198.18.0.6:80"),
-		want:   trace.Outcome{Result: trace.Dropped},
+		want:   trace.Outcome{Verdict: ruleset.VerdictDrop},
 	}, {
 		name:   "tcp dport does not match udp",
 		body:   forward + "add rule ip t fwd tcp dport 80 drop\n",
@@ -144,12 +144,12 @@ func TestEvaluateSemantics(t *testing.T) {
 		name:   "an interval set of ports by concatenation",
 		body:   forward + "add set ip t s { type inet_proto . inet_service ; flags interval ; }\nadd element ip t s { tcp . 70-90 }\nadd rule ip t fwd meta l4proto . th dport @s drop\n",
 		packet: tcp("198.18.0.5:1", "198.18.0.6:80"),
-		want:   trace.Outcome{Result: trace.Dropped},
+		want:   trace.Outcome{Verdict: ruleset.VerdictDrop},
 	}, {
 		name:   "numgen: exact shares, merged by target",
 		body:   preroutingNAT + "add chain ip t a\nadd chain ip t b\nadd rule ip t a dnat to 198.18.64.1:8080\nadd rule ip t b dnat to 198.18.64.2:8080\nadd rule ip t pre numgen random mod 3 vmap { 0 : goto a , 1 : goto b , 2 : goto b }\n",
 		packet: tcp("198.18.0.5:1", "198.19.0.1:80"),
-		want: trace.Outcome{Result: trace.Forwarded, Targets: []ruleset.Choice{
+		want: trace.Outcome{Verdict: ruleset.VerdictForward, Targets: []ruleset.Choice{
 			{Target: ruleset.Target{Endpoint: netip.MustParseAddrPort("198.18.64.1:8080")}, Share: big.NewRat(1, 3)},
 			{Target: ruleset.Target{Endpoint: netip.MustParseAddrPort("198.18.64.2:8080")}, Share: big.NewRat(2, 3)},
 		}},
@@ -162,7 +162,7 @@ func TestEvaluateSemantics(t *testing.T) {
 		name:   "the mark before the DNAT chain, then masquerade in postrouting",
 		body:   preroutingNAT + postrouting + "add chain ip t ep\nadd rule ip t pre meta mark set meta mark | 0x10\nadd rule ip t pre goto ep\nadd rule ip t ep dnat to 198.18.64.1:8080\nadd rule ip t post meta mark & 0x10 == 0 return\nadd rule ip t post masquerade\n",
 		packet: tcp("198.18.0.5:1", "198.19.0.1:80"),
-		want:   trace.Outcome{Result: trace.Forwarded, Masquerade: true, Targets: []ruleset.Choice{choice("198.18.64.1:8080", 1, true)}},
+		want:   trace.Outcome{Verdict: ruleset.VerdictForward, Masquerade: true, Targets: []ruleset.Choice{choice("198.18.64.1:8080", 1, true)}},
 	}, {
 		name:   "a mark set in the DNAT chain masquerades that target only",
 		body:   preroutingNAT + postrouting + "add chain ip t ep\nadd rule ip t pre goto ep\nadd rule ip t ep mark set mark or 0x10\nadd rule ip t ep dnat to 198.18.64.1:8080\nadd rule ip t post mark and 0x10 == 0 return\nadd rule ip t post masquerade\n",
@@ -172,17 +172,17 @@ func TestEvaluateSemantics(t *testing.T) {
 		name:   "fib daddr type local: the node's own address goes to input",
 		body:   preroutingNAT + "add chain ip t in { type filter hook input priority 0 ; }\nadd rule ip t pre fib daddr type local reject\n",
 		packet: trace.Packet{Protocol: v1.ProtocolTCP, Src: netip.MustParseAddrPort("198.18.9.9:1"), Dst: netip.MustParseAddrPort("198.18.0.1:80"), ToNode: true},
-		want:   trace.Outcome{Result: trace.Rejected},
+		want:   trace.Outcome{Verdict: ruleset.VerdictReject},
 	}, {
 		name:   "from the node to itself: output, postrouting, then input",
 		body:   "add chain ip t in { type filter hook input priority 0 ; }\nadd chain ip t out { type filter hook output priority 0 ; }\nadd rule ip t out fib saddr type local accept\nadd rule ip t in ct state new reject\n",
 		packet: trace.Packet{Protocol: v1.ProtocolTCP, Src: netip.MustParseAddrPort("127.0.0.1:1"), Dst: netip.MustParseAddrPort("127.0.0.1:80"), FromNode: true},
-		want:   trace.Outcome{Result: trace.Rejected},
+		want:   trace.Outcome{Verdict: ruleset.VerdictReject},
 	}, {
 		name:   "ct state established does not match a new flow",
 		body:   forward + "add rule ip t fwd ct state established,related drop\nadd rule ip t fwd ct state != established reject\n",
 		packet: tcp("198.18.0.5:1", "198.18.0.6:80"),
-		want:   trace.Outcome{Result: trace.Rejected},
+		want:   trace.Outcome{Verdict: ruleset.VerdictReject},
 	}, {
 		name:   "a packet of the other family",
 		body:   forward + "add rule ip t fwd drop\n",

@@ -44,7 +44,7 @@ func ExampleTable_Evaluate() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(out.Result, out.Service, out.Kind)
+	fmt.Println(out.Verdict, out.Service, out.Kind)
 	for _, c := range out.Targets {
 		fmt.Println(" ", c.Endpoint, c.Share)
 	}

@@ -38,28 +38,28 @@ func TestEvaluateFlatAffinity(t *testing.T) {
 	both := func(masq bool) []ruleset.Choice {
 		return []ruleset.Choice{choice("198.18.64.2:8080", 2, masq), choice("198.18.65.2:8080", 2, masq)}
 	}
-	outside := trace.Outcome{Result: trace.Forwarded, Service: sticky, Kind: ruleset.KindClusterIP, Targets: both(true), Masquerade: true, Affinity: tenMinutes}
+	outside := trace.Outcome{Verdict: ruleset.VerdictForward, Service: sticky, Kind: ruleset.KindClusterIP, Targets: both(true), Masquerade: true, Affinity: tenMinutes}
 	packets := []struct {
 		packet         string
 		rendered, held trace.Outcome
 	}{
 		{flatAffinityPackets[0], outside,
-			trace.Outcome{Result: trace.Forwarded, Service: sticky, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.65.2:8080", 1, true)}, Masquerade: true, Affinity: tenMinutes}},
+			trace.Outcome{Verdict: ruleset.VerdictForward, Service: sticky, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.65.2:8080", 1, true)}, Masquerade: true, Affinity: tenMinutes}},
 		{flatAffinityPackets[1], outside,
-			trace.Outcome{Result: trace.Dropped, Service: sticky, Kind: ruleset.KindClusterIP}},
+			trace.Outcome{Verdict: ruleset.VerdictDrop, Service: sticky, Kind: ruleset.KindClusterIP}},
 		{flatAffinityPackets[2],
-			trace.Outcome{Result: trace.Forwarded, Service: sticky, Kind: ruleset.KindExternalIP, Targets: []ruleset.Choice{choice("198.18.64.2:8080", 1, false)}, Affinity: tenMinutes},
-			trace.Outcome{Result: trace.Dropped, Service: sticky, Kind: ruleset.KindExternalIP}},
+			trace.Outcome{Verdict: ruleset.VerdictForward, Service: sticky, Kind: ruleset.KindExternalIP, Targets: []ruleset.Choice{choice("198.18.64.2:8080", 1, false)}, Affinity: tenMinutes},
+			trace.Outcome{Verdict: ruleset.VerdictDrop, Service: sticky, Kind: ruleset.KindExternalIP}},
 		{flatAffinityPackets[3],
-			trace.Outcome{Result: trace.Forwarded, Service: sticky, Kind: ruleset.KindExternalIP, Targets: both(false), ShortCircuit: true, Affinity: tenMinutes}, trace.Outcome{}},
+			trace.Outcome{Verdict: ruleset.VerdictForward, Service: sticky, Kind: ruleset.KindExternalIP, Targets: both(false), ShortCircuit: true, Affinity: tenMinutes}, trace.Outcome{}},
 		{flatAffinityPackets[4],
-			trace.Outcome{Result: trace.Forwarded, Service: web, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.64.3:8080", 1, true)}, Masquerade: true}, trace.Outcome{}},
+			trace.Outcome{Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindClusterIP, Targets: []ruleset.Choice{choice("198.18.64.3:8080", 1, true)}, Masquerade: true}, trace.Outcome{}},
 	}
 	for _, name := range []string{"flat-affinity.nft", "flat-affinity-listed.nft", "flat-affinity-listed.json"} {
 		tb := demoTable(t, name)
 		for _, c := range packets {
 			want := c.rendered
-			if name != "flat-affinity.nft" && c.held.Result != 0 {
+			if name != "flat-affinity.nft" && c.held.Verdict != 0 {
 				want = c.held
 			}
 			got, path, err := tb.Evaluate(packet(t, c.packet))

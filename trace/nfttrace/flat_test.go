@@ -50,18 +50,18 @@ func TestEvaluateFlat(t *testing.T) {
 		return []ruleset.Choice{choice("198.18.64.5:53", 3, masq), choice("198.18.64.6:53", 3, masq), choice("198.18.65.7:53", 3, masq)}
 	}
 	want := map[string]trace.Outcome{
-		flatPackets[0]:  {Result: trace.Forwarded, Service: web, Kind: ruleset.KindClusterIP, Targets: webTargets(false, false)},
-		flatPackets[1]:  {Result: trace.Forwarded, Service: web, Kind: ruleset.KindClusterIP, Targets: webTargets(true, true), Masquerade: true},
-		flatPackets[2]:  {Result: trace.Forwarded, Service: web, Kind: ruleset.KindClusterIP, Targets: webTargets(true, false)},
-		flatPackets[3]:  {Result: trace.Forwarded, Service: dns, Kind: ruleset.KindClusterIP, Targets: dnsTargets(false)},
-		flatPackets[4]:  {Result: trace.Forwarded, Service: dns, Kind: ruleset.KindClusterIP, Targets: dnsTargets(true), Masquerade: true},
-		flatPackets[5]:  {Result: trace.Forwarded, Service: ext, Kind: ruleset.KindExternalIP, Targets: []ruleset.Choice{choice("198.18.64.8:8080", 2, true), choice("198.18.65.9:8080", 2, true)}, Masquerade: true},
-		flatPackets[6]:  {Result: trace.Firewalled, Service: web, Kind: ruleset.KindLoadBalancerIP},
-		flatPackets[7]:  {Result: trace.Forwarded, Service: web, Kind: ruleset.KindLoadBalancerIP, Targets: []ruleset.Choice{choice("198.18.64.2:8080", 1, false)}},
-		flatPackets[8]:  {Result: trace.Forwarded, Service: web, Kind: ruleset.KindNodePort, Targets: webTargets(true, true), Masquerade: true, ShortCircuit: true},
-		flatPackets[9]:  {Result: trace.Forwarded, Service: web, Kind: ruleset.KindNodePort, Targets: []ruleset.Choice{choice("198.18.64.2:8080", 1, false)}},
-		flatPackets[10]: {Result: trace.Rejected, Service: empty, Kind: ruleset.KindClusterIP},
-		flatPackets[11]: {Result: trace.Rejected},
+		flatPackets[0]:  {Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindClusterIP, Targets: webTargets(false, false)},
+		flatPackets[1]:  {Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindClusterIP, Targets: webTargets(true, true), Masquerade: true},
+		flatPackets[2]:  {Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindClusterIP, Targets: webTargets(true, false)},
+		flatPackets[3]:  {Verdict: ruleset.VerdictForward, Service: dns, Kind: ruleset.KindClusterIP, Targets: dnsTargets(false)},
+		flatPackets[4]:  {Verdict: ruleset.VerdictForward, Service: dns, Kind: ruleset.KindClusterIP, Targets: dnsTargets(true), Masquerade: true},
+		flatPackets[5]:  {Verdict: ruleset.VerdictForward, Service: ext, Kind: ruleset.KindExternalIP, Targets: []ruleset.Choice{choice("198.18.64.8:8080", 2, true), choice("198.18.65.9:8080", 2, true)}, Masquerade: true},
+		flatPackets[6]:  {Verdict: ruleset.VerdictFirewall, Service: web, Kind: ruleset.KindLoadBalancerIP},
+		flatPackets[7]:  {Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindLoadBalancerIP, Targets: []ruleset.Choice{choice("198.18.64.2:8080", 1, false)}},
+		flatPackets[8]:  {Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindNodePort, Targets: webTargets(true, true), Masquerade: true, ShortCircuit: true},
+		flatPackets[9]:  {Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindNodePort, Targets: []ruleset.Choice{choice("198.18.64.2:8080", 1, false)}},
+		flatPackets[10]: {Verdict: ruleset.VerdictReject, Service: empty, Kind: ruleset.KindClusterIP},
+		flatPackets[11]: {Verdict: ruleset.VerdictReject},
 		flatPackets[12]: {},
 	}
 	for _, name := range []string{"flat.nft", "flat-listed.nft", "flat-listed.json"} {
@@ -91,7 +91,7 @@ func TestEvaluateFlatSemantics(t *testing.T) {
 	}
 	web := flatPort("web", v1.ProtocolTCP)
 	spread := func(masq1, masq2 bool) trace.Outcome {
-		return trace.Outcome{Result: trace.Forwarded, Service: web, Kind: ruleset.KindExternalIP,
+		return trace.Outcome{Verdict: ruleset.VerdictForward, Service: web, Kind: ruleset.KindExternalIP,
 			Targets: []ruleset.Choice{choice("198.18.64.1:8080", 2, masq1), choice("198.18.64.2:8080", 2, masq2)}}
 	}
 	masqueradeMarked := postrouting + "add rule ip t post ct status dnat ip saddr . ip daddr { 198.18.64.1 . 198.18.64.1 } meta mark set meta mark | 0x4000\n" +
@@ -111,13 +111,13 @@ func TestEvaluateFlatSemantics(t *testing.T) {
 		body: preroutingNAT + targetsMap + "add rule ip t pre dnat ip to ip daddr . th dport . numgen random mod 2 map @m\n" +
 			"add rule ip t pre dnat to 198.18.64.9:80\n",
 		packet: pkt(v1.ProtocolTCP, "198.18.9.1:1", "198.19.0.11:80"),
-		want:   trace.Outcome{Result: trace.Forwarded, Targets: []ruleset.Choice{choice("198.18.64.9:80", 1, false)}},
+		want:   trace.Outcome{Verdict: ruleset.VerdictForward, Targets: []ruleset.Choice{choice("198.18.64.9:80", 1, false)}},
 	}, {
 		name: "tcp dport in the key needs TCP: a UDP flow goes on to the next rule",
 		body: preroutingNAT + targetsMap + "add rule ip t pre dnat ip to ip daddr . tcp dport . numgen random mod 2 map @m\n" +
 			"add rule ip t pre dnat to 198.18.64.9:80\n",
 		packet: pkt(v1.ProtocolUDP, "198.18.9.1:1", "198.19.0.10:80"),
-		want:   trace.Outcome{Result: trace.Forwarded, Targets: []ruleset.Choice{choice("198.18.64.9:80", 1, false)}},
+		want:   trace.Outcome{Verdict: ruleset.VerdictForward, Targets: []ruleset.Choice{choice("198.18.64.9:80", 1, false)}},
 	}, {
 		name:   "ct status dnat holds after the DNAT: the hairpin target alone is masqueraded, and not the Outcome",
 		body:   preroutingNAT + targetsMap + masqueradeMarked + "add rule ip t pre dnat ip to ip daddr . th dport . numgen random mod 2 map @m\n",
@@ -139,7 +139,7 @@ func TestEvaluateFlatSemantics(t *testing.T) {
 		body: forward + "add set ip t np { typeof meta l4proto . th dport ; }\n" +
 			"add element ip t np { tcp . 30080 comment \"ns1/web:p80/TCP\" }\nadd rule ip t fwd meta l4proto . th dport @np reject\n",
 		packet: pkt(v1.ProtocolTCP, "198.18.9.1:1", "198.18.0.7:30080"),
-		want:   trace.Outcome{Result: trace.Rejected, Service: web, Kind: ruleset.KindNodePort},
+		want:   trace.Outcome{Verdict: ruleset.VerdictReject, Service: web, Kind: ruleset.KindNodePort},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, path, err := table(t, tc.body).Evaluate(tc.packet)

@@ -62,7 +62,7 @@ func (p Path) String() string {
 // returns where it goes, as trace.Trace says it, with the Path that decided
 // it. The Outcome holds what the rules tell:
 //
-//   - Result: rejected (a reject), dropped (a drop, or a base chain's drop
+//   - Verdict: rejected (a reject), dropped (a drop, or a base chain's drop
 //     policy), dropped by the source-range firewall (a drop in
 //     firewall-check or in a firewall-… chain), forwarded (DNAT), else not
 //     a Service.
@@ -156,11 +156,11 @@ func (ev *evaluation) outcome(ends []*branch) (trace.Outcome, error) {
 	out := trace.Outcome{Service: first.service, Kind: first.kind}
 	switch first.end {
 	case endRejected:
-		out.Result = trace.Rejected
+		out.Verdict = ruleset.VerdictReject
 	case endDropped:
-		out.Result = trace.Dropped
+		out.Verdict = ruleset.VerdictDrop
 	case endFirewalled:
-		out.Result = trace.Firewalled
+		out.Verdict = ruleset.VerdictFirewall
 	case endAccepted:
 		if !first.pkt.dnatted {
 			return trace.Outcome{}, nil
@@ -187,7 +187,7 @@ func describe(b *branch) string {
 
 // forwarded fills the targets of a forwarded packet from its branches.
 func (ev *evaluation) forwarded(out trace.Outcome, ends []*branch) (trace.Outcome, error) {
-	out.Result = trace.Forwarded
+	out.Verdict = ruleset.VerdictForward
 	out.Masquerade = true
 	for _, b := range ends {
 		target := netip.AddrPortFrom(b.pkt.daddr, b.pkt.dport)

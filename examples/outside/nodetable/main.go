@@ -4,15 +4,16 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+
 	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
 	"github.com/svcproxy/svcproxy/trace"
 	v1 "k8s.io/api/core/v1"
-	"net/netip"
-	"os"
-	"slices"
 )
 
 func main() {
@@ -32,7 +33,7 @@ func main() {
 			for _, f := range slices.DeleteFunc(s.Frontends(), func(f ruleset.Frontend) bool { return f.Port == 0 }) {
 				dst := netip.AddrPortFrom(cmp.Or(f.Addr, outside), f.Port) // a node port: on any node address
 				o := trace.Trace(rs, trace.Packet{Protocol: f.Protocol, Src: netip.AddrPortFrom(outside, 0), Dst: dst, ToNode: !f.Addr.IsValid()}, trace.Options{})
-				fmt.Printf("%-22s %-18s %s", f, o.Service, o.Result)
+				fmt.Printf("%-22s %-18s %s", f, o.Service, o.Verdict)
 				for _, c := range o.Targets {
 					fmt.Printf(" %s=%s", c.Endpoint, c.Share.RatString())
 				}

@@ -33,20 +33,20 @@ type Backend interface {
 	Close() error
 }
 
-// Source gives the state to sync: the engine calls it at the start of
+// Provider gives the state to sync: the engine calls it at the start of
 // every sync, from the goroutine that syncs, and applies what it returns.
 // It must return the whole desired state each time (a Ruleset per family
 // of Config.Backends), so that a sync that fails loses nothing: the next
 // one applies the latest state.
-type Source interface {
+type Provider interface {
 	Desired(ctx context.Context) (Desired, error)
 }
 
-// SourceFunc adapts a function to a Source.
-type SourceFunc func(ctx context.Context) (Desired, error)
+// ProviderFunc adapts a function to a Provider.
+type ProviderFunc func(ctx context.Context) (Desired, error)
 
 // Desired calls f.
-func (f SourceFunc) Desired(ctx context.Context) (Desired, error) { return f(ctx) }
+func (f ProviderFunc) Desired(ctx context.Context) (Desired, error) { return f(ctx) }
 
 // Desired is the state one sync applies.
 type Desired struct {

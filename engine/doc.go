@@ -1,7 +1,7 @@
 // Package engine keeps data planes in sync with the desired state of a
 // Service proxy: the loop around the pure packages that every proxy needs.
 //
-// A caller gives an Engine a Source, which returns the Ruleset of each IP
+// A caller gives an Engine a Provider, which returns the Ruleset of each IP
 // family (StateSource builds them from a state.State, incrementally), and a
 // Backend per family, which applies a Ruleset: iptables.Executor,
 // nftables.Executor, or a data plane of its own. The engine then guarantees:

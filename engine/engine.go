@@ -27,8 +27,8 @@ const (
 type Config struct {
 	// Backends are the data planes, one per IP family synced.
 	Backends map[v1.IPFamily]Backend
-	// Source gives the state each sync applies.
-	Source Source
+	// Provider gives the state each sync applies.
+	Provider Provider
 	// MinSyncPeriod: two syncs never start closer than this. 0 means no
 	// floor (failed syncs are still retried no sooner than 50 ms).
 	MinSyncPeriod time.Duration
@@ -78,7 +78,7 @@ type SyncEvent struct {
 	// changed (and so synced fully), what was missing, or why the check
 	// failed.
 	Drift map[v1.IPFamily]string
-	// Rulesets is the state synced; nil when the Source failed.
+	// Rulesets is the state synced; nil when the Provider failed.
 	Rulesets map[v1.IPFamily]*ruleset.Ruleset
 	// Results are the results of the families that synced.
 	Results map[v1.IPFamily]svcproxy.SyncResult
@@ -98,7 +98,7 @@ type ConntrackCleanup struct {
 	Err error
 }
 
-// Engine keeps data planes in sync with a Source: it runs the Source and
+// Engine keeps data planes in sync with a Provider: it runs the Provider and
 // the Backends on changes (Request) and periodically, coalescing requests
 // under Config.MinSyncPeriod, repairing state changed behind its back,
 // retrying failed syncs with a back-off, cleaning stale conntrack entries
@@ -131,8 +131,8 @@ type Engine struct {
 // New returns an Engine for cfg. Its metrics are registered with
 // cfg.Registerer when it is set.
 func New(cfg Config) (*Engine, error) {
-	if len(cfg.Backends) == 0 || cfg.Source == nil {
-		return nil, errors.New("engine: Config needs Backends and a Source")
+	if len(cfg.Backends) == 0 || cfg.Provider == nil {
+		return nil, errors.New("engine: Config needs Backends and a Provider")
 	}
 	for f, b := range cfg.Backends {
 		if (f != v1.IPv4Protocol && f != v1.IPv6Protocol) || b == nil {
@@ -165,7 +165,7 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Request asks for a sync of the latest state: the Source changed. It never
+// Request asks for a sync of the latest state: the Provider changed. It never
 // blocks; requests made while a sync is pending or running are coalesced
 // into one later sync.
 func (e *Engine) Request() { e.loop.request() }
@@ -246,7 +246,7 @@ func (e *Engine) checkState(ctx context.Context, ev *SyncEvent) {
 // Ruleset, then cleans conntrack where it synced. It returns the earliest
 // NextSync of the results.
 func (e *Engine) apply(ctx context.Context, ev *SyncEvent) time.Duration {
-	desired, err := e.cfg.Source.Desired(ctx)
+	desired, err := e.cfg.Provider.Desired(ctx)
 	if err != nil {
 		ev.Err = fmt.Errorf("getting the desired state: %w", err)
 		return 0
@@ -259,7 +259,7 @@ func (e *Engine) apply(ctx context.Context, ev *SyncEvent) time.Duration {
 	for _, f := range e.families {
 		rs := desired.Rulesets[f]
 		if rs == nil {
-			errs = append(errs, fmt.Errorf("sync %s: the Source gave no Ruleset", f))
+			errs = append(errs, fmt.Errorf("sync %s: the Provider gave no Ruleset", f))
 			continue
 		}
 		res, err := e.cfg.Backends[f].Sync(ctx, rs)

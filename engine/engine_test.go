@@ -174,17 +174,17 @@ func TestFailedSyncLosesNoChange(t *testing.T) {
 	}
 }
 
-// TestSourceErrorFailsSync: a Source that fails fails the sync, which
+// TestSourceErrorFailsSync: a Provider that fails fails the sync, which
 // touches no Backend and makes the engine unhealthy.
 func TestSourceErrorFailsSync(t *testing.T) {
-	e, b, _, events := newTestEngine(t, SourceFunc(func(context.Context) (Desired, error) {
+	e, b, _, events := newTestEngine(t, ProviderFunc(func(context.Context) (Desired, error) {
 		return Desired{}, errors.New("no state")
 	}), nil)
 	if err := e.Sync(context.Background()); err == nil || !strings.Contains(err.Error(), "no state") {
-		t.Fatalf("Sync: %v; want the Source's error", err)
+		t.Fatalf("Sync: %v; want the Provider's error", err)
 	}
 	if b.last() != nil || (*events)[0].Rulesets != nil || !e.Health().Failing {
-		t.Errorf("after a Source error: synced %v, event %+v, health %+v", b.last(), (*events)[0], e.Health())
+		t.Errorf("after a Provider error: synced %v, event %+v, health %+v", b.last(), (*events)[0], e.Health())
 	}
 }
 
@@ -231,7 +231,7 @@ func TestMetrics(t *testing.T) {
 	b := &fakeBackend{failNext: 1}
 	e, err := New(Config{
 		Backends:   map[v1.IPFamily]Backend{v1.IPv4Protocol: b},
-		Source:     newWorld(t),
+		Provider:   newWorld(t),
 		Registerer: reg,
 		Clock:      newFakeClock(),
 	})
@@ -271,7 +271,7 @@ func TestMetrics(t *testing.T) {
 	}, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
-	if _, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: b}, Source: newWorld(t), Registerer: reg}); err == nil {
+	if _, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: b}, Provider: newWorld(t), Registerer: reg}); err == nil {
 		t.Error("registering the metrics twice with one Registerer succeeded")
 	}
 }
@@ -281,7 +281,7 @@ func TestMetrics(t *testing.T) {
 func TestRunSyncsOnRequest(t *testing.T) {
 	w := newWorld(t)
 	b := &fakeBackend{}
-	e, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: b}, Source: w, MinSyncPeriod: 10 * time.Millisecond})
+	e, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: b}, Provider: w, MinSyncPeriod: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,10 +297,10 @@ func TestRunSyncsOnRequest(t *testing.T) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{
-		"no backends": {Source: SourceFunc(nil)},
+		"no backends": {Provider: ProviderFunc(nil)},
 		"no source":   {Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: &fakeBackend{}}},
-		"bad family":  {Backends: map[v1.IPFamily]Backend{"IPv5": &fakeBackend{}}, Source: SourceFunc(nil)},
-		"nil backend": {Backends: map[v1.IPFamily]Backend{v1.IPv6Protocol: nil}, Source: SourceFunc(nil)},
+		"bad family":  {Backends: map[v1.IPFamily]Backend{"IPv5": &fakeBackend{}}, Provider: ProviderFunc(nil)},
+		"nil backend": {Backends: map[v1.IPFamily]Backend{v1.IPv6Protocol: nil}, Provider: ProviderFunc(nil)},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New succeeded", name)
@@ -311,7 +311,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 // TestCloseClosesBackends: Close closes every Backend.
 func TestCloseClosesBackends(t *testing.T) {
 	b4, b6 := &fakeBackend{}, &fakeBackend{}
-	e, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: b4, v1.IPv6Protocol: b6}, Source: newWorld(t)})
+	e, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: b4, v1.IPv6Protocol: b6}, Provider: newWorld(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	source := engine.SourceFunc(func(context.Context) (engine.Desired, error) {
+	source := engine.ProviderFunc(func(context.Context) (engine.Desired, error) {
 		svcs, _ := services.Snapshot()
 		eps, _ := slices.Snapshot()
 		rs, _ := builder.Build(svcs, eps)
@@ -54,7 +54,7 @@ func Example() {
 	})
 	e, err := engine.New(engine.Config{
 		Backends: map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: &printBackend{}},
-		Source:   source,
+		Provider: source,
 		OnSync: func(ev engine.SyncEvent) {
 			fmt.Println("full:", ev.Full, "error:", ev.Err)
 		},

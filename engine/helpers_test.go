@@ -106,7 +106,7 @@ func (b *fakeBackend) last() *ruleset.Ruleset {
 }
 
 // world is the Services and EndpointSlices of one IPv4 node, as trackers,
-// and the Source of their Rulesets.
+// and the Provider of their Rulesets.
 type world struct {
 	t        *testing.T
 	services *servicemap.Tracker
@@ -201,13 +201,13 @@ func (c *conntrackTable) Clean(_ v1.IPFamily, filters []conntrack.Filter) (connt
 
 // newTestEngine is an Engine over one IPv4 fakeBackend, a fake clock and
 // source, with the events it reports.
-func newTestEngine(t *testing.T, source Source, cleaner conntrack.Cleaner) (*Engine, *fakeBackend, *fakeClock, *[]SyncEvent) {
+func newTestEngine(t *testing.T, source Provider, cleaner conntrack.Cleaner) (*Engine, *fakeBackend, *fakeClock, *[]SyncEvent) {
 	t.Helper()
 	b, clock := &fakeBackend{}, newFakeClock()
 	var events []SyncEvent
 	e, err := New(Config{
 		Backends:      map[v1.IPFamily]Backend{v1.IPv4Protocol: b},
-		Source:        source,
+		Provider:      source,
 		MinSyncPeriod: time.Second,
 		SyncPeriod:    30 * time.Second,
 		Conntrack:     cleaner,

@@ -96,7 +96,7 @@ func TestKernelServiceDeletedBeforeSlice(t *testing.T) {
 	var events []SyncEvent
 	e, err := New(Config{
 		Backends:  map[v1.IPFamily]Backend{v1.IPv4Protocol: backend},
-		Source:    w,
+		Provider:  w,
 		Conntrack: cleaner,
 		OnSync:    func(ev SyncEvent) { events = append(events, ev) },
 	})

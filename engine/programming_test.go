@@ -10,7 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// TestNetworkProgrammingLatency: each change time a Source gives is
+// TestNetworkProgrammingLatency: each change time a Provider gives is
 // observed once, by the first sync that succeeds, as the time from it to
 // that sync's end; a change time before the Engine was made is not
 // observed (kube-proxy's rule: it measures the wait for the proxy's start),
@@ -18,7 +18,7 @@ import (
 func TestNetworkProgrammingLatency(t *testing.T) {
 	type step struct {
 		advance  time.Duration   // the clock moves, then the sync runs
-		triggers []time.Duration // change times the Source gives, from the Engine's start
+		triggers []time.Duration // change times the Provider gives, from the Engine's start
 		fail     bool            // the backend fails this sync
 	}
 	for _, tt := range []struct {
@@ -56,14 +56,14 @@ func TestNetworkProgrammingLatency(t *testing.T) {
 			start := clock.Now()
 			var given []time.Time
 			w := newWorld(t)
-			source := SourceFunc(func(ctx context.Context) (Desired, error) {
+			source := ProviderFunc(func(ctx context.Context) (Desired, error) {
 				d, err := w.Desired(ctx)
 				d.Triggers, given = given, nil
 				return d, err
 			})
 			reg := prometheus.NewPedanticRegistry()
 			b := &fakeBackend{}
-			e, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: b}, Source: source, Registerer: reg, Clock: clock})
+			e, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: b}, Provider: source, Registerer: reg, Clock: clock})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +114,7 @@ type observed struct {
 // bucket bounds, so that an objective in whole seconds is read at a bound.
 func TestNetworkProgrammingBuckets(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	if _, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: &fakeBackend{}}, Source: newWorld(t), Registerer: reg}); err != nil {
+	if _, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: &fakeBackend{}}, Provider: newWorld(t), Registerer: reg}); err != nil {
 		t.Fatal(err)
 	}
 	families, err := reg.Gather()

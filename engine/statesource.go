@@ -23,7 +23,7 @@ import (
 // fam.Family.
 type ConfigFunc func(snap state.Snapshot, fam state.Family) (ruleset.Config, error)
 
-// StateSource is the Source of an Engine fed by a state.State: each
+// StateSource is the Provider of an Engine fed by a state.State: each
 // Desired takes a Snapshot and builds the Ruleset of every family the State
 // serves. It guarantees:
 //
@@ -108,7 +108,7 @@ func (s *StateSource) build(snap state.Snapshot) (Desired, []svcproxy.Warning, e
 		if err != nil {
 			return Desired{}, nil, err
 		}
-		next[fam.Family], results = b, append(results, r)
+		next[fam.IPFamily], results = b, append(results, r)
 	}
 	d := Desired{Rulesets: map[v1.IPFamily]*ruleset.Ruleset{}, Triggers: s.triggers}
 	for f, b := range next {
@@ -131,15 +131,15 @@ func (s *StateSource) buildFamily(snap state.Snapshot, fam state.Family) (build,
 	cfg, err := s.config(snap, fam)
 	var b *ruleset.Builder
 	if err == nil {
-		cfg.Family = fam.Family
+		cfg.Family = fam.IPFamily
 		b, err = ruleset.NewBuilder(cfg)
 	}
 	if err != nil {
-		return build{}, familyWarnings{}, fmt.Errorf("ruleset config of %s: %w", fam.Family, err)
+		return build{}, familyWarnings{}, fmt.Errorf("ruleset config of %s: %w", fam.IPFamily, err)
 	}
-	prev := s.built[fam.Family]
+	prev := s.built[fam.IPFamily]
 	rs, changes, warnings := b.Update(prev.rs, fam.Services, fam.Endpoints)
-	r := familyWarnings{family: fam.Family, warnings: warnings}
+	r := familyWarnings{family: fam.IPFamily, warnings: warnings}
 	if prev.rs != nil && !changes.ConfigChanged {
 		r.rebuilt, r.warnings = serviceWarnings(b, prev.services, fam)
 	}
@@ -216,9 +216,9 @@ func (s *StateSource) recordWarnings(results []familyWarnings) []svcproxy.Warnin
 func ConfigFrom(base ruleset.Config) ConfigFunc {
 	return func(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
 		cfg := base
-		is4 := fam.Family == v1.IPv4Protocol
+		is4 := fam.IPFamily == v1.IPv4Protocol
 		ofFamily := func(p netip.Prefix) bool { return p.Addr().Is4() == is4 }
-		cfg.Family, cfg.Node = fam.Family, snap.Node
+		cfg.Family, cfg.Node = fam.IPFamily, snap.Node
 		cfg.ClusterCIDRs = filter(base.ClusterCIDRs, ofFamily)
 		cfg.AllowedExternalIPs = filter(base.AllowedExternalIPs, ofFamily)
 		cfg.NodePortAddresses = filter(base.NodePortAddresses, func(a netip.Addr) bool { return a.Is4() == is4 })

@@ -46,7 +46,7 @@ func ExampleStateSource() {
 	})
 	e, err := engine.New(engine.Config{
 		Backends: map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: &printBackend{}},
-		Source:   source,
+		Provider: source,
 	})
 	if err != nil {
 		panic(err)

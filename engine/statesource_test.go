@@ -78,7 +78,7 @@ func testConfig(base *ruleset.Config, err *error) engine.ConfigFunc {
 		cfg.Node, cfg.NodePortAddresses = snap.Node, fam.NodeAddresses
 		var allowedOfFamily []netip.Prefix
 		for _, p := range base.AllowedExternalIPs {
-			if p.Addr().Is4() == (fam.Family == v1.IPv4Protocol) {
+			if p.Addr().Is4() == (fam.IPFamily == v1.IPv4Protocol) {
 				allowedOfFamily = append(allowedOfFamily, p)
 			}
 		}
@@ -136,21 +136,21 @@ func TestStateSourceEqualsBuild(t *testing.T) {
 		}
 		for _, fam := range snap.Families() {
 			cfg, _ := testConfig(&base, &cfgErr)(snap, fam)
-			cfg.Family = fam.Family
+			cfg.Family = fam.IPFamily
 			b, err := ruleset.NewBuilder(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			want, _ := b.Build(fam.Services, fam.Endpoints)
-			rs := got.Rulesets[fam.Family]
+			rs := got.Rulesets[fam.IPFamily]
 			if diff := cmp.Diff(values(want.Services()), values(rs.Services()), serviceOpts); diff != "" {
-				t.Errorf("%s, %s: Ruleset (-Build +StateSource):\n%s", step.name, fam.Family, diff)
+				t.Errorf("%s, %s: Ruleset (-Build +StateSource):\n%s", step.name, fam.IPFamily, diff)
 			}
 			if ch := ruleset.Diff(want, rs); !ch.Empty() {
-				t.Errorf("%s, %s: differs from Build: %+v", step.name, fam.Family, ch)
+				t.Errorf("%s, %s: differs from Build: %+v", step.name, fam.IPFamily, ch)
 			}
-			if step.shared != (service(rs, "db") == service(prev.Rulesets[fam.Family], "db")) {
-				t.Errorf("%s, %s: ns/db shared with the previous sync: %v, want %v", step.name, fam.Family, !step.shared, step.shared)
+			if step.shared != (service(rs, "db") == service(prev.Rulesets[fam.IPFamily], "db")) {
+				t.Errorf("%s, %s: ns/db shared with the previous sync: %v, want %v", step.name, fam.IPFamily, !step.shared, step.shared)
 			}
 		}
 		prev = got

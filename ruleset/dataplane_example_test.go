@@ -26,7 +26,7 @@ func ExamplePick() {
 	epSnap, _ := eps.Snapshot()
 	rs, _ := b.Build(svcSnap, epSnap)
 	web, _ := rs.Service(servicemap.PortName{Namespace: "demo", Name: "web", Port: "http", Protocol: v1.ProtocolTCP})
-	d := rs.Decide(web, ruleset.KindClusterIP, ruleset.Source{})
+	d := rs.Decide(web, ruleset.KindClusterIP, ruleset.Client{})
 	for _, x := range []float64{0.1, 0.5, 0.9} {
 		fmt.Printf("x=%.1f: %s\n", x, ruleset.Pick(d.Targets, x).Endpoint)
 	}
@@ -50,7 +50,7 @@ func ExampleRuleset_ServedFrontends() {
 	epSnap, _ := eps.Snapshot()
 	rs, _ := b.Build(svcSnap, epSnap)
 	for _, sf := range rs.ServedFrontends() {
-		fmt.Printf("%s: the %s of %s, %s\n", sf.Frontend, sf.Kind, sf.Service.Name, rs.Decide(sf.Service, sf.Kind, ruleset.Source{}).Verdict)
+		fmt.Printf("%s: the %s of %s, %s\n", sf.Frontend, sf.Kind, sf.Service.Name, rs.Decide(sf.Service, sf.Kind, ruleset.Client{}).Verdict)
 	}
 	// Output:
 	// node port 30080/TCP: the node port of demo/web:http, forwarded
@@ -73,7 +73,7 @@ func ExampleRuleset_Choose() {
 	rs, _ := b.Build(svcSnap, epSnap)
 	web, _ := rs.Service(servicemap.PortName{Namespace: "demo", Name: "web", Port: "http", Protocol: v1.ProtocolTCP})
 	var sticky affinity.Table[servicemap.PortName]
-	client, now := ruleset.Source{Addr: netip.MustParseAddr("198.18.32.1")}, time.Unix(0, 0)
+	client, now := ruleset.Client{Addr: netip.MustParseAddr("198.18.32.1")}, time.Unix(0, 0)
 	for _, x := range []float64{0.9, 0.1} {
 		fmt.Printf("x=%.1f: %s\n", x, rs.Choose(&sticky, web, ruleset.KindClusterIP, client, now, x))
 	}

@@ -81,11 +81,11 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
 
-// Source is what the rules can tell about where a packet comes from: whether
+// Client is what the rules can tell about where a packet comes from: whether
 // the node itself sent it, and its source address, which says whether it
 // comes from a pod (inside Config.ClusterCIDRs) and whether it reaches its
 // own endpoint (hairpin).
-type Source struct {
+type Client struct {
 	// Addr is the packet's source address.
 	Addr netip.Addr
 	// FromNode reports that a process on the node sent the packet (the
@@ -190,7 +190,7 @@ type ExternalTraffic struct {
 //
 // The kind must be one that s has (its cluster IP, node port, one of its
 // external or load-balancer IPs); VerdictNotServed says it has none.
-func (r *Ruleset) Decide(s *Service, kind FrontendKind, src Source) Decision {
+func (r *Ruleset) Decide(s *Service, kind FrontendKind, src Client) Decision {
 	if kind == KindClusterIP {
 		if !s.ClusterIP.IsValid() {
 			return Decision{}
@@ -236,7 +236,7 @@ func (s *Service) hasFrontend(kind FrontendKind) bool {
 // decide turns a route into a Decision. A route that spreads over targets
 // always has targets: the Builder makes it a Drop otherwise, and so does
 // decide, for a Service that no Builder made.
-func decide(route Route, s *Service, src Source, masq, short bool) Decision {
+func decide(route Route, s *Service, src Client, masq, short bool) Decision {
 	var ts []Target
 	switch route {
 	case RouteNone:

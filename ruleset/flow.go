@@ -18,7 +18,7 @@ import (
 // Decide still offers it to src (affinity.Table.Choose), otherwise it is
 // Pick(Decide's targets, x), recorded in sticky. The caller draws x
 // uniformly from [0, 1) and passes now, the time of the flow.
-func (r *Ruleset) Choose(sticky *affinity.Table[servicemap.PortName], s *Service, kind FrontendKind, src Source, now time.Time, x float64) netip.AddrPort {
+func (r *Ruleset) Choose(sticky *affinity.Table[servicemap.PortName], s *Service, kind FrontendKind, src Client, now time.Time, x float64) netip.AddrPort {
 	choices := r.flowTargets(s, kind, src)
 	if len(choices) == 0 {
 		return netip.AddrPort{}
@@ -30,13 +30,13 @@ func (r *Ruleset) Choose(sticky *affinity.Table[servicemap.PortName], s *Service
 // Offers reports whether Choose may give target to a new flow from src to a
 // frontend of kind of s: a data plane that keeps flows of its own (UDP
 // flows, say) moves those whose target r no longer offers.
-func (r *Ruleset) Offers(s *Service, kind FrontendKind, src Source, target netip.AddrPort) bool {
+func (r *Ruleset) Offers(s *Service, kind FrontendKind, src Client, target netip.AddrPort) bool {
 	return offers(r.flowTargets(s, kind, src), target)
 }
 
 // flowTargets are the targets that a new flow from src to a frontend of
 // kind of s may go to, the firewall included.
-func (r *Ruleset) flowTargets(s *Service, kind FrontendKind, src Source) []Choice {
+func (r *Ruleset) flowTargets(s *Service, kind FrontendKind, src Client) []Choice {
 	if s.Firewalled(kind, src.Addr) {
 		return nil
 	}

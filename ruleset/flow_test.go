@@ -48,18 +48,18 @@ func TestChoose(t *testing.T) {
 		name    string
 		service string
 		kind    ruleset.FrontendKind
-		src     ruleset.Source
+		src     ruleset.Client
 		x       float64
 		want    string // "" for none
 	}{
-		{"cluster IP, low x: the first target", "web", ruleset.KindClusterIP, ruleset.Source{Addr: deniedClient}, 0.1, "198.18.64.1:8080"},
-		{"cluster IP, high x: the second target", "web", ruleset.KindClusterIP, ruleset.Source{Addr: deniedClient}, 0.9, "198.18.65.1:8080"},
-		{"load-balancer IP from a source range", "web", ruleset.KindLoadBalancerIP, ruleset.Source{Addr: allowedClient}, 0.9, "198.18.65.1:8080"},
-		{"load-balancer IP from outside the source ranges: firewalled", "web", ruleset.KindLoadBalancerIP, ruleset.Source{Addr: deniedClient}, 0.1, ""},
-		{"Local policy, no local endpoint, from outside: dropped", "local", ruleset.KindNodePort, ruleset.Source{Addr: deniedClient}, 0.1, ""},
-		{"Local policy, from the node: the cluster-wide targets", "local", ruleset.KindNodePort, ruleset.Source{Addr: netip.MustParseAddr("198.18.0.1"), FromNode: true}, 0.1, "198.18.65.2:8080"},
-		{"no endpoints: rejected", "empty", ruleset.KindClusterIP, ruleset.Source{Addr: allowedClient}, 0.1, ""},
-		{"a kind the Service has not", "empty", ruleset.KindNodePort, ruleset.Source{Addr: allowedClient}, 0.1, ""},
+		{"cluster IP, low x: the first target", "web", ruleset.KindClusterIP, ruleset.Client{Addr: deniedClient}, 0.1, "198.18.64.1:8080"},
+		{"cluster IP, high x: the second target", "web", ruleset.KindClusterIP, ruleset.Client{Addr: deniedClient}, 0.9, "198.18.65.1:8080"},
+		{"load-balancer IP from a source range", "web", ruleset.KindLoadBalancerIP, ruleset.Client{Addr: allowedClient}, 0.9, "198.18.65.1:8080"},
+		{"load-balancer IP from outside the source ranges: firewalled", "web", ruleset.KindLoadBalancerIP, ruleset.Client{Addr: deniedClient}, 0.1, ""},
+		{"Local policy, no local endpoint, from outside: dropped", "local", ruleset.KindNodePort, ruleset.Client{Addr: deniedClient}, 0.1, ""},
+		{"Local policy, from the node: the cluster-wide targets", "local", ruleset.KindNodePort, ruleset.Client{Addr: netip.MustParseAddr("198.18.0.1"), FromNode: true}, 0.1, "198.18.65.2:8080"},
+		{"no endpoints: rejected", "empty", ruleset.KindClusterIP, ruleset.Client{Addr: allowedClient}, 0.1, ""},
+		{"a kind the Service has not", "empty", ruleset.KindNodePort, ruleset.Client{Addr: allowedClient}, 0.1, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, _ := rs.Service(webPort("ns", tt.service))
@@ -100,7 +100,7 @@ func TestChooseAffinity(t *testing.T) {
 		{"the other client's target is gone: picked again", onlyA, other, 12 * time.Second, 0.9, "198.18.64.3:8080"},
 	} {
 		s, _ := step.rs.Service(webPort("ns", "sticky"))
-		got := step.rs.Choose(&sticky, s, ruleset.KindClusterIP, ruleset.Source{Addr: step.client}, start.Add(step.at), step.x)
+		got := step.rs.Choose(&sticky, s, ruleset.KindClusterIP, ruleset.Client{Addr: step.client}, start.Add(step.at), step.x)
 		if got.String() != step.want {
 			t.Errorf("%s: Choose = %v, want %s", step.name, got, step.want)
 		}
@@ -123,7 +123,7 @@ func TestOffers(t *testing.T) {
 		{"through the firewall", ruleset.KindLoadBalancerIP, allowedClient, "198.18.64.1:8080", true},
 		{"firewalled: nothing", ruleset.KindLoadBalancerIP, deniedClient, "198.18.64.1:8080", false},
 	} {
-		if got := rs.Offers(web, tt.kind, ruleset.Source{Addr: tt.src}, netip.MustParseAddrPort(tt.target)); got != tt.want {
+		if got := rs.Offers(web, tt.kind, ruleset.Client{Addr: tt.src}, netip.MustParseAddrPort(tt.target)); got != tt.want {
 			t.Errorf("%s: Offers = %v, want %v", tt.name, got, tt.want)
 		}
 	}

@@ -95,20 +95,20 @@ func TestPropStateUpdate(t *testing.T) {
 				continue
 			}
 			for _, fam := range snap.Families() {
-				cfg := base[fam.Family]
+				cfg := base[fam.IPFamily]
 				cfg.Node, cfg.NodePortAddresses = snap.Node, fam.NodeAddresses
 				b, err := ruleset.NewBuilder(cfg)
 				if err != nil {
-					t.Fatalf("sync %d, %s: the Snapshot's node makes a bad Config: %v", step, fam.Family, err)
+					t.Fatalf("sync %d, %s: the Snapshot's node makes a bad Config: %v", step, fam.IPFamily, err)
 				}
-				rs, ch, _ := b.Update(kept[fam.Family], fam.Services, fam.Endpoints)
+				rs, ch, _ := b.Update(kept[fam.IPFamily], fam.Services, fam.Endpoints)
 				built, _ := b.Build(fam.Services, fam.Endpoints)
-				checkSameRuleset(t, fmt.Sprintf("sync %d, %s", step, fam.Family), built, rs, log)
-				if diff := cmp.Diff(ruleset.Diff(kept[fam.Family], built), ch, changesOpts); diff != "" {
-					t.Fatalf("sync %d, %s: Update's Changes (-Diff from the kept Ruleset +Update):\n%s", step, fam.Family, diff)
+				checkSameRuleset(t, fmt.Sprintf("sync %d, %s", step, fam.IPFamily), built, rs, log)
+				if diff := cmp.Diff(ruleset.Diff(kept[fam.IPFamily], built), ch, changesOpts); diff != "" {
+					t.Fatalf("sync %d, %s: Update's Changes (-Diff from the kept Ruleset +Update):\n%s", step, fam.IPFamily, diff)
 				}
 				if failure == "none" {
-					kept[fam.Family] = rs
+					kept[fam.IPFamily] = rs
 				}
 			}
 		}

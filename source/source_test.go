@@ -70,7 +70,7 @@ func view(st *state.State) map[string]any {
 		for _, sp := range fam.Services.Ports() {
 			ports[sp.Name.String()] = len(fam.Endpoints.Get(sp.Name))
 		}
-		out[string(fam.Family)] = ports
+		out[string(fam.IPFamily)] = ports
 	}
 	return out
 }

@@ -55,14 +55,14 @@ func Example() {
 	sync := func() {
 		snap := st.Snapshot()
 		for _, fam := range snap.Families() {
-			b, err := ruleset.NewBuilder(ruleset.Config{Family: fam.Family, Node: snap.Node, NodePortAddresses: fam.NodeAddresses})
+			b, err := ruleset.NewBuilder(ruleset.Config{Family: fam.IPFamily, Node: snap.Node, NodePortAddresses: fam.NodeAddresses})
 			if err != nil {
 				panic(err)
 			}
-			rs, changes, _ := b.Update(kept[fam.Family], fam.Services, fam.Endpoints)
-			kept[fam.Family] = rs
+			rs, changes, _ := b.Update(kept[fam.IPFamily], fam.Services, fam.Endpoints)
+			kept[fam.IPFamily] = rs
 			for _, s := range rs.Services() {
-				fmt.Printf("%s %s: %d targets (%d added, %d changed)\n", fam.Family, s.Name, len(s.ClusterTargets), len(changes.Added), len(changes.Changed))
+				fmt.Printf("%s %s: %d targets (%d added, %d changed)\n", fam.IPFamily, s.Name, len(s.ClusterTargets), len(changes.Added), len(changes.Changed))
 			}
 		}
 	}

@@ -37,7 +37,7 @@ type Snapshot struct {
 // ruleset.Builder.Build and Update take, and the addresses a ruleset.Config
 // of that family takes.
 type Family struct {
-	Family    v1.IPFamily
+	IPFamily  v1.IPFamily
 	Services  servicemap.Snapshot
 	Endpoints endpoints.Snapshot
 	// NodeAddresses and ServiceCIDRs are the Snapshot's of this family.
@@ -51,7 +51,7 @@ func (s Snapshot) Families() []Family { return slices.Clone(s.families) }
 // Family returns the part of family f, and false when f is not served.
 func (s Snapshot) Family(f v1.IPFamily) (Family, bool) {
 	for _, fam := range s.families {
-		if fam.Family == f {
+		if fam.IPFamily == f {
 			return fam, true
 		}
 	}
@@ -76,7 +76,7 @@ func (s *State) Snapshot() Snapshot {
 	slices.SortFunc(snap.TriggerTimes, time.Time.Compare)
 	for _, f := range s.families {
 		fam := Family{
-			Family:        f,
+			IPFamily:      f,
 			NodeAddresses: ofFamily(snap.NodeAddresses, f, netip.Addr.Is4),
 			ServiceCIDRs:  ofFamily(snap.ServiceCIDRs, f, func(p netip.Prefix) bool { return p.Addr().Is4() }),
 		}

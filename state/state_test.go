@@ -121,7 +121,7 @@ func TestSnapshot(t *testing.T) {
 	}
 	var got []family
 	for _, fam := range snap.Families() {
-		f := family{Family: fam.Family, Endpoints: map[string]int{}, NodeAddresses: fam.NodeAddresses, ServiceCIDRs: fam.ServiceCIDRs}
+		f := family{Family: fam.IPFamily, Endpoints: map[string]int{}, NodeAddresses: fam.NodeAddresses, ServiceCIDRs: fam.ServiceCIDRs}
 		for _, sp := range fam.Services.Ports() {
 			f.Ports = append(f.Ports, sp.Name.String())
 			f.Endpoints[sp.Name.String()] = len(fam.Endpoints.Get(sp.Name))

@@ -149,7 +149,7 @@ func decide(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 		}
 		return unmatched(rs, p, opts)
 	}
-	src := ruleset.Source{Addr: p.Src.Addr(), FromNode: p.FromNode}
+	src := ruleset.Client{Addr: p.Src.Addr(), FromNode: p.FromNode}
 	out := Outcome{Service: s.Name, Kind: kind}
 	if s.Firewalled(kind, src.Addr) || opts.FirewallFirst && s.SourceRangesDeny(kind, src.Addr) {
 		out.Verdict = ruleset.VerdictFirewall

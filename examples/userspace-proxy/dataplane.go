@@ -135,7 +135,7 @@ func frontends(rs *ruleset.Ruleset) (map[ruleset.Frontend]*route, []netip.Addr) 
 		if sf.Kind != ruleset.KindNodePort {
 			ips, addrs = []netip.Addr{sf.Addr}, append(addrs, sf.Addr)
 		}
-		refused := rs.Decide(sf.Service, sf.Kind, ruleset.Source{}).Verdict == ruleset.VerdictReject
+		refused := rs.Decide(sf.Service, sf.Kind, ruleset.Client{}).Verdict == ruleset.VerdictReject
 		for _, ip := range ips {
 			routes[ruleset.Frontend{Addr: ip, Protocol: sf.Protocol, Port: sf.Port}] = &route{rs: rs, svc: sf.Service, kind: sf.Kind, refused: refused}
 		}

@@ -33,8 +33,8 @@ type route struct {
 }
 
 // source is what the Ruleset can tell of a flow from client.
-func (r *route) source(client netip.Addr) ruleset.Source {
-	return ruleset.Source{Addr: client, FromNode: r.local[client]}
+func (r *route) source(client netip.Addr) ruleset.Client {
+	return ruleset.Client{Addr: client, FromNode: r.local[client]}
 }
 
 // pick returns the target of a new flow from client; not valid when the

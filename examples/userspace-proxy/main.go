@@ -79,7 +79,7 @@ func printPlan(w io.Writer, rs *ruleset.Ruleset) {
 		r := routes[f]
 		fmt.Fprintf(w, "%s (%s of %s)\n", f, r.kind, r.svc.Name)
 		for _, origin := range []string{"outside", "the node"} {
-			d := rs.Decide(r.svc, r.kind, ruleset.Source{FromNode: origin == "the node"})
+			d := rs.Decide(r.svc, r.kind, ruleset.Client{FromNode: origin == "the node"})
 			fmt.Fprintf(w, "  from %s: %s", origin, d.Verdict)
 			for _, c := range d.Targets {
 				fmt.Fprintf(w, " %s share %s", c.Endpoint, c.Share.RatString())

@@ -61,7 +61,7 @@ func (p *proxy) serve(w *manifests.Watcher, syncPeriod time.Duration) error {
 		return err
 	}
 	eng, err := engine.New(engine.Config{Backends: map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: dp, v1.IPv6Protocol: dp},
-		Source: engine.SourceFunc(p.desired), SyncPeriod: syncPeriod, OnSync: p.onSync})
+		Provider: engine.ProviderFunc(p.desired), SyncPeriod: syncPeriod, OnSync: p.onSync})
 	if err != nil {
 		return errors.Join(err, dp.Close())
 	}
@@ -89,7 +89,7 @@ func (p *proxy) warn(warnings []svcproxy.Warning) {
 	}
 }
 
-// desired is the engine's Source: the Rulesets of the State now.
+// desired is the engine's Provider: the Rulesets of the State now.
 func (p *proxy) desired(ctx context.Context) (engine.Desired, error) {
 	p.syncing = p.reloads.Load() // before the Snapshot, which then holds that reload
 	return p.source.Desired(ctx)

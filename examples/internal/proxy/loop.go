@@ -51,7 +51,7 @@ func (p *proxy) newEngine() (eng *engine.Engine, closeAll func(), err error) {
 func (p *proxy) engineConfig(backends map[v1.IPFamily]engine.Backend) engine.Config {
 	return engine.Config{
 		Backends:      backends,
-		Source:        engine.SourceFunc(p.desired),
+		Provider:      engine.ProviderFunc(p.desired),
 		MinSyncPeriod: p.opts.MinSyncPeriod,
 		SyncPeriod:    p.opts.SyncPeriod,
 		Registerer:    p.metrics.registry,
@@ -59,7 +59,7 @@ func (p *proxy) engineConfig(backends map[v1.IPFamily]engine.Backend) engine.Con
 	}
 }
 
-// desired is the engine's Source: the Rulesets of the current state.
+// desired is the engine's Provider: the Rulesets of the current state.
 func (p *proxy) desired(context.Context) (engine.Desired, error) {
 	services, eps := p.state.Pending()
 	p.metrics.serviceChangesPending.Set(float64(services))

@@ -260,7 +260,7 @@ func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Co
 		ServiceCIDRs:        p.opts.ServiceCIDRs,
 		NodePortAddresses:   p.opts.NodeIPs,
 	})(snap, fam)
-	if cfg.LocalhostNodePorts && fam.Family == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
+	if cfg.LocalhostNodePorts && fam.IPFamily == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
 		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
 	}
 	return cfg, err

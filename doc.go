@@ -52,4 +52,11 @@
 //
 // The reference proxies under examples/ wire it all together; examples/demo
 // prints the decisions for the bundled demo manifests.
+//
+// The packages stand in layers, bottom up: this package, affinity and
+// internal helpers; servicemap, endpoints, topology and ruleset; trace and
+// its evaluators; the backends (iptables, nftables), conntrack and
+// healthcheck; state, manifests, source and engine; examples/. An import
+// never goes up: docs/architecture.md draws the layers and layers_test.go
+// checks every import, test files' too, against them.
 package svcproxy

@@ -27,9 +27,9 @@ func TestPropDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatalf("NewBuilder: %v", err)
 		}
-		ss1, es1 := feed(family, h.order(t, "order1"))
-		ss2, es2 := feed(family, h.order(t, "order2"))
-		ss3, es3 := feed(family, h.final())
+		ss1, es1 := feed(family, h.Order(t, "order1"))
+		ss2, es2 := feed(family, h.Order(t, "order2"))
+		ss3, es3 := feed(family, h.Final())
 		rs1, w1 := b.Build(ss1, es1)
 		rs2, w2 := b.Build(ss2, es2)
 		rs3, w3 := b.Build(ss3, es3)
@@ -66,7 +66,7 @@ func TestPropEveryServicePortOnce(t *testing.T) {
 		if err != nil {
 			t.Fatalf("NewBuilder: %v", err)
 		}
-		ss, es := feed(trackerFamily, h.order(t, "order"))
+		ss, es := feed(trackerFamily, h.Order(t, "order"))
 		rs, warnings := b.Build(ss, es)
 
 		var want, got []servicemap.PortName

@@ -67,7 +67,7 @@ func TestPropSplitGivesSameResult(t *testing.T) {
 		if err != nil {
 			t.Fatalf("NewBuilder: %v", err)
 		}
-		ss, es := feed(family, h.order(t, "order"))
+		ss, es := feed(family, h.Order(t, "order"))
 		whole, wantWarnings := ruleset.BuildSplit(b, ss, es, 1)
 		for _, k := range splits {
 			rs, warnings := ruleset.BuildSplit(b, ss, es, k)

@@ -42,22 +42,22 @@ func (tr trackers) objects() []event {
 func (tr trackers) apply(events []event) {
 	for _, ev := range events {
 		if tr.last != nil {
-			id := event{key: ev.key, isSlice: ev.isSlice}
-			if ev.svc != nil || ev.es != nil {
+			id := event{Key: ev.Key, IsSlice: ev.IsSlice}
+			if ev.Svc != nil || ev.ES != nil {
 				tr.last[id] = ev
 			} else {
 				delete(tr.last, id)
 			}
 		}
 		switch {
-		case ev.svc != nil:
-			tr.svcs.Update(ev.svc)
-		case ev.es != nil:
-			tr.eps.Update(ev.es)
-		case ev.isSlice:
-			tr.eps.Delete(ev.key.Namespace, ev.key.Name)
+		case ev.Svc != nil:
+			tr.svcs.Update(ev.Svc)
+		case ev.ES != nil:
+			tr.eps.Update(ev.ES)
+		case ev.IsSlice:
+			tr.eps.Delete(ev.Key.Namespace, ev.Key.Name)
 		default:
-			tr.svcs.Delete(ev.key.Namespace, ev.key.Name)
+			tr.svcs.Delete(ev.Key.Namespace, ev.Key.Name)
 		}
 	}
 }
@@ -90,6 +90,33 @@ func frontendsOf(rss ...*ruleset.Ruleset) []ruleset.Frontend {
 	return fs
 }
 
+// checkSameRuleset fails t when rs differs from built, the Ruleset Build
+// gives, in any field of any Service or in who owns which Frontend, or when
+// either breaks an invariant; log is the history that led there.
+func checkSameRuleset(t *rapid.T, what string, built, rs *ruleset.Ruleset, log []string) {
+	if diff := cmp.Diff(values(built.Services()), values(rs.Services()), cmpOpts); diff != "" {
+		t.Fatalf("%s: Update differs from Build (-Build +Update):\n%s\nevents:\n%v", what, diff, log)
+	}
+	for _, r := range []struct {
+		name string
+		rs   *ruleset.Ruleset
+	}{{"Update", rs}, {"Build", built}} {
+		if err := ruleset.CheckInvariants(r.rs); err != nil {
+			t.Fatalf("%s: %s result: %v", what, r.name, err)
+		}
+	}
+	for _, f := range frontendsOf(rs, built) {
+		if diff := cmp.Diff(built.ServicesAt(f), rs.ServicesAt(f)); diff != "" {
+			t.Fatalf("%s: ServicesAt(%v) (-Build +Update):\n%s", what, f, diff)
+		}
+		bs, bk, bok := built.Owner(f)
+		us, uk, uok := rs.Owner(f)
+		if !bok || !uok || bs.Name != us.Name || bk != uk {
+			t.Fatalf("%s: Owner(%v): Build %v, Update %v", what, f, ownerName(bs), ownerName(us))
+		}
+	}
+}
+
 // Property: over random sequences of changes, Update from the previous
 // Ruleset gives what Build gives from scratch (every field of every
 // Service, and the Frontend index), its Changes are Diff's, Diff between any
@@ -117,14 +144,14 @@ func TestPropUpdate(t *testing.T) {
 		var kept []pair
 		var prev, prevBuilt *ruleset.Ruleset
 		if rapid.Bool().Draw(t, "startBuilt") {
-			tr.apply(genHistory(t, family).final())
+			tr.apply(genHistory(t, family).Final())
 			ss, es := tr.snapshot()
 			prev, _ = b.Build(ss, es)
 			prevBuilt, _ = b.Build(ss, es)
 			kept = append(kept, pair{prev, prevBuilt})
 		}
 		for step := range rapid.IntRange(1, 8).Draw(t, "steps") {
-			tr.apply(genHistory(t, family).order(t, "events"))
+			tr.apply(genHistory(t, family).Order(t, "events"))
 			ss, es := tr.snapshot()
 			if rapid.IntRange(0, 3).Draw(t, "syncFails") == 0 {
 				continue
@@ -452,11 +479,11 @@ func TestPropUpdatePorts(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr := newTrackers(family)
-		first := genHistory(t, family).final()
+		first := genHistory(t, family).Final()
 		tr.apply(first)
 		ss, es := tr.snapshot()
 		old, _ := b.Build(ss, es)
-		tr.apply(genHistory(t, family).order(t, "events"))
+		tr.apply(genHistory(t, family).Order(t, "events"))
 		ss, es = tr.snapshot()
 		built, _ := b.Build(ss, es)
 

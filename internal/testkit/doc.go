@@ -14,6 +14,9 @@
 //     skipped object or warning.
 //   - warnings: checks of the Warnings a conversion returned, for the tests
 //     of servicemap and endpoints.
+//   - rapidgen: rapid generators of Services, EndpointSlices, their
+//     histories and ruleset Configs, for the property tests of ruleset and
+//     of state.
 //
 // A helper here is imported only by packages at or above the svcproxy
 // packages it imports itself.

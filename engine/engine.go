@@ -78,7 +78,8 @@ type SyncEvent struct {
 	// changed (and so synced fully), what was missing, or why the check
 	// failed.
 	Drift map[v1.IPFamily]string
-	// Rulesets is the state synced; nil when the Provider failed.
+	// Rulesets is the state synced; nil when the Provider failed (a nil
+	// Ruleset reads as empty).
 	Rulesets map[v1.IPFamily]*ruleset.Ruleset
 	// Results are the results of the families that synced.
 	Results map[v1.IPFamily]svcproxy.SyncResult
@@ -87,7 +88,8 @@ type SyncEvent struct {
 	// Conntrack has the conntrack cleanups of the sync, per family.
 	Conntrack map[v1.IPFamily]ConntrackCleanup
 	// Err is nil when every family synced, and says what failed otherwise;
-	// a failed sync is retried.
+	// a failed sync is retried, unless Err wraps ruleset.ErrConfig: a
+	// configuration error waits for the next Request.
 	Err error
 }
 
@@ -133,6 +135,19 @@ type Engine struct {
 func New(cfg Config) (*Engine, error) {
 	if len(cfg.Backends) == 0 || cfg.Provider == nil {
 		return nil, errors.New("engine: Config needs Backends and a Provider")
+	}
+	switch p := cfg.Provider.(type) {
+	case StateProvider:
+		if err := p.check(); err != nil {
+			return nil, err
+		}
+	case *StateProvider:
+		if p == nil {
+			return nil, errors.New("engine: a nil *StateProvider")
+		}
+		if err := p.check(); err != nil {
+			return nil, err
+		}
 	}
 	for f, b := range cfg.Backends {
 		if (f != v1.IPv4Protocol && f != v1.IPv6Protocol) || b == nil {

@@ -31,7 +31,7 @@ var families = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 // builds its Rulesets.
 type proxy struct {
 	state  *state.State
-	source *engine.StateSource
+	source engine.StateProvider
 	log    *slog.Logger
 	// reloads counts the manifest reloads applied; syncing is the count
 	// the state of the sync under way holds, said in its log line as the
@@ -48,8 +48,15 @@ func newProxy(nodeName string, nodeIPs []netip.Addr, clusterCIDRs []netip.Prefix
 		return nil, err
 	}
 	p := &proxy{state: st, log: log}
-	config := engine.ConfigFrom(ruleset.Config{NodePortAddresses: nodeIPs, ClusterCIDRs: clusterCIDRs})
-	p.source = engine.NewStateSource(st, config, p.warn)
+	config, err := state.ConfigFrom(ruleset.Config{NodePortAddresses: nodeIPs, ClusterCIDRs: clusterCIDRs})
+	if err != nil {
+		return nil, err
+	}
+	builder, err := state.NewBuilder(config)
+	if err != nil {
+		return nil, err
+	}
+	p.source = engine.StateProvider{State: st, Builder: builder, OnWarnings: p.warn}
 	return p, nil
 }
 

@@ -66,7 +66,7 @@ func (p *proxy) desired(context.Context) (engine.Desired, error) {
 	p.metrics.endpointChangesPending.Set(float64(eps))
 	p.syncingReload = p.reloads.Load() // before the snapshot, which then holds that reload
 	snap := p.state.Snapshot()
-	desired, err := p.source.Build(snap)
+	desired, err := p.build(snap)
 	if err != nil {
 		return engine.Desired{}, err
 	}

@@ -12,14 +12,15 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/state"
 )
 
 // Input is one read of a manifests path by a Watcher.
 type Input struct {
-	Objects  *Objects
+	Objects  *state.Objects
 	Warnings []svcproxy.Warning
-	// PerFile is the number of objects (Services, EndpointSlices and
-	// Nodes) read from each file, by base name. A file that holds none
+	// PerFile is the number of objects (Services, EndpointSlices, Nodes
+	// and ServiceCIDRs) read from each file, by base name. A file that holds none
 	// is present with 0.
 	PerFile map[string]int
 }
@@ -107,7 +108,7 @@ func (w *Watcher) Read() (*Input, error) {
 
 // parseFiles parses the contents of each of files into one Input.
 func parseFiles(files []string, contents [][]byte) (*Input, error) {
-	in := &Input{Objects: &Objects{}, PerFile: map[string]int{}}
+	in := &Input{Objects: &state.Objects{}, PerFile: map[string]int{}}
 	for i, f := range files {
 		objs, warnings, err := Parse(contents[i])
 		if err != nil {
@@ -116,8 +117,9 @@ func parseFiles(files []string, contents [][]byte) (*Input, error) {
 		in.Objects.Services = append(in.Objects.Services, objs.Services...)
 		in.Objects.EndpointSlices = append(in.Objects.EndpointSlices, objs.EndpointSlices...)
 		in.Objects.Nodes = append(in.Objects.Nodes, objs.Nodes...)
+		in.Objects.ServiceCIDRs = append(in.Objects.ServiceCIDRs, objs.ServiceCIDRs...)
 		in.Warnings = append(in.Warnings, warnings...)
-		in.PerFile[filepath.Base(f)] = len(objs.Services) + len(objs.EndpointSlices) + len(objs.Nodes)
+		in.PerFile[filepath.Base(f)] = len(objs.Services) + len(objs.EndpointSlices) + len(objs.Nodes) + len(objs.ServiceCIDRs)
 	}
 	return in, nil
 }

@@ -57,6 +57,9 @@ func New(families []v1.IPFamily, nodeName string, filter servicemap.Filter) (*St
 	if len(families) == 0 {
 		return nil, fmt.Errorf("state: no IP family")
 	}
+	if _, err := filter.LabelSelector(); err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
 	s := &State{
 		nodeName:      nodeName,
 		filter:        filter,
@@ -218,14 +221,16 @@ func (s *State) DeleteNode(name string) {
 	s.recordNode(nil)
 }
 
-// recordNode records the proxy's Node, or its absence when n is nil.
-func (s *State) recordNode(n *v1.Node) []svcproxy.Warning {
+// recordNode records the proxy's Node, or its absence when n is nil, and
+// reports the warnings about it, and those of extra.
+func (s *State) recordNode(n *v1.Node, extra ...svcproxy.Warning) []svcproxy.Warning {
 	s.node = topology.Node{Name: s.nodeName}
 	if n != nil {
 		s.node = topology.NodeFromObject(n)
 	}
 	var warnings []svcproxy.Warning
 	s.nodeAddrs, warnings = ruleset.NodeAddresses(n, s.families...)
+	warnings = append(warnings, extra...)
 	return s.report(objectKey{"Node", types.NamespacedName{Name: s.nodeName}}, warnings)
 }
 

@@ -87,7 +87,7 @@ func (p *proxy) serve(w *manifests.Watcher, syncPeriod time.Duration) error {
 // apply replaces the State with the manifests read and logs what they warn
 // about.
 func (p *proxy) apply(m *manifests.Input) {
-	p.warn(append(m.Warnings, p.state.Replace(state.Objects{Services: m.Objects.Services, EndpointSlices: m.Objects.EndpointSlices, Nodes: m.Objects.Nodes})...))
+	p.warn(append(m.Warnings, p.state.Replace(*m.Objects)...))
 }
 
 func (p *proxy) warn(warnings []svcproxy.Warning) {

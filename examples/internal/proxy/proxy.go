@@ -119,7 +119,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitBadArgs
 		}
-		p.logWarnings(append(warnings, p.state.Replace(stateObjects(objs))...))
+		p.logWarnings(append(warnings, p.state.Replace(*objs)...))
 		return exitOK
 	}
 	client, err := clientFromKubeconfig(opts.Kubeconfig)

@@ -33,7 +33,7 @@ func (p *proxy) newEngine() (eng *engine.Engine, closeAll func(), err error) {
 		backends[f] = b
 	}
 	cfg := p.engineConfig(backends)
-	if cleaner, err = conntrack.NewNetlinkCleaner(nil); err != nil {
+	if cleaner, err = conntrack.NewNetlinkCleaner(conntrack.CleanerConfig{}); err != nil {
 		p.log.Warn("stale UDP conntrack entries will not be cleaned up", "err", err)
 	} else {
 		cfg.Conntrack = cleaner

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -218,6 +219,32 @@ type Decision struct {
 	// because it comes from a pod or from the node itself (as if it had
 	// gone out to the load balancer and come back).
 	ShortCircuit bool
+}
+
+// String is the verdict, then each target with its share, then
+// "short-circuited" and "masqueraded" when they apply, and "hairpin" after
+// a target that is masqueraded as the flow's own source: "forwarded
+// 198.18.1.31:8080=1/2 198.18.2.32:8080=1/2 masqueraded".
+func (d Decision) String() string {
+	var b strings.Builder
+	b.WriteString(d.Verdict.String())
+	for _, c := range d.Targets {
+		share := "0" // a nil Share counts as 0, as for Pick
+		if c.Share != nil {
+			share = c.Share.RatString()
+		}
+		fmt.Fprintf(&b, " %s=%s", c.Endpoint, share)
+		if c.Masquerade && !d.Masquerade {
+			b.WriteString(" hairpin")
+		}
+	}
+	if d.ShortCircuit {
+		b.WriteString(" short-circuited")
+	}
+	if d.Masquerade {
+		b.WriteString(" masqueraded")
+	}
+	return b.String()
 }
 
 // Masquerade says which flows to a cluster IP have their source rewritten to

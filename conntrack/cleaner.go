@@ -159,6 +159,9 @@ func (a *flowMatcher) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 // protocols other than TCP, UDP and SCTP, and for entries whose addresses it
 // cannot read.
 func FlowFromNetlink(f *netlink.ConntrackFlow) (Flow, bool) {
+	if f == nil {
+		return Flow{}, false
+	}
 	var p v1.Protocol
 	switch f.Forward.Protocol {
 	case unix.IPPROTO_TCP:

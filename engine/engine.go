@@ -137,6 +137,10 @@ func New(cfg Config) (*Engine, error) {
 		return nil, errors.New("engine: Config needs Backends and a Provider")
 	}
 	switch p := cfg.Provider.(type) {
+	case ProviderFunc:
+		if p == nil {
+			return nil, errors.New("engine: a nil ProviderFunc")
+		}
 	case StateProvider:
 		if err := p.check(); err != nil {
 			return nil, err
@@ -183,21 +187,42 @@ func New(cfg Config) (*Engine, error) {
 // Request asks for a sync of the latest state: the Provider changed. It never
 // blocks; requests made while a sync is pending or running are coalesced
 // into one later sync.
-func (e *Engine) Request() { e.loop.request() }
+func (e *Engine) Request() {
+	if e.made() {
+		e.loop.request()
+	}
+}
+
+// errNotMade is the error of an Engine that New did not make.
+var errNotMade = errors.New("engine: Engine not made by New")
+
+// made reports whether New made e: a nil or zero Engine syncs nothing,
+// its Sync fails, its Run returns at once and it is never healthy.
+func (e *Engine) made() bool { return e != nil && e.loop != nil }
 
 // Run syncs at once, then on requests, periodically and to retry failures,
 // until ctx is done.
-func (e *Engine) Run(ctx context.Context) { e.loop.run(ctx) }
+func (e *Engine) Run(ctx context.Context) {
+	if e.made() {
+		e.loop.run(ctx)
+	}
+}
 
 // Sync runs one sync now, as the first one of Run (not periodic), and
 // returns its error. It waits for a sync of Run in progress.
 func (e *Engine) Sync(ctx context.Context) error {
+	if !e.made() {
+		return errNotMade
+	}
 	_, err := e.run(ctx, false)
 	return err
 }
 
 // Close closes every Backend; call it after Run has returned.
 func (e *Engine) Close() error {
+	if !e.made() {
+		return errNotMade
+	}
 	var errs []error
 	for _, f := range e.families {
 		if err := e.cfg.Backends[f].Close(); err != nil {

@@ -3,6 +3,7 @@ package manifests
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -65,6 +66,9 @@ func NewWatcher(path string, settle time.Duration) *Watcher {
 // that sees the same signature. Poll takes the time so that callers and
 // tests choose the clock; successive calls must not go back in time.
 func (w *Watcher) Poll(now time.Time) bool {
+	if w == nil {
+		return false
+	}
 	sig := signature(w.path)
 	if !w.seenOnce || sig != w.seen {
 		w.seen, w.seenSince, w.seenOnce = sig, now, true
@@ -80,6 +84,9 @@ func (w *Watcher) Poll(now time.Time) bool {
 // their error once. An error names the file and, where it can, the object,
 // as Load's does; nothing of a broken input is returned.
 func (w *Watcher) Read() (*Input, error) {
+	if w == nil {
+		return nil, errors.New("manifests: nil Watcher")
+	}
 	if !w.seenOnce {
 		w.seen, w.seenOnce = signature(w.path), true
 	}
@@ -132,6 +139,12 @@ func parseFiles(files []string, contents [][]byte) (*Input, error) {
 // only the changes since; one that did not gets its first Input after the
 // settle interval.
 func (w *Watcher) Watch(ctx context.Context, poll time.Duration, onInput func(*Input), onError func(error)) {
+	if w == nil || poll <= 0 {
+		if onError != nil {
+			onError(fmt.Errorf("manifests: Watch of a nil Watcher, or a poll interval of %v", poll))
+		}
+		return
+	}
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for {
@@ -144,9 +157,9 @@ func (w *Watcher) Watch(ctx context.Context, poll time.Duration, onInput func(*I
 			continue
 		}
 		switch in, err := w.Read(); {
-		case err != nil:
+		case err != nil && onError != nil:
 			onError(err)
-		case in != nil:
+		case err == nil && in != nil && onInput != nil:
 			onInput(in)
 		}
 	}

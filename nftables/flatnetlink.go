@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
@@ -23,10 +24,18 @@ func DialFlatNetlink() (*FlatNetlink, error) {
 }
 
 // Close closes the socket.
-func (n *FlatNetlink) Close() error { return n.conn.Close() }
+func (n *FlatNetlink) Close() error {
+	if n == nil || n.conn == nil {
+		return nil
+	}
+	return n.conn.Close()
+}
 
 // Apply sends ch, which must be ElementsOnly.
 func (n *FlatNetlink) Apply(ch FlatChanges) error {
+	if n == nil || n.conn == nil {
+		return errors.New("nftables: FlatNetlink not made by DialFlatNetlink")
+	}
 	if !ch.ElementsOnly {
 		return fmt.Errorf("flat nftables changes touch chains or sets: apply the transaction with nft")
 	}
@@ -37,6 +46,9 @@ func (n *FlatNetlink) Apply(ch FlatChanges) error {
 // FlatResync, after flushing the sets that hold them), and returns the
 // number of transactions it took.
 func (n *FlatNetlink) Load(l FlatLoad) (int, error) {
+	if n == nil || n.conn == nil {
+		return 0, errors.New("nftables: FlatNetlink not made by DialFlatNetlink")
+	}
 	tx, _, err := n.load(l)
 	return tx, err
 }

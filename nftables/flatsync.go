@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -34,8 +35,12 @@ type FlatState struct {
 // operations (for knftables, its Fake and --dry-run): the table and its
 // chains and sets (added, then flushed), and every element. Into a table
 // that held another Ruleset it leaves the sets of endpoint counts no longer
-// in use, empty; FlatScript replaces the table whole. It is pure.
+// in use, empty; FlatScript replaces the table whole. It is pure. With a
+// nil tx it writes nothing, and returns no FlatState.
 func RenderFlat(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*FlatState, Result) {
+	if tx == nil {
+		return nil, Result{}
+	}
 	st, t, res := flatTableIn(rs, opts, parallel.Ranges(rs.Len(), flatRangeMin), false)
 	for _, o := range t.Objects() {
 		tx.Add(o)
@@ -297,8 +302,11 @@ type FlatChanges struct {
 // target group.
 // It returns svcproxy.ErrFullSyncNeeded when the Configs differ or st is nil.
 func RenderFlatChanges(tx *knftables.Transaction, st *FlatState, old, new *ruleset.Ruleset) (FlatChanges, error) {
+	if tx == nil {
+		return FlatChanges{}, errors.New("nftables: nil Transaction")
+	}
 	ch := ruleset.Diff(old, new)
-	if st == nil || old == nil || ch.ConfigChanged {
+	if st == nil || st.r == nil || old == nil || ch.ConfigChanged {
 		return FlatChanges{}, svcproxy.ErrFullSyncNeeded
 	}
 	var out FlatChanges

@@ -25,6 +25,9 @@ type Objects struct {
 // about the proxy's Node when objs has none of its name (a node name that
 // matches no Node: the node has no zone and no addresses).
 func (s *State) Replace(objs Objects) []svcproxy.Warning {
+	if !s.made() {
+		return notMade("State", "", "")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var warnings []svcproxy.Warning

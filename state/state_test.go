@@ -263,3 +263,19 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("%d IPv6 ports after the writers, want 12", fam.Services.Len())
 	}
 }
+
+// TestZeroState: a nil or zero State records nothing, says so, and gives
+// empty Snapshots, without panicking.
+func TestZeroState(t *testing.T) {
+	for _, s := range []*state.State{nil, {}} {
+		if ws := s.UpdateService(service("web", dualIPs)); len(ws) != 1 {
+			t.Errorf("UpdateService on %#v: warnings %v, want one", s, ws)
+		}
+		if ws := s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs)}}); len(ws) != 1 {
+			t.Errorf("Replace on %#v: warnings %v, want one", s, ws)
+		}
+		if snap := s.Snapshot(); len(snap.Families()) != 0 || s.Families() != nil {
+			t.Errorf("%#v serves families", s)
+		}
+	}
+}

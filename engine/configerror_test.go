@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -77,5 +78,39 @@ func TestNewChecksStateProvider(t *testing.T) {
 	}
 	if _, err := (StateProvider{}).Desired(context.Background()); err == nil {
 		t.Error("Desired of a zero StateProvider: no error")
+	}
+}
+
+// TestStateProviderConfigError: a ConfigFunc whose Config is invalid fails
+// the sync with a configuration error that wraps ruleset.ErrConfig, and an
+// OnSync that reads the Rulesets of the failed sync reads them as empty.
+func TestStateProviderConfigError(t *testing.T) {
+	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	builder, err := state.NewBuilder(func(state.Snapshot, state.Family) (ruleset.Config, error) {
+		return ruleset.Config{MasqueradeMark: 3}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lens []int
+	e, err := New(Config{
+		Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: &fakeBackend{}},
+		Provider: StateProvider{State: st, Builder: builder},
+		OnSync: func(ev SyncEvent) {
+			rs := ev.Rulesets[v1.IPv4Protocol]
+			lens = append(lens, rs.Len(), len(rs.Services()), len(rs.ServedFrontends()))
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Sync(context.Background()); !errors.Is(err, ruleset.ErrConfig) {
+		t.Errorf("Sync: %v, want a configuration error", err)
+	}
+	if fmt.Sprint(lens) != "[0 0 0]" {
+		t.Errorf("OnSync read %v", lens)
 	}
 }

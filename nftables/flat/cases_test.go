@@ -6,29 +6,23 @@ package flat_test
 // the same order), so that both layouts are checked on the same cases.
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"math/big"
 	"net/netip"
-	"slices"
-	"strings"
 	"testing"
-
-	svcaffinity "github.com/svcproxy/svcproxy/affinity"
-	"github.com/svcproxy/svcproxy/nftables/flat"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/svcproxy/svcproxy/internal/testkit/netns"
-	"github.com/svcproxy/svcproxy/ruleset"
-	"github.com/svcproxy/svcproxy/trace"
-	"github.com/svcproxy/svcproxy/trace/nfttrace"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"pgregory.net/rapid"
-	"sigs.k8s.io/knftables"
+
+	svcaffinity "github.com/svcproxy/svcproxy/affinity"
+	"github.com/svcproxy/svcproxy/nftables/flat"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/trace"
+	"github.com/svcproxy/svcproxy/trace/nfttrace"
 )
 
 // benchWorld builds n Services with 10 endpoints each, and the same with
@@ -182,52 +176,6 @@ type evalCase struct {
 	packets []trace.Packet
 }
 
-// kernelState lists a table inside ns in a canonical form: handles dropped,
-// the table renamed, set and map elements sorted, rules kept in order.
-func kernelState(t testing.TB, ns *netns.NS, nft string, family knftables.Family, table string) string {
-	t.Helper()
-	out, err := ns.Run(context.Background(), nft, "-j", "list", "table", string(family), table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Nftables []map[string]map[string]any `json:"nftables"`
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatal(err)
-	}
-	var objects []string
-	rules := map[string][]string{}
-	for _, o := range doc.Nftables {
-		for kind, body := range o {
-			if kind == "metainfo" || kind == "table" {
-				continue
-			}
-			delete(body, "handle")
-			body["table"] = "T"
-			if elems, ok := body["elem"].([]any); ok {
-				slices.SortFunc(elems, func(a, b any) int { return strings.Compare(mustJSON(a), mustJSON(b)) })
-			}
-			if kind == "rule" {
-				chain := body["chain"].(string)
-				rules[chain] = append(rules[chain], mustJSON(body))
-			} else {
-				objects = append(objects, kind+" "+mustJSON(body))
-			}
-		}
-	}
-	slices.Sort(objects)
-	chains := make([]string, 0, len(rules))
-	for c := range rules {
-		chains = append(chains, c)
-	}
-	slices.Sort(chains)
-	for _, c := range chains {
-		objects = append(objects, rules[c]...)
-	}
-	return strings.Join(objects, "\n")
-}
-
 var pools4 = pools{
 	clusterIPs:   []string{"198.19.0.1", "198.19.0.2", "198.19.0.3", "198.19.0.4"},
 	externalIPs:  []string{"198.18.0.100", "198.18.0.101"},
@@ -290,14 +238,6 @@ var (
 // nfttrace.Comparable).
 func outcomeDiff(want, got trace.Outcome) string {
 	return cmp.Diff(nfttrace.Comparable(want), nfttrace.Comparable(got), outcomeOptions...)
-}
-
-func mustJSON(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
 }
 
 // pools are the small sets of values random Services draw from, so that

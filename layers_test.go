@@ -34,6 +34,7 @@ var layers = map[string]int{
 	"internal/sorted":           layerGround,
 	"internal/parallel":         layerGround,
 	"internal/netnsrun":         layerGround,
+	"internal/prefix":           layerGround,
 	"nftables/internal/model":   layerGround, // netlink encoding beneath nftables
 	"nftables/internal/nftnl":   layerGround,
 	"nftables/internal/nlattr":  layerGround,

@@ -103,6 +103,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/svcproxy/svcproxy/internal/prefix"
 )
 
 // Family is the address family of a table.
@@ -384,10 +386,7 @@ func (d Datum) appendBytes(b []byte, last bool) []byte {
 		start := len(b)
 		b = append(b, d.ipBytes()...)
 		if last {
-			ip := b[start:]
-			for i := int(d.bits); i < len(ip)*8; i++ {
-				ip[i/8] |= 0x80 >> (i % 8)
-			}
+			prefix.FillHost(b[start:], int(d.bits))
 		}
 		return b
 	case datumProto:

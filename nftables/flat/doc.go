@@ -43,12 +43,11 @@
 //
 // # Netlink
 //
-// The elements go over netlink in the messages that
-// github.com/google/nftables encodes for them, written by
-// nftables/internal/model (its package doc says why not by
-// nftables/internal/nftnl, which encodes kube-proxy's layout); the sets,
-// chains and rules, which change only when an endpoint count appears or
-// goes, are written with nft.
+// The elements go over netlink in messages that nftables/internal/nftnl
+// writes, the encoder of kube-proxy's layout too, in the attributes that
+// github.com/google/nftables gives them; the sets, chains and rules, which
+// change only when an endpoint count appears or goes, are written with
+// nft, which writes their typeof user data.
 //
 // # Invariants
 //

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/internal/prefix"
 )
 
 // FrontendKind is the way a packet reaches a Service port.
@@ -163,7 +165,7 @@ func (r *Ruleset) ClientOf(origin Origin, nodeAddrs []netip.Addr) Client {
 		return Client{Addr: outside}
 	case OriginPod:
 		for _, p := range cfg.ClusterCIDRs {
-			if a := lastAddr(p); ofFamily(a) && !slices.Contains(node, a) {
+			if a := prefix.Last(p.Masked()); ofFamily(a) && !slices.Contains(node, a) {
 				return Client{Addr: a}
 			}
 		}
@@ -175,19 +177,6 @@ func (r *Ruleset) ClientOf(origin Origin, nodeAddrs []netip.Addr) Client {
 		return Client{Addr: outside, FromNode: true}
 	}
 	return Client{}
-}
-
-// lastAddr is the last address of p (the invalid Addr for an invalid p).
-func lastAddr(p netip.Prefix) netip.Addr {
-	if !p.IsValid() {
-		return netip.Addr{}
-	}
-	b := p.Masked().Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // Choice is one target of a Decision.

@@ -138,6 +138,12 @@ func TestAPINilSafe(t *testing.T) {
 		cmd.Env = append(os.Environ(), sweepChild+"=1")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
 		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState == nil { // not started: no namespaces to sweep in
+			if os.Getenv("SVCPROXY_E2E") == "required" {
+				t.Fatalf("cannot start the sweep in namespaces of its own: %v", err)
+			}
+			t.Skipf("root, but cannot start the sweep in namespaces of its own (it does not run on the host's): %v", err)
+		}
 		if err != nil || !bytes.Contains(out, []byte("--- PASS: TestAPINilSafe")) {
 			t.Fatalf("the sweep in its own namespaces: %v\n%s", err, out)
 		}

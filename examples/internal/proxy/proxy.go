@@ -154,6 +154,9 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 // newState makes the proxy's State, for the IP families that the options
 // and the node's addresses (hints) give.
 func (p *proxy) newState(hints []netip.Addr) error {
+	if _, err := state.ConfigFrom(p.baseConfig()); err != nil {
+		return err // a configuration error, at start rather than at the first sync
+	}
 	st, err := state.New(p.opts.families(familyHints(hints)), p.opts.NodeName, servicemap.Filter{})
 	if err != nil {
 		return err
@@ -258,7 +261,20 @@ func (p *proxy) allowLocalhostNodePorts() error {
 // rulesetConfig is the ruleset.Config of one family of snap, as the
 // options say.
 func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
-	config, err := state.ConfigFrom(ruleset.Config{
+	config, err := state.ConfigFrom(p.baseConfig())
+	if err != nil {
+		return ruleset.Config{}, err
+	}
+	cfg, err := config(snap, fam)
+	if cfg.LocalhostNodePorts && fam.IPFamily == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
+		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+	}
+	return cfg, err
+}
+
+// baseConfig is the ruleset.Config of both families that the options give.
+func (p *proxy) baseConfig() ruleset.Config {
+	return ruleset.Config{
 		MasqueradeAll: p.opts.MasqueradeAll,
 		// Manifests come without the EndpointSlice controller: compute the
 		// hints trafficDistribution asks for.
@@ -269,15 +285,7 @@ func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Co
 		AllowedExternalIPs:  p.opts.AllowedExternalIPs,
 		ServiceCIDRs:        p.opts.ServiceCIDRs,
 		NodePortAddresses:   p.opts.NodeIPs,
-	})
-	if err != nil {
-		return ruleset.Config{}, err
 	}
-	cfg, err := config(snap, fam)
-	if cfg.LocalhostNodePorts && fam.IPFamily == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
-		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
-	}
-	return cfg, err
 }
 
 func (p *proxy) dryRun(w io.Writer) error {

@@ -33,6 +33,13 @@ func TestExplainDesired(t *testing.T) {
 			"    prerouting endpoint-IANGHFLA-demo/web/tcp/http__198.18.2.12/8080: meta l4proto tcp dnat to 198.18.2.12:8080\n",
 			"  the tracer agrees\n",
 		}},
+		// The node's address is outside the cluster CIDR: its flows to a
+		// cluster IP are masqueraded, as those from off the cluster are.
+		{"cluster IP from the node, masqueraded", "nftables", "tcp 198.18.100.1:40000 -> 198.19.0.10:80 from node", []string{
+			"  -> 198.18.1.11:8080, share 1/2, masqueraded\n",
+			"ip saddr != 198.18.1.0/24 jump mark-for-masquerade\n",
+			"  the tracer agrees\n",
+		}},
 		{"node port from outside, iptables", "iptables", "tcp 198.18.250.9:40000 -> 198.18.100.1:30080 from outside", []string{
 			"  forwarded through the node port of demo/shop:http\n  -> 198.18.1.31:8080, share 1\n",
 			"    nat PREROUTING: -A KUBE-NODEPORTS -m comment --comment demo/shop:http -m tcp -p tcp --dport 30080 -j KUBE-EXT-6EH4WSJZHKFFT4HP\n",

@@ -1,0 +1,40 @@
+// Package ebpf is a Service data plane in eBPF at the socket: cgroup
+// programs (connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6, in
+// bpf/sock.c) translate a Service's frontend into one of its backends
+// when a process on the node connects or sends, and translate replies and
+// the peer's address back, reading every Service from BPF maps.
+//
+// It has the shape of the other backends:
+//
+//   - Render (pure) turns a ruleset.Ruleset into the contents of the maps
+//     (Maps): a frontend's key → its group of backends with their count
+//     and ClientIP affinity timeout, or a flag (reject: no endpoints,
+//     ECONNREFUSED; drop: Local policy without local endpoints, or an
+//     unallocated Service-CIDR address, EHOSTUNREACH; firewall, EPERM).
+//     It keeps the group IDs and backend slots of the previous Contents,
+//     so that a change of one Service changes few elements.
+//   - Diff (pure) turns two Maps into element changes (Ops), ordered so
+//     that the programs never see a group without its backends.
+//   - Maps.Lookup and Translation.Pick are a model, in Go, of the
+//     programs' lookups; property tests hold it to trace.Trace.
+//   - Executor (Linux) loads the programs once, attaches them to a cgroup,
+//     applies Ops as element updates (no program is reloaded for a
+//     Service change), reads the maps back in CheckState, and removes
+//     programs, links, pins and maps in Cleanup.
+//
+// # What holds at the socket, and what does not
+//
+// Translation at connect() serves the flows of processes on the node (the
+// node's own and, with the programs on the cgroup v2 root, its pods'):
+// the source is a pod or the node, so a flow to an external frontend of a
+// port with externalTrafficPolicy Local goes to the cluster targets
+// (kube-proxy's short-circuit). Masquerading has no meaning without NAT:
+// the backend sees the client's own address. A dropped flow cannot time
+// out at the socket: it fails with EHOSTUNREACH at once. ClientIP
+// affinity is keyed by the client's network namespace (its cookie), the
+// socket-level form of a client IP. Node ports are served on the
+// addresses of Config.NodePortAddresses only (none when it is empty),
+// not on 127.0.0.1. SCTP keys are rendered, but only TCP and UDP are
+// tested. Flows that arrive from outside the node (north-south) are not
+// translated here.
+package ebpf

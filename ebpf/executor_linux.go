@@ -1,0 +1,433 @@
+package ebpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	cebpf "github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// Config says where the programs go.
+type Config struct {
+	// Cgroup is the cgroup v2 directory the programs attach to: they
+	// translate the sockets of the processes in it and below it. A node
+	// serves every process with the root of its cgroup v2 tree, as Cilium
+	// does; a test passes a child cgroup of its own.
+	Cgroup string
+	// PinPath, when set, is a directory on a bpffs where the maps and the
+	// links are pinned, so that the programs keep serving after the
+	// process exits, and a later process (or Cleanup) finds them. Without
+	// it, the programs are detached when the Dataplane is closed.
+	PinPath string
+}
+
+// Dataplane is the loaded programs and their maps, shared by the
+// Executors of both IP families. It loads and attaches the programs once,
+// on the first Sync; a Service change is element updates only.
+type Dataplane struct {
+	cfg Config
+
+	mu    sync.Mutex
+	objs  *sockObjects
+	links []link.Link
+}
+
+// NewDataplane checks cfg and returns a Dataplane that loads nothing yet.
+func NewDataplane(cfg Config) (*Dataplane, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(cfg.Cgroup, &st); err != nil {
+		return nil, fmt.Errorf("ebpf: cgroup %q: %w", cfg.Cgroup, err)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return nil, fmt.Errorf("ebpf: %q is not a cgroup v2 directory", cfg.Cgroup)
+	}
+	return &Dataplane{cfg: cfg}, nil
+}
+
+// attachments are the programs and where each attaches.
+func (o *sockObjects) attachments() []struct {
+	name   string
+	prog   *cebpf.Program
+	attach cebpf.AttachType
+} {
+	return []struct {
+		name   string
+		prog   *cebpf.Program
+		attach cebpf.AttachType
+	}{
+		{"connect4", o.SvcpConnect4, cebpf.AttachCGroupInet4Connect},
+		{"connect6", o.SvcpConnect6, cebpf.AttachCGroupInet6Connect},
+		{"sendmsg4", o.SvcpSendmsg4, cebpf.AttachCGroupUDP4Sendmsg},
+		{"sendmsg6", o.SvcpSendmsg6, cebpf.AttachCGroupUDP6Sendmsg},
+		{"recvmsg4", o.SvcpRecvmsg4, cebpf.AttachCGroupUDP4Recvmsg},
+		{"recvmsg6", o.SvcpRecvmsg6, cebpf.AttachCGroupUDP6Recvmsg},
+		{"getpeername4", o.SvcpGetpeer4, cebpf.AttachCgroupInet4GetPeername},
+		{"getpeername6", o.SvcpGetpeer6, cebpf.AttachCgroupInet6GetPeername},
+	}
+}
+
+// mapNames are the maps' names, which are their pins' file names.
+var mapNames = []string{"svcp_services", "svcp_backends", "svcp_node_addrs", "svcp_clus_addrs", "svcp_svc_cidrs", "svcp_affinity", "svcp_revnat"}
+
+// load loads and attaches the programs, once: with PinPath, the pinned
+// maps are reused and the pinned links updated to the new programs.
+func (d *Dataplane) load() (*sockObjects, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.objs != nil {
+		return d.objs, nil
+	}
+	spec, err := loadSock()
+	if err != nil {
+		return nil, fmt.Errorf("ebpf: reading the programs: %w", err)
+	}
+	opts := &cebpf.CollectionOptions{MapReplacements: map[string]*cebpf.Map{}}
+	if d.cfg.PinPath != "" {
+		if err := os.MkdirAll(d.cfg.PinPath, 0o700); err != nil {
+			return nil, fmt.Errorf("ebpf: pin path: %w", err)
+		}
+		for _, name := range mapNames {
+			m, err := cebpf.LoadPinnedMap(filepath.Join(d.cfg.PinPath, name), nil)
+			if err == nil {
+				opts.MapReplacements[name] = m
+			}
+		}
+	}
+	objs := new(sockObjects)
+	err = spec.LoadAndAssign(objs, opts)
+	for _, m := range opts.MapReplacements {
+		m.Close() // LoadAndAssign holds its own reference
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ebpf: loading the programs: %w", err)
+	}
+	links, err := d.attach(objs)
+	if err != nil {
+		objs.Close()
+		return nil, err
+	}
+	d.objs, d.links = objs, links
+	return objs, nil
+}
+
+// attach attaches every program to the cgroup (or updates the pinned
+// link to it) and pins the maps and links with PinPath.
+func (d *Dataplane) attach(objs *sockObjects) ([]link.Link, error) {
+	var links []link.Link
+	fail := func(err error) ([]link.Link, error) {
+		for _, l := range links {
+			l.Close()
+		}
+		return nil, err
+	}
+	for _, a := range objs.attachments() {
+		pin := ""
+		if d.cfg.PinPath != "" {
+			pin = filepath.Join(d.cfg.PinPath, "link_"+a.name)
+			if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+				if err := l.Update(a.prog); err != nil {
+					l.Close()
+					return fail(fmt.Errorf("ebpf: updating the pinned link %s: %w", pin, err))
+				}
+				links = append(links, l)
+				continue
+			}
+		}
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: d.cfg.Cgroup, Attach: a.attach, Program: a.prog})
+		if err != nil {
+			return fail(fmt.Errorf("ebpf: attaching %s to %s: %w", a.name, d.cfg.Cgroup, err))
+		}
+		links = append(links, l)
+		if pin != "" {
+			if err := l.Pin(pin); err != nil {
+				return fail(fmt.Errorf("ebpf: pinning %s: %w", pin, err))
+			}
+		}
+	}
+	if d.cfg.PinPath != "" {
+		for name, m := range objs.maps() {
+			if m.IsPinned() {
+				continue
+			}
+			if err := m.Pin(filepath.Join(d.cfg.PinPath, name)); err != nil {
+				return fail(fmt.Errorf("ebpf: pinning map %s: %w", name, err))
+			}
+		}
+	}
+	return links, nil
+}
+
+// maps are the maps by name.
+func (o *sockObjects) maps() map[string]*cebpf.Map {
+	return map[string]*cebpf.Map{
+		"svcp_services": o.SvcpServices, "svcp_backends": o.SvcpBackends, "svcp_node_addrs": o.SvcpNodeAddrs,
+		"svcp_clus_addrs": o.SvcpClusAddrs, "svcp_svc_cidrs": o.SvcpSvcCidrs, "svcp_affinity": o.SvcpAffinity, "svcp_revnat": o.SvcpRevnat,
+	}
+}
+
+// Cleanup detaches the programs and removes the maps: those this
+// Dataplane loaded, and those pinned under PinPath (then removed),
+// whichever process made them.
+func (d *Dataplane) Cleanup() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for _, l := range d.links {
+		if d.cfg.PinPath != "" {
+			errs = append(errs, l.Unpin())
+		}
+		errs = append(errs, l.Close())
+	}
+	d.links = nil
+	if d.objs != nil {
+		errs = append(errs, d.objs.Close())
+		d.objs = nil
+	}
+	if d.cfg.PinPath != "" {
+		for _, a := range (&sockObjects{}).attachments() {
+			pin := filepath.Join(d.cfg.PinPath, "link_"+a.name)
+			if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+				errs = append(errs, l.Unpin(), l.Close())
+			}
+		}
+		for _, name := range mapNames {
+			if err := os.Remove(filepath.Join(d.cfg.PinPath, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		if err := os.Remove(d.cfg.PinPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ebpf: cleanup: %w", err)
+	}
+	return nil
+}
+
+// Close releases the Dataplane's file descriptors. Without PinPath that
+// detaches the programs and frees the maps; with it, they stay.
+func (d *Dataplane) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for _, l := range d.links {
+		errs = append(errs, l.Close())
+	}
+	d.links = nil
+	if d.objs != nil {
+		errs = append(errs, d.objs.Close())
+		d.objs = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Executor is the engine.Backend of one IP family on a Dataplane.
+type Executor struct {
+	dp     *Dataplane
+	family v1.IPFamily
+	// last is what the last successful Sync rendered and applied; nil
+	// before it, and after a failure, so that the next Sync is full.
+	last *Contents
+	full bool
+}
+
+// SyncDetails is the Details of an Executor's SyncResult: the element
+// changes it applied.
+type SyncDetails struct {
+	Puts, Deletes int
+}
+
+// Executor returns the Backend of family on d.
+func (d *Dataplane) Executor(family v1.IPFamily) *Executor {
+	return &Executor{dp: d, family: family, full: true}
+}
+
+// Sync makes the maps hold rs's contents. A full Sync reads the family's
+// elements back from the maps and changes what differs; an incremental one
+// applies the difference from the last Sync's contents. It loads and
+// attaches the programs on the first call.
+func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
+	if rs == nil || rs.Config().Family != e.family {
+		return svcproxy.SyncResult{}, fmt.Errorf("ebpf: Sync of the %s executor needs a %s Ruleset", e.family, e.family)
+	}
+	objs, err := e.dp.load()
+	if err != nil {
+		return svcproxy.SyncResult{}, err
+	}
+	full := e.full || e.last == nil
+	want := Render(rs, e.last)
+	var have *Maps
+	if full {
+		if have, err = readMaps(objs, e.family); err != nil {
+			e.last = nil
+			return svcproxy.SyncResult{}, err
+		}
+	} else {
+		have = e.last.Maps()
+	}
+	ops := Diff(have, want.Maps())
+	if err := applyOps(objs, ops); err != nil {
+		e.last, e.full = nil, true
+		return svcproxy.SyncResult{Full: full}, err
+	}
+	e.last, e.full = want, false
+	return svcproxy.SyncResult{Full: full, Details: &SyncDetails{Puts: puts(ops), Deletes: ops.Len() - puts(ops)}}, nil
+}
+
+func puts(o Ops) int {
+	return len(o.PutBackends) + len(o.PutNodeAddrs) + len(o.PutClusterAddrs) + len(o.PutServiceCIDRs) + len(o.PutServices)
+}
+
+// RequestFullSync makes the next Sync a full one.
+func (e *Executor) RequestFullSync() { e.full = true }
+
+// CheckState reads the family's elements back from the maps and says
+// what differs from the last Sync ("" when nothing, and before the first
+// Sync).
+func (e *Executor) CheckState(ctx context.Context) (string, error) {
+	if e.last == nil {
+		return "", nil
+	}
+	objs, err := e.dp.load()
+	if err != nil {
+		return "", err
+	}
+	have, err := readMaps(objs, e.family)
+	if err != nil {
+		return "", err
+	}
+	ops := Diff(have, e.last.Maps())
+	if ops.Len() == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("%d %s map elements missing, different or extra", ops.Len(), e.family), nil
+}
+
+// Cleanup removes the programs, links, pins and maps of both families
+// (Dataplane.Cleanup).
+func (e *Executor) Cleanup(ctx context.Context) error {
+	e.last, e.full = nil, true
+	return e.dp.Cleanup()
+}
+
+// Close closes the Dataplane (Dataplane.Close); closing it twice is
+// harmless.
+func (e *Executor) Close() error { return e.dp.Close() }
+
+// ofFamily reports whether a is of family.
+func ofFamily(a Addr, family v1.IPFamily) bool { return a.Netip().Is4() == (family == v1.IPv4Protocol) }
+
+// readMaps reads the elements of family from the maps.
+func readMaps(o *sockObjects, family v1.IPFamily) (*Maps, error) {
+	m := NewMaps()
+	var errs []error
+	var sk ServiceKey
+	var sv ServiceValue
+	it := o.SvcpServices.Iterate()
+	for it.Next(&sk, &sv) {
+		if ofFamily(sk.Addr, family) {
+			m.Services[sk] = sv
+		}
+	}
+	errs = append(errs, it.Err())
+	var bk BackendKey
+	var bv BackendValue
+	it = o.SvcpBackends.Iterate()
+	for it.Next(&bk, &bv) {
+		if (bk.ID&v6Group != 0) == (family == v1.IPv6Protocol) {
+			m.Backends[bk] = bv
+		}
+	}
+	errs = append(errs, it.Err())
+	for _, set := range []struct {
+		m   *cebpf.Map
+		dst map[Addr]uint8
+	}{{o.SvcpNodeAddrs, m.NodeAddrs}, {o.SvcpClusAddrs, m.ClusterAddrs}} {
+		var a Addr
+		var v uint8
+		it = set.m.Iterate()
+		for it.Next(&a, &v) {
+			if ofFamily(a, family) {
+				set.dst[a] = v
+			}
+		}
+		errs = append(errs, it.Err())
+	}
+	var ck CIDRKey
+	var v uint8
+	it = o.SvcpSvcCidrs.Iterate()
+	for it.Next(&ck, &v) {
+		if ofFamily(ck.Addr, family) {
+			m.ServiceCIDRs[ck] = v
+		}
+	}
+	errs = append(errs, it.Err())
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("ebpf: reading the maps: %w", err)
+	}
+	return m, nil
+}
+
+// applyOps applies ops in their order.
+func applyOps(o *sockObjects, ops Ops) error {
+	one := uint8(1)
+	var errs []error
+	put := func(m *cebpf.Map, k, v any) {
+		if err := m.Put(k, v); err != nil {
+			errs = append(errs, fmt.Errorf("ebpf: writing %v into %s: %w", k, m, err))
+		}
+	}
+	del := func(m *cebpf.Map, k any) {
+		if err := m.Delete(k); err != nil && !errors.Is(err, cebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("ebpf: deleting %v from %s: %w", k, m, err))
+		}
+	}
+	for _, e := range ops.PutBackends {
+		put(o.SvcpBackends, e.Key, e.Value)
+	}
+	for _, k := range ops.PutNodeAddrs {
+		put(o.SvcpNodeAddrs, k, one)
+	}
+	for _, k := range ops.PutClusterAddrs {
+		put(o.SvcpClusAddrs, k, one)
+	}
+	for _, k := range ops.PutServiceCIDRs {
+		put(o.SvcpSvcCidrs, k, one)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...) // no service may point at backends not written
+	}
+	for _, e := range ops.PutServices {
+		put(o.SvcpServices, e.Key, e.Value)
+	}
+	for _, k := range ops.DelServices {
+		del(o.SvcpServices, k)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for _, k := range ops.DelBackends {
+		del(o.SvcpBackends, k)
+	}
+	for _, k := range ops.DelNodeAddrs {
+		del(o.SvcpNodeAddrs, k)
+	}
+	for _, k := range ops.DelClusterAddrs {
+		del(o.SvcpClusAddrs, k)
+	}
+	for _, k := range ops.DelServiceCIDRs {
+		del(o.SvcpSvcCidrs, k)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,8 @@
+package ebpf
+
+// The programs of bpf/sock.c, compiled by clang into sock_bpfel.o and
+// embedded by sock_bpfel.go; both are committed, so that building needs
+// no clang. bpf/check-generated.sh regenerates them and fails when they
+// differ from the committed ones.
+//
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel -go-package ebpf -output-stem sock sock bpf/sock.c

@@ -37,4 +37,11 @@
 // not on 127.0.0.1. SCTP keys are rendered, but only TCP and UDP are
 // tested. Flows that arrive from outside the node (north-south) are not
 // translated here.
+//
+// A connected UDP socket translated to an endpoint that is then removed
+// keeps talking to it: kube-proxy flushes the conntrack entries of such
+// flows, and the socket-level answer (destroying those sockets, e.g. with
+// the bpf_sock_destroy kfunc from a socket iterator) is not implemented
+// yet. Unconnected UDP sockets are translated at every sendmsg and move at
+// once.
 package ebpf

@@ -42,16 +42,23 @@ type Dataplane struct {
 	links []link.Link
 }
 
-// NewDataplane checks cfg and returns a Dataplane that loads nothing yet.
-func NewDataplane(cfg Config) (*Dataplane, error) {
+// NewDataplane returns a Dataplane that loads nothing yet: the first
+// Sync loads the programs and attaches them to cfg.Cgroup, which must
+// then be a cgroup v2 directory; Cleanup needs only cfg.PinPath.
+func NewDataplane(cfg Config) *Dataplane {
+	return &Dataplane{cfg: cfg}
+}
+
+// checkCgroup reports why dir is not a cgroup v2 directory.
+func checkCgroup(dir string) error {
 	var st unix.Statfs_t
-	if err := unix.Statfs(cfg.Cgroup, &st); err != nil {
-		return nil, fmt.Errorf("ebpf: cgroup %q: %w", cfg.Cgroup, err)
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("ebpf: cgroup %q: %w", dir, err)
 	}
 	if st.Type != unix.CGROUP2_SUPER_MAGIC {
-		return nil, fmt.Errorf("ebpf: %q is not a cgroup v2 directory", cfg.Cgroup)
+		return fmt.Errorf("ebpf: %q is not a cgroup v2 directory", dir)
 	}
-	return &Dataplane{cfg: cfg}, nil
+	return nil
 }
 
 // attachments are the programs and where each attaches.
@@ -80,12 +87,17 @@ func (o *sockObjects) attachments() []struct {
 var mapNames = []string{"svcp_services", "svcp_backends", "svcp_node_addrs", "svcp_clus_addrs", "svcp_svc_cidrs", "svcp_affinity", "svcp_revnat"}
 
 // load loads and attaches the programs, once: with PinPath, the pinned
-// maps are reused and the pinned links updated to the new programs.
+// maps are reused and the pinned links updated to the new programs. A
+// pinned map that the programs cannot use (of an older layout) fails the
+// load: Cleanup removes it.
 func (d *Dataplane) load() (*sockObjects, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.objs != nil {
 		return d.objs, nil
+	}
+	if err := checkCgroup(d.cfg.Cgroup); err != nil {
+		return nil, err
 	}
 	spec, err := loadSock()
 	if err != nil {
@@ -156,10 +168,11 @@ func (d *Dataplane) attach(objs *sockObjects) ([]link.Link, error) {
 	}
 	if d.cfg.PinPath != "" {
 		for name, m := range objs.maps() {
-			if m.IsPinned() {
-				continue
+			pin := filepath.Join(d.cfg.PinPath, name)
+			if _, err := os.Stat(pin); err == nil {
+				continue // the pinned map load reused
 			}
-			if err := m.Pin(filepath.Join(d.cfg.PinPath, name)); err != nil {
+			if err := m.Pin(pin); err != nil {
 				return fail(fmt.Errorf("ebpf: pinning map %s: %w", name, err))
 			}
 		}

@@ -241,10 +241,7 @@ func newLab(t *testing.T, pods int) *lab {
 	c := netns.NewCluster(t, netns.ClusterSpec{Pods: pods}) // calls netns.Require
 	c.StartEcho(8080)
 	cg := newCgroup(t)
-	dp, err := ebpf.NewDataplane(ebpf.Config{Cgroup: cg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dp := ebpf.NewDataplane(ebpf.Config{Cgroup: cg})
 	t.Cleanup(func() {
 		if err := dp.Cleanup(); err != nil {
 			t.Error(err)

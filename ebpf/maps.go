@@ -53,12 +53,18 @@ type ServiceKey struct {
 	Pad   uint8
 }
 
+// String is "198.19.0.10:80/6", or "node port 30080/6 (IPv4)" for a
+// node port key.
 func (k ServiceKey) String() string {
-	a := "node port"
-	if k.Addr != (Addr{}) {
-		a = k.Addr.Netip().String()
+	a := k.Addr.Netip()
+	if a.IsUnspecified() {
+		family := "IPv6"
+		if a.Is4() {
+			family = "IPv4"
+		}
+		return fmt.Sprintf("node port %d/%d (%s)", k.Port, k.Proto, family)
 	}
-	return fmt.Sprintf("%s:%d/%d", a, k.Port, k.Proto)
+	return fmt.Sprintf("%s/%d", netip.AddrPortFrom(a, k.Port), k.Proto)
 }
 
 // Flags of a ServiceValue: what the programs do instead of translating.

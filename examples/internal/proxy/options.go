@@ -42,6 +42,12 @@ type Options struct {
 	// NFTablesLayout is the nftables proxy's table layout: "kube-proxy"
 	// (the default) or "flat"; only the nftables proxy has the flag.
 	NFTablesLayout string
+	// Cgroup and BPFPinPath are the eBPF proxy's: the cgroup v2 directory
+	// its programs attach to, and the bpffs directory where its maps and
+	// links are pinned ("": not pinned); only the eBPF proxy has the
+	// flags.
+	Cgroup     string
+	BPFPinPath string
 }
 
 // ParseOptions parses the command line (without the program name).
@@ -72,6 +78,10 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	}
 	if name == "nftables-proxy" {
 		fs.StringVar(&o.NFTablesLayout, "nftables-layout", "kube-proxy", "table layout: kube-proxy (kube-proxy's chains, table kube-proxy) or flat (sets and maps under a fixed number of rules, table svcproxy-flat)")
+	}
+	if name == "ebpf-proxy" {
+		fs.StringVar(&o.Cgroup, "cgroup", "", "cgroup v2 directory the programs attach to: the sockets of its processes are translated (a node passes the root of its cgroup v2 tree)")
+		fs.StringVar(&o.BPFPinPath, "bpf-pin-path", "/sys/fs/bpf/svcproxy", "bpffs directory where the maps and links are pinned, so that they outlive the proxy (\"\": not pinned, detached at exit)")
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -38,7 +38,8 @@ func ptr[T any](v T) *T { return &v }
 // traffic policies, affinity, external IPs and source ranges, cluster IPs
 // shared between some) and their EndpointSlices (ready, serving and
 // terminating endpoints on this node and another).
-func genObjects(t *rapid.T) []any {
+func genObjects(t *rapid.T, v6 bool) []any {
+	conv := func(a string) string { return conv(a, v6) }
 	var objs []any
 	n := rapid.IntRange(1, 5).Draw(t, "services")
 	for i := range n {
@@ -49,9 +50,9 @@ func genObjects(t *rapid.T) []any {
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
 			Spec: v1.ServiceSpec{
 				Type:       typ,
-				ClusterIP:  rapid.SampledFrom(clusterIPs).Draw(t, "clusterIP"),
+				ClusterIP:  conv(rapid.SampledFrom(clusterIPs).Draw(t, "clusterIP")),
 				Ports:      []v1.ServicePort{{Name: "p", Protocol: proto, Port: int32(rapid.SampledFrom([]uint16{80, 81}).Draw(t, "port"))}},
-				IPFamilies: []v1.IPFamily{v1.IPv4Protocol},
+				IPFamilies: []v1.IPFamily{family(v6)},
 			},
 		}
 		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
@@ -63,7 +64,7 @@ func genObjects(t *rapid.T) []any {
 			svc.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr(int32(rapid.IntRange(1, 100).Draw(t, "timeout")))}}
 		}
 		if rapid.Bool().Draw(t, "hasExternalIP") {
-			svc.Spec.ExternalIPs = []string{rapid.SampledFrom(externalIPs).Draw(t, "externalIP")}
+			svc.Spec.ExternalIPs = []string{conv(rapid.SampledFrom(externalIPs).Draw(t, "externalIP"))}
 		}
 		if typ != v1.ServiceTypeClusterIP {
 			svc.Spec.Ports[0].NodePort = int32(30000 + i)
@@ -74,20 +75,20 @@ func genObjects(t *rapid.T) []any {
 			}
 		}
 		if typ == v1.ServiceTypeLoadBalancer {
-			svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: rapid.SampledFrom(lbIPs).Draw(t, "lbIP")}}
+			svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: conv(rapid.SampledFrom(lbIPs).Draw(t, "lbIP"))}}
 			if rapid.Bool().Draw(t, "sourceRanges") {
-				svc.Spec.LoadBalancerSourceRanges = []string{rapid.SampledFrom(ranges).Draw(t, "range")}
+				svc.Spec.LoadBalancerSourceRanges = []string{convPrefix(rapid.SampledFrom(ranges).Draw(t, "range"), v6)}
 			}
 		}
 		objs = append(objs, svc)
 		es := &discovery.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: name + "-1", Labels: map[string]string{discovery.LabelServiceName: name}},
-			AddressType: discovery.AddressTypeIPv4,
+			AddressType: map[bool]discovery.AddressType{false: discovery.AddressTypeIPv4, true: discovery.AddressTypeIPv6}[v6],
 			Ports:       []discovery.EndpointPort{{Name: ptr("p"), Protocol: ptr(proto), Port: ptr(int32(8080))}},
 		}
 		for j := range rapid.IntRange(0, 4).Draw(t, "endpoints") {
 			es.Endpoints = append(es.Endpoints, discovery.Endpoint{
-				Addresses: []string{fmt.Sprintf("198.18.%d.%d", 64+j, 10+i)},
+				Addresses: []string{conv(fmt.Sprintf("198.18.%d.%d", 64+j, 10+i))},
 				NodeName:  ptr(rapid.SampledFrom([]string{"node-a", "node-b"}).Draw(t, "node")),
 				Conditions: discovery.EndpointConditions{
 					Ready:       ptr(rapid.Bool().Draw(t, "ready")),
@@ -101,19 +102,52 @@ func genObjects(t *rapid.T) []any {
 	return objs
 }
 
-func genRuleset(t *rapid.T) *ruleset.Ruleset {
-	cfg := ruleset.Config{
-		Family:            v1.IPv4Protocol,
-		Node:              topology.Node{Name: "node-a"},
-		ClusterCIDRs:      []netip.Prefix{podCIDR},
-		ServiceCIDRs:      []netip.Prefix{serviceCIDR},
-		NodePortAddresses: []netip.Addr{nodeIP},
+// conv is a, an IPv4 address of the generators, or its IPv6 counterpart:
+// 198.18.x.y is 2001:db8:18:x::y, 198.19.x.y 2001:db8:19:x::y, 203.0.113.y
+// 2001:db8:ff::y.
+func conv(a string, v6 bool) string {
+	if !v6 {
+		return a
 	}
-	return fixture.Ruleset(t, cfg, genObjects(t)...)
+	b := netip.MustParseAddr(a).As4()
+	switch {
+	case b[0] == 198:
+		return fmt.Sprintf("2001:db8:%d:%x::%x", b[1], b[2], b[3])
+	}
+	return fmt.Sprintf("2001:db8:ff::%x", b[3])
 }
 
-func genDst(t *rapid.T) netip.AddrPort {
-	return netip.AddrPortFrom(netip.MustParseAddr(rapid.SampledFrom(dsts).Draw(t, "dst")), rapid.SampledFrom(ports).Draw(t, "dstPort"))
+// convPrefix is the IPv6 counterpart of an IPv4 prefix of the generators:
+// a /24 is a /64, a /16 a /48, a /18 a /58.
+func convPrefix(p string, v6 bool) string {
+	if !v6 {
+		return p
+	}
+	q := netip.MustParsePrefix(p)
+	bits := map[int]int{24: 64, 16: 48, 18: 58}[q.Bits()]
+	return netip.PrefixFrom(netip.MustParseAddr(conv(q.Addr().String(), true)), bits).Masked().String()
+}
+
+func family(v6 bool) v1.IPFamily {
+	if v6 {
+		return v1.IPv6Protocol
+	}
+	return v1.IPv4Protocol
+}
+
+func genRuleset(t *rapid.T, v6 bool) *ruleset.Ruleset {
+	cfg := ruleset.Config{
+		Family:            family(v6),
+		Node:              topology.Node{Name: "node-a"},
+		ClusterCIDRs:      []netip.Prefix{netip.MustParsePrefix(convPrefix(podCIDR.String(), v6))},
+		ServiceCIDRs:      []netip.Prefix{netip.MustParsePrefix(convPrefix(serviceCIDR.String(), v6))},
+		NodePortAddresses: []netip.Addr{netip.MustParseAddr(conv(nodeIP.String(), v6))},
+	}
+	return fixture.Ruleset(t, cfg, genObjects(t, v6)...)
+}
+
+func genDst(t *rapid.T, v6 bool) netip.AddrPort {
+	return netip.AddrPortFrom(netip.MustParseAddr(conv(rapid.SampledFrom(dsts).Draw(t, "dst"), v6)), rapid.SampledFrom(ports).Draw(t, "dstPort"))
 }
 
 // agree fails t unless the model's translation of a flow from a process
@@ -122,7 +156,8 @@ func genDst(t *rapid.T) netip.AddrPort {
 // backend slots, picked with probability 1/N, holds one target) and the
 // same affinity timeout.
 func agree(t *rapid.T, rs *ruleset.Ruleset, m *ebpf.Maps, proto v1.Protocol, dst netip.AddrPort) {
-	p := trace.Packet{Protocol: proto, Src: netip.AddrPortFrom(nodeIP, 40000), Dst: dst, FromNode: true, ToNode: dst.Addr() == nodeIP}
+	node := netip.MustParseAddr(conv(nodeIP.String(), dst.Addr().Is6()))
+	p := trace.Packet{Protocol: proto, Src: netip.AddrPortFrom(node, 40000), Dst: dst, FromNode: true, ToNode: dst.Addr() == node}
 	o := trace.Trace(rs, p, ebpf.TraceOptions)
 	num := map[v1.Protocol]uint8{v1.ProtocolTCP: ebpf.ProtoTCP, v1.ProtocolUDP: ebpf.ProtoUDP}[proto]
 	got := m.Lookup(num, dst)
@@ -154,13 +189,14 @@ func agree(t *rapid.T, rs *ruleset.Ruleset, m *ebpf.Maps, proto v1.Protocol, dst
 
 // Property: the model of the programs' lookups, over the maps Render
 // makes, gives trace.Trace's outcome for every flow from a process on the
-// node.
+// node, IPv4 and IPv6.
 func TestPropModelMatchesTrace(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		rs := genRuleset(t)
+		v6 := rapid.Bool().Draw(t, "v6")
+		rs := genRuleset(t, v6)
 		m := ebpf.Render(rs, nil).Maps()
 		for range 20 {
-			agree(t, rs, m, rapid.SampledFrom([]v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP}).Draw(t, "proto"), genDst(t))
+			agree(t, rs, m, rapid.SampledFrom([]v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP}).Draw(t, "proto"), genDst(t, v6))
 		}
 	})
 }
@@ -208,7 +244,8 @@ func apply(m *ebpf.Maps, ops ebpf.Ops) *ebpf.Maps {
 // every group that both hold keeps the slot of each backend it keeps.
 func TestPropIncremental(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		rs1, rs2 := genRuleset(t), genRuleset(t)
+		v6 := rapid.Bool().Draw(t, "v6")
+		rs1, rs2 := genRuleset(t, v6), genRuleset(t, v6)
 		c1 := ebpf.Render(rs1, nil)
 		c2 := ebpf.Render(rs2, c1)
 		m1, m2 := c1.Maps(), c2.Maps()
@@ -219,7 +256,7 @@ func TestPropIncremental(t *testing.T) {
 			t.Fatalf("Diff of equal maps: %d ops", ops.Len())
 		}
 		for range 20 {
-			agree(t, rs2, m2, rapid.SampledFrom([]v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP}).Draw(t, "proto"), genDst(t))
+			agree(t, rs2, m2, rapid.SampledFrom([]v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP}).Draw(t, "proto"), genDst(t, v6))
 		}
 	})
 }

@@ -38,10 +38,17 @@
 // tested. Flows that arrive from outside the node (north-south) are not
 // translated here.
 //
-// A connected UDP socket translated to an endpoint that is then removed
-// keeps talking to it: kube-proxy flushes the conntrack entries of such
-// flows, and the socket-level answer (destroying those sockets, e.g. with
-// the bpf_sock_destroy kfunc from a socket iterator) is not implemented
-// yet. Unconnected UDP sockets are translated at every sendmsg and move at
-// once.
+// A connected UDP socket translated to an endpoint that a sync then
+// removes from every group is destroyed (bpf/destroy.c: a UDP socket
+// iterator calling the bpf_sock_destroy kfunc, Linux 6.5), the
+// socket-level counterpart of kube-proxy's conntrack flush: the kernel
+// disconnects it with ECONNABORTED pending, so its next send fails with
+// EDESTADDRREQ and its next receive with ECONNABORTED, and the
+// application's new socket is translated afresh. Only sockets the programs
+// translated to that endpoint are destroyed (their cookie is in the
+// reverse map), in the network namespaces of Config.SocketNamespaces: an
+// iterator sees one namespace, so a node lists its pods'. An endpoint
+// removed from a UDP Service but still in a group of another Service is
+// not treated as removed. Unconnected UDP sockets are translated at every
+// sendmsg and move at once.
 package ebpf

@@ -1,11 +1,15 @@
 package ebpf
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sync"
 
 	cebpf "github.com/cilium/ebpf"
@@ -29,6 +33,12 @@ type Config struct {
 	// process exits, and a later process (or Cleanup) finds them. Without
 	// it, the programs are detached when the Dataplane is closed.
 	PinPath string
+	// SocketNamespaces are the network namespaces (files such as
+	// /var/run/netns/NAME or /proc/PID/ns/net) whose connected UDP
+	// sockets are destroyed when the endpoint they were translated to is
+	// removed; empty means the executor's own namespace. A node lists its
+	// pods' namespaces here: a socket iterator sees one namespace.
+	SocketNamespaces []string
 }
 
 // Dataplane is the loaded programs and their maps, shared by the
@@ -40,6 +50,11 @@ type Dataplane struct {
 	mu    sync.Mutex
 	objs  *sockObjects
 	links []link.Link
+	// destroy is the UDP socket iterator (bpf/destroy.c), nil where it
+	// does not load (a kernel without bpf_sock_destroy, before 6.5);
+	// destroyErr then says why.
+	destroy    *destroyObjects
+	destroyErr error
 }
 
 // NewDataplane returns a Dataplane that loads nothing yet: the first
@@ -129,7 +144,22 @@ func (d *Dataplane) load() (*sockObjects, error) {
 		return nil, err
 	}
 	d.objs, d.links = objs, links
+	d.destroy, d.destroyErr = loadDestroyer(objs)
 	return objs, nil
+}
+
+// loadDestroyer loads the UDP socket iterator, sharing svcp_revnat with
+// the socket programs.
+func loadDestroyer(objs *sockObjects) (*destroyObjects, error) {
+	spec, err := loadDestroy()
+	if err != nil {
+		return nil, err
+	}
+	d := new(destroyObjects)
+	if err := spec.LoadAndAssign(d, &cebpf.CollectionOptions{MapReplacements: map[string]*cebpf.Map{"svcp_revnat": objs.SvcpRevnat}}); err != nil {
+		return nil, fmt.Errorf("ebpf: loading the UDP socket iterator: %w", err)
+	}
+	return d, nil
 }
 
 // attach attaches every program to the cgroup (or updates the pinned
@@ -202,10 +232,7 @@ func (d *Dataplane) Cleanup() error {
 		errs = append(errs, l.Close())
 	}
 	d.links = nil
-	if d.objs != nil {
-		errs = append(errs, d.objs.Close())
-		d.objs = nil
-	}
+	errs = append(errs, d.closeObjects())
 	if d.cfg.PinPath != "" {
 		for _, a := range (&sockObjects{}).attachments() {
 			pin := filepath.Join(d.cfg.PinPath, "link_"+a.name)
@@ -238,11 +265,106 @@ func (d *Dataplane) Close() error {
 		errs = append(errs, l.Close())
 	}
 	d.links = nil
+	errs = append(errs, d.closeObjects())
+	return errors.Join(errs...)
+}
+
+// closeObjects closes the programs and maps the Dataplane holds.
+func (d *Dataplane) closeObjects() error {
+	var errs []error
+	if d.destroy != nil {
+		errs = append(errs, d.destroy.Close())
+		d.destroy = nil
+	}
 	if d.objs != nil {
 		errs = append(errs, d.objs.Close())
 		d.objs = nil
 	}
 	return errors.Join(errs...)
+}
+
+// destroySockets destroys the connected UDP sockets of the
+// SocketNamespaces that the programs translated to one of gone.
+func (d *Dataplane) destroySockets(gone []BackendValue) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.destroy == nil {
+		return d.destroyErr
+	}
+	m := d.destroy.SvcpGone
+	one := uint8(1)
+	var errs []error
+	for _, g := range gone {
+		errs = append(errs, m.Put(g, one))
+	}
+	defer func() {
+		for _, g := range gone {
+			m.Delete(g)
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("ebpf: listing removed endpoints: %w", err)
+	}
+	it, err := link.AttachIter(link.IterOptions{Program: d.destroy.SvcpDestroyUdp})
+	if err != nil {
+		return fmt.Errorf("ebpf: UDP socket iterator: %w", err)
+	}
+	defer it.Close()
+	run := func() error {
+		rd, err := it.Open()
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, rd)
+		return errors.Join(err, rd.Close())
+	}
+	if len(d.cfg.SocketNamespaces) == 0 {
+		return run()
+	}
+	for _, ns := range d.cfg.SocketNamespaces {
+		if err := inNetns(ns, run); err != nil {
+			errs = append(errs, fmt.Errorf("ebpf: destroying UDP sockets in %s: %w", ns, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// inNetns runs fn on a goroutine locked to an OS thread that is moved
+// into the network namespace at path and back. If moving back fails, the
+// thread stays locked and ends with the goroutine: no other code runs in
+// the namespace.
+func inNetns(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		self, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer self.Close()
+		target, err := os.Open(path)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("setns: %w", err)
+			return
+		}
+		err = fn()
+		if back := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); back != nil {
+			errc <- errors.Join(err, fmt.Errorf("setns back: %w", back))
+			return // the thread stays locked and is destroyed
+		}
+		runtime.UnlockOSThread()
+		errc <- err
+	}()
+	return <-errc
 }
 
 // Executor is the engine.Backend of one IP family on a Dataplane.
@@ -256,9 +378,14 @@ type Executor struct {
 }
 
 // SyncDetails is the Details of an Executor's SyncResult: the element
-// changes it applied.
+// changes it applied, and the endpoints it removed from every group
+// (GoneEndpoints), whose translated connected UDP sockets it destroyed in
+// Config.SocketNamespaces; SocketDestroyError says why it could not
+// (the sync itself succeeded).
 type SyncDetails struct {
-	Puts, Deletes int
+	Puts, Deletes      int
+	GoneEndpoints      int
+	SocketDestroyError string
 }
 
 // Executor returns the Backend of family on d.
@@ -295,7 +422,34 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Sync
 		return svcproxy.SyncResult{Full: full}, err
 	}
 	e.last, e.full = want, false
-	return svcproxy.SyncResult{Full: full, Details: &SyncDetails{Puts: puts(ops), Deletes: ops.Len() - puts(ops)}}, nil
+	details := &SyncDetails{Puts: puts(ops), Deletes: ops.Len() - puts(ops)}
+	if gone := goneEndpoints(have, want.Maps()); len(gone) > 0 {
+		details.GoneEndpoints = len(gone)
+		if err := e.dp.destroySockets(gone); err != nil {
+			details.SocketDestroyError = err.Error()
+		}
+	}
+	return svcproxy.SyncResult{Full: full, Details: details}, nil
+}
+
+// goneEndpoints are the backends of old that new has in no group, sorted.
+func goneEndpoints(old, new *Maps) []BackendValue {
+	still := make(map[BackendValue]bool, len(new.Backends))
+	for _, v := range new.Backends {
+		still[v] = true
+	}
+	seen := map[BackendValue]bool{}
+	var gone []BackendValue
+	for _, v := range old.Backends {
+		if !still[v] && !seen[v] {
+			seen[v] = true
+			gone = append(gone, v)
+		}
+	}
+	slices.SortFunc(gone, func(a, b BackendValue) int {
+		return cmp.Or(compareAddr(a.Addr, b.Addr), cmp.Compare(a.Port, b.Port))
+	})
+	return gone
 }
 
 func puts(o Ops) int {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/ebpf"
 )
 
 // TCP and UDP (unconnected and connected) to a cluster IP reach every
@@ -184,5 +186,56 @@ func TestKernelUpdatesCheckCleanup(t *testing.T) {
 	}
 	if got := attachedPrograms(t, l.cgroup); len(got) != 0 {
 		t.Errorf("after Cleanup: %v attached", got)
+	}
+}
+
+// A connected UDP socket translated to an endpoint that is then removed
+// is destroyed (the socket-level counterpart of kube-proxy's conntrack
+// flush): the kernel disconnects it with ECONNABORTED pending, so that its
+// next send fails with EDESTADDRREQ (a receive would return ECONNABORTED),
+// and a new socket reaches the endpoints left. A socket to an endpoint that stays is left
+// alone.
+func TestKernelUDPRemovedBackend(t *testing.T) {
+	l := newLab(t, 2)
+	objs := func(pods ...int) []any {
+		return []any{service("dns", "198.19.0.53", v1.ProtocolUDP), slice("dns", v1.ProtocolUDP, l.podEPs(false, "node-a", pods...)...)}
+	}
+	l.sync(v1.IPv4Protocol, objs(0, 1)...)
+	// Hold sockets until both pods have one (each new socket picks one of
+	// two: 16 tries all on one pod has probability 2^-15).
+	byPod := map[string]*hold{}
+	for range 16 {
+		h := l.start(request{Op: "udphold", Network: "udp4", Dst: "198.19.0.53:80", Count: 3})
+		a := h.next(true)
+		if a.Errno != "" || a.Peer != "198.19.0.53:80" {
+			t.Fatalf("first exchange: %+v", a)
+		}
+		if byPod[a.Identity] == nil {
+			byPod[a.Identity] = h
+		}
+		if len(byPod) == 2 {
+			break
+		}
+	}
+	if len(byPod) != 2 {
+		t.Fatalf("16 sockets all reached %v", byPod)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := l.backend[v1.IPv4Protocol].Sync(ctx, buildRuleset(t, l, objs(0)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := res.Details.(*ebpf.SyncDetails); d.GoneEndpoints != 1 || d.SocketDestroyError != "" {
+		t.Fatalf("removing pod1: %+v", d)
+	}
+	if a := byPod["pod1"].next(false); a.Errno != "EDESTADDRREQ" && a.Errno != "ECONNABORTED" {
+		t.Errorf("socket to the removed pod1: %+v, want it destroyed (EDESTADDRREQ or ECONNABORTED)", a)
+	}
+	if a := byPod["pod0"].next(false); a.Identity != "pod0" {
+		t.Errorf("socket to pod0, which stays: %+v", a)
+	}
+	if n := tally(t, l.run(request{Op: "udpconn", Network: "udp4", Dst: "198.19.0.53:80", Count: 10}), "198.19.0.53:80"); n["pod0"] != 10 {
+		t.Errorf("new sockets: %v, want pod0", n)
 	}
 }

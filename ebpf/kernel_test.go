@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -77,6 +78,10 @@ func runClient(req string) int {
 		return 2
 	}
 	enc := json.NewEncoder(os.Stdout)
+	if r.Op == "udphold" {
+		holdUDP(r, enc)
+		return 0
+	}
 	for i := range min(r.Count, 200) {
 		if i > 0 {
 			time.Sleep(r.Pause)
@@ -106,6 +111,10 @@ func unixName(e syscall.Errno) string {
 		return "EHOSTUNREACH"
 	case syscall.EPERM:
 		return "EPERM"
+	case syscall.ECONNABORTED:
+		return "ECONNABORTED"
+	case syscall.EDESTADDRREQ:
+		return "EDESTADDRREQ"
 	}
 	return e.Error()
 }
@@ -175,6 +184,44 @@ func once(r request) attempt {
 	return attempt{Errno: "unknown op " + r.Op}
 }
 
+// holdUDP connects a UDP socket to r.Dst and makes one exchange on it
+// each time a line arrives on stdin (at most r.Count, each within 20 s of
+// the last), printing each attempt.
+func holdUDP(r request, enc *json.Encoder) {
+	c, err := net.Dial(r.Network, r.Dst)
+	if err != nil {
+		enc.Encode(attempt{Errno: errnoOf(err)})
+		return
+	}
+	defer c.Close()
+	lines := bufio.NewScanner(os.Stdin)
+	for i := range min(r.Count, 10) {
+		if i > 0 {
+			done := make(chan bool, 1)
+			go func() { done <- lines.Scan() }()
+			select {
+			case ok := <-done:
+				if !ok {
+					return
+				}
+			case <-time.After(20 * time.Second):
+				return
+			}
+		}
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 512)
+		var n int
+		if _, err = c.Write([]byte("hello")); err == nil {
+			n, err = c.Read(buf)
+		}
+		if err != nil {
+			enc.Encode(attempt{Errno: errnoOf(err)})
+			continue
+		}
+		enc.Encode(attempt{Identity: identity(string(buf[:n])), Peer: c.RemoteAddr().String()})
+	}
+}
+
 // cgroup2Root is the mount point of the cgroup v2 tree, from /proc/mounts.
 func cgroup2Root() (string, error) {
 	data, err := os.ReadFile("/proc/mounts")
@@ -241,7 +288,8 @@ func newLab(t *testing.T, pods int) *lab {
 	c := netns.NewCluster(t, netns.ClusterSpec{Pods: pods}) // calls netns.Require
 	c.StartEcho(8080)
 	cg := newCgroup(t)
-	dp := ebpf.NewDataplane(ebpf.Config{Cgroup: cg})
+	// The clients' UDP sockets live in the node's namespace.
+	dp := ebpf.NewDataplane(ebpf.Config{Cgroup: cg, SocketNamespaces: []string{"/var/run/netns/" + c.Node.Name}})
 	t.Cleanup(func() {
 		if err := dp.Cleanup(); err != nil {
 			t.Error(err)
@@ -379,6 +427,61 @@ func (l *lab) run(r request) []attempt {
 		l.t.Fatalf("client %s: %d attempts of %d: %s", req, len(as), r.Count, stderr.String())
 	}
 	return as
+}
+
+// hold is a running udphold client.
+type hold struct {
+	t     *testing.T
+	stdin io.WriteCloser
+	out   *json.Decoder
+	wait  func() error
+}
+
+// start starts a udphold client (see holdUDP) in the node's namespace and
+// the lab's cgroup; it is killed by the lab's cleanup if still running.
+func (l *lab) start(r request) *hold {
+	l.t.Helper()
+	req, _ := json.Marshal(r)
+	cg, err := os.Open(l.cgroup)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	defer cg.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	l.t.Cleanup(cancel)
+	cmd := l.c.Node.Command(ctx, os.Args[0])
+	cmd.Env = append(os.Environ(), clientEnv+"="+string(req))
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	h := &hold{t: l.t, stdin: stdin, out: json.NewDecoder(stdout), wait: cmd.Wait}
+	l.t.Cleanup(func() { stdin.Close(); cancel(); cmd.Wait() })
+	return h
+}
+
+// next asks the client for its next exchange (none for the first) and
+// returns it.
+func (h *hold) next(first bool) attempt {
+	h.t.Helper()
+	if !first {
+		if _, err := io.WriteString(h.stdin, "\n"); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	var a attempt
+	if err := h.out.Decode(&a); err != nil {
+		h.t.Fatalf("udphold client: %v", err)
+	}
+	return a
 }
 
 // service is a Service ns/name with one port 80 (protocol proto) to 8080,

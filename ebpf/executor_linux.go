@@ -395,7 +395,8 @@ func (d *Dataplane) Executor(family v1.IPFamily) *Executor {
 
 // Sync makes the maps hold rs's contents. A full Sync reads the family's
 // elements back from the maps and changes what differs; an incremental one
-// applies the difference from the last Sync's contents. It loads and
+// applies the changes from the last Sync's contents (Render and Changes:
+// time proportional to the change). It loads and
 // attaches the programs on the first call.
 func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {
 	if rs == nil || rs.Config().Family != e.family {
@@ -407,24 +408,28 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Sync
 	}
 	full := e.full || e.last == nil
 	want := Render(rs, e.last)
-	var have *Maps
+	var ops Ops
+	var gone []BackendValue
 	if full {
-		if have, err = readMaps(objs, e.family); err != nil {
+		have, err := readMaps(objs, e.family)
+		if err != nil {
 			e.last = nil
 			return svcproxy.SyncResult{}, err
 		}
+		ops, gone = Diff(have, want.Maps()), goneEndpoints(have, want.Maps())
 	} else {
-		have = e.last.Maps()
+		ops = Changes(e.last, want)
+		for _, at := range GoneEndpoints(e.last, want) {
+			gone = append(gone, BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()})
+		}
 	}
-	ops := Diff(have, want.Maps())
 	if err := applyOps(objs, ops); err != nil {
 		e.last, e.full = nil, true
 		return svcproxy.SyncResult{Full: full}, err
 	}
 	e.last, e.full = want, false
-	details := &SyncDetails{Puts: puts(ops), Deletes: ops.Len() - puts(ops)}
-	if gone := goneEndpoints(have, want.Maps()); len(gone) > 0 {
-		details.GoneEndpoints = len(gone)
+	details := &SyncDetails{Puts: puts(ops), Deletes: ops.Len() - puts(ops), GoneEndpoints: len(gone)}
+	if len(gone) > 0 {
 		if err := e.dp.destroySockets(gone); err != nil {
 			details.SocketDestroyError = err.Error()
 		}

@@ -3,9 +3,12 @@ package ebpf
 import (
 	"net/netip"
 	"slices"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -17,24 +20,47 @@ const v6Group = 1 << 31
 // Contents is the desired contents of the maps for one IP family's
 // Ruleset, with the group IDs and backend slots it chose: Render keeps
 // those of the previous Contents, so that a change of one Service
-// changes few elements. It is immutable.
+// changes few elements. It is immutable, and safe for concurrent use.
+//
+// Its per-port entries are held in persistent maps that share every
+// unchanged port with the Contents they were rendered from: Render from a
+// previous Contents, and Changes between the two, take time proportional
+// to the change (times log n).
 type Contents struct {
 	family v1.IPFamily
-	ports  map[servicemap.PortName]*portEntries
+	rs     *ruleset.Ruleset
+	ports  cowmap.Map[*portEntries]
+	// addrs counts the ports of each cluster IP, endpoints the groups of
+	// each endpoint (keys: the address or address and port as text).
+	addrs, endpoints cowmap.Map[int]
+	nodeAddrs        []netip.Addr
+	cidrs            []netip.Prefix
 	// next is the next group ID never given out; free are the IDs of
 	// ports gone, sorted, given out first.
 	next uint32
 	free []uint32
-	maps *Maps
+	maps atomic.Pointer[Maps]
 }
 
-// portEntries are the groups of one Service port: its cluster targets
-// (group base) and its node-local targets (group base+1), each endpoint
-// in the slot Render gave it.
+// portEntries are the elements of one Service port: its frontends'
+// services elements, sorted by key, and its groups, the cluster targets
+// (group base) and the node-local targets (group base+1), each endpoint in
+// the slot Render gave it.
 type portEntries struct {
 	base           uint32
 	cluster, local []netip.AddrPort
+	services       []Entry[ServiceKey, ServiceValue]
+	clusterIP      netip.Addr
 }
+
+// keyOf is a port's key in the persistent maps.
+func keyOf(name servicemap.PortName) types.NamespacedName {
+	return types.NamespacedName{Namespace: name.Namespace, Name: name.Name + "\x00" + name.Port + "\x00" + string(name.Protocol)}
+}
+
+// textKey is the key of an address, or an address and port, in addrs or
+// endpoints.
+func textKey(s string) types.NamespacedName { return types.NamespacedName{Name: s} }
 
 // Family is the IP family of the Ruleset the Contents were rendered from
 // ("" for empty Contents).
@@ -45,20 +71,56 @@ func (c *Contents) Family() v1.IPFamily {
 	return c.family
 }
 
-// Maps returns the map contents, which must not be modified: nil
-// Contents give empty Maps.
+// Maps returns every element, which must not be modified: nil Contents
+// give empty Maps. The first call takes O(n) time; later calls return the
+// same Maps.
 func (c *Contents) Maps() *Maps {
-	if c == nil || c.maps == nil {
+	if c == nil {
 		return NewMaps()
 	}
-	return c.maps
+	if m := c.maps.Load(); m != nil {
+		return m
+	}
+	m := NewMaps()
+	c.ports.All(func(_ types.NamespacedName, p *portEntries) bool {
+		for _, e := range p.services {
+			m.Services[e.Key] = e.Value
+		}
+		for k, v := range p.backends() {
+			m.Backends[k] = v
+		}
+		return true
+	})
+	c.addrs.All(func(k types.NamespacedName, _ int) bool {
+		m.ClusterAddrs[AddrOf(netip.MustParseAddr(k.Name))] = 1
+		return true
+	})
+	sets := c.sets()
+	m.NodeAddrs, m.ServiceCIDRs = sets.NodeAddrs, sets.ServiceCIDRs
+	c.maps.CompareAndSwap(nil, m)
+	return c.maps.Load()
+}
+
+// backends are the backends elements of p's groups.
+func (p *portEntries) backends() func(yield func(BackendKey, BackendValue) bool) {
+	return func(yield func(BackendKey, BackendValue) bool) {
+		for g, slots := range [2][]netip.AddrPort{p.cluster, p.local} {
+			for i, at := range slots {
+				if !yield(BackendKey{p.base + uint32(g), uint32(i)}, BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()}) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // Render computes the map contents of rs, keeping the group IDs and the
 // backend slots of prev (the Contents of the previous Ruleset of the same
 // family; nil, or Contents of another family, start afresh). A nil rs
 // gives empty Contents. Render is pure and deterministic: the same rs and
-// prev give equal Contents.
+// prev give equal Contents. With a prev rendered from a Ruleset of the same
+// Config, it re-renders only the Service ports that ruleset.Diff reports
+// changed and those that share a destination with them.
 //
 // For each frontend (address, port and protocol; a node port on the
 // family's wildcard address, see NodePortKey) that a Service port owns
@@ -72,101 +134,154 @@ func (c *Contents) Maps() *Maps {
 // and is not rendered.
 func Render(rs *ruleset.Ruleset, prev *Contents) *Contents {
 	if rs == nil {
-		return &Contents{maps: NewMaps()}
+		return &Contents{}
 	}
 	cfg := rs.Config()
 	if prev != nil && prev.family != cfg.Family {
 		prev = nil
 	}
-	c := &Contents{family: cfg.Family, ports: make(map[servicemap.PortName]*portEntries, rs.Len()), maps: NewMaps()}
-	c.allocate(rs, prev)
-	for _, s := range rs.Services() {
-		c.renderPort(rs, s, prev)
-	}
-	for _, a := range cfg.NodePortAddresses {
-		c.maps.NodeAddrs[AddrOf(a)] = 1
-	}
-	for _, p := range cfg.ServiceCIDRs {
-		c.maps.ServiceCIDRs[cidrKeyOf(p)] = 1
-	}
-	return c
-}
-
-// allocate gives each Service port of rs its group base: its own in prev,
-// else the lowest freed one, else the next.
-func (c *Contents) allocate(rs *ruleset.Ruleset, prev *Contents) {
-	c.next = 0
-	if c.family == v1.IPv6Protocol {
+	c := &Contents{family: cfg.Family, rs: rs, nodeAddrs: cfg.NodePortAddresses, cidrs: cfg.ServiceCIDRs}
+	if cfg.Family == v1.IPv6Protocol {
 		c.next = v6Group
 	}
-	var old map[servicemap.PortName]*portEntries
+	var touched []servicemap.PortName
 	if prev != nil {
-		c.next, old = prev.next, prev.ports
-		c.free = slices.Clone(prev.free)
-		for name, p := range old {
-			if _, ok := rs.Service(name); !ok {
-				c.free = append(c.free, p.base)
-			}
+		c.ports, c.addrs, c.endpoints, c.next, c.free = prev.ports, prev.addrs, prev.endpoints, prev.next, slices.Clone(prev.free)
+		touched = changedPorts(prev, rs)
+	} else {
+		for _, s := range rs.Services() {
+			touched = append(touched, s.Name)
 		}
-		slices.Sort(c.free)
 	}
-	for _, s := range rs.Services() {
-		if p, ok := old[s.Name]; ok {
-			c.ports[s.Name] = &portEntries{base: p.base}
-			continue
+	// Removals first, so that their IDs go to the additions.
+	for _, name := range touched {
+		if _, ok := rs.Service(name); !ok {
+			c.remove(name)
 		}
-		var base uint32
-		if len(c.free) > 0 {
-			base, c.free = c.free[0], c.free[1:]
-		} else {
-			base, c.next = c.next, c.next+2
+	}
+	slices.Sort(c.free)
+	for _, name := range touched {
+		if s, ok := rs.Service(name); ok {
+			c.renderPort(rs, s)
 		}
-		c.ports[s.Name] = &portEntries{base: base}
 	}
 	if len(c.free) == 0 {
 		c.free = nil
 	}
+	return c
 }
 
-// renderPort writes the entries of s.
-func (c *Contents) renderPort(rs *ruleset.Ruleset, s *ruleset.Service, prev *Contents) {
-	p := c.ports[s.Name]
-	var was *portEntries
-	if prev != nil {
-		was = prev.ports[s.Name]
+// changedPorts returns the Service ports whose elements may differ between
+// prev and rs, sorted, each once: every one when the Configs differ or
+// prev has no Ruleset, else those ruleset.Diff reports and those that
+// share a destination with them, before or after.
+func changedPorts(prev *Contents, rs *ruleset.Ruleset) []servicemap.PortName {
+	var ch ruleset.Changes
+	if prev.rs != nil {
+		ch = ruleset.Diff(prev.rs, rs)
 	}
-	if was == nil {
+	if prev.rs == nil || ch.ConfigChanged {
+		var all []servicemap.PortName
+		for _, s := range rs.Services() {
+			all = append(all, s.Name)
+		}
+		if prev.rs != nil {
+			for _, s := range prev.rs.Services() {
+				all = append(all, s.Name)
+			}
+		}
+		slices.SortFunc(all, servicemap.PortName.Compare)
+		return slices.Compact(all)
+	}
+	names := slices.Concat(ch.Added, ch.Changed, ch.Removed)
+	for _, name := range slices.Concat(ch.Added, ch.Changed, ch.Removed) {
+		for _, r := range []*ruleset.Ruleset{prev.rs, rs} {
+			s, ok := r.Service(name)
+			if !ok {
+				continue
+			}
+			for _, f := range s.Frontends() {
+				names = append(names, rs.ServicesAt(f)...)
+				names = append(names, prev.rs.ServicesAt(f)...)
+			}
+		}
+	}
+	slices.SortFunc(names, servicemap.PortName.Compare)
+	return slices.Compact(names)
+}
+
+// remove takes the entries of the port called name out, freeing its
+// group IDs.
+func (c *Contents) remove(name servicemap.PortName) {
+	key := keyOf(name)
+	p, ok := c.ports.Get(key)
+	if !ok {
+		return
+	}
+	c.account(p, -1)
+	c.ports = c.ports.Without(key)
+	c.free = append(c.free, p.base)
+}
+
+// account adds delta to the counts of p's cluster IP and endpoints.
+func (c *Contents) account(p *portEntries, delta int) {
+	if p.clusterIP.IsValid() {
+		c.addrs = count(c.addrs, textKey(p.clusterIP.String()), delta)
+	}
+	for _, at := range slices.Concat(p.cluster, p.local) {
+		c.endpoints = count(c.endpoints, textKey(at.String()), delta)
+	}
+}
+
+// count adds delta to m's count of key, removing it at 0.
+func count(m cowmap.Map[int], key types.NamespacedName, delta int) cowmap.Map[int] {
+	n, _ := m.Get(key)
+	if n += delta; n <= 0 {
+		return m.Without(key)
+	}
+	return m.With(key, n)
+}
+
+// renderPort renders the entries of s, replacing those it had.
+func (c *Contents) renderPort(rs *ruleset.Ruleset, s *ruleset.Service) {
+	key := keyOf(s.Name)
+	was, had := c.ports.Get(key)
+	p := &portEntries{}
+	if had {
+		c.account(was, -1)
+		p.base = was.base
+	} else {
 		was = &portEntries{}
+		if len(c.free) > 0 {
+			p.base, c.free = c.free[0], c.free[1:]
+		} else {
+			p.base, c.next = c.next, c.next+2
+		}
 	}
 	p.cluster = slots(was.cluster, s.ClusterTargets)
 	p.local = slots(was.local, s.LocalTargets)
-	for i, at := range p.cluster {
-		c.maps.Backends[BackendKey{p.base, uint32(i)}] = BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()}
-	}
-	for i, at := range p.local {
-		c.maps.Backends[BackendKey{p.base + 1, uint32(i)}] = BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()}
-	}
 	if s.ClusterIP.IsValid() {
-		c.maps.ClusterAddrs[AddrOf(s.ClusterIP)] = 1
+		p.clusterIP = s.ClusterIP
 	}
-	proto := protoOf(s.Name.Protocol)
-	if proto == 0 {
-		return
+	if proto := protoOf(s.Name.Protocol); proto != 0 {
+		for _, f := range s.Frontends() {
+			if f.Kind == ruleset.KindClusterAddress || f.Kind != ruleset.KindNodePort && !f.Addr.IsValid() || !rs.Owns(s, f) {
+				continue
+			}
+			v, ok := value(rs, s, f.Kind, p)
+			if !ok {
+				continue
+			}
+			k := ServiceKey{Addr: AddrOf(f.Addr), Port: f.Port, Proto: proto}
+			if f.Kind == ruleset.KindNodePort {
+				k = NodePortKey(c.family, f.Port, proto)
+			}
+			p.services = append(p.services, Entry[ServiceKey, ServiceValue]{k, v})
+		}
+		slices.SortFunc(p.services, func(a, b Entry[ServiceKey, ServiceValue]) int { return compareServiceKey(a.Key, b.Key) })
 	}
-	for _, f := range s.Frontends() {
-		if f.Kind == ruleset.KindClusterAddress || f.Kind != ruleset.KindNodePort && !f.Addr.IsValid() || !rs.Owns(s, f) {
-			continue
-		}
-		v, ok := c.value(rs, s, f.Kind, p)
-		if !ok {
-			continue
-		}
-		key := ServiceKey{Addr: AddrOf(f.Addr), Port: f.Port, Proto: proto}
-		if f.Kind == ruleset.KindNodePort {
-			key = NodePortKey(c.family, f.Port, proto)
-		}
-		c.maps.Services[key] = v
-	}
+	c.account(p, 1)
+	c.ports = c.ports.With(key, p)
 }
 
 // NodePortKey is the key of a node port of family: its Addr is the
@@ -181,7 +296,7 @@ func NodePortKey(family v1.IPFamily, port uint16, proto uint8) ServiceKey {
 
 // value is the services map value of s's frontends of kind; false when
 // a flow there is not served.
-func (c *Contents) value(rs *ruleset.Ruleset, s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries) (ServiceValue, bool) {
+func value(rs *ruleset.Ruleset, s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries) (ServiceValue, bool) {
 	if kind == ruleset.KindLoadBalancerIP && s.ExternalTraffic.Steered && s.UsesFirewall() && !s.FirewallAllowsNode {
 		return ServiceValue{Flags: FlagFirewall}, true
 	}

@@ -32,7 +32,7 @@ type Ops struct {
 }
 
 // Len is the number of element changes.
-func (o *Ops) Len() int {
+func (o Ops) Len() int {
 	return len(o.PutBackends) + len(o.PutNodeAddrs) + len(o.PutClusterAddrs) + len(o.PutServiceCIDRs) + len(o.PutServices) +
 		len(o.DelServices) + len(o.DelBackends) + len(o.DelNodeAddrs) + len(o.DelClusterAddrs) + len(o.DelServiceCIDRs)
 }

@@ -551,55 +551,96 @@ func readMaps(o *sockObjects, family v1.IPFamily) (*Maps, error) {
 	return m, nil
 }
 
-// applyOps applies ops in their order.
-func applyOps(o *sockObjects, ops Ops) error {
-	one := uint8(1)
-	var errs []error
-	put := func(m *cebpf.Map, k, v any) {
-		if err := m.Put(k, v); err != nil {
-			errs = append(errs, fmt.Errorf("ebpf: writing %v into %s: %w", k, m, err))
+// batchMin is the fewest elements applyOps writes or deletes in one batch
+// call rather than one call each.
+const batchMin = 64
+
+// putAll writes values[i] under keys[i] into m: in batches of up to 4096
+// when there are at least batchMin, else one by one.
+func putAll[K, V any](m *cebpf.Map, keys []K, values []V) error {
+	if len(keys) >= batchMin {
+		for lo := 0; lo < len(keys); lo += 4096 {
+			hi := min(lo+4096, len(keys))
+			if _, err := m.BatchUpdate(keys[lo:hi], values[lo:hi], nil); err != nil {
+				return fmt.Errorf("ebpf: writing %d elements into %s: %w", hi-lo, m, err)
+			}
+		}
+		return nil
+	}
+	for i := range keys {
+		if err := m.Put(keys[i], values[i]); err != nil {
+			return fmt.Errorf("ebpf: writing %v into %s: %w", keys[i], m, err)
 		}
 	}
-	del := func(m *cebpf.Map, k any) {
+	return nil
+}
+
+// deleteAll deletes keys from m, in batches when there are at least
+// batchMin; a key already gone is no error (a batch that meets one stops
+// there, and its keys are deleted one by one instead).
+func deleteAll[K any](m *cebpf.Map, keys []K) error {
+	if len(keys) < batchMin {
+		return deleteEach(m, keys)
+	}
+	for lo := 0; lo < len(keys); lo += 4096 {
+		hi := min(lo+4096, len(keys))
+		if _, err := m.BatchDelete(keys[lo:hi], nil); err != nil {
+			if err := deleteEach(m, keys[lo:hi]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func deleteEach[K any](m *cebpf.Map, keys []K) error {
+	for _, k := range keys {
 		if err := m.Delete(k); err != nil && !errors.Is(err, cebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("ebpf: deleting %v from %s: %w", k, m, err))
+			return fmt.Errorf("ebpf: deleting %v from %s: %w", k, m, err)
 		}
 	}
-	for _, e := range ops.PutBackends {
-		put(o.SvcpBackends, e.Key, e.Value)
+	return nil
+}
+
+// split returns the keys and values of entries.
+func split[K, V any](entries []Entry[K, V]) ([]K, []V) {
+	keys, values := make([]K, len(entries)), make([]V, len(entries))
+	for i, e := range entries {
+		keys[i], values[i] = e.Key, e.Value
 	}
-	for _, k := range ops.PutNodeAddrs {
-		put(o.SvcpNodeAddrs, k, one)
+	return keys, values
+}
+
+// ones is n values 1.
+func ones(n int) []uint8 {
+	v := make([]uint8, n)
+	for i := range v {
+		v[i] = 1
 	}
-	for _, k := range ops.PutClusterAddrs {
-		put(o.SvcpClusAddrs, k, one)
+	return v
+}
+
+// applyOps applies ops in their order, stopping at the first failure: no
+// service is written before the backends it points at.
+func applyOps(o *sockObjects, ops Ops) error {
+	bk, bv := split(ops.PutBackends)
+	sk, sv := split(ops.PutServices)
+	steps := []func() error{
+		func() error { return putAll(o.SvcpBackends, bk, bv) },
+		func() error { return putAll(o.SvcpNodeAddrs, ops.PutNodeAddrs, ones(len(ops.PutNodeAddrs))) },
+		func() error { return putAll(o.SvcpClusAddrs, ops.PutClusterAddrs, ones(len(ops.PutClusterAddrs))) },
+		func() error { return putAll(o.SvcpSvcCidrs, ops.PutServiceCIDRs, ones(len(ops.PutServiceCIDRs))) },
+		func() error { return putAll(o.SvcpServices, sk, sv) },
+		func() error { return deleteAll(o.SvcpServices, ops.DelServices) },
+		func() error { return deleteAll(o.SvcpBackends, ops.DelBackends) },
+		func() error { return deleteAll(o.SvcpNodeAddrs, ops.DelNodeAddrs) },
+		func() error { return deleteAll(o.SvcpClusAddrs, ops.DelClusterAddrs) },
+		func() error { return deleteEach(o.SvcpSvcCidrs, ops.DelServiceCIDRs) },
 	}
-	for _, k := range ops.PutServiceCIDRs {
-		put(o.SvcpSvcCidrs, k, one)
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...) // no service may point at backends not written
-	}
-	for _, e := range ops.PutServices {
-		put(o.SvcpServices, e.Key, e.Value)
-	}
-	for _, k := range ops.DelServices {
-		del(o.SvcpServices, k)
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	for _, k := range ops.DelBackends {
-		del(o.SvcpBackends, k)
-	}
-	for _, k := range ops.DelNodeAddrs {
-		del(o.SvcpNodeAddrs, k)
-	}
-	for _, k := range ops.DelClusterAddrs {
-		del(o.SvcpClusAddrs, k)
-	}
-	for _, k := range ops.DelServiceCIDRs {
-		del(o.SvcpSvcCidrs, k)
-	}
-	return errors.Join(errs...)
+	return nil
 }

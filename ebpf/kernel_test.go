@@ -58,6 +58,8 @@ type request struct {
 	Dst     string
 	Count   int
 	Pause   time.Duration
+	// Direct is, for connectbench, the address to compare Dst with.
+	Direct string
 }
 
 // attempt is the outcome of one attempt: the identity of the pod that
@@ -78,8 +80,12 @@ func runClient(req string) int {
 		return 2
 	}
 	enc := json.NewEncoder(os.Stdout)
-	if r.Op == "udphold" {
+	switch r.Op {
+	case "udphold":
 		holdUDP(r, enc)
+		return 0
+	case "connectbench":
+		enc.Encode(connectBench(r))
 		return 0
 	}
 	for i := range min(r.Count, 200) {
@@ -220,6 +226,41 @@ func holdUDP(r request, enc *json.Encoder) {
 		}
 		enc.Encode(attempt{Identity: identity(string(buf[:n])), Peer: c.RemoteAddr().String()})
 	}
+}
+
+// connectBench times r.Count connect() calls of UDP sockets of r.Network
+// to r.Dst and as many to r.Direct, alternating, and returns the median
+// of each, in nanoseconds, as Identity "SERVICE DIRECT".
+func connectBench(r request) attempt {
+	var times [2][]time.Duration
+	for i := range 2 * r.Count {
+		dst := [2]string{r.Dst, r.Direct}[i%2]
+		ap := netip.MustParseAddrPort(dst)
+		var fam int
+		var sa syscall.Sockaddr
+		if ap.Addr().Is4() {
+			fam, sa = syscall.AF_INET, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+		} else {
+			fam, sa = syscall.AF_INET6, &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+		}
+		fd, err := syscall.Socket(fam, syscall.SOCK_DGRAM, 0)
+		if err != nil {
+			return attempt{Errno: errnoOf(err)}
+		}
+		start := time.Now()
+		err = syscall.Connect(fd, sa)
+		d := time.Since(start)
+		syscall.Close(fd)
+		if err != nil {
+			return attempt{Errno: dst + ": " + errnoOf(err)}
+		}
+		times[i%2] = append(times[i%2], d)
+	}
+	med := func(ds []time.Duration) int64 {
+		slices.Sort(ds)
+		return int64(ds[len(ds)/2])
+	}
+	return attempt{Identity: fmt.Sprintf("%d %d", med(times[0]), med(times[1]))}
 }
 
 // cgroup2Root is the mount point of the cgroup v2 tree, from /proc/mounts.
@@ -423,7 +464,7 @@ func (l *lab) run(r request) []attempt {
 		}
 		as = append(as, a)
 	}
-	if len(as) != r.Count {
+	if want := map[bool]int{true: 1, false: r.Count}[r.Op == "connectbench"]; len(as) != want {
 		l.t.Fatalf("client %s: %d attempts of %d: %s", req, len(as), r.Count, stderr.String())
 	}
 	return as

@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -47,6 +48,7 @@ type Contents struct {
 // (group base) and the node-local targets (group base+1), each endpoint in
 // the slot Render gave it.
 type portEntries struct {
+	name           servicemap.PortName
 	base           uint32
 	cluster, local []netip.AddrPort
 	services       []Entry[ServiceKey, ServiceValue]
@@ -144,25 +146,24 @@ func Render(rs *ruleset.Ruleset, prev *Contents) *Contents {
 	if cfg.Family == v1.IPv6Protocol {
 		c.next = v6Group
 	}
-	var touched []servicemap.PortName
 	if prev != nil {
 		c.ports, c.addrs, c.endpoints, c.next, c.free = prev.ports, prev.addrs, prev.endpoints, prev.next, slices.Clone(prev.free)
-		touched = changedPorts(prev, rs)
+	}
+	touched, all := changedPorts(prev, rs)
+	if all {
+		c.renderAll(rs)
 	} else {
-		for _, s := range rs.Services() {
-			touched = append(touched, s.Name)
+		// Removals first, so that their IDs go to the additions.
+		for _, name := range touched {
+			if _, ok := rs.Service(name); !ok {
+				c.remove(name)
+			}
 		}
-	}
-	// Removals first, so that their IDs go to the additions.
-	for _, name := range touched {
-		if _, ok := rs.Service(name); !ok {
-			c.remove(name)
-		}
-	}
-	slices.Sort(c.free)
-	for _, name := range touched {
-		if s, ok := rs.Service(name); ok {
-			c.renderPort(rs, s)
+		slices.Sort(c.free)
+		for _, name := range touched {
+			if s, ok := rs.Service(name); ok {
+				c.renderPort(rs, s)
+			}
 		}
 	}
 	if len(c.free) == 0 {
@@ -171,29 +172,60 @@ func Render(rs *ruleset.Ruleset, prev *Contents) *Contents {
 	return c
 }
 
+// renderAll renders every port of rs, keeping the IDs and slots of the
+// ports c holds (those of the previous Contents), and builds the
+// persistent maps in one pass: O(n) rather than a path copied per port.
+func (c *Contents) renderAll(rs *ruleset.Ruleset) {
+	old := c.ports
+	c.ports.All(func(k types.NamespacedName, p *portEntries) bool {
+		if _, ok := rs.Service(p.name); !ok {
+			c.free = append(c.free, p.base)
+		}
+		return true
+	})
+	slices.Sort(c.free)
+	svcs := rs.Services()
+	keys, vals := make([]types.NamespacedName, 0, len(svcs)), make([]*portEntries, 0, len(svcs))
+	addrs, eps := map[string]int{}, map[string]int{}
+	for _, s := range svcs {
+		key := keyOf(s.Name)
+		was, _ := old.Get(key)
+		p := c.entries(rs, s, was)
+		keys, vals = append(keys, key), append(vals, p)
+		if p.clusterIP.IsValid() {
+			addrs[p.clusterIP.String()]++
+		}
+		for _, at := range slices.Concat(p.cluster, p.local) {
+			eps[at.String()]++
+		}
+	}
+	c.ports = cowmap.FromSorted(keys, vals)
+	c.addrs, c.endpoints = fromCounts(addrs), fromCounts(eps)
+}
+
+// fromCounts is the persistent map of counts.
+func fromCounts(counts map[string]int) cowmap.Map[int] {
+	keys := slices.Sorted(maps.Keys(counts))
+	names, vals := make([]types.NamespacedName, len(keys)), make([]int, len(keys))
+	for i, k := range keys {
+		names[i], vals[i] = textKey(k), counts[k]
+	}
+	return cowmap.FromSorted(names, vals)
+}
+
 // changedPorts returns the Service ports whose elements may differ between
-// prev and rs, sorted, each once: every one when the Configs differ or
-// prev has no Ruleset, else those ruleset.Diff reports and those that
-// share a destination with them, before or after.
-func changedPorts(prev *Contents, rs *ruleset.Ruleset) []servicemap.PortName {
-	var ch ruleset.Changes
-	if prev.rs != nil {
-		ch = ruleset.Diff(prev.rs, rs)
+// prev and rs, sorted, each once: those ruleset.Diff reports and those
+// that share a destination with them, before or after; or all when prev
+// is nil, has no Ruleset, or was rendered under another Config.
+func changedPorts(prev *Contents, rs *ruleset.Ruleset) (names []servicemap.PortName, all bool) {
+	if prev == nil || prev.rs == nil {
+		return nil, true
 	}
-	if prev.rs == nil || ch.ConfigChanged {
-		var all []servicemap.PortName
-		for _, s := range rs.Services() {
-			all = append(all, s.Name)
-		}
-		if prev.rs != nil {
-			for _, s := range prev.rs.Services() {
-				all = append(all, s.Name)
-			}
-		}
-		slices.SortFunc(all, servicemap.PortName.Compare)
-		return slices.Compact(all)
+	ch := ruleset.Diff(prev.rs, rs)
+	if ch.ConfigChanged {
+		return nil, true
 	}
-	names := slices.Concat(ch.Added, ch.Changed, ch.Removed)
+	names = slices.Concat(ch.Added, ch.Changed, ch.Removed)
 	for _, name := range slices.Concat(ch.Added, ch.Changed, ch.Removed) {
 		for _, r := range []*ruleset.Ruleset{prev.rs, rs} {
 			s, ok := r.Service(name)
@@ -207,7 +239,7 @@ func changedPorts(prev *Contents, rs *ruleset.Ruleset) []servicemap.PortName {
 		}
 	}
 	slices.SortFunc(names, servicemap.PortName.Compare)
-	return slices.Compact(names)
+	return slices.Compact(names), false
 }
 
 // remove takes the entries of the port called name out, freeing its
@@ -218,18 +250,33 @@ func (c *Contents) remove(name servicemap.PortName) {
 	if !ok {
 		return
 	}
-	c.account(p, -1)
+	c.account(p, &portEntries{})
 	c.ports = c.ports.Without(key)
 	c.free = append(c.free, p.base)
 }
 
-// account adds delta to the counts of p's cluster IP and endpoints.
-func (c *Contents) account(p *portEntries, delta int) {
-	if p.clusterIP.IsValid() {
-		c.addrs = count(c.addrs, textKey(p.clusterIP.String()), delta)
+// account moves the counts of a port's cluster IP and endpoints from
+// those of was to those of now, touching only the counts that change.
+func (c *Contents) account(was, now *portEntries) {
+	if was.clusterIP != now.clusterIP {
+		if was.clusterIP.IsValid() {
+			c.addrs = count(c.addrs, textKey(was.clusterIP.String()), -1)
+		}
+		if now.clusterIP.IsValid() {
+			c.addrs = count(c.addrs, textKey(now.clusterIP.String()), 1)
+		}
 	}
-	for _, at := range slices.Concat(p.cluster, p.local) {
-		c.endpoints = count(c.endpoints, textKey(at.String()), delta)
+	delta := map[netip.AddrPort]int{}
+	for _, at := range slices.Concat(was.cluster, was.local) {
+		delta[at]--
+	}
+	for _, at := range slices.Concat(now.cluster, now.local) {
+		delta[at]++
+	}
+	for _, at := range slices.SortedFunc(maps.Keys(delta), netip.AddrPort.Compare) {
+		if d := delta[at]; d != 0 {
+			c.endpoints = count(c.endpoints, textKey(at.String()), d)
+		}
 	}
 }
 
@@ -246,9 +293,19 @@ func count(m cowmap.Map[int], key types.NamespacedName, delta int) cowmap.Map[in
 func (c *Contents) renderPort(rs *ruleset.Ruleset, s *ruleset.Service) {
 	key := keyOf(s.Name)
 	was, had := c.ports.Get(key)
-	p := &portEntries{}
-	if had {
-		c.account(was, -1)
+	if !had {
+		was = &portEntries{}
+	}
+	p := c.entries(rs, s, was)
+	c.account(was, p)
+	c.ports = c.ports.With(key, p)
+}
+
+// entries computes the entries of s: with the group IDs and slots of was,
+// its previous entries, or new IDs when was is nil or new.
+func (c *Contents) entries(rs *ruleset.Ruleset, s *ruleset.Service, was *portEntries) *portEntries {
+	p := &portEntries{name: s.Name}
+	if was != nil && was.name == s.Name {
 		p.base = was.base
 	} else {
 		was = &portEntries{}
@@ -280,8 +337,7 @@ func (c *Contents) renderPort(rs *ruleset.Ruleset, s *ruleset.Service) {
 		}
 		slices.SortFunc(p.services, func(a, b Entry[ServiceKey, ServiceValue]) int { return compareServiceKey(a.Key, b.Key) })
 	}
-	c.account(p, 1)
-	c.ports = c.ports.With(key, p)
+	return p
 }
 
 // NodePortKey is the key of a node port of family: its Addr is the

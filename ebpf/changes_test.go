@@ -69,7 +69,8 @@ func genPair(t *rapid.T, v6 bool) (*ruleset.Ruleset, *ruleset.Ruleset) {
 
 // Property: Render of an updated Ruleset from the previous Contents gives
 // maps that the model reads as trace.Trace reads the new Ruleset; Changes
-// gives the same Ops as Diff of the two Maps; GoneEndpoints are the
+// gives the same Ops as Diff of the two Maps; AllOps writes every element
+// into empty maps; GoneEndpoints are the
 // backends the old maps have and the new have not.
 func TestPropChanges(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
@@ -81,6 +82,9 @@ func TestPropChanges(t *testing.T) {
 		want, got := ebpf.Diff(m1, m2), ebpf.Changes(c1, c2)
 		if !equalOps(want, got) {
 			t.Fatalf("Changes %+v\nDiff %+v", got, want)
+		}
+		if got := apply(ebpf.NewMaps(), c2.AllOps()); !got.Equal(m2) {
+			t.Fatal("AllOps does not write the Contents' elements")
 		}
 		var gone []netip.AddrPort
 		still := map[ebpf.BackendValue]bool{}

@@ -416,7 +416,11 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Sync
 			e.last = nil
 			return svcproxy.SyncResult{}, err
 		}
-		ops, gone = Diff(have, want.Maps()), goneEndpoints(have, want.Maps())
+		if have.empty() {
+			ops = want.AllOps()
+		} else {
+			ops, gone = Diff(have, want.Maps()), goneEndpoints(have, want.Maps())
+		}
 	} else {
 		ops = Changes(e.last, want)
 		for _, at := range GoneEndpoints(e.last, want) {

@@ -156,3 +156,8 @@ func NewMaps() *Maps {
 		ServiceCIDRs: map[CIDRKey]uint8{},
 	}
 }
+
+// empty reports whether m has no element.
+func (m *Maps) empty() bool {
+	return len(m.Services)+len(m.Backends)+len(m.NodeAddrs)+len(m.ClusterAddrs)+len(m.ServiceCIDRs) == 0
+}

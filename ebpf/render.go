@@ -186,31 +186,45 @@ func (c *Contents) renderAll(rs *ruleset.Ruleset) {
 	slices.Sort(c.free)
 	svcs := rs.Services()
 	keys, vals := make([]types.NamespacedName, 0, len(svcs)), make([]*portEntries, 0, len(svcs))
-	addrs, eps := map[string]int{}, map[string]int{}
+	addrs, eps := map[netip.Addr]int{}, map[netip.AddrPort]int{}
 	for _, s := range svcs {
 		key := keyOf(s.Name)
 		was, _ := old.Get(key)
 		p := c.entries(rs, s, was)
 		keys, vals = append(keys, key), append(vals, p)
 		if p.clusterIP.IsValid() {
-			addrs[p.clusterIP.String()]++
+			addrs[p.clusterIP]++
 		}
-		for _, at := range slices.Concat(p.cluster, p.local) {
-			eps[at.String()]++
+		for _, at := range p.cluster {
+			eps[at]++
+		}
+		for _, at := range p.local {
+			eps[at]++
 		}
 	}
 	c.ports = cowmap.FromSorted(keys, vals)
 	c.addrs, c.endpoints = fromCounts(addrs), fromCounts(eps)
 }
 
-// fromCounts is the persistent map of counts.
-func fromCounts(counts map[string]int) cowmap.Map[int] {
-	keys := slices.Sorted(maps.Keys(counts))
-	names, vals := make([]types.NamespacedName, len(keys)), make([]int, len(keys))
-	for i, k := range keys {
-		names[i], vals[i] = textKey(k), counts[k]
+// fromCounts is the persistent map of counts, keyed by text.
+func fromCounts[K interface {
+	comparable
+	String() string
+}](counts map[K]int) cowmap.Map[int] {
+	names, vals := make([]types.NamespacedName, 0, len(counts)), make([]int, 0, len(counts))
+	for k, n := range counts {
+		names, vals = append(names, textKey(k.String())), append(vals, n)
 	}
-	return cowmap.FromSorted(names, vals)
+	order := make([]int, len(names))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cowmap.Compare(names[a], names[b]) })
+	sortedNames, sortedVals := make([]types.NamespacedName, len(order)), make([]int, len(order))
+	for i, j := range order {
+		sortedNames[i], sortedVals[i] = names[j], vals[j]
+	}
+	return cowmap.FromSorted(sortedNames, sortedVals)
 }
 
 // changedPorts returns the Service ports whose elements may differ between
@@ -384,6 +398,13 @@ func value(rs *ruleset.Ruleset, s *ruleset.Service, kind ruleset.FrontendKind, p
 func slots(prev []netip.AddrPort, targets []ruleset.Target) []netip.AddrPort {
 	if len(targets) == 0 {
 		return nil
+	}
+	if len(prev) == 0 {
+		out := make([]netip.AddrPort, len(targets))
+		for i, t := range targets {
+			out[i] = t.Endpoint
+		}
+		return out
 	}
 	want := make(map[netip.AddrPort]bool, len(targets))
 	for _, t := range targets {

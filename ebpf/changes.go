@@ -93,8 +93,9 @@ func Changes(old, new *Contents) Ops {
 	return o
 }
 
-// GoneEndpoints returns the endpoints that old has in some group and new
-// in none, sorted: those whose translated sockets must go. Like Changes,
+// GoneEndpoints returns the endpoints that old has in some group of a UDP
+// Service port and new in none, sorted: those whose translated connected
+// UDP sockets must go. Like Changes,
 // it takes time proportional to the change when new was rendered from
 // old.
 func GoneEndpoints(old, new *Contents) []netip.AddrPort {

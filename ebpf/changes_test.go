@@ -71,7 +71,7 @@ func genPair(t *rapid.T, v6 bool) (*ruleset.Ruleset, *ruleset.Ruleset) {
 // maps that the model reads as trace.Trace reads the new Ruleset; Changes
 // gives the same Ops as Diff of the two Maps; AllOps writes every element
 // into empty maps; GoneEndpoints are the
-// backends the old maps have and the new have not.
+// endpoints of UDP ports in the old Ruleset that no UDP port has in the new.
 func TestPropChanges(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		v6 := rapid.Bool().Draw(t, "v6")
@@ -87,13 +87,21 @@ func TestPropChanges(t *testing.T) {
 			t.Fatal("AllOps does not write the Contents' elements")
 		}
 		var gone []netip.AddrPort
-		still := map[ebpf.BackendValue]bool{}
-		for _, v := range m2.Backends {
-			still[v] = true
+		still := map[netip.AddrPort]bool{}
+		for _, s := range rs2.Services() {
+			if s.Name.Protocol == v1.ProtocolUDP {
+				for _, t := range slices.Concat(s.ClusterTargets, s.LocalTargets) {
+					still[t.Endpoint] = true
+				}
+			}
 		}
-		for _, v := range m1.Backends {
-			if !still[v] && !slices.Contains(gone, v.AddrPort()) {
-				gone = append(gone, v.AddrPort())
+		for _, s := range rs1.Services() {
+			if s.Name.Protocol == v1.ProtocolUDP {
+				for _, t := range slices.Concat(s.ClusterTargets, s.LocalTargets) {
+					if !still[t.Endpoint] && !slices.Contains(gone, t.Endpoint) {
+						gone = append(gone, t.Endpoint)
+					}
+				}
 			}
 		}
 		slices.SortFunc(gone, netip.AddrPort.Compare)

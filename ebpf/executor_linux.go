@@ -419,7 +419,7 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Sync
 		if have.empty() {
 			ops = want.AllOps()
 		} else {
-			ops, gone = Diff(have, want.Maps()), goneEndpoints(have, want.Maps())
+			ops, gone = Diff(have, want.Maps()), goneEndpoints(e.last, have, want)
 		}
 	} else {
 		ops = Changes(e.last, want)
@@ -441,15 +441,25 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Sync
 	return svcproxy.SyncResult{Full: full, Details: details}, nil
 }
 
-// goneEndpoints are the backends of old that new has in no group, sorted.
-func goneEndpoints(old, new *Maps) []BackendValue {
-	still := make(map[BackendValue]bool, len(new.Backends))
-	for _, v := range new.Backends {
+// goneEndpoints are, for a full sync, the endpoints of UDP ports that the
+// maps held (have) and want holds in no UDP group: GoneEndpoints from the
+// last Sync's contents when there are some, else the backends of have that
+// want has in no group at all (the maps do not say which are UDP).
+func goneEndpoints(last *Contents, have *Maps, want *Contents) []BackendValue {
+	if last != nil {
+		var gone []BackendValue
+		for _, at := range GoneEndpoints(last, want) {
+			gone = append(gone, BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()})
+		}
+		return gone
+	}
+	still := make(map[BackendValue]bool, len(want.Maps().Backends))
+	for _, v := range want.Maps().Backends {
 		still[v] = true
 	}
 	seen := map[BackendValue]bool{}
 	var gone []BackendValue
-	for _, v := range old.Backends {
+	for _, v := range have.Backends {
 		if !still[v] && !seen[v] {
 			seen[v] = true
 			gone = append(gone, v)

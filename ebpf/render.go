@@ -32,7 +32,8 @@ type Contents struct {
 	rs     *ruleset.Ruleset
 	ports  cowmap.Map[*portEntries]
 	// addrs counts the ports of each cluster IP, endpoints the groups of
-	// each endpoint (keys: the address or address and port as text).
+	// UDP ports that hold each endpoint (keys: the address, or address and
+	// port, as text).
 	addrs, endpoints cowmap.Map[int]
 	nodeAddrs        []netip.Addr
 	cidrs            []netip.Prefix
@@ -195,11 +196,13 @@ func (c *Contents) renderAll(rs *ruleset.Ruleset) {
 		if p.clusterIP.IsValid() {
 			addrs[p.clusterIP]++
 		}
-		for _, at := range p.cluster {
-			eps[at]++
-		}
-		for _, at := range p.local {
-			eps[at]++
+		if s.Name.Protocol == v1.ProtocolUDP {
+			for _, at := range p.cluster {
+				eps[at]++
+			}
+			for _, at := range p.local {
+				eps[at]++
+			}
 		}
 	}
 	c.ports = cowmap.FromSorted(keys, vals)
@@ -269,8 +272,8 @@ func (c *Contents) remove(name servicemap.PortName) {
 	c.free = append(c.free, p.base)
 }
 
-// account moves the counts of a port's cluster IP and endpoints from
-// those of was to those of now, touching only the counts that change.
+// account moves the counts of a port's cluster IP and (for UDP) endpoints
+// from those of was to those of now, touching only the counts that change.
 func (c *Contents) account(was, now *portEntries) {
 	if was.clusterIP != now.clusterIP {
 		if was.clusterIP.IsValid() {
@@ -281,11 +284,15 @@ func (c *Contents) account(was, now *portEntries) {
 		}
 	}
 	delta := map[netip.AddrPort]int{}
-	for _, at := range slices.Concat(was.cluster, was.local) {
-		delta[at]--
+	if was.name.Protocol == v1.ProtocolUDP {
+		for _, at := range slices.Concat(was.cluster, was.local) {
+			delta[at]--
+		}
 	}
-	for _, at := range slices.Concat(now.cluster, now.local) {
-		delta[at]++
+	if now.name.Protocol == v1.ProtocolUDP {
+		for _, at := range slices.Concat(now.cluster, now.local) {
+			delta[at]++
+		}
 	}
 	for _, at := range slices.SortedFunc(maps.Keys(delta), netip.AddrPort.Compare) {
 		if d := delta[at]; d != 0 {

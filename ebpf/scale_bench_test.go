@@ -37,7 +37,7 @@ func BenchmarkScaleFirstRender(b *testing.B) {
 // timed) from the previous Contents, and Changes between the two.
 func BenchmarkScaleOneChange(b *testing.B) {
 	for _, n := range scaleSizes {
-		for _, change := range []string{"endpoints", "add", "remove"} {
+		for _, change := range []string{"endpoints", "udp-endpoints", "add", "remove"} {
 			b.Run(fmt.Sprintf("services=%d/%s", n, change), func(b *testing.B) {
 				w := scaleworld.New(spec(n))
 				w.Incremental = true
@@ -48,7 +48,10 @@ func BenchmarkScaleOneChange(b *testing.B) {
 				for b.Loop() {
 					b.StopTimer()
 					switch change {
-					case "endpoints":
+					case "endpoints": // a TCP ClusterIP Service (index mod 100 = 50)
+						version++
+						w.ChangeEndpoints(n/2+50, version)
+					case "udp-endpoints": // a UDP one (mod 100 = 0)
 						version++
 						w.ChangeEndpoints(n/2, version)
 					case "add":

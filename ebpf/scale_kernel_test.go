@@ -74,11 +74,14 @@ func scaleOne(t *testing.T, l *lab, n int) {
 	d := res.Details.(*ebpf.SyncDetails)
 	t.Logf("N=%d %s: first sync %v (%d elements)", n, family, first.Round(time.Millisecond), d.Puts)
 	version := 0
-	for _, change := range []string{"endpoints", "add", "remove"} {
+	for _, change := range []string{"endpoints", "udp-endpoints", "add", "remove"} {
 		var times []time.Duration
 		for range 100 {
 			switch change {
-			case "endpoints":
+			case "endpoints": // a TCP ClusterIP Service (index mod 100 = 50)
+				version++
+				w.ChangeEndpoints(n/2+50, version)
+			case "udp-endpoints": // a UDP one (mod 100 = 0): its old endpoint's sockets are sought
 				version++
 				w.ChangeEndpoints(n/2, version)
 			case "add":

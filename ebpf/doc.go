@@ -12,15 +12,26 @@
 //     ECONNREFUSED; drop: Local policy without local endpoints, or an
 //     unallocated Service-CIDR address, EHOSTUNREACH; firewall, EPERM).
 //     It keeps the group IDs and backend slots of the previous Contents,
-//     so that a change of one Service changes few elements.
+//     so that a change of one Service changes few elements, and from a
+//     previous Contents it re-renders only the ports that changed.
 //   - Diff (pure) turns two Maps into element changes (Ops), ordered so
-//     that the programs never see a group without its backends.
+//     that the programs never see a group without its backends; Changes
+//     gives the same Ops between two Contents in time proportional to the
+//     change, AllOps those of a first sync into empty maps.
 //   - Maps.Lookup and Translation.Pick are a model, in Go, of the
 //     programs' lookups; property tests hold it to trace.Trace.
-//   - Executor (Linux) loads the programs once, attaches them to a cgroup,
-//     applies Ops as element updates (no program is reloaded for a
-//     Service change), reads the maps back in CheckState, and removes
+//   - Dataplane and Executor (Linux) load the programs once, attach them to
+//     a cgroup (bpf_link, pinned with Config.PinPath),
+//     apply Ops as element updates (no program is reloaded for a
+//     Service change), read the maps back in CheckState, and remove
 //     programs, links, pins and maps in Cleanup.
+//
+// The maglev package builds the lookup tables that north-south
+// translation (tc, not implemented here yet) would use so that every node
+// picks the same backend for a flow; translation at the socket picks a
+// backend slot with bpf_get_prandom_u32() instead, each of N with
+// probability 1/N (up to 2^32 mod N values of 2^32), as the Ruleset's
+// shares say.
 //
 // # What holds at the socket, and what does not
 //

@@ -37,7 +37,9 @@ func TestKernelShares(t *testing.T) {
 // through IPv4-mapped addresses.
 func TestKernelIPv6AndMapped(t *testing.T) {
 	l := newLab(t, 2)
-	l.sync(v1.IPv6Protocol, service("web6", "2001:db8:19::10", v1.ProtocolTCP), slice("web6", v1.ProtocolTCP, l.podEPs(true, "node-a", 0, 1)...))
+	l.sync(v1.IPv6Protocol,
+		service("web6", "2001:db8:19::10", v1.ProtocolTCP), slice("web6", v1.ProtocolTCP, l.podEPs(true, "node-a", 0, 1)...),
+		service("dns6", "2001:db8:19::53", v1.ProtocolUDP), slice("dns6", v1.ProtocolUDP, l.podEPs(true, "node-a", 0, 1)...))
 	l.sync(v1.IPv4Protocol,
 		service("web", "198.19.0.10", v1.ProtocolTCP), slice("web", v1.ProtocolTCP, l.podEPs(false, "node-a", 0, 1)...),
 		service("dns", "198.19.0.53", v1.ProtocolUDP), slice("dns", v1.ProtocolUDP, l.podEPs(false, "node-a", 0, 1)...))
@@ -46,6 +48,8 @@ func TestKernelIPv6AndMapped(t *testing.T) {
 		peer string
 	}{
 		{request{Op: "tcp", Network: "tcp6", Dst: "[2001:db8:19::10]:80", Count: 20}, "[2001:db8:19::10]:80"},
+		{request{Op: "udp", Network: "udp6", Dst: "[2001:db8:19::53]:80", Count: 20}, "[2001:db8:19::53]:80"},
+		{request{Op: "udpconn", Network: "udp6", Dst: "[2001:db8:19::53]:80", Count: 20}, "[2001:db8:19::53]:80"},
 		{request{Op: "tcp", Network: "tcp", Dst: "[::ffff:198.19.0.10]:80", Count: 20}, "198.19.0.10:80"},
 		{request{Op: "udp", Network: "udp", Dst: "[::ffff:198.19.0.53]:80", Count: 20}, "[::ffff:198.19.0.53]:80"},
 		{request{Op: "udpconn", Network: "udp", Dst: "[::ffff:198.19.0.53]:80", Count: 20}, "198.19.0.53:80"},

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go generate .
-if ! git diff --exit-code -- sock_bpfel.go sock_bpfel.o destroy_bpfel.go destroy_bpfel.o; then
+if ! git diff --exit-code -- sock_bpfel.go sock_bpfel.o destroy_bpfel.go destroy_bpfel.o tc_bpfel.go tc_bpfel.o; then
 	echo "ebpf: the committed BPF objects differ from what bpf/*.c produce: run 'go generate ./ebpf' and commit" >&2
 	exit 1
 fi

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -39,6 +40,9 @@ type Config struct {
 	// removed; empty means the executor's own namespace. A node lists its
 	// pods' namespaces here: a socket iterator sees one namespace.
 	SocketNamespaces []string
+	// NorthSouth, when set, loads the tc programs too and attaches them
+	// as it says (IPv4 only; their links are not pinned).
+	NorthSouth *NorthSouthConfig
 }
 
 // Dataplane is the loaded programs and their maps, shared by the
@@ -55,6 +59,8 @@ type Dataplane struct {
 	// destroyErr then says why.
 	destroy    *destroyObjects
 	destroyErr error
+	// tc is the north-south programs' objects, with Config.NorthSouth.
+	tc *tcObjects
 }
 
 // NewDataplane returns a Dataplane that loads nothing yet: the first
@@ -142,6 +148,17 @@ func (d *Dataplane) load() (*sockObjects, error) {
 	if err != nil {
 		objs.Close()
 		return nil, err
+	}
+	if d.cfg.NorthSouth != nil {
+		tc, tcLinks, err := d.loadNorthSouth(objs)
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			objs.Close()
+			return nil, err
+		}
+		d.tc, links = tc, append(links, tcLinks...)
 	}
 	d.objs, d.links = objs, links
 	d.destroy, d.destroyErr = loadDestroyer(objs)
@@ -276,6 +293,10 @@ func (d *Dataplane) closeObjects() error {
 		errs = append(errs, d.destroy.Close())
 		d.destroy = nil
 	}
+	if d.tc != nil {
+		errs = append(errs, d.tc.Close())
+		d.tc = nil
+	}
 	if d.objs != nil {
 		errs = append(errs, d.objs.Close())
 		d.objs = nil
@@ -374,7 +395,9 @@ type Executor struct {
 	// last is what the last successful Sync rendered and applied; nil
 	// before it, and after a failure, so that the next Sync is full.
 	last *Contents
-	full bool
+	// lastNS is the north-south contents the last Sync applied.
+	lastNS *NorthSouth
+	full   bool
 }
 
 // SyncDetails is the Details of an Executor's SyncResult: the element
@@ -386,6 +409,8 @@ type SyncDetails struct {
 	Puts, Deletes      int
 	GoneEndpoints      int
 	SocketDestroyError string
+	// NorthSouthChanges counts the tc maps' element changes.
+	NorthSouthChanges int
 }
 
 // Executor returns the Backend of family on d.
@@ -431,14 +456,45 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Sync
 		e.last, e.full = nil, true
 		return svcproxy.SyncResult{Full: full}, err
 	}
-	e.last, e.full = want, false
 	details := &SyncDetails{Puts: puts(ops), Deletes: ops.Len() - puts(ops), GoneEndpoints: len(gone)}
+	if err := e.syncNorthSouth(rs, want, full, details); err != nil {
+		e.last, e.full = nil, true
+		return svcproxy.SyncResult{Full: full}, err
+	}
+	e.last, e.full = want, false
 	if len(gone) > 0 {
 		if err := e.dp.destroySockets(gone); err != nil {
 			details.SocketDestroyError = err.Error()
 		}
 	}
 	return svcproxy.SyncResult{Full: full, Details: details}, nil
+}
+
+// syncNorthSouth makes the tc maps hold rs's north-south contents (IPv4,
+// with Config.NorthSouth): from the maps read back on a full sync, from
+// the last Sync's otherwise.
+func (e *Executor) syncNorthSouth(rs *ruleset.Ruleset, want *Contents, full bool, details *SyncDetails) error {
+	cfg := e.dp.cfg.NorthSouth
+	if cfg == nil || e.family != v1.IPv4Protocol {
+		return nil
+	}
+	ns, err := RenderNorthSouth(rs, want, cfg.MaglevSize)
+	if err != nil {
+		return err
+	}
+	have := e.lastNS
+	if full || have == nil {
+		if have, err = readNorthSouth(e.dp.tc, ns.Size); err != nil {
+			return err
+		}
+	}
+	n, err := applyNorthSouth(e.dp.tc, have, ns)
+	if err != nil {
+		e.lastNS = nil
+		return err
+	}
+	e.lastNS, details.NorthSouthChanges = ns, n
+	return nil
 }
 
 // goneEndpoints are, for a full sync, the endpoints of UDP ports that the
@@ -493,11 +549,20 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ops := Diff(have, e.last.Maps())
-	if ops.Len() == 0 {
+	n := Diff(have, e.last.Maps()).Len()
+	if e.lastNS != nil {
+		ns, err := readNorthSouth(e.dp.tc, e.lastNS.Size)
+		if err != nil {
+			return "", err
+		}
+		if !maps.Equal(ns.Ext, e.lastNS.Ext) || !maps.Equal(ns.Maglev, e.lastNS.Maglev) || !maps.Equal(ns.Ranges, e.lastNS.Ranges) {
+			n++
+		}
+	}
+	if n == 0 {
 		return "", nil
 	}
-	return fmt.Sprintf("%d %s map elements missing, different or extra", ops.Len(), e.family), nil
+	return fmt.Sprintf("%d %s map elements (or tc maps) missing, different or extra", n, e.family), nil
 }
 
 // Cleanup removes the programs, links, pins and maps of both families

@@ -73,13 +73,17 @@ type tcSvcKey struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	tcMapSvcpCtFwd     = "svcp_ct_fwd"
+	tcMapSvcpCtMasq    = "svcp_ct_masq"
 	tcMapSvcpCtRev     = "svcp_ct_rev"
+	tcMapSvcpCtUnmasq  = "svcp_ct_unmasq"
 	tcMapSvcpExt       = "svcp_ext"
 	tcMapSvcpMaglev    = "svcp_maglev"
 	tcMapSvcpNodeAddrs = "svcp_node_addrs"
 	tcMapSvcpRanges    = "svcp_ranges"
 	tcProgSvcpTcIn     = "svcp_tc_in"
+	tcProgSvcpTcMasq   = "svcp_tc_masq"
 	tcProgSvcpTcReply  = "svcp_tc_reply"
+	tcProgSvcpTcUnmasq = "svcp_tc_unmasq"
 	tcVarMaglevSize    = "maglev_size"
 )
 
@@ -125,8 +129,10 @@ type tcSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcProgramSpecs struct {
-	SvcpTcIn    *ebpf.ProgramSpec `ebpf:"svcp_tc_in"`
-	SvcpTcReply *ebpf.ProgramSpec `ebpf:"svcp_tc_reply"`
+	SvcpTcIn     *ebpf.ProgramSpec `ebpf:"svcp_tc_in"`
+	SvcpTcMasq   *ebpf.ProgramSpec `ebpf:"svcp_tc_masq"`
+	SvcpTcReply  *ebpf.ProgramSpec `ebpf:"svcp_tc_reply"`
+	SvcpTcUnmasq *ebpf.ProgramSpec `ebpf:"svcp_tc_unmasq"`
 }
 
 // tcMapSpecs contains maps before they are loaded into the kernel.
@@ -134,7 +140,9 @@ type tcProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcMapSpecs struct {
 	SvcpCtFwd     *ebpf.MapSpec `ebpf:"svcp_ct_fwd"`
+	SvcpCtMasq    *ebpf.MapSpec `ebpf:"svcp_ct_masq"`
 	SvcpCtRev     *ebpf.MapSpec `ebpf:"svcp_ct_rev"`
+	SvcpCtUnmasq  *ebpf.MapSpec `ebpf:"svcp_ct_unmasq"`
 	SvcpExt       *ebpf.MapSpec `ebpf:"svcp_ext"`
 	SvcpMaglev    *ebpf.MapSpec `ebpf:"svcp_maglev"`
 	SvcpNodeAddrs *ebpf.MapSpec `ebpf:"svcp_node_addrs"`
@@ -169,7 +177,9 @@ func (o *tcObjects) Close() error {
 // It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcMaps struct {
 	SvcpCtFwd     *ebpf.Map `ebpf:"svcp_ct_fwd"`
+	SvcpCtMasq    *ebpf.Map `ebpf:"svcp_ct_masq"`
 	SvcpCtRev     *ebpf.Map `ebpf:"svcp_ct_rev"`
+	SvcpCtUnmasq  *ebpf.Map `ebpf:"svcp_ct_unmasq"`
 	SvcpExt       *ebpf.Map `ebpf:"svcp_ext"`
 	SvcpMaglev    *ebpf.Map `ebpf:"svcp_maglev"`
 	SvcpNodeAddrs *ebpf.Map `ebpf:"svcp_node_addrs"`
@@ -179,7 +189,9 @@ type tcMaps struct {
 func (m *tcMaps) Close() error {
 	return _TcClose(
 		m.SvcpCtFwd,
+		m.SvcpCtMasq,
 		m.SvcpCtRev,
+		m.SvcpCtUnmasq,
 		m.SvcpExt,
 		m.SvcpMaglev,
 		m.SvcpNodeAddrs,
@@ -198,14 +210,18 @@ type tcVariables struct {
 //
 // It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcPrograms struct {
-	SvcpTcIn    *ebpf.Program `ebpf:"svcp_tc_in"`
-	SvcpTcReply *ebpf.Program `ebpf:"svcp_tc_reply"`
+	SvcpTcIn     *ebpf.Program `ebpf:"svcp_tc_in"`
+	SvcpTcMasq   *ebpf.Program `ebpf:"svcp_tc_masq"`
+	SvcpTcReply  *ebpf.Program `ebpf:"svcp_tc_reply"`
+	SvcpTcUnmasq *ebpf.Program `ebpf:"svcp_tc_unmasq"`
 }
 
 func (p *tcPrograms) Close() error {
 	return _TcClose(
 		p.SvcpTcIn,
+		p.SvcpTcMasq,
 		p.SvcpTcReply,
+		p.SvcpTcUnmasq,
 	)
 }
 

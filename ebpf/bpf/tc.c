@@ -2,14 +2,24 @@
 //
 // North-south translation for svcproxy (package ebpf), a first slice: tc
 // (TCX) programs for IPv4 TCP and UDP that arrive from outside at node
-// ports, external IPs and load-balancer IPs. svcp_tc_in, on the ingress of
-// the interfaces facing the outside, picks a backend from the frontend's
-// Maglev table (the same on every node for the same targets) by a hash of
-// the flow, translates the destination, masquerades the source to the
-// node's address where the Service says so, and records the flow in an LRU
-// table (rejected flows are dropped; loadBalancerSourceRanges are
-// enforced from svcp_ranges); svcp_tc_reply, on the ingress of the interfaces facing the pods,
-// translates the replies back. The Go model is NorthSouth.Lookup.
+// ports, external IPs and load-balancer IPs. A packet whose source is one of
+// the node's own addresses must not arrive on an interface (the kernel
+// drops it as a martian), so the translations are split around routing:
+//
+//   - svcp_tc_in, ingress of the interfaces facing the outside: picks a
+//     backend from the frontend's Maglev table (the same on every node for
+//     the same targets) by a hash of the flow, translates the destination
+//     and records the flow in LRU tables (rejected flows are dropped;
+//     loadBalancerSourceRanges are enforced from svcp_ranges);
+//   - svcp_tc_masq, egress of the interfaces facing the pods: masquerades
+//     the source to the node's address where the Service says so (the
+//     client's port is kept);
+//   - svcp_tc_unmasq, ingress of the interfaces facing the pods: sends a
+//     masqueraded flow's replies back to the client;
+//   - svcp_tc_reply, egress of the interfaces facing the outside: the
+//     replies' source becomes the frontend again.
+//
+// The Go model of svcp_tc_in's lookups is NorthSouth.Lookup.
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -56,10 +66,10 @@ struct ct_key {
 };
 
 struct ct_value {
-	__u32 addr; // the new destination (forward) or source (reply), network order
-	__u16 port;
+	__u32 addr; // the new address, network order
+	__u16 port; // the new port, network order
 	__u16 pad;
-	__u32 addr2; // forward: the masquerade source; reply: the client to send back to (0: keep)
+	__u32 addr2; // svcp_ct_fwd: the masquerade address (0: none)
 	__u32 pad2;
 };
 
@@ -106,19 +116,22 @@ struct {
 	__type(value, __u8);
 } svcp_node_addrs SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 16);
-	__type(key, struct ct_key);
-	__type(value, struct ct_value);
-} svcp_ct_fwd SEC(".maps");
+// svcp_ct_fwd: client → frontend, as it arrives, to the backend and the
+// masquerade address; svcp_ct_masq: client → backend to the masquerade
+// address; svcp_ct_unmasq: backend → node to the client; svcp_ct_rev:
+// backend → client to the frontend.
+#define CT_MAP(name)                                                                                                   \
+	struct {                                                                                                       \
+		__uint(type, BPF_MAP_TYPE_LRU_HASH);                                                                   \
+		__uint(max_entries, 1 << 16);                                                                          \
+		__type(key, struct ct_key);                                                                            \
+		__type(value, struct ct_value);                                                                        \
+	} name SEC(".maps")
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 16);
-	__type(key, struct ct_key);
-	__type(value, struct ct_value);
-} svcp_ct_rev SEC(".maps");
+CT_MAP(svcp_ct_fwd);
+CT_MAP(svcp_ct_masq);
+CT_MAP(svcp_ct_unmasq);
+CT_MAP(svcp_ct_rev);
 
 #define IP_OFF ETH_HLEN
 #define IP_CSUM_OFF (IP_OFF + 10)
@@ -220,33 +233,47 @@ int svcp_tc_in(struct __sk_buff *skb)
 		if (!be)
 			return TC_ACT_SHOT;
 		fwd = (struct ct_value){.addr = be->addr[3], .port = bpf_htons(be->port), .addr2 = v->masq};
-		struct ct_key rk = {.saddr = fwd.addr, .daddr = fwd.addr2 ? fwd.addr2 : k.saddr, .sport = fwd.port, .dport = k.sport, .proto = k.proto};
-		struct ct_value rev = {.addr = k.daddr, .port = k.dport, .addr2 = fwd.addr2 ? k.saddr : 0};
+		struct ct_key rk = {.saddr = fwd.addr, .daddr = k.saddr, .sport = fwd.port, .dport = k.sport, .proto = k.proto};
+		struct ct_value rev = {.addr = k.daddr, .port = k.dport};
 		bpf_map_update_elem(&svcp_ct_fwd, &k, &fwd, BPF_ANY);
 		bpf_map_update_elem(&svcp_ct_rev, &rk, &rev, BPF_ANY);
+		if (fwd.addr2) {
+			struct ct_key mk = {.saddr = k.saddr, .daddr = fwd.addr, .sport = k.sport, .dport = fwd.port, .proto = k.proto};
+			struct ct_value masq = {.addr = fwd.addr2, .port = k.sport};
+			struct ct_key uk = {.saddr = fwd.addr, .daddr = fwd.addr2, .sport = fwd.port, .dport = k.sport, .proto = k.proto};
+			struct ct_value unmasq = {.addr = k.saddr, .port = k.sport};
+			bpf_map_update_elem(&svcp_ct_masq, &mk, &masq, BPF_ANY);
+			bpf_map_update_elem(&svcp_ct_unmasq, &uk, &unmasq, BPF_ANY);
+		}
 	}
 	if (rewrite(skb, k.proto, IP_DST_OFF, k.daddr, fwd.addr, L4_OFF + 2, k.dport, fwd.port))
-		return TC_ACT_SHOT;
-	if (fwd.addr2 && rewrite(skb, k.proto, IP_SRC_OFF, k.saddr, fwd.addr2, L4_OFF, k.sport, k.sport))
 		return TC_ACT_SHOT;
 	return TC_ACT_OK;
 }
 
-SEC("tc")
-int svcp_tc_reply(struct __sk_buff *skb)
+// translate rewrites the source (src) or the destination of a packet whose
+// flow is in m to the value's address and port.
+static __always_inline int translate(struct __sk_buff *skb, void *m, int src)
 {
 	struct ct_key k = {};
 	if (!parse(skb, &k))
 		return TC_ACT_OK;
-	struct ct_value *ct = bpf_map_lookup_elem(&svcp_ct_rev, &k);
+	struct ct_value *ct = bpf_map_lookup_elem(m, &k);
 	if (!ct)
 		return TC_ACT_OK;
-	struct ct_value rev = *ct;
-	if (rewrite(skb, k.proto, IP_SRC_OFF, k.saddr, rev.addr, L4_OFF, k.sport, rev.port))
-		return TC_ACT_SHOT;
-	if (rev.addr2 && rewrite(skb, k.proto, IP_DST_OFF, k.daddr, rev.addr2, L4_OFF + 2, k.dport, k.dport))
-		return TC_ACT_SHOT;
-	return TC_ACT_OK;
+	struct ct_value to = *ct;
+	int err = src ? rewrite(skb, k.proto, IP_SRC_OFF, k.saddr, to.addr, L4_OFF, k.sport, to.port)
+		      : rewrite(skb, k.proto, IP_DST_OFF, k.daddr, to.addr, L4_OFF + 2, k.dport, to.port);
+	return err ? TC_ACT_SHOT : TC_ACT_OK;
 }
+
+SEC("tc")
+int svcp_tc_masq(struct __sk_buff *skb) { return translate(skb, &svcp_ct_masq, 1); }
+
+SEC("tc")
+int svcp_tc_unmasq(struct __sk_buff *skb) { return translate(skb, &svcp_ct_unmasq, 0); }
+
+SEC("tc")
+int svcp_tc_reply(struct __sk_buff *skb) { return translate(skb, &svcp_ct_rev, 1); }
 
 char _license[] SEC("license") = "Dual MIT/GPL";

@@ -26,12 +26,32 @@
 //     Service change), read the maps back in CheckState, and remove
 //     programs, links, pins and maps in Cleanup.
 //
-// The maglev package builds the lookup tables that north-south
-// translation (tc, not implemented here yet) would use so that every node
-// picks the same backend for a flow; translation at the socket picks a
-// backend slot with bpf_get_prandom_u32() instead, each of N with
-// probability 1/N (up to 2^32 mod N values of 2^32), as the Ruleset's
-// shares say.
+// Translation at the socket picks a backend slot with
+// bpf_get_prandom_u32(), each of N with probability 1/N (up to 2^32 mod N
+// values of 2^32), as the Ruleset's shares say.
+//
+// # North-south, at tc (a first slice)
+//
+// With Config.NorthSouth, TCX programs (bpf/tc.c) translate IPv4 TCP and
+// UDP flows that arrive from outside at node ports, external IPs and
+// load-balancer IPs (RenderNorthSouth; its model NorthSouth.Lookup is held
+// to trace.Trace for arriving flows): the backend comes from the
+// frontend's Maglev table (package maglev: the same on every node for the
+// same targets) by a hash of the flow, each target owning ⌊M/N⌋ or ⌈M/N⌉
+// of M entries; the source is masqueraded to the node's first
+// NodePortAddresses address for externalTrafficPolicy Cluster (keeping the
+// client's port) and kept for Local; loadBalancerSourceRanges are enforced;
+// replies are translated back. Flows are tracked in BPF LRU hash tables
+// of the programs' own rather than in the kernel's conntrack through its
+// kfuncs: the node's netfilter stays untouched, the tables need no
+// netfilter module, and a flow's state is a lookup away in every program
+// that translates it; the cost is that an entry lives until the LRU
+// evicts it (no TCP state, no timeouts), and that two clients with the
+// same source port masqueraded to one backend collide (kube-proxy's
+// masquerade picks another port). Rejected flows are dropped (no TCP reset
+// or ICMP error from tc); IPv6 is not translated yet; the links are not
+// pinned. Health check node ports are served by the proxy's own servers
+// (package healthcheck), which tc leaves alone.
 //
 // # What holds at the socket, and what does not
 //
@@ -46,8 +66,8 @@
 // socket-level form of a client IP. Node ports are served on the
 // addresses of Config.NodePortAddresses only (none when it is empty),
 // not on 127.0.0.1. SCTP keys are rendered, but only TCP and UDP are
-// tested. Flows that arrive from outside the node (north-south) are not
-// translated here.
+// tested. Flows that arrive from outside the node are the tc programs'
+// (below).
 //
 // A connected UDP socket translated to an endpoint that a sync then
 // removes from every group is destroyed (bpf/destroy.c: a UDP socket

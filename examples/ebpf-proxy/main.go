@@ -1,7 +1,9 @@
 // Command ebpf-proxy is the svcproxy reference proxy with the eBPF backend
 // (package ebpf): cgroup programs translate Services at connect(),
 // sendmsg(), recvmsg() and getpeername() for the processes of the cgroup
-// given by --cgroup, from BPF maps pinned under --bpf-pin-path. See
+// given by --cgroup, from BPF maps pinned under --bpf-pin-path; with
+// --tc-external and --tc-pods, tc programs translate IPv4 traffic that
+// arrives from outside. See
 // docs/reference-proxies.md for its flags; try it without root:
 //
 //	go run ./examples/ebpf-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
@@ -46,6 +48,15 @@ func newBackend(family v1.IPFamily, opts *proxy.Options) (engine.Backend, error)
 	if opts.Cgroup == "" && !opts.Cleanup {
 		return nil, errors.New("--cgroup is needed: the cgroup v2 directory to attach to (a node passes the root of its cgroup v2 tree)")
 	}
-	dpOnce.Do(func() { dp = ebpf.NewDataplane(ebpf.Config{Cgroup: opts.Cgroup, PinPath: opts.BPFPinPath}) })
+	if (len(opts.TCExternal) == 0) != (len(opts.TCPods) == 0) {
+		return nil, errors.New("--tc-external and --tc-pods go together")
+	}
+	dpOnce.Do(func() {
+		cfg := ebpf.Config{Cgroup: opts.Cgroup, PinPath: opts.BPFPinPath}
+		if len(opts.TCExternal) > 0 {
+			cfg.NorthSouth = &ebpf.NorthSouthConfig{External: opts.TCExternal, Pods: opts.TCPods}
+		}
+		dp = ebpf.NewDataplane(cfg)
+	})
 	return dp.Executor(family), nil
 }

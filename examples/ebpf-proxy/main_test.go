@@ -44,6 +44,19 @@ func TestNeedsCgroup(t *testing.T) {
 	}
 }
 
+// --tc-external without --tc-pods (and the reverse) is refused before
+// anything is loaded.
+func TestTCFlagsGoTogether(t *testing.T) {
+	for _, flag := range []string{"--tc-external", "--tc-pods"} {
+		var stdout, stderr strings.Builder
+		args := []string{"--manifests", "../demo/manifests", "--node-name", "node-a", "--once", "--cgroup", "/nonexistent", flag, "eth0",
+			"--metrics-bind-address", "", "--healthz-bind-address", ""}
+		if code := proxy.Run(mode, args, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "--tc-external and --tc-pods go together") {
+			t.Errorf("%s alone: exit %d: %s", flag, code, stderr.String())
+		}
+	}
+}
+
 // --once attaches the programs to the cgroup and pins them, so that they
 // stay after the proxy exits; --cleanup detaches them and removes the
 // pins. The cgroup is a child cgroup the test makes, the bpffs a private

@@ -46,9 +46,13 @@
 // kfuncs: the node's netfilter stays untouched, the tables need no
 // netfilter module, and a flow's state is a lookup away in every program
 // that translates it; the cost is that an entry lives until the LRU
-// evicts it (no TCP state, no timeouts), and that two clients with the
-// same source port masqueraded to one backend collide (kube-proxy's
-// masquerade picks another port). Rejected flows are dropped (no TCP reset
+// evicts it (no TCP state, no timeouts: a TCP SYN picks its backend
+// afresh, and a flow the programs leave alone deletes the entries of a
+// translated flow with its tuple), and that two clients with the same
+// source port masqueraded to one backend collide (kube-proxy's masquerade
+// picks another port). Measured under load: a new TCP connection through
+// a node port took 318 µs against 306 µs to a pod directly (medians of
+// 200, TestKernelNorthSouth). Rejected flows are dropped (no TCP reset
 // or ICMP error from tc); IPv6 is not translated yet; the links are not
 // pinned. Health check node ports are served by the proxy's own servers
 // (package healthcheck), which tc leaves alone.

@@ -65,6 +65,9 @@ struct ct_key {
 	__u8 pad[3];
 };
 
+#define TCP_SYN 0x02
+#define TCP_ACK 0x10
+
 struct ct_value {
 	__u32 addr; // the new address, network order
 	__u16 port; // the new port, network order
@@ -139,9 +142,10 @@ CT_MAP(svcp_ct_rev);
 #define IP_DST_OFF (IP_OFF + 16)
 #define L4_OFF (IP_OFF + 20)
 
-// parse reads the flow of an IPv4 TCP or UDP packet without IP options;
-// false for any other.
-static __always_inline int parse(struct __sk_buff *skb, struct ct_key *k)
+// parse reads the flow of an IPv4 TCP or UDP packet without IP options,
+// and whether it opens a TCP connection (SYN without ACK) into *syn when
+// syn is not NULL; false for any other packet.
+static __always_inline int parse_syn(struct __sk_buff *skb, struct ct_key *k, int *syn)
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
@@ -160,7 +164,26 @@ static __always_inline int parse(struct __sk_buff *skb, struct ct_key *k)
 	k->sport = ports[0];
 	k->dport = ports[1];
 	k->proto = ip->protocol;
+	if (syn && ip->protocol == IPPROTO_TCP) {
+		__u8 *flags = (__u8 *)ports + 13;
+		if ((void *)(flags + 1) > end)
+			return 0;
+		*syn = (*flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	}
 	return 1;
+}
+
+static __always_inline int parse(struct __sk_buff *skb, struct ct_key *k) { return parse_syn(skb, k, NULL); }
+
+// forget deletes the entries of a translated flow whose tuple after
+// translation is k's, when k is a flow the programs leave alone: the
+// backend's port is reused by a client talking to it directly, and the
+// entries (which have no timeout of their own) must not capture it.
+static __always_inline void forget(const struct ct_key *k)
+{
+	struct ct_key r = {.saddr = k->daddr, .daddr = k->saddr, .sport = k->dport, .dport = k->sport, .proto = k->proto};
+	bpf_map_delete_elem(&svcp_ct_masq, k);
+	bpf_map_delete_elem(&svcp_ct_rev, &r);
 }
 
 static __always_inline int csum_off(__u8 proto)
@@ -206,9 +229,12 @@ SEC("tc")
 int svcp_tc_in(struct __sk_buff *skb)
 {
 	struct ct_key k = {};
-	if (!parse(skb, &k))
+	int syn = 0;
+	if (!parse_syn(skb, &k, &syn))
 		return TC_ACT_OK;
-	struct ct_value *ct = bpf_map_lookup_elem(&svcp_ct_fwd, &k);
+	// A new TCP connection picks its backend afresh, also where its tuple
+	// is an old one's.
+	struct ct_value *ct = syn ? NULL : bpf_map_lookup_elem(&svcp_ct_fwd, &k);
 	struct ct_value fwd;
 	if (ct) {
 		fwd = *ct;
@@ -219,8 +245,11 @@ int svcp_tc_in(struct __sk_buff *skb)
 			sk.addr[3] = 0;
 			v = bpf_map_lookup_elem(&svcp_ext, &sk);
 		}
-		if (!v)
+		if (!v) {
+			if (syn || k.proto == IPPROTO_UDP)
+				forget(&k);
 			return TC_ACT_OK;
+		}
 		if (v->flags & FLAG_FIREWALL) {
 			struct range_key rk = {.prefixlen = 64, .id = v->fw, .addr = k.saddr};
 			if (!bpf_map_lookup_elem(&svcp_ranges, &rk))

@@ -106,8 +106,14 @@ func compareCIDRKey(a, b CIDRKey) int {
 	return cmp.Or(compareAddr(a.Addr, b.Addr), cmp.Compare(a.Prefixlen, b.Prefixlen))
 }
 
-// Equal reports whether m and o hold the same elements.
+// Equal reports whether m and o hold the same elements; nil holds none.
 func (m *Maps) Equal(o *Maps) bool {
+	if m == nil {
+		m = NewMaps()
+	}
+	if o == nil {
+		o = NewMaps()
+	}
 	return maps.Equal(m.Services, o.Services) && maps.Equal(m.Backends, o.Backends) &&
 		maps.Equal(m.NodeAddrs, o.NodeAddrs) && maps.Equal(m.ClusterAddrs, o.ClusterAddrs) &&
 		maps.Equal(m.ServiceCIDRs, o.ServiceCIDRs)

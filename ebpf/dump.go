@@ -8,7 +8,8 @@ import (
 )
 
 // WriteTo writes the elements of m as text, one per line, each map's
-// sorted by key: what `--dry-run` of the eBPF reference proxy prints.
+// sorted by key: what `--dry-run` of the eBPF reference proxy prints. A
+// nil m writes nothing.
 //
 //	service 198.19.0.10:80/6 -> group 0 count 2 affinity 0s
 //	service node port 30080/6 (IPv4) -> reject
@@ -17,6 +18,9 @@ import (
 //	cluster-addr 198.19.0.10
 //	service-cidr 198.19.0.0/16
 func (m *Maps) WriteTo(w io.Writer) (int64, error) {
+	if m == nil {
+		m = NewMaps()
+	}
 	var n int64
 	var err error
 	line := func(format string, args ...any) {

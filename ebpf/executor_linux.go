@@ -112,6 +112,9 @@ var mapNames = []string{"svcp_services", "svcp_backends", "svcp_node_addrs", "sv
 // pinned map that the programs cannot use (of an older layout) fails the
 // load: Cleanup removes it.
 func (d *Dataplane) load() (*sockObjects, error) {
+	if d == nil {
+		return nil, errors.New("ebpf: no Dataplane")
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.objs != nil {
@@ -237,8 +240,11 @@ func (o *sockObjects) maps() map[string]*cebpf.Map {
 
 // Cleanup detaches the programs and removes the maps: those this
 // Dataplane loaded, and those pinned under PinPath (then removed),
-// whichever process made them.
+// whichever process made them. A nil Dataplane has nothing to remove.
 func (d *Dataplane) Cleanup() error {
+	if d == nil {
+		return nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var errs []error
@@ -273,8 +279,12 @@ func (d *Dataplane) Cleanup() error {
 }
 
 // Close releases the Dataplane's file descriptors. Without PinPath that
-// detaches the programs and frees the maps; with it, they stay.
+// detaches the programs and frees the maps; with it, they stay. Closing a
+// nil or closed Dataplane does nothing.
 func (d *Dataplane) Close() error {
+	if d == nil {
+		return nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var errs []error

@@ -588,3 +588,14 @@ func tally(t *testing.T, as []attempt, peer string) map[string]int {
 	}
 	return n
 }
+
+// A nil Dataplane refuses to sync and has nothing to clean up or close.
+func TestNilDataplane(t *testing.T) {
+	var dp *ebpf.Dataplane
+	if _, err := dp.Executor(v1.IPv4Protocol).Sync(context.Background(), nil); err == nil {
+		t.Error("Sync on a nil Dataplane succeeded")
+	}
+	if err := errors.Join(dp.Cleanup(), dp.Close()); err != nil {
+		t.Error(err)
+	}
+}

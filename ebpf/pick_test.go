@@ -1,6 +1,7 @@
 package ebpf_test
 
 import (
+	"io"
 	"net/netip"
 	"testing"
 	"time"
@@ -57,5 +58,22 @@ func TestNilAndEmpty(t *testing.T) {
 	}
 	if ops := ebpf.Diff(nil, nil); ops.Len() != 0 {
 		t.Fatal("Diff(nil, nil) not empty")
+	}
+	if ops := ebpf.Changes(nil, nil); ops.Len() != 0 || len(ebpf.GoneEndpoints(nil, nil)) != 0 || c.AllOps().Len() != 0 {
+		t.Fatal("Changes, GoneEndpoints or AllOps of nil Contents not empty")
+	}
+	if n, err := m.WriteTo(io.Discard); n != 0 || err != nil || !m.Equal(nil) {
+		t.Fatal("nil Maps not empty")
+	}
+	ns, err := ebpf.RenderNorthSouth(nil, nil, 0)
+	if err != nil || len(ns.Ext) != 0 {
+		t.Fatalf("RenderNorthSouth(nil): %v, %v", ns, err)
+	}
+	var none *ebpf.NorthSouth
+	if none.Lookup(nil, ebpf.ProtoTCP, netip.Addr{}, netip.MustParseAddrPort("198.19.0.10:80")).Verdict != ebpf.NotService {
+		t.Fatal("nil NorthSouth translates")
+	}
+	if _, err := ebpf.RenderNorthSouth(nil, nil, 100); err != nil {
+		t.Fatal(err)
 	}
 }

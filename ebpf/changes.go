@@ -23,6 +23,9 @@ func Changes(old, new *Contents) Ops {
 	svcPut, svcDel := map[ServiceKey]ServiceValue{}, map[ServiceKey]ServiceValue{}
 	bePut, beDel := map[BackendKey]BackendValue{}, map[BackendKey]BackendValue{}
 	old.ports.Diff(new.ports, func(_ types.NamespacedName, before, after *portEntries) {
+		if before == after {
+			return // a neighbour in a leaf the two do not share
+		}
 		if before == nil {
 			before = &portEntries{}
 		}

@@ -55,8 +55,8 @@ type NorthSouth struct {
 // frontend a Service port owns, it holds what a flow from outside the
 // cluster meets (ruleset.Ruleset.Decide for an arriving source outside
 // the pod network): the Maglev table of its External route's targets,
-// masquerading to the first of Config.NodePortAddresses where Decide
-// masquerades (kept when there is none), or a flag: rejected and dropped
+// masquerading to the first of Config.NodePortAddresses where the Service
+// masquerades external traffic (kept when there is none), or a flag: rejected and dropped
 // flows are both dropped (the tc path sends no TCP reset or ICMP error),
 // and a load-balancer IP with source ranges lets only them through (and
 // its own load-balancer IPs, where FirewallAllowsNode says so). An IPv6
@@ -84,7 +84,7 @@ func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, 
 			if f.Kind != ruleset.KindNodePort && f.Kind != ruleset.KindExternalIP && f.Kind != ruleset.KindLoadBalancerIP || !rs.Owns(s, f) {
 				continue
 			}
-			v, ok := extValue(rs, s, f.Kind, p, masq)
+			v, ok := extValue(s, f.Kind, p, masq)
 			if !ok {
 				continue
 			}
@@ -111,31 +111,27 @@ func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, 
 	return ns, nil
 }
 
-// extValue is the svcp_ext value of s's external frontends of kind.
-// The firewall applies first, to the flows that reach the Service's rules
-// (ruleset.Service.Firewalled: ExternalTraffic.Steered).
-func extValue(rs *ruleset.Ruleset, s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries, masq [4]byte) (ExtValue, bool) {
+// extValue is the svcp_ext value of s's external frontends of kind, for a
+// flow arriving from outside the pod network: the External route, read
+// as ruleset.Ruleset.Decide reads it, masqueraded where
+// ExternalTraffic.Masquerade says. The firewall applies first, to the
+// flows that reach the Service's rules (ruleset.Service.Firewalled:
+// ExternalTraffic.Steered).
+func extValue(s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries, masq [4]byte) (ExtValue, bool) {
 	var v ExtValue
 	if kind == ruleset.KindLoadBalancerIP && s.ExternalTraffic.Steered && s.UsesFirewall() {
 		v.Flags, v.Firewall = FlagFirewall, p.base
 	}
-	d := rs.Decide(s, kind, ruleset.Source{})
-	switch d.Verdict {
-	case ruleset.VerdictReject:
-		v.Flags |= FlagReject
-		return v, true
-	case ruleset.VerdictDrop:
-		v.Flags |= FlagDrop
-		return v, true
-	case ruleset.VerdictForward:
-	default:
+	sv, ok := routeValue(s.External, s, p, 0)
+	if !ok {
 		return ExtValue{}, false
 	}
-	v.ID = p.base
-	if s.External == ruleset.RouteLocal {
-		v.ID = p.base + 1
+	v.Flags |= sv.Flags
+	if sv.Flags != 0 {
+		return v, true
 	}
-	if d.Masquerade {
+	v.ID = sv.ID
+	if s.ExternalTraffic.Masquerade {
 		v.Masq = masq
 	}
 	return v, true

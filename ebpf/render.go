@@ -346,7 +346,7 @@ func (c *Contents) entries(rs *ruleset.Ruleset, s *ruleset.Service, was *portEnt
 			if f.Kind == ruleset.KindClusterAddress || f.Kind != ruleset.KindNodePort && !f.Addr.IsValid() || !rs.Owns(s, f) {
 				continue
 			}
-			v, ok := value(rs, s, f.Kind, p)
+			v, ok := value(s, f.Kind, p)
 			if !ok {
 				continue
 			}
@@ -373,29 +373,52 @@ func NodePortKey(family v1.IPFamily, port uint16, proto uint8) ServiceKey {
 
 // value is the services map value of s's frontends of kind; false when
 // a flow there is not served.
-func value(rs *ruleset.Ruleset, s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries) (ServiceValue, bool) {
+func value(s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries) (ServiceValue, bool) {
 	if kind == ruleset.KindLoadBalancerIP && s.ExternalTraffic.Steered && s.UsesFirewall() && !s.FirewallAllowsNode {
 		return ServiceValue{Flags: FlagFirewall}, true
 	}
-	d := rs.Decide(s, kind, ruleset.Source{FromNode: true})
-	switch d.Verdict {
-	case ruleset.VerdictReject:
+	return routeValue(fromNode(s, kind), s, p, uint32(max(s.Affinity.Seconds(), 0)))
+}
+
+// fromNode is the route of a flow from a process on the node (or a pod on
+// it) to s's frontend of kind, read from the Builder's decisions as
+// ruleset.Ruleset.Decide reads them (without Decide's list of choices,
+// whose exact shares cost allocations a render does not need): the
+// Internal route for the cluster IP; for an external frontend, the cluster
+// targets where ExternalTraffic.ShortCircuit (flows from pods and from the
+// node), else the External route.
+func fromNode(s *ruleset.Service, kind ruleset.FrontendKind) ruleset.Route {
+	switch {
+	case kind == ruleset.KindClusterIP:
+		return s.Internal
+	case s.ExternalTraffic.ShortCircuit:
+		return ruleset.RouteCluster
+	}
+	return s.External
+}
+
+// routeValue is the value of a frontend whose flows take route: a flag,
+// or the group of the route's targets with the affinity timeout; false
+// for RouteNone. A route that spreads over no targets drops, as Decide
+// says.
+func routeValue(route ruleset.Route, s *ruleset.Service, p *portEntries, affinity uint32) (ServiceValue, bool) {
+	switch route {
+	case ruleset.RouteReject:
 		return ServiceValue{Flags: FlagReject}, true
-	case ruleset.VerdictDrop:
+	case ruleset.RouteDrop:
 		return ServiceValue{Flags: FlagDrop}, true
-	case ruleset.VerdictForward:
-	default:
-		return ServiceValue{}, false
+	case ruleset.RouteCluster:
+		if len(p.cluster) > 0 {
+			return ServiceValue{ID: p.base, Count: uint32(len(p.cluster)), Affinity: affinity}, true
+		}
+		return ServiceValue{Flags: FlagDrop}, true
+	case ruleset.RouteLocal:
+		if len(p.local) > 0 {
+			return ServiceValue{ID: p.base + 1, Count: uint32(len(p.local)), Affinity: affinity}, true
+		}
+		return ServiceValue{Flags: FlagDrop}, true
 	}
-	local := s.Internal == ruleset.RouteLocal
-	if kind != ruleset.KindClusterIP {
-		local = !d.ShortCircuit && s.External == ruleset.RouteLocal
-	}
-	v := ServiceValue{ID: p.base, Count: uint32(len(p.cluster)), Affinity: uint32(max(s.Affinity.Seconds(), 0))}
-	if local {
-		v.ID, v.Count = p.base+1, uint32(len(p.local))
-	}
-	return v, true
+	return ServiceValue{}, false
 }
 
 // slots places targets in slots: each endpoint that was in prev keeps its

@@ -8,10 +8,12 @@ import (
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/affinity"
 	"github.com/svcproxy/svcproxy/conntrack"
+	"github.com/svcproxy/svcproxy/ebpf"
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/healthcheck"
 	"github.com/svcproxy/svcproxy/iptables"
+	"github.com/svcproxy/svcproxy/maglev"
 	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/nftables/flat"
@@ -39,6 +41,15 @@ var apiFuncs = []apiFunc{
 	{"conntrack.ReadSample", conntrack.ReadSample},
 	{"conntrack.ReadSysctl", conntrack.ReadSysctl},
 	{"conntrack.StaleFilters", conntrack.StaleFilters},
+	{"ebpf.AddrOf", ebpf.AddrOf},
+	{"ebpf.Changes", ebpf.Changes},
+	{"ebpf.Diff", ebpf.Diff},
+	{"ebpf.GoneEndpoints", ebpf.GoneEndpoints},
+	{"ebpf.NewDataplane", ebpf.NewDataplane},
+	{"ebpf.NewMaps", ebpf.NewMaps},
+	{"ebpf.NodePortKey", ebpf.NodePortKey},
+	{"ebpf.Render", ebpf.Render},
+	{"ebpf.RenderNorthSouth", ebpf.RenderNorthSouth},
 	{"endpoints.FromSlice", endpoints.FromSlice},
 	{"endpoints.Merge", endpoints.Merge},
 	{"endpoints.NewTracker", endpoints.NewTracker},
@@ -60,6 +71,11 @@ var apiFuncs = []apiFunc{
 	{"iptables.RenderPartial", iptables.RenderPartial},
 	{"iptrace.Agree", iptrace.Agree},
 	{"iptrace.Parse", iptrace.Parse},
+	{"maglev.Hash", maglev.Hash},
+	{"maglev.IsPrime", maglev.IsPrime},
+	{"maglev.New", maglev.New},
+	{"maglev.Offset", maglev.Offset},
+	{"maglev.Skip", maglev.Skip},
 	{"manifests.Files", manifests.Files},
 	{"manifests.Load", manifests.Load},
 	{"manifests.Losses", manifests.Losses},
@@ -116,6 +132,27 @@ var apiTypes = []reflect.Type{
 	reflect.TypeFor[conntrack.Setting](),
 	reflect.TypeFor[conntrack.Sizing](),
 	reflect.TypeFor[conntrack.SysctlWriter](),
+	reflect.TypeFor[ebpf.Addr](),
+	reflect.TypeFor[ebpf.BackendKey](),
+	reflect.TypeFor[ebpf.BackendValue](),
+	reflect.TypeFor[ebpf.CIDRKey](),
+	reflect.TypeFor[ebpf.Config](),
+	reflect.TypeFor[ebpf.Contents](),
+	reflect.TypeFor[ebpf.Dataplane](),
+	reflect.TypeFor[ebpf.Executor](),
+	reflect.TypeFor[ebpf.ExtTranslation](),
+	reflect.TypeFor[ebpf.ExtValue](),
+	reflect.TypeFor[ebpf.MaglevKey](),
+	reflect.TypeFor[ebpf.Maps](),
+	reflect.TypeFor[ebpf.NorthSouthConfig](),
+	reflect.TypeFor[ebpf.NorthSouth](),
+	reflect.TypeFor[ebpf.Ops](),
+	reflect.TypeFor[ebpf.RangeKey](),
+	reflect.TypeFor[ebpf.ServiceKey](),
+	reflect.TypeFor[ebpf.ServiceValue](),
+	reflect.TypeFor[ebpf.Sticky](),
+	reflect.TypeFor[ebpf.SyncDetails](),
+	reflect.TypeFor[ebpf.Translation](),
 	reflect.TypeFor[endpoints.Changes](),
 	reflect.TypeFor[endpoints.Endpoint](),
 	reflect.TypeFor[endpoints.Port](),
@@ -156,6 +193,7 @@ var apiTypes = []reflect.Type{
 	reflect.TypeFor[iptrace.Path](),
 	reflect.TypeFor[iptrace.Rules](),
 	reflect.TypeFor[iptrace.Step](),
+	reflect.TypeFor[maglev.Table](),
 	reflect.TypeFor[manifests.Input](),
 	reflect.TypeFor[manifests.Watcher](),
 	reflect.TypeFor[nftables.ExecutorConfig](),

@@ -22,14 +22,14 @@ func TestClusterIPSpread(t *testing.T) {
 		for _, pod := range c.Pods {
 			eps = append(eps, ready(c, pod))
 		}
-		startProxy(t, c, backend,
+		p := startProxy(t, c, backend,
 			service("web", ips(10)),
 			slice("web", false, v1.ProtocolTCP, eps...),
 			slice("web", true, v1.ProtocolTCP, eps...))
 		for _, ipv6 := range []bool{false, true} {
 			addr := at(serviceIP(ipv6, 10), 80)
-			expectUniform(t, spread(t, c.Clients[0], addr, 90), c.Pods...)
-			expectUniform(t, spread(t, c.Node, addr, 90), c.Pods...)
+			expectUniform(t, spread(t, p.inside(c.Clients[0]), addr, 90), c.Pods...)
+			expectUniform(t, spread(t, p.inside(c.Node), addr, 90), c.Pods...)
 		}
 	})
 }
@@ -42,9 +42,9 @@ func TestNoEndpointsRefused(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
 		c.StartEcho(echoPort)
-		startProxy(t, c, backend, service("empty", ips(11)))
-		expectRefused(t, c.Clients[0], at(serviceIP(false, 11), 80))
-		expectRefused(t, c.Node, at(serviceIP(false, 11), 80))
+		p := startProxy(t, c, backend, service("empty", ips(11)))
+		expectRefused(t, p.inside(c.Clients[0]), at(serviceIP(false, 11), 80))
+		expectRefused(t, p.inside(c.Node), at(serviceIP(false, 11), 80))
 	})
 }
 
@@ -66,10 +66,11 @@ func TestEndpointConditions(t *testing.T) {
 				slice("mixed", false, v1.ProtocolTCP, ready(c, p0).terminatingServing(), ready(c, p1), ready(c, p2).terminatingServing()),
 			}
 		}
-		startProxy(t, c, backend, objects()...)
-		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 20), 80), 30), p0)
-		expectUniform(t, spread(t, c.Clients[0], at(serviceIP(false, 21), 80), 90), p0, p1)
-		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 22), 80), 30), p1)
+		p := startProxy(t, c, backend, objects()...)
+		client := p.inside(c.Clients[0])
+		expectOnly(t, spread(t, client, at(serviceIP(false, 20), 80), 30), p0)
+		expectUniform(t, spread(t, client, at(serviceIP(false, 21), 80), 90), p0, p1)
+		expectOnly(t, spread(t, client, at(serviceIP(false, 22), 80), 30), p1)
 	})
 }
 
@@ -80,15 +81,16 @@ func TestInternalTrafficPolicyLocal(t *testing.T) {
 		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1, RemotePods: 2})
 		c.StartEcho(echoPort)
 		local, remote1, remote2 := c.Pods[0], c.Pods[1], c.Pods[2]
-		startProxy(t, c, backend,
+		p := startProxy(t, c, backend,
 			service("local", ips(30), withInternalLocal()),
 			slice("local", false, v1.ProtocolTCP, ready(c, local), ready(c, remote1), ready(c, remote2)),
 			service("elsewhere", ips(31), withInternalLocal()),
 			slice("elsewhere", false, v1.ProtocolTCP, ready(c, remote1), ready(c, remote2)))
-		expectOnly(t, spread(t, c.Node, at(serviceIP(false, 30), 80), 30), local)
-		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 30), 80), 30), local)
-		expectDropped(t, c.Node, at(serviceIP(false, 31), 80))
-		expectDropped(t, c.Clients[0], at(serviceIP(false, 31), 80))
+		node, client := p.inside(c.Node), p.inside(c.Clients[0])
+		expectOnly(t, spread(t, node, at(serviceIP(false, 30), 80), 30), local)
+		expectOnly(t, spread(t, client, at(serviceIP(false, 30), 80), 30), local)
+		p.expectDropped(node, at(serviceIP(false, 31), 80))
+		p.expectDropped(client, at(serviceIP(false, 31), 80))
 	})
 }
 

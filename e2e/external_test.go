@@ -60,7 +60,7 @@ func TestNodePortLocalPolicy(t *testing.T) {
 		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1, RemotePods: 1})
 		c.StartEcho(echoPort)
 		local, remote := c.Pods[0], c.Pods[1]
-		startProxy(t, c, backend,
+		p := startProxy(t, c, backend,
 			service("withlocal", ips(41), withLoadBalancer(serviceIP(false, 141), nil, 30241), withNodePort(30081, true)),
 			slice("withlocal", false, v1.ProtocolTCP, ready(c, local), ready(c, remote)),
 			service("nolocal", ips(42), withLoadBalancer(serviceIP(false, 142), nil, 30242), withNodePort(30082, true)),
@@ -73,7 +73,7 @@ func TestNodePortLocalPolicy(t *testing.T) {
 		}
 		expectDropped(t, client, at(c.Node.IPv4, 30082))
 		// Cluster IP traffic is not subject to the external policy.
-		expectOnly(t, spread(t, client, at(serviceIP(false, 42), 80), 10), remote)
+		expectOnly(t, spread(t, p.inside(client), at(serviceIP(false, 42), 80), 10), remote)
 
 		for port, want := range map[uint16]struct{ code, local int }{30241: {200, 1}, 30242: {503, 0}} {
 			code, body := healthCheck(t, client, at(c.Node.IPv4, port))
@@ -95,14 +95,14 @@ func TestLocalPolicyShortCircuitFromNode(t *testing.T) {
 		c.StartEcho(echoPort)
 		remote := c.Pods[1]
 		lbIP, extIP := serviceIP(false, 143), serviceIP(false, 144)
-		startProxy(t, c, backend,
+		p := startProxy(t, c, backend,
 			service("lblocal", ips(43), withLoadBalancer(lbIP, nil, 30243), withNodePort(30083, true)),
 			slice("lblocal", false, v1.ProtocolTCP, ready(c, remote)),
 			service("extlocal", ips(44), withExternalIPs(extIP), withNodePort(30084, true)),
 			slice("extlocal", false, v1.ProtocolTCP, ready(c, remote)))
 		for _, addr := range []netip.AddrPort{at(lbIP, 80), at(extIP, 80)} {
-			expectOnly(t, spread(t, c.Node, addr, 5), remote)
-			if r := reach(t, c.Node, addr); !isNodeAddr(c, r.Source.Addr()) {
+			expectOnly(t, spread(t, p.inside(c.Node), addr, 5), remote)
+			if r := reach(t, p.inside(c.Node), addr); !isNodeAddr(c, r.Source.Addr()) {
 				t.Errorf("%s from the node: the pod saw %s, want the node's address (masquerade)", addr, r.Source)
 			}
 			expectDropped(t, c.Clients[0], addr)
@@ -174,11 +174,11 @@ func TestSessionAffinity(t *testing.T) {
 		for _, p := range c.Pods {
 			eps = append(eps, ready(c, p))
 		}
-		startProxy(t, c, backend,
+		p := startProxy(t, c, backend,
 			service("sticky", ips(60), withAffinity(600)),
 			slice("sticky", false, v1.ProtocolTCP, eps...))
 		for _, client := range c.Clients {
-			counts := spread(t, client, at(serviceIP(false, 60), 80), 30)
+			counts := spread(t, p.inside(client), at(serviceIP(false, 60), 80), 30)
 			if len(counts) != 1 {
 				t.Errorf("%s: 30 connections reached %v, want one pod", client.Label, counts)
 			}

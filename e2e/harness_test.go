@@ -31,7 +31,7 @@ import (
 
 // backends are the reference proxies under test, by /proxyMode name, and
 // "nftables-flat": the nftables proxy with --nftables-layout flat.
-var backends = []string{"iptables", "nftables", "nftables-flat"}
+var backends = []string{"iptables", "nftables", "nftables-flat", "ebpf"}
 
 // nftablesBackends are the backends of the nftables proxy.
 var nftablesBackends = []string{"nftables", "nftables-flat"}
@@ -60,6 +60,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(ebpfClientEnv) != "" {
+		os.Exit(runSocketClient())
+	}
 	before := hostRules()
 	code := m.Run()
 	if binDir != "" {
@@ -120,7 +123,12 @@ func proxyBinary(t *testing.T, backend string) string {
 // forEachBackend runs test as a subtest for each reference proxy.
 func forEachBackend(t *testing.T, test func(t *testing.T, backend string)) {
 	for _, b := range backends {
-		t.Run(b, func(t *testing.T) { test(t, b) })
+		t.Run(b, func(t *testing.T) {
+			if why, ok := ebpfSkips[strings.SplitN(t.Name(), "/", 2)[0]]; ok && b == "ebpf" {
+				t.Skip("not for ebpf: " + why)
+			}
+			test(t, b)
+		})
 	}
 }
 
@@ -152,6 +160,10 @@ type proxy struct {
 	log     *logBuffer
 	// nodeObj is the proxy's Node in the manifests.
 	nodeObj *v1.Node
+	// cgroup, pinPath and socketClients are the ebpf backend's (see
+	// ebpfSetup and inside).
+	cgroup, pinPath string
+	socketClients   map[*netns.Host]*socketClient
 }
 
 const nodeName = "node-a"
@@ -208,7 +220,13 @@ func startProxyWith(t *testing.T, c *netns.Cluster, backend string, setup proxyS
 		args = append(args, "--node-ip", c.Node.IPv4.String()+","+c.Node.IPv6.String())
 	}
 	args = append(append(args, layoutArgs(backend)...), setup.args...)
+	var extra []*os.File
+	if backend == "ebpf" {
+		ebpfArgs, cg := ebpfSetup(t, c, p)
+		args, extra = append(args, ebpfArgs...), []*os.File{cg}
+	}
 	cmd := c.Node.Command(context.Background(), proxyBinary(t, backend), args...)
+	cmd.ExtraFiles = extra
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	proc, err := c.Node.Start(cmd)
 	if err != nil {
@@ -229,6 +247,9 @@ func startProxyWith(t *testing.T, c *netns.Cluster, backend string, setup proxyS
 func (p *proxy) kernelState() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if p.backend == "ebpf" {
+		return p.ebpfState()
+	}
 	var out strings.Builder
 	for _, cmd := range [][]string{{"iptables-save"}, {"ip6tables-save"}, {"nft", "list", "ruleset"}} {
 		text, err := p.node.Run(ctx, cmd[0], cmd[1:]...)
@@ -323,12 +344,16 @@ func writeFile(t *testing.T, path, content string) {
 }
 
 // cleanup runs the backend's proxy with --cleanup in the node namespace.
-func cleanup(t *testing.T, c *netns.Cluster, backend string) {
-	t.Helper()
+func (p *proxy) cleanup() {
+	p.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, err := c.Node.Run(ctx, proxyBinary(t, backend), append([]string{"--cleanup"}, layoutArgs(backend)...)...); err != nil {
-		t.Fatalf("%s-proxy --cleanup: %v\n%s", backend, err, out)
+	args := append([]string{"--cleanup"}, layoutArgs(p.backend)...)
+	if p.backend == "ebpf" {
+		args = append(args, "--bpf-pin-path", p.pinPath)
+	}
+	if out, err := p.node.Run(ctx, proxyBinary(p.t, p.backend), args...); err != nil {
+		p.t.Fatalf("%s-proxy --cleanup: %v\n%s", p.backend, err, out)
 	}
 }
 
@@ -538,6 +563,26 @@ func expectDropped(t *testing.T, d dialer, addr netip.AddrPort) {
 	r, err := d.TCP(addr, dropTimeout)
 	if !errors.Is(err, netns.ErrTimeout) {
 		t.Fatalf("connection to %s: got reply %+v, error %v; want it dropped (timeout)", addr, r, err)
+	}
+}
+
+// expectDropped checks what becomes of a flow from d that kube-proxy
+// drops: it times out, except on the ebpf backend's socket path (d from
+// p.inside), where a socket cannot be left to time out and connect()
+// fails at once with EHOSTUNREACH.
+func (p *proxy) expectDropped(d dialer, addr netip.AddrPort) {
+	p.t.Helper()
+	if _, ok := d.(*socketClient); !ok {
+		expectDropped(p.t, d, addr)
+		return
+	}
+	start := time.Now()
+	r, err := d.TCP(addr, connectTimeout)
+	if !errors.Is(err, netns.ErrUnreachable) {
+		p.t.Fatalf("connection to %s: got reply %+v, error %v; want EHOSTUNREACH", addr, r, err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		p.t.Errorf("connection to %s failed only after %v, want at once", addr, d)
 	}
 }
 

@@ -53,7 +53,7 @@ func TestZonedNodeAddressIsSkipped(t *testing.T) {
 			service("web", ips(70), withNodePort(30170, false)),
 			slice("web", false, v1.ProtocolTCP, eps...),
 			slice("web", true, v1.ProtocolTCP, eps...))
-		client := c.Clients[0]
+		client := p.inside(c.Clients[0])
 		for _, addr := range []netip.AddrPort{
 			at(serviceIP(false, 70), 80), at(serviceIP(true, 70), 80),
 			at(c.Node.IPv4, 30170), at(c.Node.IPv6, 30170),
@@ -63,7 +63,7 @@ func TestZonedNodeAddressIsSkipped(t *testing.T) {
 			// with 2⁻⁹).
 			expectOnly(t, spread(t, client, addr, 40), c.Pods...)
 		}
-		expectRefused(t, client, at(linkAddr(client), 30170))
+		expectRefused(t, client, at(linkAddr(c.Clients[0]), 30170))
 		expectLogged(t, p,
 			`Node node-a: InternalIP address \"fe80::1%eth0\" has a zone: skipped`,
 			`Node node-a: InternalIP address \"not-an-address\" is not an IP address: skipped`)
@@ -123,7 +123,7 @@ func TestAllowedExternalIPs(t *testing.T) {
 				}
 				expectRefused(t, client, at(c.Node.IPv4, 80))
 				expectLogged(t, p, warning)
-				expectOnly(t, spread(t, client, at(serviceIP(false, 73), 80), 5), c.Pods[0])
+				expectOnly(t, spread(t, p.inside(client), at(serviceIP(false, 73), 80), 5), c.Pods[0])
 			})
 		}
 	})

@@ -5,6 +5,7 @@ package e2e
 import (
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,16 +25,17 @@ func TestUpdates(t *testing.T) {
 		addr := at(serviceIP(false, 70), 80)
 		svc := service("web", ips(70))
 		p := startProxy(t, c, backend, svc, slice("web", false, v1.ProtocolTCP, ready(c, p0), ready(c, p1)))
-		expectUniform(t, spread(t, c.Clients[0], addr, 90), p0, p1)
+		client := p.inside(c.Clients[0])
+		expectUniform(t, spread(t, client, addr, 90), p0, p1)
 
 		p.update(svc, slice("web", false, v1.ProtocolTCP, ready(c, p0), ready(c, p1), ready(c, p2)))
-		expectUniform(t, spread(t, c.Clients[0], addr, 90), p0, p1, p2)
+		expectUniform(t, spread(t, client, addr, 90), p0, p1, p2)
 
 		p.update(svc, slice("web", false, v1.ProtocolTCP, ready(c, p2)))
-		expectOnly(t, spread(t, c.Clients[0], addr, 20), p2)
+		expectOnly(t, spread(t, client, addr, 20), p2)
 
 		p.update()
-		expectDropped(t, c.Clients[0], addr) // the node's sink swallows what is not DNATed
+		expectDropped(t, client, addr) // the node's sink swallows what is not DNATed
 	})
 }
 
@@ -93,10 +95,10 @@ func TestPreferSameZone(t *testing.T) {
 		svc := service("zonal", ips(73), withTrafficDistribution(v1.ServiceTrafficDistributionPreferSameZone))
 		addr := at(serviceIP(false, 73), 80)
 		p := startProxy(t, c, backend, svc, slice("zonal", false, v1.ProtocolTCP, ready(c, local), ready(c, r1), ready(c, r2).inZone("zone-a")))
-		expectUniform(t, spread(t, c.Clients[0], addr, 90), local, r2)
+		expectUniform(t, spread(t, p.inside(c.Clients[0]), addr, 90), local, r2)
 
 		p.update(svc, slice("zonal", false, v1.ProtocolTCP, ready(c, local).notReady(), ready(c, r1), ready(c, r2)))
-		expectUniform(t, spread(t, c.Clients[0], addr, 90), r1, r2)
+		expectUniform(t, spread(t, p.inside(c.Clients[0]), addr, 90), r1, r2)
 	})
 }
 
@@ -109,20 +111,25 @@ func TestCleanup(t *testing.T) {
 			service("web", ips(74), withNodePort(30074, false), withAffinity(60)),
 			slice("web", false, v1.ProtocolTCP, ready(c, c.Pods[0])),
 			slice("web", true, v1.ProtocolTCP, ready(c, c.Pods[0])))
-		reach(t, c.Clients[0], at(serviceIP(false, 74), 80))
+		client := p.inside(c.Clients[0])
+		reach(t, client, at(serviceIP(false, 74), 80))
 		if err := p.proc.Stop(); err != nil {
 			t.Fatal(err)
 		}
 		// The rules stay after the proxy exits.
-		reach(t, c.Clients[0], at(serviceIP(false, 74), 80))
-		cleanup(t, c, backend)
+		reach(t, client, at(serviceIP(false, 74), 80))
+		marks := []string{"KUBE-", "kube-proxy", "svcproxy-flat", "svcp_"}
+		if state := p.kernelState(); !slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(state, m) }) {
+			t.Fatalf("before --cleanup the kernel state shows none of %q:\n%s", marks, state)
+		}
+		p.cleanup()
 		state := p.kernelState()
-		for _, mark := range []string{"KUBE-", "kube-proxy", "svcproxy-flat"} {
+		for _, mark := range marks {
 			if strings.Contains(state, mark) {
 				t.Errorf("after --cleanup the kernel still holds %q:\n%s", mark, state)
 			}
 		}
-		expectDropped(t, c.Clients[0], at(serviceIP(false, 74), 80))
+		expectDropped(t, client, at(serviceIP(false, 74), 80))
 	})
 }
 
@@ -138,7 +145,7 @@ func TestRobustness(t *testing.T) {
 		bad.Spec.ClusterIP = "198.19.0.999"
 		good := service("good", ips(76))
 		p := startProxy(t, c, backend, bad, good, slice("good", false, v1.ProtocolTCP, ready(c, c.Pods[0])))
-		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 76), 80), 10), c.Pods[0])
+		expectOnly(t, spread(t, p.inside(c.Clients[0]), at(serviceIP(false, 76), 80), 10), c.Pods[0])
 		if !strings.Contains(p.log.String(), `Service e2e/bad: invalid cluster IP`) {
 			t.Errorf("no warning names the bad Service:\n%s", p.log.String())
 		}
@@ -159,7 +166,7 @@ func TestRobustness(t *testing.T) {
 		if after := rulesOnly(p.kernelState()); after != before {
 			t.Errorf("a broken file changed the kernel:\nbefore:\n%s\nafter:\n%s", before, after)
 		}
-		expectOnly(t, spread(t, c.Clients[0], at(serviceIP(false, 76), 80), 10), c.Pods[0])
+		expectOnly(t, spread(t, p.inside(c.Clients[0]), at(serviceIP(false, 76), 80), 10), c.Pods[0])
 	})
 }
 

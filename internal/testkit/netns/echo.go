@@ -45,7 +45,8 @@ type Reply struct {
 	Payload string
 }
 
-func parseReply(line string, from netip.AddrPort) (Reply, error) {
+// ParseReply parses an echo server's reply line, received from from.
+func ParseReply(line string, from netip.AddrPort) (Reply, error) {
 	f := strings.SplitN(strings.TrimRight(line, "\n"), " ", 4)
 	if len(f) < 3 || f[0] != replyTag {
 		return Reply{}, fmt.Errorf("not an echo reply: %q", line)
@@ -267,7 +268,7 @@ func (ns *NS) TCP(remote netip.AddrPort, timeout time.Duration) (Reply, error) {
 	if err != nil {
 		return Reply{}, classify(fmt.Sprintf("%s tcp → %s read", ns.Label, remote), err)
 	}
-	return parseReply(line, addrPort(c.RemoteAddr()))
+	return ParseReply(line, addrPort(c.RemoteAddr()))
 }
 
 // UDPClient is a connected UDP socket in a namespace with a fixed local
@@ -322,7 +323,7 @@ func (u *UDPClient) Exchange(timeout time.Duration) (Reply, error) {
 		if err != nil {
 			return Reply{}, classify(op, err)
 		}
-		r, err := parseReply(string(buf[:n]), addrPort(u.conn.RemoteAddr()))
+		r, err := ParseReply(string(buf[:n]), addrPort(u.conn.RemoteAddr()))
 		if err == nil && r.Payload == token {
 			return r, nil
 		}

@@ -1,0 +1,348 @@
+//go:build linux
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+)
+
+// The ebpf backend translates Services at the socket for the processes of
+// one cgroup, and at tc for IPv4 flows that arrive from outside. In the
+// suite each test gets a child cgroup of the cgroup v2 tree (never the
+// root), the proxy attaches there, and clients that stand for the node's
+// processes or its pods run as child processes placed in it (p.inside);
+// the cluster's client namespaces, outside that cgroup, are the outside
+// world, whose flows to node ports, external and load-balancer IPs meet
+// the tc programs (--tc-external on the client links, --tc-pods on the
+// links to the pods and to the remote node).
+
+// ebpfSkips names the tests that loop over backends but do not run for
+// ebpf, and why: each is printed as the subtest's skip reason.
+var ebpfSkips = map[string]string{
+	// The flushes are iptables and nft commands; the ebpf backend's
+	// counterpart (an element deleted behind its back) is the ebpf
+	// package's TestKernelUpdatesCheckCleanup.
+	"TestRepairAfterOutsideFlush": "the outside flushes are netfilter commands; the ebpf package's TestKernelUpdatesCheckCleanup deletes a map element behind the executor's back instead",
+	// The connected UDP socket and the held TCP connection live in the
+	// client's namespace for the whole test, which the socket client
+	// (one exchange a request) does not keep; the socket destroy that
+	// stands for the conntrack flush is the ebpf package's
+	// TestKernelUDPRemovedBackend.
+	"TestUDPFollowsReplacedEndpoint": "the test holds sockets across an update, which the e2e socket client does not; the ebpf package's kernel tests cover the socket destroy",
+	// The API-server tests check watching, outages and relists, which
+	// the proxies share (examples/internal/proxy); their clients are the
+	// outside namespaces sending to cluster IPs, which only the socket
+	// path serves for ebpf.
+	"TestAPIServerServiceLifecycle":      "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
+	"TestAPIServerNodeZone":              "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
+	"TestAPIServerServiceCIDR":           "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
+	"TestAPIServerRestart":               "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
+	"TestAPIServerRelistAfterCompaction": "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
+}
+
+// ebpfClientEnv makes the test binary a socket client (runSocketClient)
+// instead of running the tests: p.inside starts it in the test's cgroup.
+const ebpfClientEnv = "SVCPROXY_E2E_SOCKET_CLIENT"
+
+// cgroup2Root is the mount point of the cgroup v2 tree, from /proc/mounts.
+func cgroup2Root() (string, error) {
+	data, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 3 && f[2] == "cgroup2" {
+			return f[1], nil
+		}
+	}
+	return "", errors.New("no cgroup2 mount in /proc/mounts")
+}
+
+var ebpfSeq atomic.Int64
+
+// ebpfSetup creates the test's child cgroup and a bpffs for the proxy's
+// pins (both removed when the test ends, after the clients in the cgroup
+// have been stopped) and returns the proxy's flags for them and for tc on
+// the cluster's links, and the cgroup directory opened, for the proxy's
+// ExtraFiles: ip netns exec remounts /sys, hiding the cgroup tree, so the
+// proxy is given the cgroup as /proc/self/fd/3.
+func ebpfSetup(t *testing.T, c *netns.Cluster, p *proxy) ([]string, *os.File) {
+	t.Helper()
+	root, err := cgroup2Root()
+	if err != nil {
+		t.Fatalf("ebpf backend: %v", err)
+	}
+	name := fmt.Sprintf("svcp-e2e-%d-%d", os.Getpid(), ebpfSeq.Add(1))
+	p.cgroup = filepath.Join(root, name)
+	if err := os.Mkdir(p.cgroup, 0o755); err != nil {
+		t.Fatalf("ebpf backend: creating cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		var err error
+		for range 50 { // at most 5 s for the kernel to let go of exited clients
+			if err = os.Remove(p.cgroup); err == nil || errors.Is(err, os.ErrNotExist) {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("removing cgroup %s: %v", p.cgroup, err)
+	})
+	cg, err := os.Open(p.cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cg.Close() })
+	bpffs := filepath.Join(t.TempDir(), "bpffs")
+	if err := os.Mkdir(bpffs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("bpffs", bpffs, "bpf", 0, "mode=0700"); err != nil {
+		t.Fatalf("ebpf backend: mounting a bpffs at %s: %v", bpffs, err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(bpffs, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", bpffs, err)
+		}
+	})
+	p.pinPath = filepath.Join(bpffs, "svcproxy")
+	var external, pods []string
+	for _, h := range c.Clients {
+		external = append(external, fmt.Sprintf("vc%d", h.IPv4.As4()[2]))
+	}
+	for _, h := range c.Pods {
+		if h.Node == c.Node {
+			pods = append(pods, fmt.Sprintf("vp%d", h.IPv4.As4()[2]))
+		}
+	}
+	if c.Remote != nil {
+		pods = append(pods, "eth0")
+	}
+	return []string{"--cgroup", "/proc/self/fd/3", "--bpf-pin-path", p.pinPath,
+		"--tc-external", strings.Join(external, ","), "--tc-pods", strings.Join(pods, ",")}, cg
+}
+
+// ebpfState is what the ebpf backend holds in the kernel, as an operator
+// reads it with bpftool: the programs attached to the cgroup and the
+// pinned maps' elements.
+func (p *proxy) ebpfState() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out strings.Builder
+	// bpftool runs in the host's namespaces (it only reads), where the
+	// cgroup tree is mounted.
+	text, err := exec.CommandContext(ctx, "bpftool", "cgroup", "show", p.cgroup).CombinedOutput()
+	fmt.Fprintf(&out, "# bpftool cgroup show (err %v)\n%s\n", err, text)
+	pins, _ := os.ReadDir(p.pinPath)
+	for _, pin := range pins {
+		if strings.HasPrefix(pin.Name(), "link_") {
+			fmt.Fprintf(&out, "# pinned %s\n", pin.Name())
+			continue
+		}
+		text, err := exec.CommandContext(ctx, "bpftool", "map", "dump", "pinned", filepath.Join(p.pinPath, pin.Name())).CombinedOutput()
+		fmt.Fprintf(&out, "# map %s (err %v)\n%s\n", pin.Name(), err, text)
+	}
+	return out.String()
+}
+
+// inside is a dialer in h's namespace that stands for a process of the
+// node or of a pod: for the ebpf backend a client process placed in the
+// test's cgroup (its sockets are translated at connect and sendmsg), for
+// the netfilter backends h itself.
+func (p *proxy) inside(h *netns.Host) dialer {
+	p.t.Helper()
+	if p.backend != "ebpf" {
+		return h
+	}
+	if sc, ok := p.socketClients[h]; ok {
+		return sc
+	}
+	sc := startSocketClient(p.t, h, p.cgroup)
+	if p.socketClients == nil {
+		p.socketClients = map[*netns.Host]*socketClient{}
+	}
+	p.socketClients[h] = sc
+	return sc
+}
+
+// socketClient is a client process in a namespace and a cgroup: it reads
+// one socketRequest a line and answers one socketAnswer a line.
+type socketClient struct {
+	t     *testing.T
+	label string
+	in    io.WriteCloser
+	out   *json.Decoder
+}
+
+type socketRequest struct {
+	Op      string // "tcp" or "udp"
+	Remote  netip.AddrPort
+	Timeout time.Duration
+}
+
+type socketAnswer struct {
+	Line string         // the echo server's reply
+	From netip.AddrPort // the peer as the socket reports it
+	Kind string         // "refused", "timeout", "unreachable", "other" on error
+	Err  string
+}
+
+// startSocketClient starts a socket client in h's namespace, placed in
+// cgroup at its creation (ip netns exec hides the cgroup tree). It is
+// stopped when the test ends, before the cgroup is removed.
+func startSocketClient(t *testing.T, h *netns.Host, cgroup string) *socketClient {
+	t.Helper()
+	cg, err := os.Open(cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	cmd := h.Command(ctx, os.Args[0])
+	cmd.Env = append(os.Environ(), ebpfClientEnv+"=1")
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	proc, err := h.Start(cmd)
+	if err != nil {
+		cancel()
+		t.Fatalf("starting a socket client in %s: %v", h.Label, err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		select {
+		case <-proc.Done():
+		case <-time.After(2 * time.Second):
+			proc.Stop()
+		}
+		cancel()
+	})
+	return &socketClient{t: t, label: h.Label, in: in, out: json.NewDecoder(out)}
+}
+
+func (s *socketClient) TCP(remote netip.AddrPort, timeout time.Duration) (netns.Reply, error) {
+	return s.do(socketRequest{Op: "tcp", Remote: remote, Timeout: timeout})
+}
+
+func (s *socketClient) UDP(remote netip.AddrPort, timeout time.Duration) (netns.Reply, error) {
+	return s.do(socketRequest{Op: "udp", Remote: remote, Timeout: timeout})
+}
+
+func (s *socketClient) do(r socketRequest) (netns.Reply, error) {
+	data, _ := json.Marshal(r)
+	if _, err := s.in.Write(append(data, '\n')); err != nil {
+		return netns.Reply{}, fmt.Errorf("socket client in %s: %w", s.label, err)
+	}
+	var a socketAnswer
+	if err := s.out.Decode(&a); err != nil {
+		return netns.Reply{}, fmt.Errorf("socket client in %s: %w", s.label, err)
+	}
+	op := fmt.Sprintf("%s (socket client) %s → %s", s.label, r.Op, r.Remote)
+	switch a.Kind {
+	case "":
+		return netns.ParseReply(a.Line, a.From)
+	case "refused":
+		return netns.Reply{}, fmt.Errorf("%s: %w: %s", op, netns.ErrRefused, a.Err)
+	case "timeout":
+		return netns.Reply{}, fmt.Errorf("%s: %w: %s", op, netns.ErrTimeout, a.Err)
+	case "unreachable":
+		return netns.Reply{}, fmt.Errorf("%s: %w: %s", op, netns.ErrUnreachable, a.Err)
+	}
+	return netns.Reply{}, fmt.Errorf("%s: %s", op, a.Err)
+}
+
+// runSocketClient serves socketRequests from stdin until it closes; each
+// is bounded by its timeout.
+func runSocketClient() int {
+	in := bufio.NewScanner(os.Stdin)
+	out := json.NewEncoder(os.Stdout)
+	for in.Scan() {
+		var r socketRequest
+		if err := json.Unmarshal(in.Bytes(), &r); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		line, from, err := exchange(r)
+		a := socketAnswer{Line: line, From: from}
+		if err != nil {
+			a.Kind, a.Err = errorKind(err), err.Error()
+		}
+		if err := out.Encode(a); err != nil {
+			return 2
+		}
+	}
+	return 0
+}
+
+// exchange makes one TCP connection (reading the echo server's line) or
+// one UDP exchange on a connected socket.
+func exchange(r socketRequest) (string, netip.AddrPort, error) {
+	network := r.Op + "4"
+	if r.Remote.Addr().Is6() {
+		network = r.Op + "6"
+	}
+	deadline := time.Now().Add(r.Timeout)
+	c, err := net.DialTimeout(network, r.Remote.String(), r.Timeout)
+	if err != nil {
+		return "", netip.AddrPort{}, err
+	}
+	defer c.Close()
+	c.SetDeadline(deadline)
+	token := fmt.Sprintf("x%d", time.Now().UnixNano())
+	if r.Op == "udp" {
+		if _, err := c.Write([]byte(token)); err != nil {
+			return "", netip.AddrPort{}, err
+		}
+	}
+	buf := make([]byte, 2048)
+	for range 100 { // bounded by the deadline too
+		n, err := c.Read(buf)
+		if err != nil {
+			return "", netip.AddrPort{}, err
+		}
+		line := string(buf[:n])
+		if r.Op == "tcp" || strings.HasSuffix(line, " "+token) {
+			ap := c.RemoteAddr().(interface{ AddrPort() netip.AddrPort }).AddrPort()
+			return line, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+		}
+	}
+	return "", netip.AddrPort{}, errors.New("no matching reply among 100 datagrams")
+}
+
+func errorKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "unreachable"
+	}
+	return "other"
+}

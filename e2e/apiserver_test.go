@@ -29,8 +29,8 @@ func TestAPIServerServiceLifecycle(t *testing.T) {
 		ac := newAPICluster(t, netns.ClusterSpec{Pods: 2}, apiserver.Options{})
 		ac.StartEcho(echoPort)
 		p0, p1 := ac.Pods[0], ac.Pods[1]
-		client := ac.Clients[0]
-		ac.startProxy(backend, "")
+		p := ac.startProxy(backend, "")
+		client := p.inside(ac.Clients[0])
 
 		web := apiService("web", 20)
 		addr := at(serviceIP(false, 20), 80)
@@ -55,7 +55,7 @@ func TestAPIServerServiceLifecycle(t *testing.T) {
 		ac.put(apiService("marker", 22))
 		ac.put(slice("marker", false, v1.ProtocolTCP, ready(ac.Cluster, p1)))
 		eventuallyReaches(t, client, at(serviceIP(false, 22), 80), p1)
-		expectDropped(t, client, at(serviceIP(false, 21), 80))
+		p.expectDropped(client, at(serviceIP(false, 21), 80))
 
 		other.Labels = nil
 		ac.put(other)
@@ -73,19 +73,20 @@ func TestAPIServerNodeZone(t *testing.T) {
 		ac := newAPICluster(t, netns.ClusterSpec{Pods: 3}, apiserver.Options{})
 		ac.StartEcho(echoPort)
 		a, b1, b2 := ac.Pods[0], ac.Pods[1], ac.Pods[2]
-		ac.startProxy(backend, "")
+		p := ac.startProxy(backend, "")
+		client := p.inside(ac.Clients[0])
 
 		ac.put(apiService("zonal", 30, withTrafficDistribution(v1.ServiceTrafficDistributionPreferSameZone)))
 		ac.put(withZoneHints(slice("zonal", false, v1.ProtocolTCP,
 			ready(ac.Cluster, a), ready(ac.Cluster, b1).inZone("zone-b"), ready(ac.Cluster, b2).inZone("zone-b"))))
 		addr := at(serviceIP(false, 30), 80)
-		eventuallyReaches(t, ac.Clients[0], addr, a)
+		eventuallyReaches(t, client, addr, a)
 
 		node := nodeObject()
 		node.Labels[v1.LabelTopologyZone] = "zone-b"
 		ac.put(node)
-		eventuallyReaches(t, ac.Clients[0], addr, b1, b2)
-		expectUniform(t, spread(t, ac.Clients[0], addr, 90), b1, b2)
+		eventuallyReaches(t, client, addr, b1, b2)
+		expectUniform(t, spread(t, client, addr, 90), b1, b2)
 	})
 }
 
@@ -116,7 +117,7 @@ func TestAPIServerServiceCIDR(t *testing.T) {
 			return err == nil, fmt.Sprint(err)
 		})
 		ac.put(slice("beyond", false, v1.ProtocolTCP, ready(ac.Cluster, ac.Pods[0])))
-		eventuallyReaches(t, ac.Clients[0], at(netip.MustParseAddr("198.19.8.10"), 80), ac.Pods[0])
+		eventuallyReaches(t, p.inside(ac.Clients[0]), at(netip.MustParseAddr("198.19.8.10"), 80), ac.Pods[0])
 		if backend != "nftables" {
 			return
 		}
@@ -144,25 +145,26 @@ func TestAPIServerRestart(t *testing.T) {
 		ac.StartEcho(echoPort)
 		p0, p1 := ac.Pods[0], ac.Pods[1]
 		p := ac.startProxy(backend, "", "--sync-period", "1s")
+		client := p.inside(ac.Clients[0])
 		kept, gone := at(serviceIP(false, 40), 80), at(serviceIP(false, 41), 80)
 		ac.put(apiService("kept", 40))
 		ac.put(slice("kept", false, v1.ProtocolTCP, ready(ac.Cluster, p0)))
 		ac.put(apiService("gone", 41))
 		ac.put(slice("gone", false, v1.ProtocolTCP, ready(ac.Cluster, p1)))
-		eventuallyReaches(t, ac.Clients[0], kept, p0)
-		eventuallyReaches(t, ac.Clients[0], gone, p1)
+		eventuallyReaches(t, client, kept, p0)
+		eventuallyReaches(t, client, gone, p1)
 
 		ac.api.StopAPIServer()
 		before := p.syncs()
 		p.waitSyncs(before + 2) // periodic syncs, from the proxy's caches
-		expectOnly(t, spread(t, ac.Clients[0], kept, 10), p0)
-		expectOnly(t, spread(t, ac.Clients[0], gone, 10), p1)
+		expectOnly(t, spread(t, client, kept, 10), p0)
+		expectOnly(t, spread(t, client, gone, 10), p1)
 
 		ac.api.StartAPIServer()
 		ac.put(slice("kept", false, v1.ProtocolTCP, ready(ac.Cluster, p0), ready(ac.Cluster, p1)))
 		ac.remove(apiService("gone", 41))
-		eventuallyReaches(t, ac.Clients[0], kept, p0, p1)
-		eventuallyFails(t, ac.Clients[0], gone, netns.ErrTimeout)
+		eventuallyReaches(t, client, kept, p0, p1)
+		eventuallyFails(t, client, gone, p.dropError(client))
 	})
 }
 
@@ -176,13 +178,14 @@ func TestAPIServerRelistAfterCompaction(t *testing.T) {
 		ac.StartEcho(echoPort)
 		p0, p1 := ac.Pods[0], ac.Pods[1]
 		p := ac.startProxy(backend, "")
+		client := p.inside(ac.Clients[0])
 		kept, gone, added := at(serviceIP(false, 50), 80), at(serviceIP(false, 51), 80), at(serviceIP(false, 52), 80)
 		ac.put(apiService("kept", 50))
 		ac.put(slice("kept", false, v1.ProtocolTCP, ready(ac.Cluster, p0)))
 		ac.put(apiService("gone", 51))
 		ac.put(slice("gone", false, v1.ProtocolTCP, ready(ac.Cluster, p1)))
-		eventuallyReaches(t, ac.Clients[0], kept, p0)
-		eventuallyReaches(t, ac.Clients[0], gone, p1)
+		eventuallyReaches(t, client, kept, p0)
+		eventuallyReaches(t, client, gone, p1)
 
 		// Frozen while the API server restarts, the proxy loses its watches
 		// without reconnecting: the kernel cannot buffer for it what the API
@@ -201,12 +204,12 @@ func TestAPIServerRelistAfterCompaction(t *testing.T) {
 		ac.api.StopAPIServer()
 		ac.api.StartAPIServer()
 		auditBefore := len(ac.api.Audit())
-		expectOnly(t, spread(t, ac.Clients[0], gone, 5), p1) // the last rules, still
+		expectOnly(t, spread(t, client, gone, 5), p1) // the last rules, still
 
 		signal(t, p, syscall.SIGCONT)
-		eventuallyReaches(t, ac.Clients[0], kept, p1)
-		eventuallyReaches(t, ac.Clients[0], added, p0)
-		eventuallyFails(t, ac.Clients[0], gone, netns.ErrTimeout)
+		eventuallyReaches(t, client, kept, p1)
+		eventuallyReaches(t, client, added, p0)
+		eventuallyFails(t, client, gone, p.dropError(client))
 		after := ac.api.Audit()[auditBefore:]
 		if lists := relists(after); lists == 0 {
 			t.Errorf("no list (or watch with sendInitialEvents) by %s after the compaction; audit:\n%s", proxyUser, after)

@@ -46,15 +46,6 @@ var ebpfSkips = map[string]string{
 	// stands for the conntrack flush is the ebpf package's
 	// TestKernelUDPRemovedBackend.
 	"TestUDPFollowsReplacedEndpoint": "the test holds sockets across an update, which the e2e socket client does not; the ebpf package's kernel tests cover the socket destroy",
-	// The API-server tests check watching, outages and relists, which
-	// the proxies share (examples/internal/proxy); their clients are the
-	// outside namespaces sending to cluster IPs, which only the socket
-	// path serves for ebpf.
-	"TestAPIServerServiceLifecycle":      "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
-	"TestAPIServerNodeZone":              "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
-	"TestAPIServerServiceCIDR":           "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
-	"TestAPIServerRestart":               "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
-	"TestAPIServerRelistAfterCompaction": "source behaviour shared by every proxy, tested with the netfilter backends; its clients reach cluster IPs from outside, which ebpf does not translate",
 }
 
 // ebpfClientEnv makes the test binary a socket client (runSocketClient)

@@ -586,6 +586,16 @@ func (p *proxy) expectDropped(d dialer, addr netip.AddrPort) {
 	}
 }
 
+// dropError is the error a flow from d that kube-proxy drops ends in:
+// ErrTimeout, or ErrUnreachable on the ebpf backend's socket path (see
+// expectDropped).
+func (p *proxy) dropError(d dialer) error {
+	if _, ok := d.(*socketClient); ok {
+		return netns.ErrUnreachable
+	}
+	return netns.ErrTimeout
+}
+
 // expectOnly checks that the connections reached exactly the pods named.
 func expectOnly(t *testing.T, counts map[string]int, pods ...*netns.Host) {
 	t.Helper()

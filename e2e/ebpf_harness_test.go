@@ -40,12 +40,6 @@ var ebpfSkips = map[string]string{
 	// counterpart (an element deleted behind its back) is the ebpf
 	// package's TestKernelUpdatesCheckCleanup.
 	"TestRepairAfterOutsideFlush": "the outside flushes are netfilter commands; the ebpf package's TestKernelUpdatesCheckCleanup deletes a map element behind the executor's back instead",
-	// The connected UDP socket and the held TCP connection live in the
-	// client's namespace for the whole test, which the socket client
-	// (one exchange a request) does not keep; the socket destroy that
-	// stands for the conntrack flush is the ebpf package's
-	// TestKernelUDPRemovedBackend.
-	"TestUDPFollowsReplacedEndpoint": "the test holds sockets across an update, which the e2e socket client does not; the ebpf package's kernel tests cover the socket destroy",
 }
 
 // ebpfClientEnv makes the test binary a socket client (runSocketClient)
@@ -182,7 +176,15 @@ type socketClient struct {
 }
 
 type socketRequest struct {
-	Op      string // "tcp" or "udp"
+	// Op is "tcp" (connect, read the echo server's line, close), "udp"
+	// (one exchange on a new connected socket), "hold-udp" (open a
+	// connected socket from Local and keep it as ID), "hold-tcp" (connect
+	// and keep the connection as ID), or "exchange" (one exchange on the
+	// held socket ID: a datagram, or for TCP a line written and the
+	// answer read), or "close" (close the held socket ID).
+	Op      string
+	ID      string
+	Local   netip.AddrPort
 	Remote  netip.AddrPort
 	Timeout time.Duration
 }
@@ -244,6 +246,33 @@ func (s *socketClient) UDP(remote netip.AddrPort, timeout time.Duration) (netns.
 	return s.do(socketRequest{Op: "udp", Remote: remote, Timeout: timeout})
 }
 
+// heldSocket is a socket that a socketClient keeps open between requests.
+type heldSocket struct {
+	s  *socketClient
+	id string
+}
+
+// hold opens a socket (network "udp" or "tcp") from local (zero: any) to
+// remote in the client and keeps it open until the client ends.
+func (s *socketClient) hold(network string, local, remote netip.AddrPort) (*heldSocket, error) {
+	id := fmt.Sprintf("%s-%d", network, ebpfSeq.Add(1))
+	if _, err := s.do(socketRequest{Op: "hold-" + network, ID: id, Local: local, Remote: remote, Timeout: connectTimeout}); err != nil {
+		return nil, err
+	}
+	return &heldSocket{s: s, id: id}, nil
+}
+
+// Exchange makes one exchange on the held socket.
+func (h *heldSocket) Exchange(timeout time.Duration) (netns.Reply, error) {
+	return h.s.do(socketRequest{Op: "exchange", ID: h.id, Timeout: timeout})
+}
+
+// Close closes the held socket.
+func (h *heldSocket) Close() error {
+	_, err := h.s.do(socketRequest{Op: "close", ID: h.id})
+	return err
+}
+
 func (s *socketClient) do(r socketRequest) (netns.Reply, error) {
 	data, _ := json.Marshal(r)
 	if _, err := s.in.Write(append(data, '\n')); err != nil {
@@ -256,6 +285,9 @@ func (s *socketClient) do(r socketRequest) (netns.Reply, error) {
 	op := fmt.Sprintf("%s (socket client) %s → %s", s.label, r.Op, r.Remote)
 	switch a.Kind {
 	case "":
+		if r.Op == "hold-udp" || r.Op == "hold-tcp" || r.Op == "close" {
+			return netns.Reply{}, nil
+		}
 		return netns.ParseReply(a.Line, a.From)
 	case "refused":
 		return netns.Reply{}, fmt.Errorf("%s: %w: %s", op, netns.ErrRefused, a.Err)
@@ -272,13 +304,19 @@ func (s *socketClient) do(r socketRequest) (netns.Reply, error) {
 func runSocketClient() int {
 	in := bufio.NewScanner(os.Stdin)
 	out := json.NewEncoder(os.Stdout)
+	held := map[string]net.Conn{}
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
 	for in.Scan() {
 		var r socketRequest
 		if err := json.Unmarshal(in.Bytes(), &r); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		line, from, err := exchange(r)
+		line, from, err := serve(r, held)
 		a := socketAnswer{Line: line, From: from}
 		if err != nil {
 			a.Kind, a.Err = errorKind(err), err.Error()
@@ -290,23 +328,71 @@ func runSocketClient() int {
 	return 0
 }
 
-// exchange makes one TCP connection (reading the echo server's line) or
-// one UDP exchange on a connected socket.
-func exchange(r socketRequest) (string, netip.AddrPort, error) {
-	network := r.Op + "4"
-	if r.Remote.Addr().Is6() {
-		network = r.Op + "6"
+// serve does what r asks, on the sockets held by ID.
+func serve(r socketRequest, held map[string]net.Conn) (string, netip.AddrPort, error) {
+	switch r.Op {
+	case "tcp", "udp":
+		c, err := dial(r.Op, r.Local, r.Remote, r.Timeout)
+		if err != nil {
+			return "", netip.AddrPort{}, err
+		}
+		defer c.Close()
+		return exchange(c, r.Op == "udp", false, r.Timeout)
+	case "hold-tcp", "hold-udp":
+		c, err := dial(strings.TrimPrefix(r.Op, "hold-"), r.Local, r.Remote, r.Timeout)
+		if err != nil {
+			return "", netip.AddrPort{}, err
+		}
+		held[r.ID] = c
+		return "", netip.AddrPort{}, nil
+	case "close":
+		c, ok := held[r.ID]
+		if !ok {
+			return "", netip.AddrPort{}, fmt.Errorf("no socket %q held", r.ID)
+		}
+		delete(held, r.ID)
+		return "", netip.AddrPort{}, c.Close()
+	case "exchange":
+		c, ok := held[r.ID]
+		if !ok {
+			return "", netip.AddrPort{}, fmt.Errorf("no socket %q held", r.ID)
+		}
+		return exchange(c, strings.HasPrefix(r.ID, "udp"), true, r.Timeout)
 	}
-	deadline := time.Now().Add(r.Timeout)
-	c, err := net.DialTimeout(network, r.Remote.String(), r.Timeout)
-	if err != nil {
-		return "", netip.AddrPort{}, err
+	return "", netip.AddrPort{}, fmt.Errorf("unknown op %q", r.Op)
+}
+
+// dial connects a socket of network ("tcp", "udp"; the family is
+// remote's) from local (zero: any).
+func dial(network string, local, remote netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	if remote.Addr().Is4() {
+		network += "4"
+	} else {
+		network += "6"
 	}
-	defer c.Close()
-	c.SetDeadline(deadline)
+	d := net.Dialer{Timeout: timeout}
+	if local.IsValid() {
+		if strings.HasPrefix(network, "udp") {
+			d.LocalAddr = net.UDPAddrFromAddrPort(local)
+		} else {
+			d.LocalAddr = net.TCPAddrFromAddrPort(local)
+		}
+	}
+	return d.Dial(network, remote.String())
+}
+
+// exchange reads the echo server's line from c: for UDP the reply to a
+// fresh token sent, for TCP the first line (the greeting; with ask, after
+// writing a line, which proves the connection still carries data).
+func exchange(c net.Conn, udp, ask bool, timeout time.Duration) (string, netip.AddrPort, error) {
+	c.SetDeadline(time.Now().Add(timeout))
 	token := fmt.Sprintf("x%d", time.Now().UnixNano())
-	if r.Op == "udp" {
+	if udp {
 		if _, err := c.Write([]byte(token)); err != nil {
+			return "", netip.AddrPort{}, err
+		}
+	} else if ask {
+		if _, err := c.Write([]byte("still there?\n")); err != nil {
 			return "", netip.AddrPort{}, err
 		}
 	}
@@ -317,7 +403,10 @@ func exchange(r socketRequest) (string, netip.AddrPort, error) {
 			return "", netip.AddrPort{}, err
 		}
 		line := string(buf[:n])
-		if r.Op == "tcp" || strings.HasSuffix(line, " "+token) {
+		if !udp {
+			line, _, _ = strings.Cut(line, "\n")
+		}
+		if !udp || strings.HasSuffix(line, " "+token) {
 			ap := c.RemoteAddr().(interface{ AddrPort() netip.AddrPort }).AddrPort()
 			return line, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
 		}

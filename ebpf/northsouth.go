@@ -56,10 +56,11 @@ type NorthSouth struct {
 // cluster meets (ruleset.Ruleset.Decide for an arriving source outside
 // the pod network): the Maglev table of its External route's targets,
 // masquerading to the first of Config.NodePortAddresses where the Service
-// masquerades external traffic (kept when there is none), or a flag: rejected and dropped
-// flows are both dropped (the tc path sends no TCP reset or ICMP error),
-// and a load-balancer IP with source ranges lets only them through (and
-// its own load-balancer IPs, where FirewallAllowsNode says so). An IPv6
+// masquerades external traffic (kept when there is none), or a flag
+// (rejected: a TCP SYN is answered with a reset, anything else dropped;
+// dropped), and a load-balancer IP with source ranges lets only them
+// through (and its own load-balancer IPs, where FirewallAllowsNode says
+// so). An IPv6
 // Ruleset gives no elements: the tc slice is IPv4 only.
 func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, error) {
 	if size == 0 {

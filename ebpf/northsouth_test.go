@@ -19,8 +19,8 @@ import (
 // Property: the model of the tc programs' lookups, over the maps
 // RenderNorthSouth makes, gives trace.Trace's outcome for every IPv4 flow
 // arriving from outside (a client outside the pod network, or inside a
-// source range): the same verdict (a reject is a drop at tc, so both are
-// compared as refusals), the same targets, each owning ⌊M/N⌋ or ⌈M/N⌉ of
+// source range): the same verdict (the programs answer a rejected TCP
+// SYN with a reset and drop other rejected flows), the same targets, each owning ⌊M/N⌋ or ⌈M/N⌉ of
 // the M Maglev entries (a share within 1/M of trace's 1/N), and
 // masquerading to the node's address exactly when trace masquerades.
 func TestPropNorthSouthMatchesTrace(t *testing.T) {

@@ -9,8 +9,10 @@
 //   - svcp_tc_in, ingress of the interfaces facing the outside: picks a
 //     backend from the frontend's Maglev table (the same on every node for
 //     the same targets) by a hash of the flow, translates the destination
-//     and records the flow in LRU tables (rejected flows are dropped;
-//     loadBalancerSourceRanges are enforced from svcp_ranges);
+//     and records the flow in LRU tables (a TCP SYN to a frontend without
+//     endpoints is answered with a reset sent back out of the interface,
+//     other rejected flows are dropped; loadBalancerSourceRanges are
+//     enforced from svcp_ranges);
 //   - svcp_tc_masq, egress of the interfaces facing the pods: masquerades
 //     the source to the node's address where the Service says so (the
 //     client's port is kept);
@@ -66,6 +68,7 @@ struct ct_key {
 };
 
 #define TCP_SYN 0x02
+#define TCP_RST 0x04
 #define TCP_ACK 0x10
 
 struct ct_value {
@@ -210,6 +213,59 @@ static __always_inline int rewrite(struct __sk_buff *skb, __u8 proto, int addr_o
 	return 0;
 }
 
+// rst_hdr is a TCP header of 20 bytes after the IPv4 pseudo-header that
+// its checksum covers.
+struct rst_hdr {
+	__u32 saddr, daddr;
+	__u8 zero, proto;
+	__u16 len;
+	__u16 sport, dport;
+	__u32 seq, ack;
+	__u8 doff, flags;
+	__u16 window, csum, urg;
+};
+
+// reset turns a TCP SYN of flow k (without IP options) into the RST|ACK
+// that refuses it and sends it back out of the interface it arrived on,
+// as kube-proxy's reject does for a Service without endpoints.
+static __always_inline int reset(struct __sk_buff *skb, const struct ct_key *k)
+{
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	if (data + L4_OFF + 20 > end)
+		return TC_ACT_SHOT;
+	struct ethhdr *eth = data;
+	struct ethhdr neth = {.h_proto = eth->h_proto};
+	__builtin_memcpy(neth.h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(neth.h_source, eth->h_dest, ETH_ALEN);
+	struct iphdr *ip = (void *)(eth + 1);
+	__u16 old_len = ip->tot_len, new_len = bpf_htons(40);
+	__u32 seq = *(__u32 *)(data + L4_OFF + 4);
+	struct rst_hdr t = {
+		.saddr = k->daddr,
+		.daddr = k->saddr,
+		.proto = IPPROTO_TCP,
+		.len = bpf_htons(20),
+		.sport = k->dport,
+		.dport = k->sport,
+		.ack = bpf_htonl(bpf_ntohl(seq) + 1),
+		.doff = 5 << 4,
+		.flags = TCP_RST | TCP_ACK,
+	};
+	__s64 sum = bpf_csum_diff(NULL, 0, (__be32 *)&t, sizeof(t), 0);
+	if (sum < 0)
+		return TC_ACT_SHOT;
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	t.csum = ~sum;
+	__u32 addrs[2] = {k->daddr, k->saddr};
+	if (bpf_skb_change_tail(skb, L4_OFF + 20, 0) || bpf_skb_store_bytes(skb, 0, &neth, sizeof(neth), 0) ||
+	    bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_len, new_len, 2) ||
+	    bpf_skb_store_bytes(skb, IP_OFF + 2, &new_len, 2, 0) || bpf_skb_store_bytes(skb, IP_SRC_OFF, addrs, 8, 0) ||
+	    bpf_skb_store_bytes(skb, L4_OFF, &t.sport, 20, 0))
+		return TC_ACT_SHOT;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
 // flow_hash is the flow's hash that picks its Maglev entry: a function of
 // the packet alone, so that every node picks the same backend.
 static __always_inline __u32 flow_hash(const struct ct_key *k)
@@ -255,6 +311,8 @@ int svcp_tc_in(struct __sk_buff *skb)
 			if (!bpf_map_lookup_elem(&svcp_ranges, &rk))
 				return TC_ACT_SHOT;
 		}
+		if ((v->flags & FLAG_REJECT) && syn)
+			return reset(skb, &k);
 		if (v->flags & (FLAG_REJECT | FLAG_DROP))
 			return TC_ACT_SHOT;
 		struct mg_key mk = {.id = v->id, .idx = flow_hash(&k) % maglev_size};

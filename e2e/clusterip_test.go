@@ -35,16 +35,20 @@ func TestClusterIPSpread(t *testing.T) {
 }
 
 // TestNoEndpointsRefused: a Service without endpoints rejects connections at
-// once rather than letting them time out. IPv4 only: with IPv6 the kernel
-// reports the ICMPv6 rejection of a first SYN only on the retransmission a
-// second later (seen on kernel 6.18 with a plain nft reject too).
+// once rather than letting them time out, at its cluster IP and, from
+// outside, at its node port (the ebpf backend's tc answers the SYN with a
+// reset, where it would otherwise drop it; for the netfilter proxies the
+// node, with no listener there, would refuse it too). IPv4 only: with IPv6 the kernel reports the ICMPv6 rejection of
+// a first SYN only on the retransmission a second later (seen on kernel
+// 6.18 with a plain nft reject too).
 func TestNoEndpointsRefused(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
 		c.StartEcho(echoPort)
-		p := startProxy(t, c, backend, service("empty", ips(11)))
+		p := startProxy(t, c, backend, service("empty", ips(11), withNodePort(30011, false)))
 		expectRefused(t, p.inside(c.Clients[0]), at(serviceIP(false, 11), 80))
 		expectRefused(t, p.inside(c.Node), at(serviceIP(false, 11), 80))
+		expectRefused(t, c.Clients[0], at(c.Node.IPv4, 30011))
 	})
 }
 

@@ -13,18 +13,20 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/examples/internal/proxy"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
-func main() {
-	proxy.Main(proxy.Mode{
-		Name:       "nftables",
-		Render:     render,
-		NewBackend: newBackend,
-	})
+func main() { proxy.Main(mode) }
+
+// mode is the nftables reference proxy.
+var mode = proxy.Mode{
+	Name:       "nftables",
+	Render:     render,
+	NewBackend: newBackend,
 }
 
 // options are the nftables.Options of the proxy's flags.
@@ -36,21 +38,23 @@ func options(opts *proxy.Options) (nftables.Options, error) {
 	return nftables.Options{Layout: layout}, err
 }
 
-// render writes the nft script of a full sync of rs into no table: for the
-// flat layout, the one `nft -f` script that replaces its table.
-func render(w io.Writer, rs *ruleset.Ruleset, opts *proxy.Options) error {
+// render writes the nft script of a full sync of rs into no table (for the
+// flat layout, the one `nft -f` script that replaces its table) and returns
+// the render's warnings.
+func render(w io.Writer, rs *ruleset.Ruleset, opts *proxy.Options) ([]svcproxy.Warning, error) {
 	o, err := options(opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var script string
+	var res nftables.Result
 	if o.Layout == nftables.LayoutFlat {
-		_, script, _ = nftables.FlatScript(rs, o)
-	} else if script, _, err = nftables.Script(rs, o); err != nil {
-		return err
+		_, script, res = nftables.FlatScript(rs, o)
+	} else if script, res, err = nftables.Script(rs, o); err != nil {
+		return nil, err
 	}
 	_, err = io.WriteString(w, script)
-	return err
+	return res.Warnings, err
 }
 
 func newBackend(family v1.IPFamily, opts *proxy.Options) (engine.Backend, error) {

@@ -31,12 +31,20 @@ type fakeBackend struct {
 	clean  int
 }
 
-// fakeRender writes one line per Service.
-func fakeRender(w io.Writer, rs *ruleset.Ruleset, _ *Options) error {
+// fakeRender writes one line per Service, and warns about each Service
+// port it does not write: those of Services called "unrenderable".
+func fakeRender(w io.Writer, rs *ruleset.Ruleset, _ *Options) ([]svcproxy.Warning, error) {
+	var warnings []svcproxy.Warning
 	for _, s := range rs.Services() {
-		fmt.Fprintf(w, "%s %s %s %s\n", rs.Config().Family, s.Name, s.ClusterIP, s.Internal)
+		if s.Name.Name == "unrenderable" {
+			warnings = append(warnings, svcproxy.Warning{Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name, Reason: "not rendered"})
+			continue
+		}
+		if _, err := fmt.Fprintf(w, "%s %s %s %s\n", rs.Config().Family, s.Name, s.ClusterIP, s.Internal); err != nil {
+			return nil, err
+		}
 	}
-	return nil
+	return warnings, nil
 }
 
 // Sync reports the first sync, and the one after a failure, as full.
@@ -118,6 +126,25 @@ func TestDryRunPrintsWhatWouldBeApplied(t *testing.T) {
 	}
 	if len(backends) != 0 {
 		t.Error("a dry run made an executor")
+	}
+}
+
+// A dry run logs the render's warnings on stderr, as a sync would, and
+// prints the rules alone on stdout.
+func TestDryRunWarnsOnStderr(t *testing.T) {
+	unrenderable := strings.ReplaceAll(goodService, "name: good", "name: unrenderable")
+	unrenderable = strings.ReplaceAll(unrenderable, "198.19.0.1", "198.19.0.2")
+	dir := writeManifests(t, map[string]string{"good.yaml": goodService, "unrenderable.yaml": unrenderable})
+	var out, errs bytes.Buffer
+	code := Run(fakeMode(map[v1.IPFamily]*fakeBackend{}), []string{"--manifests", dir, "--node-name", "n1", "--ip-family", "ipv4", "--dry-run"}, &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, errs.String())
+	}
+	if want := "IPv4 ns/good:http 198.19.0.1 reject\n"; out.String() != want {
+		t.Errorf("dry run printed %q on stdout, want %q", out.String(), want)
+	}
+	if want := `level=WARN msg="Service ns/unrenderable: not rendered"`; !strings.Contains(errs.String(), want) {
+		t.Errorf("stderr %q does not log %q", errs.String(), want)
 	}
 }
 

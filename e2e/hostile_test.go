@@ -17,6 +17,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -34,6 +35,7 @@ func TestHostileObjectsRenderValidRules(t *testing.T) {
 	lab := netns.NewLab(t)
 	ns := lab.NewNS("check")
 	rapid.Check(t, func(rt *rapid.T) {
+		must := warnings.Must(rt)
 		svcs := rapid.SliceOfN(hostileService(), 0, 8).Draw(rt, "services")
 		var slices []*discovery.EndpointSlice
 		for i, svc := range svcs {
@@ -47,10 +49,10 @@ func TestHostileObjectsRenderValidRules(t *testing.T) {
 			st := servicemap.NewTracker(family, servicemap.Filter{})
 			et := endpoints.NewTracker(family, servicemap.Filter{})
 			for _, s := range svcs {
-				st.Update(s)
+				must.Used(st.Update(s))
 			}
 			for _, es := range slices {
-				et.Update(es)
+				must.Used(et.Update(es))
 			}
 			b, err := ruleset.NewBuilder(ruleset.Config{Family: family, Node: topology.Node{Name: "node-a", Zone: "zone-a"}})
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -304,10 +305,11 @@ func TestTrackerChanges(t *testing.T) {
 }
 
 func TestTrackerSnapshotImmutable(t *testing.T) {
+	must := warnings.Must(t)
 	tr := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	for i := range 200 {
-		tr.Update(slice(forService(fmt.Sprintf("svc-%d", i)), sliceName(fmt.Sprintf("svc-%d-abc", i)),
-			eps(ep(fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), nil, nil, nil))))
+		must.Used(tr.Update(slice(forService(fmt.Sprintf("svc-%d", i)), sliceName(fmt.Sprintf("svc-%d-abc", i)),
+			eps(ep(fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), nil, nil, nil)))))
 	}
 	old, _ := tr.Snapshot()
 	svc7 := pn("ns", "svc-7", "http", v1.ProtocolTCP)
@@ -317,8 +319,8 @@ func TestTrackerSnapshotImmutable(t *testing.T) {
 		t.Fatalf("svc-7 has %d endpoints", len(before7))
 	}
 
-	tr.Update(slice(forService("svc-7"), sliceName("svc-7-abc"), eps(ep("10.9.9.9", no, no, yes))))
-	tr.Update(slice(forService("svc-7"), sliceName("svc-7-def"), eps(ep("10.9.9.8", nil, nil, nil))))
+	must.Used(tr.Update(slice(forService("svc-7"), sliceName("svc-7-abc"), eps(ep("10.9.9.9", no, no, yes)))))
+	must.Used(tr.Update(slice(forService("svc-7"), sliceName("svc-7-def"), eps(ep("10.9.9.8", nil, nil, nil)))))
 	tr.Delete("ns", "svc-8-abc")
 	cur, ch := tr.Snapshot()
 	if diff := cmp.Diff([]servicemap.PortName{svc7, svc8}, ch.Changed); diff != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/affinity"
 	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
@@ -56,7 +58,7 @@ func testSlice(service string, addrs ...string) *discovery.EndpointSlice {
 	if netip.MustParseAddr(addrs[0]).Is6() {
 		es.AddressType = discovery.AddressTypeIPv6
 	}
-	es.Name = service + "-" + string(es.AddressType)
+	es.Name = service + "-" + strings.ToLower(string(es.AddressType))
 	for _, a := range addrs {
 		es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{a}, NodeName: &node,
 			Conditions: discovery.EndpointConditions{Ready: &ready}})
@@ -101,6 +103,7 @@ func newTestState(t *testing.T) *state.State {
 // change is the same *Service as in the previous sync (Update, not Build),
 // unless the Config changed.
 func TestStateSourceEqualsBuild(t *testing.T) {
+	must := warnings.Must(t)
 	st := newTestState(t)
 	base, cfgErr := ruleset.Config{}, error(nil)
 	src := engine.NewStateSource(st, testConfig(&base, &cfgErr), nil)
@@ -112,21 +115,21 @@ func TestStateSourceEqualsBuild(t *testing.T) {
 		shared bool
 	}{
 		{"first", func() {
-			st.UpdateService(testService("web", webIPs))
-			st.UpdateService(testService("db", dbIPs))
-			st.UpdateSlice(testSlice("web", "198.18.64.1"))
+			must.None(st.UpdateService(testService("web", webIPs)))
+			must.None(st.UpdateService(testService("db", dbIPs)))
+			must.None(st.UpdateSlice(testSlice("web", "198.18.64.1")))
 		}, false},
-		{"endpoints of web change", func() { st.UpdateSlice(testSlice("web", "198.18.64.1", "198.18.64.2")) }, true},
-		{"web gets IPv6 endpoints", func() { st.UpdateSlice(testSlice("web", "2001:db8:64::1")) }, true},
+		{"endpoints of web change", func() { must.None(st.UpdateSlice(testSlice("web", "198.18.64.1", "198.18.64.2"))) }, true},
+		{"web gets IPv6 endpoints", func() { must.None(st.UpdateSlice(testSlice("web", "2001:db8:64::1"))) }, true},
 		{"web is deleted", func() { st.DeleteService("ns", "web") }, true},
 		{"nothing", func() {}, true},
 		{"Config: masquerade all", func() { base.MasqueradeAll = true }, false},
-		{"web comes back", func() { st.UpdateService(testService("web", webIPs)) }, true},
+		{"web comes back", func() { must.None(st.UpdateService(testService("web", webIPs))) }, true},
 		{"the Node gets a zone and addresses: Config changes", func() {
-			st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
-				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "198.18.0.1"}}}})
+			must.None(st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
+				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "198.18.0.1"}}}}))
 		}, false},
-		{"db changes", func() { st.UpdateService(testService("db", dbIPs, "198.19.2.1", "2001:db8:2::1")) }, false},
+		{"db changes", func() { must.None(st.UpdateService(testService("db", dbIPs, "198.19.2.1", "2001:db8:2::1"))) }, false},
 	} {
 		step.change()
 		snap := st.Snapshot()
@@ -178,6 +181,7 @@ func service(rs *ruleset.Ruleset, name string) *ruleset.Service {
 // Service and the Config keep giving it, and again once it went away and
 // came back; a build that fails reports nothing.
 func TestStateSourceWarnings(t *testing.T) {
+	must := warnings.Must(t)
 	st := newTestState(t)
 	base, cfgErr := ruleset.Config{RestrictExternalIPs: true, AllowedExternalIPs: allowed}, error(nil)
 	var got []string
@@ -192,7 +196,7 @@ func TestStateSourceWarnings(t *testing.T) {
 	v4Bad := "Service ns/web: externalIP 198.19.1.1 is not allowed: not served"
 	v6Bad := "Service ns/web: externalIP 2001:db8:1::1 is not allowed: not served"
 	web := func(externalIPs ...string) func() {
-		return func() { st.UpdateService(testService("web", webIPs, externalIPs...)) }
+		return func() { must.None(st.UpdateService(testService("web", webIPs, externalIPs...))) }
 	}
 	for _, step := range []struct {
 		name   string
@@ -202,8 +206,8 @@ func TestStateSourceWarnings(t *testing.T) {
 	}{
 		{"bad externalIPs of both families", web("198.19.1.1", "2001:db8:1::1"), false, []string{v4Bad, v6Bad}},
 		{"nothing", func() {}, false, nil},
-		{"web's endpoints change", func() { st.UpdateSlice(testSlice("web", "198.18.64.1")) }, false, nil},
-		{"another Service", func() { st.UpdateService(testService("db", dbIPs)) }, false, nil},
+		{"web's endpoints change", func() { must.None(st.UpdateSlice(testSlice("web", "198.18.64.1"))) }, false, nil},
+		{"another Service", func() { must.None(st.UpdateService(testService("db", dbIPs))) }, false, nil},
 		{"web changes, its bad IPs stay", web("198.19.1.1", "2001:db8:1::1", "198.19.2.1"), false, nil},
 		{"the Config changes, the bad IPs stay bad", func() { base.MasqueradeAll = true }, false, nil},
 		{"the IPv6 one is fixed", web("198.19.1.1"), false, nil},
@@ -231,10 +235,11 @@ func TestStateSourceWarnings(t *testing.T) {
 // the next build that succeeds, which is still an Update from the last
 // success.
 func TestStateSourceFailedBuild(t *testing.T) {
+	must := warnings.Must(t)
 	st := newTestState(t)
 	base, cfgErr := ruleset.Config{}, error(nil)
 	src := engine.NewStateSource(st, testConfig(&base, &cfgErr), nil)
-	st.UpdateService(testService("db", dbIPs))
+	must.None(st.UpdateService(testService("db", dbIPs)))
 	first, err := src.Desired(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -242,8 +247,8 @@ func TestStateSourceFailedBuild(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	es := testSlice("web", "198.18.64.1")
 	es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: at.Format(time.RFC3339)}
-	st.UpdateService(testService("web", webIPs))
-	st.UpdateSlice(es)
+	must.None(st.UpdateService(testService("web", webIPs)))
+	must.None(st.UpdateSlice(es))
 	cfgErr = errors.New("no Config")
 	if _, err := src.Desired(context.Background()); err == nil || !errors.Is(err, cfgErr) {
 		t.Fatalf("Desired with a failing ConfigFunc: error %v, want one that wraps %v", err, cfgErr)
@@ -269,6 +274,7 @@ func TestStateSourceFailedBuild(t *testing.T) {
 }
 
 func TestConfigFrom(t *testing.T) {
+	must := warnings.Must(t)
 	addrs := func(ss ...string) []netip.Addr {
 		var out []netip.Addr
 		for _, s := range ss {
@@ -284,11 +290,11 @@ func TestConfigFrom(t *testing.T) {
 		return out
 	}
 	st := newTestState(t)
-	st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
+	must.None(st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
 		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
-			{Type: v1.NodeInternalIP, Address: "198.18.0.1"}, {Type: v1.NodeInternalIP, Address: "2001:db8::1"}}}})
-	st.UpdateServiceCIDR(&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "c"},
-		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"198.19.0.0/24", "2001:db8:19::/112"}}})
+			{Type: v1.NodeInternalIP, Address: "198.18.0.1"}, {Type: v1.NodeInternalIP, Address: "2001:db8::1"}}}}))
+	must.None(st.UpdateServiceCIDR(&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "c"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"198.19.0.0/24", "2001:db8:19::/112"}}}))
 	snap := st.Snapshot()
 	dual := ruleset.Config{
 		MasqueradeAll: true, RestrictExternalIPs: true, ComputeHints: true,

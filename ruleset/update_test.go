@@ -17,6 +17,7 @@ import (
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -208,6 +209,7 @@ func TestPropUpdate(t *testing.T) {
 // TestUpdateChainCollected: Diff stays right when the Rulesets between two
 // others of a chain of Updates are gone.
 func TestUpdateChainCollected(t *testing.T) {
+	must := warnings.Must(t)
 	b, err := ruleset.NewBuilder(v4Config())
 	if err != nil {
 		t.Fatal(err)
@@ -217,9 +219,9 @@ func TestUpdateChainCollected(t *testing.T) {
 		for _, o := range objs {
 			switch o := o.(type) {
 			case *v1.Service:
-				tr.svcs.Update(o)
+				must.Used(tr.svcs.Update(o))
 			case *discovery.EndpointSlice:
-				tr.eps.Update(o)
+				must.Used(tr.eps.Update(o))
 			}
 		}
 	}
@@ -287,6 +289,7 @@ type updateWorld struct {
 }
 
 func newUpdateWorld(tb testing.TB, n int) *updateWorld {
+	must := warnings.Must(tb)
 	spec := scalegen.Spec{Services: n}
 	svcs, eps := scaleworld.Trackers(spec)
 	b, err := ruleset.NewBuilder(scaleworld.Config())
@@ -298,7 +301,7 @@ func newUpdateWorld(tb testing.TB, n int) *updateWorld {
 	w.rs, _ = b.Build(ss, es)
 	w.rs.ServicesAt(ruleset.Frontend{}) // index it now, not in the first step
 	for v := range 2 {
-		w.tr.eps.Update(spec.ChangedSlice(n-50, v+1))
+		must.Used(w.tr.eps.Update(spec.ChangedSlice(n-50, v+1)))
 		w.snaps[v].ss, w.snaps[v].es = w.tr.snapshot()
 	}
 	return w
@@ -320,8 +323,9 @@ func (w *updateWorld) step(tb testing.TB) (old *ruleset.Ruleset, ch ruleset.Chan
 // stepTrackers is step with the trackers' work included: the changed
 // EndpointSlice given to the tracker, and its snapshots taken.
 func (w *updateWorld) stepTrackers(tb testing.TB) {
+	must := warnings.Must(tb)
 	w.version = w.version%3 + 1
-	w.tr.eps.Update(w.spec.ChangedSlice(w.spec.Services-50, w.version))
+	must.Used(w.tr.eps.Update(w.spec.ChangedSlice(w.spec.Services-50, w.version)))
 	ss, es := w.tr.snapshot()
 	var ch ruleset.Changes
 	w.rs, ch, _ = w.b.Update(w.rs, ss, es)
@@ -368,16 +372,17 @@ func BenchmarkUpdateTrackers(b *testing.B) {
 // TestUpdateNonRuleField: a change that no rule depends on (an endpoint's
 // zone) is not a change, and the Ruleset still holds it, as Build's does.
 func TestUpdateNonRuleField(t *testing.T) {
+	must := warnings.Must(t)
 	b, err := ruleset.NewBuilder(v4Config())
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := newTrackers(v1.IPv4Protocol)
-	tr.svcs.Update(service("ns", "web", "198.19.0.1"))
-	tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z1"}))
+	must.Used(tr.svcs.Update(service("ns", "web", "198.19.0.1")))
+	must.Used(tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z1"})))
 	ss, es := tr.snapshot()
 	prev, _ := b.Build(ss, es)
-	tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z2"}))
+	must.Used(tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z2"})))
 	ss, _ = tr.svcs.Snapshot()
 	es, ech := tr.eps.Snapshot()
 	rs, ch, _ := b.Update(prev, ss, es)
@@ -441,17 +446,18 @@ func TestUpdateFrontends(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			must := warnings.Must(t)
 			b, err := ruleset.NewBuilder(v4Config())
 			if err != nil {
 				t.Fatal(err)
 			}
 			tr := newTrackers(v1.IPv4Protocol)
-			tr.svcs.Update(base())
-			tr.svcs.Update(service("ns", "other", "198.19.0.3", externalIPs("198.19.100.1", "198.19.100.2")))
+			must.Used(tr.svcs.Update(base()))
+			must.Used(tr.svcs.Update(service("ns", "other", "198.19.0.3", externalIPs("198.19.100.1", "198.19.100.2"))))
 			ss, es := tr.snapshot()
 			prev, _ := b.Build(ss, es)
 			if tt.svc != nil {
-				tr.svcs.Update(tt.svc)
+				must.Used(tr.svcs.Update(tt.svc))
 			} else {
 				tr.svcs.Delete("ns", "web")
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -222,13 +223,14 @@ func testProxy(t *testing.T, backend *fakeBackend) (*proxy, *engine.Engine) {
 // TestFailedSyncLosesNoChange: the engine's retry of a failed sync applies
 // the proxy's state as it is then.
 func TestFailedSyncLosesNoChange(t *testing.T) {
+	must := warnings.Must(t)
 	backend := &fakeBackend{family: v1.IPv4Protocol, fails: 1}
 	p, eng := testProxy(t, backend)
-	p.state.UpdateService(service("a", "198.19.0.1"))
+	must.None(p.state.UpdateService(service("a", "198.19.0.1")))
 	if err := eng.Sync(context.Background()); err == nil {
 		t.Fatal("the injected failure was not reported")
 	}
-	p.state.UpdateService(service("b", "198.19.0.2"))
+	must.None(p.state.UpdateService(service("b", "198.19.0.2")))
 	if err := eng.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +247,7 @@ func TestFailedSyncLosesNoChange(t *testing.T) {
 // histograms, served from the proxy's registry, count the syncs that the
 // backends report as full and as incremental.
 func TestSyncDurationFullOrPartial(t *testing.T) {
+	must := warnings.Must(t)
 	backend := &fakeBackend{family: v1.IPv4Protocol}
 	p, eng := testProxy(t, backend)
 	count := func(name string) uint64 {
@@ -262,7 +265,7 @@ func TestSyncDurationFullOrPartial(t *testing.T) {
 		return 0
 	}
 	for i, want := range []struct{ full, partial uint64 }{{1, 0}, {1, 1}, {1, 2}} {
-		p.state.UpdateService(service(fmt.Sprint("s", i), fmt.Sprint("198.19.0.", i+1)))
+		must.None(p.state.UpdateService(service(fmt.Sprint("s", i), fmt.Sprint("198.19.0.", i+1))))
 		if err := eng.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}

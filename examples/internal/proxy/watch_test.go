@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -44,6 +45,7 @@ func (b *fakeBackend) syncedCounts() []int {
 // tenth: no sync ever sees a part of them. Emptying the file is
 // applied with a warning naming it, and a broken file is counted.
 func TestWatchAppliesSettledFilesOnly(t *testing.T) {
+	must := warnings.Must(t)
 	backend := &fakeBackend{family: v1.IPv4Protocol}
 	p, eng := testProxy(t, backend)
 	var logs logBuffer
@@ -59,7 +61,7 @@ func TestWatchAppliesSettledFilesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.applied = in
-	p.state.Replace(stateObjects(in.Objects))
+	must.None(p.state.Replace(stateObjects(in.Objects)))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)

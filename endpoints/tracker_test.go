@@ -2,6 +2,7 @@ package endpoints_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,15 +18,27 @@ import (
 type event struct {
 	es       *discovery.EndpointSlice
 	ns, name string
+	// warns is what the one warning of an update says, if it warns.
+	warns string
 }
 
 func upd(es *discovery.EndpointSlice) event { return event{es: es} }
-func del(ns, name string) event             { return event{ns: ns, name: name} }
 
-func apply(tr *endpoints.Tracker, evs ...event) {
+// updWarns is an update that warns once, saying warns.
+func updWarns(es *discovery.EndpointSlice, warns string) event { return event{es: es, warns: warns} }
+func del(ns, name string) event                                { return event{ns: ns, name: name} }
+
+// apply feeds evs to tr, failing t on a warning the event does not expect.
+func apply(t *testing.T, tr *endpoints.Tracker, evs ...event) {
+	t.Helper()
 	for _, ev := range evs {
 		if ev.es != nil {
-			tr.Update(ev.es)
+			_, ws := tr.Update(ev.es)
+			if ev.warns == "" {
+				warnings.None(t, ws)
+			} else if len(ws) != 1 || !strings.Contains(ws[0].Reason, ev.warns) {
+				t.Fatalf("warnings %v, want one saying %q", ws, ev.warns)
+			}
 		} else {
 			tr.Delete(ev.ns, ev.name)
 		}
@@ -150,7 +163,7 @@ func TestTrackerChanges(t *testing.T) {
 	}, {
 		name:        "update making the slice malformed removes its endpoints",
 		before:      []event{upd(slice())},
-		events:      []event{upd(slice(func(es *discovery.EndpointSlice) { delete(es.Labels, discovery.LabelServiceName) }))},
+		events:      []event{updWarns(slice(func(es *discovery.EndpointSlice) { delete(es.Labels, discovery.LabelServiceName) }), "no kubernetes.io/service-name label")},
 		wantPending: 1,
 		want:        endpoints.Changes{Changed: []servicemap.PortName{webHTTP}},
 		wantEndpoints: map[servicemap.PortName][]endpoints.Endpoint{
@@ -279,12 +292,12 @@ func TestTrackerChanges(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-			apply(tr, tc.before...)
+			apply(t, tr, tc.before...)
 			tr.Snapshot()
 			if p := tr.Pending(); p != 0 {
 				t.Errorf("Pending after Snapshot = %d", p)
 			}
-			apply(tr, tc.events...)
+			apply(t, tr, tc.events...)
 			if p := tr.Pending(); p != tc.wantPending {
 				t.Errorf("Pending = %d, want %d", p, tc.wantPending)
 			}

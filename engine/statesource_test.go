@@ -144,7 +144,8 @@ func TestStateSourceEqualsBuild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := b.Build(fam.Services, fam.Endpoints)
+			want, ws := b.Build(fam.Services, fam.Endpoints)
+			warnings.None(t, ws)
 			rs := got.Rulesets[fam.IPFamily]
 			if diff := cmp.Diff(values(want.Services()), values(rs.Services()), serviceOpts); diff != "" {
 				t.Errorf("%s, %s: Ruleset (-Build +StateSource):\n%s", step.name, fam.IPFamily, diff)

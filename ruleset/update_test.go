@@ -51,10 +51,12 @@ func (tr trackers) apply(events []event) {
 			}
 		}
 		switch {
+		// Random histories hold malformed objects on purpose: their
+		// warnings are servicemap's and endpoints' to check.
 		case ev.Svc != nil:
-			tr.svcs.Update(ev.Svc)
+			_, _ = tr.svcs.Update(ev.Svc)
 		case ev.ES != nil:
-			tr.eps.Update(ev.ES)
+			_, _ = tr.eps.Update(ev.ES)
 		case ev.IsSlice:
 			tr.eps.Delete(ev.Key.Namespace, ev.Key.Name)
 		default:
@@ -227,7 +229,8 @@ func TestUpdateChainCollected(t *testing.T) {
 	}
 	apply(service("ns", "web", "198.19.0.1"), service("ns", "api", "198.19.0.2"), endpointSlice("ns", "web", "web-1", a1))
 	ss, es := tr.snapshot()
-	first, _ := b.Build(ss, es)
+	first, ws := b.Build(ss, es)
+	warnings.None(t, ws)
 	rs := first
 	for i := range 5 {
 		apply(service("ns", fmt.Sprintf("new%d", i), fmt.Sprintf("198.19.1.%d", i+1)))
@@ -236,7 +239,8 @@ func TestUpdateChainCollected(t *testing.T) {
 	}
 	apply(endpointSlice("ns", "web", "web-1", a1, b1))
 	ss, es = tr.snapshot()
-	last, ch, _ := b.Update(rs, ss, es)
+	last, ch, ws := b.Update(rs, ss, es)
+	warnings.None(t, ws)
 	if diff := cmp.Diff(ruleset.Changes{Changed: []servicemap.PortName{webPort("ns", "web")}}, ch); diff != "" {
 		t.Errorf("Update's Changes (-want +got):\n%s", diff)
 	}
@@ -263,7 +267,8 @@ func TestUpdateNothingChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	ss, es := snapshots(t, v1.IPv4Protocol, []*v1.Service{service("ns", "web", "198.19.0.1")}, nil)
-	prev, _ := b.Build(ss, es)
+	prev, ws := b.Build(ss, es)
+	warnings.None(t, ws)
 	rs, ch, w := b.Update(prev, ss, es)
 	if rs != prev || !ch.Empty() || len(w) != 0 {
 		t.Errorf("Update = %p %+v %v, want the previous Ruleset %p, no change, no warning", rs, ch, w, prev)
@@ -381,15 +386,18 @@ func TestUpdateNonRuleField(t *testing.T) {
 	must.Used(tr.svcs.Update(service("ns", "web", "198.19.0.1")))
 	must.Used(tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z1"})))
 	ss, es := tr.snapshot()
-	prev, _ := b.Build(ss, es)
+	prev, ws := b.Build(ss, es)
+	warnings.None(t, ws)
 	must.Used(tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z2"})))
 	ss, _ = tr.svcs.Snapshot()
 	es, ech := tr.eps.Snapshot()
-	rs, ch, _ := b.Update(prev, ss, es)
+	rs, ch, ws := b.Update(prev, ss, es)
+	warnings.None(t, ws)
 	if len(ech.Changed) != 1 || !ch.Empty() {
 		t.Fatalf("tracker changes %v, Update's %+v: want one, and none", ech.Changed, ch)
 	}
-	built, _ := b.Build(ss, es)
+	built, ws := b.Build(ss, es)
+	warnings.None(t, ws)
 	if diff := cmp.Diff(values(built.Services()), values(rs.Services()), cmpOpts); diff != "" {
 		t.Errorf("Update differs from Build (-Build +Update):\n%s", diff)
 	}
@@ -455,14 +463,16 @@ func TestUpdateFrontends(t *testing.T) {
 			must.Used(tr.svcs.Update(base()))
 			must.Used(tr.svcs.Update(service("ns", "other", "198.19.0.3", externalIPs("198.19.100.1", "198.19.100.2"))))
 			ss, es := tr.snapshot()
-			prev, _ := b.Build(ss, es)
+			prev, ws := b.Build(ss, es)
+			warnings.None(t, ws)
 			if tt.svc != nil {
 				must.Used(tr.svcs.Update(tt.svc))
 			} else {
 				tr.svcs.Delete("ns", "web")
 			}
 			ss, es = tr.snapshot()
-			rs, _, _ := b.Update(prev, ss, es)
+			rs, _, ws := b.Update(prev, ss, es)
+			warnings.None(t, ws)
 			if err := ruleset.CheckInvariants(rs); err != nil {
 				t.Error(err)
 			}
@@ -488,10 +498,12 @@ func TestPropUpdatePorts(t *testing.T) {
 		first := genHistory(t, family).Final()
 		tr.apply(first)
 		ss, es := tr.snapshot()
-		old, _ := b.Build(ss, es)
+		// Random Configs and objects warn: Build's warnings are the
+		// reference for the Updates'.
+		old, oldWarnings := b.Build(ss, es)
 		tr.apply(genHistory(t, family).Order(t, "events"))
 		ss, es = tr.snapshot()
-		built, _ := b.Build(ss, es)
+		built, builtWarnings := b.Build(ss, es)
 
 		ch := ruleset.Diff(old, built)
 		all := slices.Concat(ch.Added, ch.Changed, ch.Removed)
@@ -501,7 +513,8 @@ func TestPropUpdatePorts(t *testing.T) {
 				names = append(names, n)
 			}
 		}
-		mid, _, _ := b.UpdatePorts(old, ss, es, names)
+		mid, _, ws := b.UpdatePorts(old, ss, es, names)
+		warnings.Within(t, ws, builtWarnings)
 		for _, n := range all {
 			want := old
 			if slices.Contains(names, n) {
@@ -516,7 +529,8 @@ func TestPropUpdatePorts(t *testing.T) {
 		if err := ruleset.CheckInvariants(mid); err != nil {
 			t.Fatalf("UpdatePorts result: %v", err)
 		}
-		final, _, _ := b.Update(mid, ss, es)
+		final, _, ws := b.Update(mid, ss, es)
+		warnings.Within(t, ws, builtWarnings)
 		if diff := cmp.Diff(values(built.Services()), values(final.Services()), cmpOpts); diff != "" {
 			t.Fatalf("Update after UpdatePorts(%v) differs from Build (-Build +Update):\n%s", names, diff)
 		}
@@ -525,7 +539,8 @@ func TestPropUpdatePorts(t *testing.T) {
 		again := newTrackers(family)
 		again.apply(first)
 		ss, es = again.snapshot()
-		back, _, _ := b.Update(mid, ss, es)
+		back, _, ws := b.Update(mid, ss, es)
+		warnings.Within(t, ws, oldWarnings)
 		if diff := cmp.Diff(values(old.Services()), values(back.Services()), cmpOpts); diff != "" {
 			t.Fatalf("Update back to the first objects after UpdatePorts(%v) (-Build +Update):\n%s", names, diff)
 		}

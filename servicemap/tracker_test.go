@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,16 +23,29 @@ func pn(ns, name, port string, proto v1.Protocol) servicemap.PortName {
 type event struct {
 	svc      *v1.Service
 	ns, name string
+	// warns is what the one warning of an update says, if it warns.
+	warns string
 }
 
 func upd(svc *v1.Service) event { return event{svc: svc} }
-func del(ns, name string) event { return event{ns: ns, name: name} }
-func apply(t *servicemap.Tracker, evs ...event) {
+
+// updWarns is an update that warns once, saying warns.
+func updWarns(svc *v1.Service, warns string) event { return event{svc: svc, warns: warns} }
+func del(ns, name string) event                    { return event{ns: ns, name: name} }
+
+// apply feeds evs to tr, failing t on a warning the event does not expect.
+func apply(t *testing.T, tr *servicemap.Tracker, evs ...event) {
+	t.Helper()
 	for _, ev := range evs {
 		if ev.svc != nil {
-			t.Update(ev.svc)
+			_, ws := tr.Update(ev.svc)
+			if ev.warns == "" {
+				warnings.None(t, ws)
+			} else if len(ws) != 1 || !strings.Contains(ws[0].Reason, ev.warns) {
+				t.Fatalf("warnings %v, want one saying %q", ws, ev.warns)
+			}
 		} else {
-			t.Delete(ev.ns, ev.name)
+			tr.Delete(ev.ns, ev.name)
 		}
 	}
 }
@@ -156,7 +170,7 @@ func TestTrackerChanges(t *testing.T) {
 	}, {
 		name:        "update that makes the Service malformed removes its ports",
 		before:      []event{upd(web)},
-		events:      []event{upd(service(clusterIPs("10.96.0.300")))},
+		events:      []event{updWarns(service(clusterIPs("10.96.0.300")), `invalid cluster IP "10.96.0.300"`)},
 		wantPending: 1,
 		want:        servicemap.Changes{Removed: []servicemap.PortName{webHTTP}},
 	}, {
@@ -183,12 +197,12 @@ func TestTrackerChanges(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-			apply(tr, tc.before...)
+			apply(t, tr, tc.before...)
 			tr.Snapshot()
 			if p := tr.Pending(); p != 0 {
 				t.Errorf("Pending after Snapshot = %d, want 0", p)
 			}
-			apply(tr, tc.events...)
+			apply(t, tr, tc.events...)
 			if p := tr.Pending(); p != tc.wantPending {
 				t.Errorf("Pending = %d, want %d", p, tc.wantPending)
 			}

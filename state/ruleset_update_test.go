@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
@@ -108,8 +110,11 @@ func TestPropStateUpdate(t *testing.T) {
 				if err != nil {
 					t.Fatalf("sync %d, %s: the Snapshot's node makes a bad Config: %v", step, fam.IPFamily, err)
 				}
-				rs, ch, _ := b.Update(kept[fam.IPFamily], fam.Services, fam.Endpoints)
-				built, _ := b.Build(fam.Services, fam.Endpoints)
+				// Random objects warn: Build's warnings are the
+				// reference for Update's.
+				rs, ch, ws := b.Update(kept[fam.IPFamily], fam.Services, fam.Endpoints)
+				built, builtWarnings := b.Build(fam.Services, fam.Endpoints)
+				warnings.Within(t, ws, builtWarnings)
 				checkSameRuleset(t, fmt.Sprintf("sync %d, %s", step, fam.IPFamily), built, rs, log)
 				if diff := cmp.Diff(ruleset.Diff(kept[fam.IPFamily], built), ch, changesOpts); diff != "" {
 					t.Fatalf("sync %d, %s: Update's Changes (-Diff from the kept Ruleset +Update):\n%s", step, fam.IPFamily, diff)

@@ -188,7 +188,8 @@ func testBuildsCleanly(t *testing.T, s scalegen.Spec) {
 	must.Used(eps.Update(s.ChangedSlice(i, 1)))
 	ss2, _ := svcs.Snapshot()
 	es2, _ := eps.Snapshot()
-	rs2, _ := b.Build(ss2, es2)
+	rs2, ws := b.Build(ss2, es2)
+	must.None(ws)
 	ch := ruleset.Diff(rs, rs2)
 	if len(ch.Changed) != 1 || ch.Changed[0] != s.PortName(i) || len(ch.Added)+len(ch.Removed) != 0 {
 		t.Errorf("Diff after ChangedSlice(%d): %+v", i, ch)

@@ -5,6 +5,7 @@
 package warnings
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -87,4 +88,16 @@ func (c Checker) Skipped(skipped string, got []svcproxy.Warning) {
 		c.t.Fatalf("not skipped")
 	}
 	None(c.t, got)
+}
+
+// Within fails the test at once when got holds a warning that all does
+// not: for an incremental call (ruleset.Builder.Update) whose warnings are
+// some of those of the whole (Build) on input that warns.
+func Within(t T, got, all []svcproxy.Warning) {
+	t.Helper()
+	for _, w := range got {
+		if !slices.Contains(all, w) {
+			t.Fatalf("warning %v is not among %v", w, all)
+		}
+	}
 }

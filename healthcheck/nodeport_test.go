@@ -83,7 +83,9 @@ func newRulesetSource(t *testing.T) *rulesetSource {
 func (r *rulesetSource) build() map[v1.IPFamily]*ruleset.Ruleset {
 	ss, _ := r.services.Snapshot()
 	es, _ := r.slices.Snapshot()
-	r.rs, _, _ = r.builder.Update(r.rs, ss, es)
+	rs, _, ws := r.builder.Update(r.rs, ss, es)
+	warnings.None(r.t, ws)
+	r.rs = rs
 	return map[v1.IPFamily]*ruleset.Ruleset{v1.IPv4Protocol: r.rs}
 }
 

@@ -149,6 +149,8 @@ func TestPropUpdate(t *testing.T) {
 		if rapid.Bool().Draw(t, "startBuilt") {
 			tr.apply(genHistory(t, family).Final())
 			ss, es := tr.snapshot()
+			// Random Configs and objects warn: this property is about
+			// the Rulesets (TestPropUpdatePorts checks Update's warnings).
 			prev, _ = b.Build(ss, es)
 			prevBuilt, _ = b.Build(ss, es)
 			kept = append(kept, pair{prev, prevBuilt})
@@ -235,7 +237,8 @@ func TestUpdateChainCollected(t *testing.T) {
 	for i := range 5 {
 		apply(service("ns", fmt.Sprintf("new%d", i), fmt.Sprintf("198.19.1.%d", i+1)))
 		ss, es := tr.snapshot()
-		rs, _, _ = b.Update(rs, ss, es)
+		rs, _, ws = b.Update(rs, ss, es)
+		warnings.None(t, ws)
 	}
 	apply(endpointSlice("ns", "web", "web-1", a1, b1))
 	ss, es = tr.snapshot()
@@ -303,7 +306,9 @@ func newUpdateWorld(tb testing.TB, n int) *updateWorld {
 	}
 	w := &updateWorld{spec: spec, tr: trackers{svcs: svcs, eps: eps}, b: b}
 	ss, es := w.tr.snapshot()
-	w.rs, _ = b.Build(ss, es)
+	rs, ws := b.Build(ss, es)
+	must.None(ws)
+	w.rs = rs
 	w.rs.ServicesAt(ruleset.Frontend{}) // index it now, not in the first step
 	for v := range 2 {
 		must.Used(w.tr.eps.Update(spec.ChangedSlice(n-50, v+1)))
@@ -332,8 +337,9 @@ func (w *updateWorld) stepTrackers(tb testing.TB) {
 	w.version = w.version%3 + 1
 	must.Used(w.tr.eps.Update(w.spec.ChangedSlice(w.spec.Services-50, w.version)))
 	ss, es := w.tr.snapshot()
-	var ch ruleset.Changes
-	w.rs, ch, _ = w.b.Update(w.rs, ss, es)
+	rs, ch, ws := w.b.Update(w.rs, ss, es)
+	must.None(ws)
+	w.rs = rs
 	if len(ch.Changed) != 1 {
 		tb.Fatalf("Changes = %+v, want one Service changed", ch)
 	}

@@ -5,10 +5,9 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
-
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 

@@ -3,14 +3,13 @@ package ruleset_test
 import (
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
-
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
 
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	v1 "k8s.io/api/core/v1"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/affinity"
 	"github.com/svcproxy/svcproxy/internal/testkit/rapidgen"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"

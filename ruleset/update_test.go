@@ -416,12 +416,13 @@ func TestUpdateNonRuleField(t *testing.T) {
 // the trackers' latest snapshots: the Ruleset knows what it was built from,
 // so a sync that failed in between loses nothing.
 func ExampleBuilder_Update() {
+	must := warnings.Must(warnings.Example)
 	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	b, _ := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol})
-	svcs.Update(exampleService("web", "198.19.0.1", 0, ""))
-	svcs.Update(exampleService("api", "198.19.0.2", 0, ""))
-	eps.Update(exampleSlice("web", "198.18.64.2", "node-a"))
+	must.Used(svcs.Update(exampleService("web", "198.19.0.1", 0, "")))
+	must.Used(svcs.Update(exampleService("api", "198.19.0.2", 0, "")))
+	must.Used(eps.Update(exampleSlice("web", "198.18.64.2", "node-a")))
 
 	var rs *ruleset.Ruleset // nil: the first Update is a Build
 	for range 2 {
@@ -431,7 +432,7 @@ func ExampleBuilder_Update() {
 		rs, ch, _ = b.Update(rs, ss, es)
 		fmt.Printf("%d Services; added %v, changed %v\n", rs.Len(), ch.Added, ch.Changed)
 
-		eps.Update(exampleSlice("api", "198.18.64.3", "node-b"))
+		must.Used(eps.Update(exampleSlice("api", "198.18.64.3", "node-b")))
 	}
 	// Output:
 	// 2 Services; added [demo/api:http demo/web:http], changed []

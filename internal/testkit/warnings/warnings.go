@@ -5,6 +5,7 @@
 package warnings
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -101,3 +102,13 @@ func Within(t T, got, all []svcproxy.Warning) {
 		}
 	}
 }
+
+// Example is the T of an Example function, which has none: its Fatalf
+// panics, which fails the Example.
+var Example T = example{}
+
+type example struct{}
+
+func (example) Helper() {}
+
+func (example) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }

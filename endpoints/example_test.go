@@ -87,7 +87,7 @@ func ExampleTracker() {
 // Merge combines the parsed slices of one Service, whatever their order.
 func ExampleMerge() {
 	parse := func(name, ip string) *endpoints.Slice {
-		s, _, _ := endpoints.FromSlice(&discovery.EndpointSlice{
+		s, skipped, ws := endpoints.FromSlice(&discovery.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: "shop", Name: name,
 				Labels: map[string]string{discovery.LabelServiceName: "web"},
@@ -96,6 +96,7 @@ func ExampleMerge() {
 			Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr[int32](8080)}},
 			Endpoints:   []discovery.Endpoint{{Addresses: []string{ip}}},
 		}, v1.IPv4Protocol, servicemap.Filter{})
+		warnings.Must(warnings.Example).Used(skipped, ws)
 		return s
 	}
 	merged := endpoints.Merge([]*endpoints.Slice{parse("web-b", "198.18.0.9"), parse("web-a", "198.18.0.3")})

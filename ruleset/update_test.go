@@ -429,7 +429,9 @@ func ExampleBuilder_Update() {
 		ss, _ := svcs.Snapshot()
 		es, _ := eps.Snapshot()
 		var ch ruleset.Changes
-		rs, ch, _ = b.Update(rs, ss, es)
+		var ws []svcproxy.Warning
+		rs, ch, ws = b.Update(rs, ss, es)
+		must.None(ws)
 		fmt.Printf("%d Services; added %v, changed %v\n", rs.Len(), ch.Added, ch.Changed)
 
 		must.Used(eps.Update(exampleSlice("api", "198.18.64.3", "node-b")))

@@ -49,6 +49,14 @@ func TestNew(t *testing.T) {
 	}
 }
 
+// TestNewRefusesBadProxyName: a proxy name that no label can carry is an
+// error of New, not of a later source.Watch.
+func TestNewRefusesBadProxyName(t *testing.T) {
+	if _, err := state.New([]v1.IPFamily{v4}, "n1", servicemap.Filter{ProxyName: "not a label value!"}); err == nil {
+		t.Error("New with an invalid proxy name: no error")
+	}
+}
+
 // TestWarningsOnce: a dual-stack object is converted once per family, and
 // each of its warnings comes once; a warning that persists over later
 // events of the object is not repeated, and comes again once it went away
@@ -60,6 +68,7 @@ func TestWarningsOnce(t *testing.T) {
 	badSlice := `EndpointSlice ns/web-1: endpoint 1: invalid address "bogus": skipped`
 	zoned := `Node n1: InternalIP address "fe80::1%eth0" has a zone: skipped`
 	badCIDR := `ServiceCIDR c: CIDR "x" is not a prefix: skipped`
+	noNode := `Node n1: no Node of this name among the objects: the node has no zone and no addresses`
 	for _, step := range []struct {
 		name  string
 		event func() []svcproxy.Warning
@@ -74,7 +83,7 @@ func TestWarningsOnce(t *testing.T) {
 		{"back", func() []svcproxy.Warning { return s.UpdateService(service("web", dualIPs, "bogus")) }, []string{badIP}},
 		{"replaced by the same", func() []svcproxy.Warning {
 			return s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs, "bogus")}})
-		}, nil},
+		}, []string{noNode}},
 		{"gone from a Replace", func() []svcproxy.Warning { return s.Replace(state.Objects{}) }, nil},
 		{"back by Replace", func() []svcproxy.Warning {
 			return s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs, "bogus")}})
@@ -89,6 +98,12 @@ func TestWarningsOnce(t *testing.T) {
 		{"Node back", func() []svcproxy.Warning { return s.UpdateNode(node("n1", "z", "fe80::1%eth0")) }, []string{zoned}},
 		{"ServiceCIDR", func() []svcproxy.Warning { return s.UpdateServiceCIDR(serviceCIDR("c", "198.19.0.0/16", "x")) }, []string{badCIDR}},
 		{"ServiceCIDR again", func() []svcproxy.Warning { return s.UpdateServiceCIDR(serviceCIDR("c", "x")) }, nil},
+		{"replaced with the Node", func() []svcproxy.Warning {
+			return s.Replace(state.Objects{Nodes: []*v1.Node{node("n2", "z"), node("n1", "z", "198.18.0.1")}})
+		}, nil},
+		{"replaced with another Node only", func() []svcproxy.Warning {
+			return s.Replace(state.Objects{Nodes: []*v1.Node{node("n2", "z")}})
+		}, []string{noNode}},
 	} {
 		if diff := cmp.Diff(step.want, strings(step.event())); diff != "" {
 			t.Errorf("%s: warnings (-want +got):\n%s", step.name, diff)
@@ -181,12 +196,13 @@ func TestReplace(t *testing.T) {
 	must.None(s.UpdateSlice(slice("by-event", "by-event-1", "198.18.1.1")))
 	must.None(s.UpdateServiceCIDR(serviceCIDR("by-event", "198.19.0.0/16")))
 	must.None(s.UpdateNode(node("n1", "z1", "198.18.0.1")))
-	must.None(s.Replace(state.Objects{
+	ws := s.Replace(state.Objects{
 		Services:       []*v1.Service{service("kept", []string{"198.19.0.2"}), nil},
 		EndpointSlices: []*discovery.EndpointSlice{slice("kept", "kept-1", "198.18.1.2"), nil},
 		Nodes:          []*v1.Node{nil, node("n2", "z2", "198.18.0.2")},
 		ServiceCIDRs:   []*networkingv1.ServiceCIDR{serviceCIDR("kept", "198.20.0.0/16"), nil},
-	}))
+	})
+	warnings.Check(t, "Node", "", "n1", ws, []string{"no Node of this name among the objects"})
 	snap := s.Snapshot()
 	fam, _ := snap.Family(v4)
 	var ports []string
@@ -251,5 +267,21 @@ func TestConcurrentUse(t *testing.T) {
 	fam, _ := s.Snapshot().Family(v6)
 	if fam.Services.Len() != 4*3 { // of each goroutine's five names, two were last deleted (i = 45, 48)
 		t.Errorf("%d IPv6 ports after the writers, want 12", fam.Services.Len())
+	}
+}
+
+// TestZeroState: a nil or zero State records nothing, says so, and gives
+// empty Snapshots, without panicking.
+func TestZeroState(t *testing.T) {
+	for _, s := range []*state.State{nil, {}} {
+		if ws := s.UpdateService(service("web", dualIPs)); len(ws) != 1 {
+			t.Errorf("UpdateService on %#v: warnings %v, want one", s, ws)
+		}
+		if ws := s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs)}}); len(ws) != 1 {
+			t.Errorf("Replace on %#v: warnings %v, want one", s, ws)
+		}
+		if snap := s.Snapshot(); len(snap.Families()) != 0 || s.Families() != nil {
+			t.Errorf("%#v serves families", s)
+		}
 	}
 }

@@ -31,7 +31,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	st, _ := state.New([]v1.IPFamily{v1.IPv4Protocol}, "node-a", servicemap.Filter{})
-	warnings = append(warnings, st.Replace(state.Objects{Services: objs.Services, EndpointSlices: objs.EndpointSlices, Nodes: objs.Nodes})...)
+	warnings = append(warnings, st.Replace(*objs)...)
 	snap := st.Snapshot()
 	fam, _ := snap.Family(v1.IPv4Protocol)
 	builder, _ := ruleset.NewBuilder(ruleset.Config{Family: fam.IPFamily, Node: snap.Node, NodePortAddresses: fam.NodeAddresses})

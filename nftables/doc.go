@@ -30,7 +30,9 @@
 //     externalTrafficPolicy Local keep the client address and short-circuit
 //     traffic from pods and from the node to the cluster targets),
 //     firewall-… (loadBalancerSourceRanges), and per endpoint
-//     endpoint-HASH-ns/name/proto/port__IP/port (hairpin masquerade, DNAT),
+//     endpoint-HASH-ns/name/proto/port__IP/port (hairpin masquerade for an
+//     endpoint on this node, as kube-proxy 1.37 masquerades only those;
+//     DNAT),
 //     with per-endpoint affinity-… sets (flags dynamic,timeout) for
 //     ClientIP affinity;
 //   - masquerading by a packet mark (mark-for-masquerade) and

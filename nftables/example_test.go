@@ -76,9 +76,7 @@ func ExampleScript() {
 	// add chain ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080
 	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade
 	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 , 1 : goto endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 }
-	// add rule ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 ip saddr 198.18.64.2 jump mark-for-masquerade
 	// add rule ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 meta l4proto tcp dnat to 198.18.64.2:8080
-	// add rule ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 ip saddr 198.18.65.2 jump mark-for-masquerade
 	// add rule ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 meta l4proto tcp dnat to 198.18.65.2:8080
 	// add element ip kube-proxy service-ips { 198.19.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
 }
@@ -103,7 +101,6 @@ func ExampleRenderChanges() {
 	// add chain ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080
 	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade
 	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 , 1 : goto endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 }
-	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 ip saddr 198.18.66.2 jump mark-for-masquerade
 	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 meta l4proto tcp dnat to 198.18.66.2:8080
 	// stale: [endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080]
 }
@@ -133,8 +130,8 @@ func ExampleExecutor() {
 		fmt.Printf("full=%v operations=%d\n", res.Full, res.Operations)
 	}
 	// Output:
-	// full=true operations=67
-	// full=false operations=6
+	// full=true operations=66
+	// full=false operations=5
 	// full=false operations=0
 }
 

@@ -121,10 +121,25 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 	if s.UsesFirewall() {
 		chains = append(chains, r.firewallChain(s, base))
 	}
+	local := localEndpoints(s)
 	for i := range s.Endpoints {
-		chains = append(chains, r.endpointChain(s, s.Endpoints[i].AddrPort(), endpointBases[i]))
+		ep := s.Endpoints[i].AddrPort()
+		chains = append(chains, r.endpointChain(s, ep, endpointBases[i], slices.Contains(local, ep)))
 	}
 	return chains
+}
+
+// localEndpoints are the endpoints of s's targets that run on this node.
+func localEndpoints(s *ruleset.Service) []netip.AddrPort {
+	var local []netip.AddrPort
+	for _, ts := range [][]ruleset.Target{s.ClusterTargets, s.LocalTargets} {
+		for _, t := range ts {
+			if t.Local && !slices.Contains(local, t.Endpoint) {
+				local = append(local, t.Endpoint)
+			}
+		}
+	}
+	return local
 }
 
 // clusterIPMasquerade is the rule that masquerades traffic to the cluster
@@ -195,17 +210,22 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 }
 
 // endpointChain is the chain of one endpoint, whose EndpointChainBase is
-// endpointBase: hairpin masquerade (a pod that reaches itself through the
-// Service), the affinity set's update, DNAT.
-func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string) chainDef {
+// endpointBase: for an endpoint on this node (local), hairpin masquerade (a
+// pod that reaches itself through the Service; kube-proxy's nftables mode
+// masquerades no other hairpin connection), the affinity set's update, DNAT.
+func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string, local bool) chainDef {
 	proto := model.ProtoNumber(s.Name.Protocol)
 	c := chainDef{decl: model.Chain{Name: prefixEndpoint + endpointBase}, rules: make([]ruleDef, 0, 3)}
 	// The statements of all the chain's rules share one array.
-	stmts := append(make([]model.Stmt, 0, 5), model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, jumpMarkMasq)
-	c.rules = append(c.rules, r.newRule("", stmts[0:2:2]...))
+	stmts := make([]model.Stmt, 0, 5)
+	if local {
+		stmts = append(stmts, model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, jumpMarkMasq)
+		c.rules = append(c.rules, r.newRule("", stmts[0:2:2]...))
+	}
 	if s.Affinity.Enabled() {
+		n := len(stmts)
 		stmts = append(stmts, model.UpdateSet{Set: prefixAffinity + endpointBase, Field: r.saddr})
-		c.rules = append(c.rules, r.newRule("", stmts[2:3:3]...))
+		c.rules = append(c.rules, r.newRule("", stmts[n:n+1:n+1]...))
 	}
 	n := len(stmts)
 	stmts = append(stmts, l4protoMatch[proto], model.DNATTo{To: endpoint})

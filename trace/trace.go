@@ -94,13 +94,22 @@ type Options struct {
 	// forwards (kube-proxy's iptables mode: "block incoming localnet
 	// connections", in KUBE-FIREWALL on input and output).
 	LocalnetGuard bool
+	// HairpinLocalOnly masquerades a flow that reaches its own source
+	// (hairpin) only when that target runs on this node (ruleset.Target's
+	// Local): kube-proxy's nftables mode masquerades the DNATed
+	// connections in its hairpin-connections set, which holds this node's
+	// endpoints, where the iptables mode marks every endpoint's own
+	// traffic in the endpoint's chain (what ruleset.Ruleset.Decide says).
+	// A pod elsewhere that this node sends back to itself keeps its
+	// source.
+	HairpinLocalOnly bool
 }
 
 var (
 	// IPTablesMode is kube-proxy's iptables mode.
 	IPTablesMode = Options{ArrivingRejectsOnly: true, NodePortRejectsOnAllAddresses: true, LocalnetGuard: true}
 	// NFTablesMode is kube-proxy's nftables mode.
-	NFTablesMode = Options{RejectUnknownPorts: true, DropUnallocated: true, FirewallFirst: true}
+	NFTablesMode = Options{RejectUnknownPorts: true, DropUnallocated: true, FirewallFirst: true, HairpinLocalOnly: true}
 )
 
 // Outcome is where a packet goes.
@@ -164,6 +173,9 @@ func decide(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	case ruleset.VerdictForward:
 		out.Verdict = ruleset.VerdictForward
 		out.Targets, out.Masquerade, out.ShortCircuit, out.Affinity = d.Targets, d.Masquerade, d.ShortCircuit, s.Affinity
+		if opts.HairpinLocalOnly {
+			out.Targets = localHairpin(d, src.Addr)
+		}
 		return out
 	default:
 		return Outcome{}
@@ -172,6 +184,16 @@ func decide(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 		return Outcome{}
 	}
 	return out
+}
+
+// localHairpin is d's targets, each masqueraded for d's Masquerade or
+// for hairpin from src when the target runs on this node.
+func localHairpin(d ruleset.Decision, src netip.Addr) []ruleset.Choice {
+	cs := slices.Clone(d.Targets)
+	for i := range cs {
+		cs[i].Masquerade = d.Masquerade || cs[i].Local && cs[i].Endpoint.Addr() == src
+	}
+	return cs
 }
 
 // nodePortRefusal is the reject or drop of the owner of p's node port when

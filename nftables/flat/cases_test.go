@@ -26,13 +26,16 @@ import (
 )
 
 // flatMode is kube-proxy's nftables mode as far as the flat layout follows
-// it: it still masquerades every hairpin flow (its hairpin set holds the
-// addresses of all targets, without protocol and port), where kube-proxy
-// 1.37 masquerades only an endpoint on this node that reaches itself
-// (trace.Options.HairpinLocalOnly). A known difference.
+// it, two known differences aside: it still masquerades every hairpin flow
+// (its hairpin set holds the addresses of all targets, without protocol
+// and port), where kube-proxy 1.37 masquerades only an endpoint on this
+// node that reaches itself (trace.Options.HairpinLocalOnly); and it
+// masquerades traffic to a cluster IP per frontend, not for every flow to
+// the address (trace.Options.MasqueradeClusterAddresses).
 var flatMode = func() trace.Options {
 	o := trace.NFTablesMode
 	o.HairpinLocalOnly = false
+	o.MasqueradeClusterAddresses = false
 	return o
 }()
 

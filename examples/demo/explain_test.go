@@ -37,7 +37,7 @@ func TestExplainDesired(t *testing.T) {
 		// cluster IP are masqueraded, as those from off the cluster are.
 		{"cluster IP from the node, masqueraded", "nftables", "tcp 198.18.100.1:40000 -> 198.19.0.10:80 from node", []string{
 			"  -> 198.18.1.11:8080, share 1/2, masqueraded\n",
-			"ip saddr != 198.18.1.0/24 jump mark-for-masquerade\n",
+			"ip daddr @cluster-ips ip saddr != 198.18.1.0/24 mark set mark or 0x00004000 comment \"masquerade clusterIP traffic from outside cluster\" [cluster-ips 198.19.0.10]\n",
 			"  the tracer agrees\n",
 		}},
 		{"node port from outside, iptables", "iptables", "tcp 198.18.250.9:40000 -> 198.18.100.1:30080 from outside", []string{

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
@@ -124,4 +125,43 @@ func listedBlock(listing, what string) string {
 	}
 	body, _, _ := strings.Cut(rest, "\n\t}\n")
 	return body
+}
+
+// TestKernelHairpin: with real packets, as kube-proxy 1.37's nftables mode
+// does it, a pod that reaches itself through a Service is masqueraded when
+// it runs on this node (the echo sees another source; unmasqueraded, the
+// pod would drop its own address as a martian source), and a pod elsewhere
+// that this node DNATs back to itself is not: its connection fails, while
+// the same pod reaches a Service of this node's pod.
+func TestKernelHairpin(t *testing.T) {
+	netns.Require(t, "nft")
+	c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1, RemotePods: 1, Clients: 1})
+	c.StartEcho(8080)
+	here, there := c.Pods[0], c.Pods[1]
+	// The executor runs the nft that is first on PATH: the node's.
+	c.Node.ToolOnPath(t, "nft")
+	cfg := config4()
+	cfg.ClusterCIDRs = []netip.Prefix{netns.PodCIDR4}
+	ex := executorIn(t, c.Node.NS, nftables.ExecutorConfig{Family: v1.IPv4Protocol})
+	w := newWorld(t, cfg)
+	w.add(
+		svc("ns1", "here", "198.19.0.20"),
+		slice("ns1", "here", 8080, ep{ip: here.IPv4.String(), node: node}),
+		svc("ns1", "there", "198.19.0.21"),
+		slice("ns1", "there", 8080, ep{ip: there.IPv4.String(), node: "node-b"}),
+	)
+	if _, err := ex.Apply(context.Background(), w.build()); err != nil {
+		t.Fatal(err)
+	}
+	toHere, toThere := netip.MustParseAddrPort("198.19.0.20:80"), netip.MustParseAddrPort("198.19.0.21:80")
+	r, err := here.TCP(toHere, 2*time.Second)
+	if err != nil || r.Identity != here.Label || r.Source.Addr() == here.IPv4 {
+		t.Errorf("%s → %s (itself, on this node): %+v, %v; want its own echo, masqueraded", here.Label, toHere, r, err)
+	}
+	if r, err := there.TCP(toHere, 2*time.Second); err != nil || r.Identity != here.Label || r.Source.Addr() != there.IPv4 {
+		t.Errorf("%s → %s: %+v, %v; want %s's echo, not masqueraded", there.Label, toHere, r, err, here.Label)
+	}
+	if r, err := there.TCP(toThere, time.Second); err == nil {
+		t.Errorf("%s → %s (itself, elsewhere): %+v; want no connection (not masqueraded, its own address comes back)", there.Label, toThere, r)
+	}
 }

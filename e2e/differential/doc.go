@@ -1,0 +1,22 @@
+// Package differential compares svcproxy's reference proxies with the real
+// kube-proxy (the release svcproxy tracks, svcproxy.KubeProxyVersion) on the
+// same cluster states.
+//
+// One kube-apiserver and etcd run in a network namespace of their own; each
+// proxy runs in another, with the same node addresses (198.18.0.1,
+// 2001:db8:18::1) and settings, watching that API server. The test writes a
+// cluster state through the API (Nodes, Services with their load-balancer
+// status, EndpointSlices), waits until every proxy has synced it, reads each
+// proxy's rules back from its kernel (iptables-save, nft list table) and
+// evaluates both with the trace evaluators (trace/iptrace, trace/nfttrace)
+// for every frontend of every Service and every kind of source. The
+// outcomes (verdict, targets with their shares, masquerade, affinity) must
+// be equal, except where a difference is listed, by name and with its
+// reason, in the test's exclusions, which the test prints.
+//
+// The states are generated with pgregory.net/rapid; SVCPROXY_DIFF_STATES
+// sets how many (see CONTRIBUTING.md). The tests need root, the kernel
+// tools and the API-server suite's binaries ($SVCPROXY_APISERVER_BIN_DIR,
+// kube-proxy included); otherwise they skip, or fail when
+// SVCPROXY_E2E=required.
+package differential

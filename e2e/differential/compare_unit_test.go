@@ -3,12 +3,16 @@
 package differential
 
 import (
+	"math/big"
 	"net/netip"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/trace"
 )
 
 // TestCompareFindsDifferences: the comparison itself (no kernel, no API
@@ -68,6 +72,46 @@ func TestCompareFindsDifferences(t *testing.T) {
 	for _, p := range ps {
 		if p.packet.Dst != netip.MustParseAddrPort("198.19.0.10:80") || p.packet.FromNode != p.src.fromNode {
 			t.Errorf("probe %v: packet %v", p, p.packet)
+		}
+	}
+}
+
+// TestExclusions: each known difference covers its own case and nothing
+// else.
+func TestExclusions(t *testing.T) {
+	ep := netip.MustParseAddrPort("198.18.65.2:8080")
+	forward := func(masq bool) trace.Outcome {
+		return trace.Outcome{Verdict: ruleset.VerdictForward, Targets: []ruleset.Choice{{Target: ruleset.Target{Endpoint: ep}, Share: big.NewRat(1, 1), Masquerade: masq}}}
+	}
+	hairpin := probe{src: source{name: "hairpin", addr: ep.Addr()}}
+	local := hairpin
+	local.srcLocal = true
+	byName := map[string]exclusion{}
+	for _, e := range exclusions {
+		byName[e.name] = e
+	}
+	for _, tc := range []struct {
+		name, exclusion, mode string
+		p                     probe
+		ref, ours             trace.Outcome
+		want                  bool
+	}{
+		{"remote hairpin, nftables", "hairpin from an endpoint elsewhere (nftables)", "nftables (flat layout)", hairpin, forward(false), forward(true), true},
+		{"remote hairpin, iptables", "hairpin from an endpoint elsewhere (nftables)", "iptables", hairpin, forward(false), forward(true), false},
+		{"local hairpin", "hairpin from an endpoint elsewhere (nftables)", "nftables (flat layout)", local, forward(false), forward(true), false},
+		{"not hairpin", "hairpin from an endpoint elsewhere (nftables)", "nftables (flat layout)", probe{src: source{name: "local pod", addr: ep.Addr()}}, forward(false), forward(true), false},
+		{"another difference from the endpoint", "hairpin from an endpoint elsewhere (nftables)", "nftables (flat layout)", hairpin, forward(false), trace.Outcome{Verdict: ruleset.VerdictReject}, false},
+		{"duplicated", "one address listed twice in a Service's EndpointSlices", "iptables", probe{duplicated: true}, forward(false), trace.Outcome{}, true},
+		{"not duplicated", "one address listed twice in a Service's EndpointSlices", "iptables", probe{}, forward(false), trace.Outcome{}, false},
+		{"shared", "two Service ports with one frontend", "iptables", probe{shared: true}, forward(false), trace.Outcome{}, true},
+		{"not shared", "two Service ports with one frontend", "iptables", probe{}, forward(false), trace.Outcome{}, false},
+	} {
+		e, ok := byName[tc.exclusion]
+		if !ok {
+			t.Fatalf("no exclusion %q", tc.exclusion)
+		}
+		if got := e.covers(tc.mode, tc.p, tc.ref, tc.ours); got != tc.want {
+			t.Errorf("%s: covered %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -46,6 +46,21 @@ func TestIPTablesMatchesKubeProxy(t *testing.T) {
 	w.run(t, []pair{{mode: "iptables", backend: "iptables", ref: kp, ours: ours}})
 }
 
+// TestNFTablesMatchesKubeProxy: for generated cluster states, the rules of
+// kube-proxy's nftables mode and of our nftables proxy, in kube-proxy's
+// layout and in the flat one, send every probe the same way.
+func TestNFTablesMatchesKubeProxy(t *testing.T) {
+	w := newWorld(t)
+	w.putNode("zone-a")
+	kp := w.startKubeProxy("nftables")
+	ours := w.startOurs("nftables", "ournft")
+	flat := w.startOurs("nftables", "ourflat", "--nftables-layout", "flat")
+	w.run(t, []pair{
+		{mode: "nftables (kube-proxy layout)", backend: "nftables", ref: kp, ours: ours},
+		{mode: "nftables (flat layout)", backend: "nftables", ref: kp, ours: flat},
+	})
+}
+
 // putNode applies the proxies' Node, in zone, with its addresses.
 func (w *world) putNode(zone string) {
 	w.t.Helper()
@@ -92,14 +107,11 @@ func (w *world) run(t *testing.T, pairs []pair) {
 		index++
 		st := genState(rt).named(index)
 		stored := w.applyState(st)
-		var want []string
+		dumps := w.waitSynced(stored, previous)
+		previous = previous[:0]
 		for _, svc := range stored {
-			if svc.Spec.ClusterIP != v1.ClusterIPNone {
-				want = append(want, namespace+"/"+svc.Name)
-			}
+			previous = append(previous, namespace+"/"+svc.Name)
 		}
-		dumps := w.waitSynced(want, previous)
-		previous = want
 		var report []string
 		for _, p := range pairs {
 			for _, ipv6 := range []bool{false, true} {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -110,6 +111,9 @@ type proxy struct {
 	log  *logBuffer
 	// dump reads the rules the proxy wrote, one text per IP family.
 	dump func(ns *netns.NS) (v4, v6 string, err error)
+	// byAddress: the rules name no Service (the flat layout): a Service
+	// shows in them by its cluster IPs.
+	byAddress bool
 }
 
 // commonArgs are what kube-proxy and ours are both told, in kube-proxy's
@@ -155,7 +159,8 @@ func (w *world) startOurs(backend, label string, extra ...string) *proxy {
 	if strings.Contains(strings.Join(extra, " "), "flat") {
 		table = "svcproxy-flat"
 	}
-	p := &proxy{name: strings.Join(append([]string{"svcproxy", backend}, extra...), " "), ns: w.proxyNS(label), log: &logBuffer{}, dump: dumpFor(backend, table)}
+	p := &proxy{name: strings.Join(append([]string{"svcproxy", backend}, extra...), " "), ns: w.proxyNS(label), log: &logBuffer{},
+		dump: dumpFor(backend, table), byAddress: table == "svcproxy-flat"}
 	args := append([]string{
 		"--kubeconfig", w.api.Kubeconfig(w.api.Token(apiserver.AdminUser)),
 		"--node-name", nodeName,
@@ -237,11 +242,11 @@ func withoutComments(text string) string {
 // rules is what a proxy holds in its kernel at one time.
 type rules struct{ v4, v6 string }
 
-// waitSynced waits until every proxy's rules name each of want (Service
-// names, "namespace/name"), none of gone, and read the same in stablePolls
-// polls in a row; it fails the test after syncTimeout, and when a proxy
-// exits.
-func (w *world) waitSynced(want, gone []string) map[*proxy]rules {
+// waitSynced waits until every proxy's rules show each of svcs (by name,
+// "namespace/name", or by cluster IP) and name none of gone, and read the
+// same in stablePolls polls in a row; it fails the test after syncTimeout,
+// and when a proxy exits.
+func (w *world) waitSynced(svcs []*v1.Service, gone []string) map[*proxy]rules {
 	w.t.Helper()
 	deadline := time.Now().Add(syncTimeout)
 	last := map[*proxy]rules{}
@@ -262,7 +267,7 @@ func (w *world) waitSynced(want, gone []string) map[*proxy]rules {
 			}
 			cur[p] = rules{v4, v6}
 			if problem == "" {
-				problem = missing(p.name, v4+v6, want, gone)
+				problem = missing(p, v4+v6, svcs, gone)
 			}
 		}
 		if problem == "" && equalRules(cur, last) {
@@ -281,16 +286,37 @@ func (w *world) waitSynced(want, gone []string) map[*proxy]rules {
 	}
 }
 
-// missing says which of want text lacks or which of gone it still has.
-func missing(name, text string, want, gone []string) string {
-	for _, s := range want {
-		if !strings.Contains(text, s+":") && !strings.Contains(text, s+" ") && !strings.Contains(text, s+`"`) {
-			return fmt.Sprintf("%s has no rule for %s yet", name, s)
+// missing says which of svcs p's rules (text) do not show yet, or which of
+// gone they still name.
+func missing(p *proxy, text string, svcs []*v1.Service, gone []string) string {
+	for _, svc := range svcs {
+		if svc.Spec.ClusterIP == v1.ClusterIPNone {
+			continue
+		}
+		if p.byAddress {
+			for _, ip := range svc.Spec.ClusterIPs {
+				if !strings.Contains(text, ip) {
+					return fmt.Sprintf("%s has no rule for %s (%s) yet", p.name, svc.Name, ip)
+				}
+			}
+			continue
+		}
+		name := svc.Namespace + "/" + svc.Name
+		if !slices.ContainsFunc([]string{":", " ", `"`, "/"}, func(end string) bool { return strings.Contains(text, name+end) }) {
+			return fmt.Sprintf("%s has no rule for %s yet", p.name, name)
 		}
 	}
-	for _, s := range gone {
-		if strings.Contains(text, s) {
-			return fmt.Sprintf("%s still has rules for %s", name, s)
+	if p.byAddress {
+		return ""
+	}
+	for _, name := range gone {
+		// Not "name/": kube-proxy's nftables mode deletes the chains of a
+		// gone Service ("service-HASH-namespace/name/…") a while after no
+		// rule jumps to them.
+		for _, end := range []string{":", " ", `"`} {
+			if strings.Contains(text, name+end) {
+				return fmt.Sprintf("%s still has rules for %s", p.name, name)
+			}
 		}
 	}
 	return ""

@@ -171,15 +171,21 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 
 	var eps []*discovery.EndpointSlice
 	for _, fam := range families {
+		// One Service in ten lists an address twice (in one slice or two).
+		used := map[int]bool{}
+		if rapid.IntRange(0, 9).Draw(t, fmt.Sprintf("%s.%s.duplicates", name, fam)) == 0 {
+			used = nil
+		}
 		for k := range rapid.IntRange(0, 2).Draw(t, fmt.Sprintf("%s.%s.slices", name, fam)) {
-			eps = append(eps, genSlice(t, svc, fam, fmt.Sprintf("%s-%s-%d", name, strings.ToLower(string(fam)), k)))
+			eps = append(eps, genSlice(t, svc, fam, fmt.Sprintf("%s-%s-%d", name, strings.ToLower(string(fam)), k), used))
 		}
 	}
 	return svc, eps
 }
 
-// genSlice draws an EndpointSlice of svc in family fam.
-func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string) *discovery.EndpointSlice {
+// genSlice draws an EndpointSlice of svc in family fam. Its endpoints'
+// addresses are not in used, and are added to it, unless used is nil.
+func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used map[int]bool) *discovery.EndpointSlice {
 	ipv6 := fam == v1.IPv6Protocol
 	es := &discovery.EndpointSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
@@ -198,7 +204,14 @@ func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string) *discov
 		es.Ports = append(es.Ports, discovery.EndpointPort{Name: ptr(p.Name), Protocol: ptr(p.Protocol), Port: ptr(8000 + int32(j))})
 	}
 	for k := range rapid.IntRange(0, 4).Draw(t, name+".endpoints") {
-		ep := discovery.Endpoint{Addresses: []string{podAddr(rapid.IntRange(0, endpointPool-1).Draw(t, fmt.Sprintf("%s.ep%d", name, k)), ipv6).String()}}
+		pod := rapid.IntRange(0, endpointPool-1).Draw(t, fmt.Sprintf("%s.ep%d", name, k))
+		for used != nil && used[pod] { // at most 8 of 12 are used
+			pod = (pod + 1) % endpointPool
+		}
+		if used != nil {
+			used[pod] = true
+		}
+		ep := discovery.Endpoint{Addresses: []string{podAddr(pod, ipv6).String()}}
 		if node := rapid.IntRange(-1, len(nodeNames)-1).Draw(t, fmt.Sprintf("%s.ep%d.node", name, k)); node >= 0 {
 			ep.NodeName = ptr(nodeNames[node])
 			if rapid.IntRange(0, 4).Draw(t, fmt.Sprintf("%s.ep%d.nozone", name, k)) != 0 {

@@ -115,6 +115,11 @@ func frontends(svc *v1.Service, ipv6 bool) map[v1.Protocol][]frontend {
 				node = nodeAddr6
 			}
 			add("node port", node, uint16(p.NodePort), true)
+			other := otherAddr4
+			if ipv6 {
+				other = otherAddr6
+			}
+			add("node port on another local address", other, uint16(p.NodePort), true)
 			lo := netip.MustParseAddr("127.0.0.1")
 			if ipv6 {
 				lo = netip.IPv6Loopback()

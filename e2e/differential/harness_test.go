@@ -37,6 +37,10 @@ var (
 	apiAddr   = netip.MustParseAddr("198.18.1.1")
 	nodeAddr4 = netip.MustParseAddr("198.18.0.1")
 	nodeAddr6 = netip.MustParseAddr("2001:db8:18::1")
+	// otherAddr4 and otherAddr6 are addresses of the node too, on the same
+	// interface, but not the Node's: node ports are not served there.
+	otherAddr4 = netip.MustParseAddr("198.18.0.9")
+	otherAddr6 = netip.MustParseAddr("2001:db8:18::9")
 )
 
 const (
@@ -98,6 +102,8 @@ func (w *world) proxyNS(label string) *netns.NS {
 	ns.AddSink("eth0")
 	ns.AddAddr("eth0", netip.PrefixFrom(nodeAddr4, 24))
 	ns.AddAddr("eth0", netip.PrefixFrom(nodeAddr6, 64))
+	ns.AddAddr("eth0", netip.PrefixFrom(otherAddr4, 24))
+	ns.AddAddr("eth0", netip.PrefixFrom(otherAddr6, 64))
 	ns.Sysctl("net.ipv4.ip_forward", "1")
 	ns.Sysctl("net.ipv6.conf.all.forwarding", "1")
 	return ns
@@ -116,11 +122,13 @@ type proxy struct {
 	byAddress bool
 }
 
-// commonArgs are what kube-proxy and ours are both told, in kube-proxy's
-// flag names where they differ.
+// Settings both proxies are given.
 var (
 	clusterCIDRs = netns.PodCIDR4.String() + "," + netns.PodCIDR6.String()
-	nodeCIDRs    = netns.NodeCIDR4.String() + "," + netns.NodeCIDR6.String()
+	// nodePortCIDRs are the Node's addresses: ours serves node ports on
+	// them (--node-ip), kube-proxy on the local addresses inside
+	// --nodeport-addresses.
+	nodePortCIDRs = netip.PrefixFrom(nodeAddr4, 32).String() + "," + netip.PrefixFrom(nodeAddr6, 128).String()
 )
 
 // startKubeProxy runs the real kube-proxy in mode ("iptables" or
@@ -134,8 +142,8 @@ func (w *world) startKubeProxy(mode string) *proxy {
 		"--hostname-override=" + nodeName,
 		"--proxy-mode=" + mode,
 		"--cluster-cidr=" + clusterCIDRs,
-		// NodePorts on the node's addresses only, as ours serves them.
-		"--nodeport-addresses=" + nodeCIDRs,
+		// NodePorts on the Node's addresses only, as ours serves them.
+		"--nodeport-addresses=" + nodePortCIDRs,
 		"--metrics-bind-address=127.0.0.1:10249",
 		"--healthz-bind-address=127.0.0.1:10256",
 		// Leave the conntrack sysctls alone: some are not per namespace.

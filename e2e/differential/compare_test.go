@@ -52,6 +52,12 @@ type source struct {
 	fromNode bool
 }
 
+// The pods (see kernelPods) that are the local and the remote pod sources.
+const (
+	localPodSource  = 12
+	remotePodSource = 13
+)
+
 // sources are the kinds of client of a Service in one family: a pod on the
 // node, a pod elsewhere, the node itself, two outside clients (the first
 // inside the load-balancer source ranges the generator draws from, the
@@ -68,8 +74,8 @@ func sources(ipv6 bool, endpoints []netip.Addr) []source {
 		node = nodeAddr6
 	}
 	ss := []source{
-		{name: "local pod", addr: pick("198.18.100.2", "2001:db8:18:64::2")},
-		{name: "remote pod", addr: pick("198.18.120.2", "2001:db8:18:78::2")},
+		{name: "local pod", addr: podAddr(localPodSource, ipv6)},
+		{name: "remote pod", addr: podAddr(remotePodSource, ipv6)},
 		{name: "node", addr: node, fromNode: true},
 		{name: "node (loopback)", addr: pick("127.0.0.1", "::1"), fromNode: true},
 		{name: "outside (in ranges)", addr: pick("198.18.32.2", "2001:db8:18:20::2")},

@@ -42,7 +42,7 @@ func TestIPTablesMatchesKubeProxy(t *testing.T) {
 	w := newWorld(t)
 	w.putNode("zone-a")
 	kp := w.startKubeProxy("iptables")
-	ours := w.startOurs("iptables", "ouript")
+	ours := w.startOurs("iptables")
 	w.run(t, []pair{{mode: "iptables", backend: "iptables", ref: kp, ours: ours}})
 }
 
@@ -53,8 +53,8 @@ func TestNFTablesMatchesKubeProxy(t *testing.T) {
 	w := newWorld(t)
 	w.putNode("zone-a")
 	kp := w.startKubeProxy("nftables")
-	ours := w.startOurs("nftables", "ournft")
-	flat := w.startOurs("nftables", "ourflat", "--nftables-layout", "flat")
+	ours := w.startOurs("nftables")
+	flat := w.startOurs("nftables", "--nftables-layout", "flat")
 	w.run(t, []pair{
 		{mode: "nftables (kube-proxy layout)", backend: "nftables", ref: kp, ours: ours},
 		{mode: "nftables (flat layout)", backend: "nftables", ref: kp, ours: flat},
@@ -82,6 +82,7 @@ func (w *world) putNode(zone string) {
 // totals sum comparisons over the states of a run, per mode.
 type totals struct {
 	states, probes     int
+	kernel             int // probes also sent through both kernels
 	excluded, verdicts map[string]int
 }
 
@@ -107,7 +108,10 @@ func (w *world) run(t *testing.T, pairs []pair) {
 		index++
 		st := genState(rt).named(index)
 		stored := w.applyState(st)
-		dumps := w.waitSynced(stored, previous)
+		dumps, err := w.waitSynced(stored, previous)
+		if err != nil {
+			rt.Fatalf("state %d: %v\n%s", index, err, describe(st, stored))
+		}
 		previous = previous[:0]
 		for _, svc := range stored {
 			previous = append(previous, namespace+"/"+svc.Name)
@@ -127,7 +131,13 @@ func (w *world) run(t *testing.T, pairs []pair) {
 				if err != nil {
 					rt.Fatalf("%s: our rules do not parse: %v\n%s", p.mode, err, ours)
 				}
-				c := compare(p.mode, re, oe, probes(stored, st.slices, ipv6))
+				ps := probes(stored, st.slices, ipv6)
+				c := compare(p.mode, re, oe, ps)
+				if index <= kernelStates {
+					sent, rep := sampleKernels(p, ps, re, oe)
+					sum[p.mode].kernel += sent
+					report = append(report, rep...)
+				}
 				s := sum[p.mode]
 				s.probes += c.probes
 				for name, n := range c.excluded {
@@ -156,8 +166,8 @@ func (w *world) run(t *testing.T, pairs []pair) {
 	})
 	for _, p := range pairs {
 		s := sum[p.mode]
-		t.Logf("%s: compared %d states, %d probes (kube-proxy's outcomes: %v); per state %v",
-			p.mode, s.states, s.probes, s.verdicts, (elapsed / time.Duration(max(index, 1))).Round(time.Millisecond))
+		t.Logf("%s: compared %d states, %d probes (kube-proxy's outcomes: %v); per state %v; %d probes also sent through both kernels",
+			p.mode, s.states, s.probes, s.verdicts, (elapsed / time.Duration(max(index, 1))).Round(time.Millisecond), s.kernel)
 		for name, n := range s.excluded {
 			t.Logf("%s: %d probes differ as known difference %q", p.mode, n, name)
 		}

@@ -30,9 +30,9 @@ import (
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
-// The world's addresses. Every proxy namespace has the same node
-// addresses, on a sink interface, and reaches the API server through a
-// veth of its own: 198.18.(2+i).2 → 198.18.(2+i).1, routed to apiAddr.
+// The world's addresses. Every proxy's node has the same addresses (a
+// netns.Cluster's), and reaches the API server through a veth of its own:
+// 198.18.(2+i).2 → 198.18.(2+i).1, routed to apiAddr.
 var (
 	apiAddr   = netip.MustParseAddr("198.18.1.1")
 	nodeAddr4 = netip.MustParseAddr("198.18.0.1")
@@ -87,11 +87,24 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
-// proxyNS creates the namespace of a proxy: the node addresses on eth0 (a
-// sink), forwarding on, and a route to the API server over its own veth.
-func (w *world) proxyNS(label string) *netns.NS {
+// kernelPods is the shape of each proxy's cluster: pods 0…12 on the node
+// (the endpoints the generator draws, 0…11, and the local pod source, 12),
+// pod 13 on a remote node (the remote pod source), two outside clients.
+var kernelPods = netns.ClusterSpec{Pods: 13, RemotePods: 1, Clients: 2}
+
+// echoPorts are the target ports of the generated states: every pod
+// answers on them.
+var echoPorts = []uint16{8000, 8001, 8002}
+
+// proxyCluster creates the node of a proxy, as a netns.Cluster of shape
+// kernelPods whose pods answer on echoPorts: the node addresses and
+// otherAddr4/6 on eth0, and a route to the API server over a veth of its
+// own.
+func (w *world) proxyCluster() *netns.Cluster {
 	w.t.Helper()
-	ns := w.lab.NewNS(label)
+	c := netns.NewCluster(w.t, kernelPods)
+	ns := c.Node.NS
+	label := fmt.Sprintf("p%d", w.nextNet)
 	api := w.lab.Namespaces()[0]
 	n := w.nextNet
 	w.nextNet++
@@ -99,20 +112,24 @@ func (w *world) proxyNS(label string) *netns.NS {
 	api.AddAddr("to"+label, netip.MustParsePrefix(fmt.Sprintf("198.18.%d.1/24", n)))
 	ns.AddAddr("api0", netip.MustParsePrefix(fmt.Sprintf("198.18.%d.2/24", n)))
 	ns.AddRoute(netip.PrefixFrom(apiAddr, 32), netip.MustParseAddr(fmt.Sprintf("198.18.%d.1", n)), "api0")
-	ns.AddSink("eth0")
-	ns.AddAddr("eth0", netip.PrefixFrom(nodeAddr4, 24))
-	ns.AddAddr("eth0", netip.PrefixFrom(nodeAddr6, 64))
 	ns.AddAddr("eth0", netip.PrefixFrom(otherAddr4, 24))
 	ns.AddAddr("eth0", netip.PrefixFrom(otherAddr6, 64))
-	ns.Sysctl("net.ipv4.ip_forward", "1")
-	ns.Sysctl("net.ipv6.conf.all.forwarding", "1")
-	return ns
+	// The node routes the IPv6 external and load-balancer IPs as it does
+	// Service IPs (the IPv4 ones are inside ServiceCIDR4 already).
+	for _, base := range []netip.Addr{externalPool6, lbPool6} {
+		ns.AddRoute(netip.PrefixFrom(base, 64).Masked(), netip.Addr{}, "svc0")
+	}
+	for _, port := range echoPorts {
+		c.StartEcho(port)
+	}
+	return c
 }
 
 // proxy is one proxy under comparison, running in its own namespace.
 type proxy struct {
-	name string // "kube-proxy iptables", "svcproxy iptables", …
-	ns   *netns.NS
+	name    string // "kube-proxy iptables", "svcproxy iptables", …
+	cluster *netns.Cluster
+	ns      *netns.NS
 	proc *netns.Proc
 	log  *logBuffer
 	// dump reads the rules the proxy wrote, one text per IP family.
@@ -136,7 +153,8 @@ var (
 func (w *world) startKubeProxy(mode string) *proxy {
 	w.t.Helper()
 	bin := apiserver.KubeProxy(w.t)
-	p := &proxy{name: "kube-proxy " + mode, ns: w.proxyNS("kp" + mode[:3]), log: &logBuffer{}, dump: dumpFor(mode, "kube-proxy")}
+	c := w.proxyCluster()
+	p := &proxy{name: "kube-proxy " + mode, cluster: c, ns: c.Node.NS, log: &logBuffer{}, dump: dumpFor(mode, "kube-proxy")}
 	args := []string{
 		"--kubeconfig=" + w.api.Kubeconfig(w.api.Token(apiserver.AdminUser)),
 		"--hostname-override=" + nodeName,
@@ -160,14 +178,15 @@ func (w *world) startKubeProxy(mode string) *proxy {
 
 // startOurs runs our reference proxy of backend ("iptables" or
 // "nftables", with extra flags such as the nftables layout) in a namespace
-// of its own, labelled label.
-func (w *world) startOurs(backend, label string, extra ...string) *proxy {
+// of its own.
+func (w *world) startOurs(backend string, extra ...string) *proxy {
 	w.t.Helper()
 	table := "kube-proxy"
 	if strings.Contains(strings.Join(extra, " "), "flat") {
 		table = "svcproxy-flat"
 	}
-	p := &proxy{name: strings.Join(append([]string{"svcproxy", backend}, extra...), " "), ns: w.proxyNS(label), log: &logBuffer{},
+	c := w.proxyCluster()
+	p := &proxy{name: strings.Join(append([]string{"svcproxy", backend}, extra...), " "), cluster: c, ns: c.Node.NS, log: &logBuffer{},
 		dump: dumpFor(backend, table), byAddress: table == "svcproxy-flat"}
 	args := append([]string{
 		"--kubeconfig", w.api.Kubeconfig(w.api.Token(apiserver.AdminUser)),
@@ -252,9 +271,10 @@ type rules struct{ v4, v6 string }
 
 // waitSynced waits until every proxy's rules show each of svcs (by name,
 // "namespace/name", or by cluster IP) and name none of gone, and read the
-// same in stablePolls polls in a row; it fails the test after syncTimeout,
-// and when a proxy exits.
-func (w *world) waitSynced(svcs []*v1.Service, gone []string) map[*proxy]rules {
+// same in stablePolls polls in a row; it fails the test when a proxy
+// exits, and returns an error (with every proxy's rules) after
+// syncTimeout.
+func (w *world) waitSynced(svcs []*v1.Service, gone []string) (map[*proxy]rules, error) {
 	w.t.Helper()
 	deadline := time.Now().Add(syncTimeout)
 	last := map[*proxy]rules{}
@@ -284,11 +304,15 @@ func (w *world) waitSynced(svcs []*v1.Service, gone []string) map[*proxy]rules {
 			stable = 0
 		}
 		if stable >= stablePolls-1 {
-			return cur
+			return cur, nil
 		}
 		last = cur
 		if time.Now().After(deadline) {
-			w.t.Fatalf("proxies did not sync within %v: %s", syncTimeout, problem)
+			var all strings.Builder
+			for p, r := range cur {
+				fmt.Fprintf(&all, "%s:\n%s\n%s\n", p.name, r.v4, r.v6)
+			}
+			return nil, fmt.Errorf("proxies did not sync within %v: %s\n%s", syncTimeout, problem, all.String())
 		}
 		time.Sleep(pollInterval)
 	}
@@ -322,8 +346,10 @@ func missing(p *proxy, text string, svcs []*v1.Service, gone []string) string {
 		// gone Service ("service-HASH-namespace/name/…") a while after no
 		// rule jumps to them.
 		for _, end := range []string{":", " ", `"`} {
-			if strings.Contains(text, name+end) {
-				return fmt.Sprintf("%s still has rules for %s", p.name, name)
+			if i := strings.Index(text, name+end); i >= 0 {
+				start := strings.LastIndex(text[:i], "\n") + 1
+				line, _, _ := strings.Cut(text[start:], "\n")
+				return fmt.Sprintf("%s still has rules for %s: %s", p.name, name, strings.TrimSpace(line))
 			}
 		}
 	}

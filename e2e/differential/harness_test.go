@@ -130,8 +130,8 @@ type proxy struct {
 	name    string // "kube-proxy iptables", "svcproxy iptables", …
 	cluster *netns.Cluster
 	ns      *netns.NS
-	proc *netns.Proc
-	log  *logBuffer
+	proc    *netns.Proc
+	log     *logBuffer
 	// dump reads the rules the proxy wrote, one text per IP family.
 	dump func(ns *netns.NS) (v4, v6 string, err error)
 	// byAddress: the rules name no Service (the flat layout): a Service

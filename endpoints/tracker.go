@@ -252,6 +252,9 @@ func (t *Tracker) Update(es *discovery.EndpointSlice) (skipped string, warnings 
 	if es == nil {
 		return "nil EndpointSlice", nil
 	}
+	if !t.made() {
+		return "Tracker not made by NewTracker: nothing recorded", nil
+	}
 	slice, skipped, warnings := parse(es, t.family, t.filter, true)
 	key := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
 	t.remove(key)
@@ -264,8 +267,15 @@ func (t *Tracker) Update(es *discovery.EndpointSlice) (skipped string, warnings 
 	return skipped, warnings
 }
 
+// made reports whether NewTracker made t: a nil or zero Tracker records
+// nothing, and its Snapshots are empty.
+func (t *Tracker) made() bool { return t != nil && t.journal != nil }
+
 // Delete records that the EndpointSlice namespace/name is gone.
 func (t *Tracker) Delete(namespace, name string) {
+	if !t.made() {
+		return
+	}
 	t.remove(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
@@ -332,11 +342,19 @@ func sameEndpoints(a, b portList) bool {
 // Pending is the number of Services whose endpoints differ from the last
 // Snapshot's (kube-proxy's endpoint_changes_pending): an update that
 // changes nothing, or a change undone before the Snapshot, does not count.
-func (t *Tracker) Pending() int { return t.journal.Pending() }
+func (t *Tracker) Pending() int {
+	if !t.made() {
+		return 0
+	}
+	return t.journal.Pending()
+}
 
 // Snapshot returns the current state and what changed since the previous
 // call to Snapshot.
 func (t *Tracker) Snapshot() (Snapshot, Changes) {
+	if !t.made() {
+		return Snapshot{}, Changes{}
+	}
 	var ch Changes
 	services := t.journal.Commit(func(svc types.NamespacedName, before, after portList) {
 		ch.add(svc, before, after)

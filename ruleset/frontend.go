@@ -61,8 +61,12 @@ func (f Frontend) destination() Frontend {
 
 // Frontends returns the Frontends of s, sorted, each once: its cluster IP
 // as a whole, its cluster IP, external IPs and load-balancer IPs each with
-// its protocol and port, and its node port.
+// its protocol and port, and its node port; none for a Service without a
+// ServicePort.
 func (s *Service) Frontends() []Frontend {
+	if !s.valid() {
+		return nil
+	}
 	return s.AppendFrontends(make([]Frontend, 0, 3+len(s.ExternalIPs)+len(s.LoadBalancerIPs)))
 }
 
@@ -70,6 +74,9 @@ func (s *Service) Frontends() []Frontend {
 // to dst and returns the extended slice: a renderer that walks every
 // Service reuses one buffer.
 func (s *Service) AppendFrontends(dst []Frontend) []Frontend {
+	if !s.valid() {
+		return dst
+	}
 	start := len(dst)
 	dst = s.appendFrontends(dst)
 	fs := dst[start:]
@@ -149,6 +156,9 @@ func (r *Ruleset) Owner(f Frontend) (owner *Service, kind FrontendKind, ok bool)
 // Owns reports whether s, a Service of r, is the owner of f's destination
 // through a frontend of f's kind: whether a backend renders f for s.
 func (r *Ruleset) Owns(s *Service, f Frontend) bool {
+	if !s.valid() {
+		return false
+	}
 	if names := r.ServicesAt(f); len(names) == 1 && names[0] == s.Name {
 		kind, _ := s.kindAt(f.destination())
 		return kind == f.Kind
@@ -195,6 +205,9 @@ func (s *Service) takes(kind FrontendKind) bool {
 // takes O(n log n) to index them, sorting them in up to GOMAXPROCS
 // goroutines (the index is the same for every number).
 func (r *Ruleset) ServicesAt(f Frontend) []servicemap.PortName {
+	if r == nil {
+		return nil
+	}
 	idx := r.index()
 	e, _ := idx.get(f.destination())
 	return e.names

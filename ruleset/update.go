@@ -25,6 +25,9 @@ import (
 // The warnings are those of the rebuilt Service ports only (all of them
 // when Update is Build).
 func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoints.Snapshot) (*Ruleset, Changes, []svcproxy.Warning) {
+	if !b.valid() {
+		return nil, Diff(prev, nil), nil
+	}
 	if prev == nil || !configEqual(&prev.config, &b.config) {
 		rs, warnings := b.Build(services, eps)
 		return rs, Diff(prev, rs), warnings
@@ -44,6 +47,9 @@ func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoi
 // When prev is nil, or was built with another Config, the other ports are
 // none: the result holds the named ports alone.
 func (b *Builder) UpdatePorts(prev *Ruleset, services servicemap.Snapshot, eps endpoints.Snapshot, names []servicemap.PortName) (*Ruleset, Changes, []svcproxy.Warning) {
+	if !b.valid() {
+		return nil, Diff(prev, nil), nil
+	}
 	if prev == nil || !configEqual(&prev.config, &b.config) {
 		prev = &Ruleset{config: b.config}
 	}

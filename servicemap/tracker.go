@@ -121,14 +121,24 @@ func (t *Tracker) Update(svc *v1.Service) (skipped string, warnings []svcproxy.W
 	if svc == nil {
 		return "nil Service", nil
 	}
+	if !t.made() {
+		return "Tracker not made by NewTracker: nothing recorded", nil
+	}
 	ports, skipped, warnings := FromService(svc, t.family, t.filter)
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	t.set(key, ports)
 	return skipped, warnings
 }
 
+// made reports whether NewTracker made t: a nil or zero Tracker records
+// nothing, and its Snapshots are empty.
+func (t *Tracker) made() bool { return t != nil && t.journal != nil }
+
 // Delete records that the Service namespace/name is gone.
 func (t *Tracker) Delete(namespace, name string) {
+	if !t.made() {
+		return
+	}
 	t.set(types.NamespacedName{Namespace: namespace, Name: name}, nil)
 }
 
@@ -145,11 +155,19 @@ func (t *Tracker) set(key types.NamespacedName, ports []ServicePort) {
 // Pending is the number of Services whose ServicePorts differ from the last
 // Snapshot's (kube-proxy's service_changes_pending): an update that changes
 // nothing, or a change undone before the Snapshot, does not count.
-func (t *Tracker) Pending() int { return t.journal.Pending() }
+func (t *Tracker) Pending() int {
+	if !t.made() {
+		return 0
+	}
+	return t.journal.Pending()
+}
 
 // Snapshot returns the current state and what changed since the previous
 // call to Snapshot.
 func (t *Tracker) Snapshot() (Snapshot, Changes) {
+	if !t.made() {
+		return Snapshot{}, Changes{}
+	}
 	var ch Changes
 	services := t.journal.Commit(func(_ types.NamespacedName, before, after []ServicePort) {
 		diffPorts(before, after, &ch)

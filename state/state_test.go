@@ -48,6 +48,14 @@ func TestNew(t *testing.T) {
 	}
 }
 
+// TestNewRefusesBadProxyName: a proxy name that no label can carry is an
+// error of New, not of a later source.Watch.
+func TestNewRefusesBadProxyName(t *testing.T) {
+	if _, err := state.New([]v1.IPFamily{v4}, "n1", servicemap.Filter{ProxyName: "not a label value!"}); err == nil {
+		t.Error("New with an invalid proxy name: no error")
+	}
+}
+
 // TestWarningsOnce: a dual-stack object is converted once per family, and
 // each of its warnings comes once; a warning that persists over later
 // events of the object is not repeated, and comes again once it went away
@@ -59,6 +67,7 @@ func TestWarningsOnce(t *testing.T) {
 	badSlice := `EndpointSlice ns/web-1: endpoint 1: invalid address "bogus": skipped`
 	zoned := `Node n1: InternalIP address "fe80::1%eth0" has a zone: skipped`
 	badCIDR := `ServiceCIDR c: CIDR "x" is not a prefix: skipped`
+	noNode := `Node n1: no Node of this name among the objects: the node has no zone and no addresses`
 	for _, step := range []struct {
 		name  string
 		event func() []svcproxy.Warning
@@ -73,7 +82,7 @@ func TestWarningsOnce(t *testing.T) {
 		{"back", func() []svcproxy.Warning { return s.UpdateService(service("web", dualIPs, "bogus")) }, []string{badIP}},
 		{"replaced by the same", func() []svcproxy.Warning {
 			return s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs, "bogus")}})
-		}, nil},
+		}, []string{noNode}},
 		{"gone from a Replace", func() []svcproxy.Warning { return s.Replace(state.Objects{}) }, nil},
 		{"back by Replace", func() []svcproxy.Warning {
 			return s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs, "bogus")}})
@@ -88,6 +97,12 @@ func TestWarningsOnce(t *testing.T) {
 		{"Node back", func() []svcproxy.Warning { return s.UpdateNode(node("n1", "z", "fe80::1%eth0")) }, []string{zoned}},
 		{"ServiceCIDR", func() []svcproxy.Warning { return s.UpdateServiceCIDR(serviceCIDR("c", "198.19.0.0/16", "x")) }, []string{badCIDR}},
 		{"ServiceCIDR again", func() []svcproxy.Warning { return s.UpdateServiceCIDR(serviceCIDR("c", "x")) }, nil},
+		{"replaced with the Node", func() []svcproxy.Warning {
+			return s.Replace(state.Objects{Nodes: []*v1.Node{node("n2", "z"), node("n1", "z", "198.18.0.1")}})
+		}, nil},
+		{"replaced with another Node only", func() []svcproxy.Warning {
+			return s.Replace(state.Objects{Nodes: []*v1.Node{node("n2", "z")}})
+		}, []string{noNode}},
 	} {
 		if diff := cmp.Diff(step.want, strings(step.event())); diff != "" {
 			t.Errorf("%s: warnings (-want +got):\n%s", step.name, diff)
@@ -246,5 +261,21 @@ func TestConcurrentUse(t *testing.T) {
 	fam, _ := s.Snapshot().Family(v6)
 	if fam.Services.Len() != 4*3 { // of each goroutine's five names, two were last deleted (i = 45, 48)
 		t.Errorf("%d IPv6 ports after the writers, want 12", fam.Services.Len())
+	}
+}
+
+// TestZeroState: a nil or zero State records nothing, says so, and gives
+// empty Snapshots, without panicking.
+func TestZeroState(t *testing.T) {
+	for _, s := range []*state.State{nil, {}} {
+		if ws := s.UpdateService(service("web", dualIPs)); len(ws) != 1 {
+			t.Errorf("UpdateService on %#v: warnings %v, want one", s, ws)
+		}
+		if ws := s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs)}}); len(ws) != 1 {
+			t.Errorf("Replace on %#v: warnings %v, want one", s, ws)
+		}
+		if snap := s.Snapshot(); len(snap.Families()) != 0 || s.Families() != nil {
+			t.Errorf("%#v serves families", s)
+		}
 	}
 }

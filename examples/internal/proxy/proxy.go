@@ -119,7 +119,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitBadArgs
 		}
-		p.logWarnings(append(warnings, p.state.Replace(stateObjects(objs))...))
+		p.logWarnings(append(warnings, p.state.Replace(*objs)...))
 		return exitOK
 	}
 	client, err := clientFromKubeconfig(opts.Kubeconfig)
@@ -154,6 +154,9 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 // newState makes the proxy's State, for the IP families that the options
 // and the node's addresses (hints) give.
 func (p *proxy) newState(hints []netip.Addr) error {
+	if _, err := state.ConfigFrom(p.baseConfig()); err != nil {
+		return err // a configuration error, at start rather than at the first sync
+	}
 	st, err := state.New(p.opts.families(familyHints(hints)), p.opts.NodeName, servicemap.Filter{})
 	if err != nil {
 		return err
@@ -165,7 +168,17 @@ func (p *proxy) newState(hints []netip.Addr) error {
 // useState makes the proxy serve st.
 func (p *proxy) useState(st *state.State) {
 	p.state, p.families = st, st.Families()
-	p.source = engine.NewStateSource(st, p.rulesetConfig, p.logWarnings)
+	p.builder, _ = state.NewBuilder(p.rulesetConfig) // fails for a nil ConfigFunc only
+}
+
+// build builds the Rulesets of snap and logs the new build warnings.
+func (p *proxy) build(snap state.Snapshot) (engine.Desired, error) {
+	built, err := p.builder.Build(snap)
+	if err != nil {
+		return engine.Desired{}, err
+	}
+	p.logWarnings(built.Warnings)
+	return engine.Desired{Rulesets: built.Rulesets, Triggers: built.Triggers}, nil
 }
 
 func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) int {
@@ -199,8 +212,8 @@ type proxy struct {
 	// nowhere, as the engine's first sync reads the latest state.
 	eng atomic.Pointer[engine.Engine]
 
-	// source builds the Rulesets of the state.
-	source *engine.StateSource
+	// builder builds the Rulesets of the state.
+	builder *state.Builder
 
 	// What follows is used by the engine's goroutine only (its Source and
 	// OnSync).
@@ -248,7 +261,20 @@ func (p *proxy) allowLocalhostNodePorts() error {
 // rulesetConfig is the ruleset.Config of one family of snap, as the
 // options say.
 func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
-	cfg, err := engine.ConfigFrom(ruleset.Config{
+	config, err := state.ConfigFrom(p.baseConfig())
+	if err != nil {
+		return ruleset.Config{}, err
+	}
+	cfg, err := config(snap, fam)
+	if cfg.LocalhostNodePorts && fam.IPFamily == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
+		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+	}
+	return cfg, err
+}
+
+// baseConfig is the ruleset.Config of both families that the options give.
+func (p *proxy) baseConfig() ruleset.Config {
+	return ruleset.Config{
 		MasqueradeAll: p.opts.MasqueradeAll,
 		// Manifests come without the EndpointSlice controller: compute the
 		// hints trafficDistribution asks for.
@@ -259,15 +285,11 @@ func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Co
 		AllowedExternalIPs:  p.opts.AllowedExternalIPs,
 		ServiceCIDRs:        p.opts.ServiceCIDRs,
 		NodePortAddresses:   p.opts.NodeIPs,
-	})(snap, fam)
-	if cfg.LocalhostNodePorts && fam.IPFamily == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
-		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
 	}
-	return cfg, err
 }
 
 func (p *proxy) dryRun(w io.Writer) error {
-	desired, err := p.source.Desired(context.Background())
+	desired, err := p.build(p.state.Snapshot())
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func TestWatchAppliesSettledFilesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.applied = in
-	p.state.Replace(stateObjects(in.Objects))
+	p.state.Replace(*in.Objects)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)

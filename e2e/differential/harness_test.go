@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -341,6 +342,9 @@ func missing(p *proxy, text string, svcs []*v1.Service, gone []string) string {
 	if p.byAddress {
 		return ""
 	}
+	// kube-proxy's nftables mode keeps an element whose key and value a
+	// later Service writes again with the earlier Service's comment.
+	text = nftComment.ReplaceAllString(text, "$1")
 	for _, name := range gone {
 		// Not "name/": kube-proxy's nftables mode deletes the chains of a
 		// gone Service ("service-HASH-namespace/name/…") a while after no
@@ -355,6 +359,10 @@ func missing(p *proxy, text string, svcs []*v1.Service, gone []string) string {
 	}
 	return ""
 }
+
+// nftComment is an nft element's or rule's comment (not iptables'
+// --comment).
+var nftComment = regexp.MustCompile(`(^|[^-])comment "[^"]*"`)
 
 func equalRules(a, b map[*proxy]rules) bool {
 	if len(a) != len(b) {

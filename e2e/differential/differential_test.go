@@ -40,7 +40,7 @@ type pair struct {
 // the same way.
 func TestIPTablesMatchesKubeProxy(t *testing.T) {
 	w := newWorld(t)
-	w.putNode("zone-a")
+	w.putNodes()
 	kp := w.startKubeProxy("iptables")
 	ours := w.startOurs("iptables")
 	w.run(t, []pair{{mode: "iptables", backend: "iptables", ref: kp, ours: ours}})
@@ -51,7 +51,7 @@ func TestIPTablesMatchesKubeProxy(t *testing.T) {
 // layout and in the flat one, send every probe the same way.
 func TestNFTablesMatchesKubeProxy(t *testing.T) {
 	w := newWorld(t)
-	w.putNode("zone-a")
+	w.putNodes()
 	kp := w.startKubeProxy("nftables")
 	ours := w.startOurs("nftables")
 	flat := w.startOurs("nftables", "--nftables-layout", "flat")
@@ -59,6 +59,17 @@ func TestNFTablesMatchesKubeProxy(t *testing.T) {
 		{mode: "nftables (kube-proxy layout)", backend: "nftables", ref: kp, ours: ours},
 		{mode: "nftables (flat layout)", backend: "nftables", ref: kp, ours: flat},
 	})
+}
+
+// putNodes applies the proxies' Node (in zone-a) and the other Nodes the
+// generated endpoints name, each in its zone (see zones).
+func (w *world) putNodes() {
+	w.t.Helper()
+	w.putNode("zone-a")
+	for _, name := range nodeNames[1:] {
+		w.put(&v1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{v1.LabelTopologyZone: zones[name]}}})
+	}
 }
 
 // putNode applies the proxies' Node, in zone, with its addresses.

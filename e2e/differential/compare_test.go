@@ -273,23 +273,6 @@ type exclusion struct {
 // the number of probes it covered.
 var exclusions = []exclusion{
 	{
-		name: "hairpin from an endpoint elsewhere (nftables)",
-		reason: "kube-proxy 1.37's nftables mode masquerades hairpin only for the endpoints on its node " +
-			"(set hairpin-connections); we masquerade a flow DNATed back to its own source wherever the endpoint runs",
-		covers: func(mode string, p probe, ref, ours trace.Outcome) bool {
-			if !strings.HasPrefix(mode, "nftables") || p.src.name != "hairpin" || p.srcLocal {
-				return false
-			}
-			ours.Targets = slices.Clone(ours.Targets)
-			for i, c := range ours.Targets {
-				if c.Endpoint.Addr() == p.src.addr && c.Masquerade && !ours.Masquerade {
-					ours.Targets[i].Masquerade = false
-				}
-			}
-			return iptrace.Agree(comparable(ref), comparable(ours)) == nil
-		},
-	},
-	{
 		name: "one address listed twice in a Service's EndpointSlices",
 		reason: "kube-proxy keeps the copy it reads last unless that one is terminating (its result depends on the order " +
 			"of slices and endpoints, and is undefined for two non-terminating copies); we keep the best copy " +

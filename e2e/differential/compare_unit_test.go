@@ -96,11 +96,6 @@ func TestExclusions(t *testing.T) {
 		ref, ours             trace.Outcome
 		want                  bool
 	}{
-		{"remote hairpin, nftables", "hairpin from an endpoint elsewhere (nftables)", "nftables (flat layout)", hairpin, forward(false), forward(true), true},
-		{"remote hairpin, iptables", "hairpin from an endpoint elsewhere (nftables)", "iptables", hairpin, forward(false), forward(true), false},
-		{"local hairpin", "hairpin from an endpoint elsewhere (nftables)", "nftables (flat layout)", local, forward(false), forward(true), false},
-		{"not hairpin", "hairpin from an endpoint elsewhere (nftables)", "nftables (flat layout)", probe{src: source{name: "local pod", addr: ep.Addr()}}, forward(false), forward(true), false},
-		{"another difference from the endpoint", "hairpin from an endpoint elsewhere (nftables)", "nftables (flat layout)", hairpin, forward(false), trace.Outcome{Verdict: ruleset.VerdictReject}, false},
 		{"duplicated", "one address listed twice in a Service's EndpointSlices", "iptables", probe{duplicated: true}, forward(false), trace.Outcome{}, true},
 		{"not duplicated", "one address listed twice in a Service's EndpointSlices", "iptables", probe{}, forward(false), trace.Outcome{}, false},
 		{"shared", "two Service ports with one frontend", "iptables", probe{shared: true}, forward(false), trace.Outcome{}, true},

@@ -86,6 +86,8 @@ func TestExclusions(t *testing.T) {
 	hairpin := probe{src: source{name: "hairpin", addr: ep.Addr()}}
 	local := hairpin
 	local.srcLocal = true
+	elsewhere := hairpin
+	elsewhere.localElsewhere = true
 	byName := map[string]exclusion{}
 	for _, e := range exclusions {
 		byName[e.name] = e
@@ -98,6 +100,10 @@ func TestExclusions(t *testing.T) {
 	}{
 		{"duplicated", "one address listed twice in a Service's EndpointSlices", "iptables", probe{duplicated: true}, forward(false), trace.Outcome{}, true},
 		{"not duplicated", "one address listed twice in a Service's EndpointSlices", "iptables", probe{}, forward(false), trace.Outcome{}, false},
+		{"flat, hairpin of an address local by another Service", "hairpin of an address two Services place on different nodes (flat layout)", "nftables (flat layout)", elsewhere, forward(false), forward(true), true},
+		{"kube-proxy layout, same probe", "hairpin of an address two Services place on different nodes (flat layout)", "nftables (kube-proxy layout)", elsewhere, forward(false), forward(true), false},
+		{"flat, address local nowhere", "hairpin of an address two Services place on different nodes (flat layout)", "nftables (flat layout)", hairpin, forward(false), forward(true), false},
+		{"flat, another difference", "hairpin of an address two Services place on different nodes (flat layout)", "nftables (flat layout)", elsewhere, forward(false), trace.Outcome{Verdict: ruleset.VerdictReject}, false},
 		{"shared", "two Service ports with one frontend", "iptables", probe{shared: true}, forward(false), trace.Outcome{}, true},
 		{"not shared", "two Service ports with one frontend", "iptables", probe{}, forward(false), trace.Outcome{}, false},
 	} {

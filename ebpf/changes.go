@@ -5,9 +5,8 @@ import (
 	"net/netip"
 	"slices"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/svcproxy/svcproxy/internal/cowmap"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // Changes returns the element changes from old's elements to new's: the
@@ -22,7 +21,7 @@ func Changes(old, new *Contents) Ops {
 	// The dels hold the old value of each key a port gave up.
 	svcPut, svcDel := map[ServiceKey]ServiceValue{}, map[ServiceKey]ServiceValue{}
 	bePut, beDel := map[BackendKey]BackendValue{}, map[BackendKey]BackendValue{}
-	old.ports.Diff(new.ports, func(_ types.NamespacedName, before, after *portEntries) {
+	old.ports.Diff(new.ports, func(_ servicemap.PortName, before, after *portEntries) {
 		if before == after {
 			return // a neighbour in a leaf the two do not share
 		}
@@ -79,8 +78,8 @@ func Changes(old, new *Contents) Ops {
 	slices.SortFunc(o.PutServices, func(a, b Entry[ServiceKey, ServiceValue]) int { return compareServiceKey(a.Key, b.Key) })
 	slices.SortFunc(o.DelBackends, compareBackendKey)
 	slices.SortFunc(o.DelServices, compareServiceKey)
-	old.addrs.Diff(new.addrs, func(k types.NamespacedName, before, after int) {
-		a := AddrOf(netip.MustParseAddr(k.Name))
+	old.addrs.Diff(new.addrs, func(k netip.Addr, before, after int) {
+		a := AddrOf(k)
 		switch {
 		case before == 0 && after > 0:
 			o.PutClusterAddrs = append(o.PutClusterAddrs, a)
@@ -106,13 +105,13 @@ func GoneEndpoints(old, new *Contents) []netip.AddrPort {
 	if old == nil {
 		return nil
 	}
-	var after cowmap.Map[int]
+	var after cowmap.Map[netip.AddrPort, int]
 	if new != nil {
 		after = new.endpoints
 	}
-	old.endpoints.Diff(after, func(k types.NamespacedName, before, after int) {
+	old.endpoints.Diff(after, func(k netip.AddrPort, before, after int) {
 		if before > 0 && after == 0 {
-			gone = append(gone, netip.MustParseAddrPort(k.Name))
+			gone = append(gone, k)
 		}
 	})
 	slices.SortFunc(gone, netip.AddrPort.Compare)
@@ -143,22 +142,22 @@ func (c *Contents) AllOps() Ops {
 	// Sized first: growing the slices element by element cost a fifth of
 	// a first sync's CPU at 100,000 Services (1.2 million elements).
 	var services, backends int
-	c.ports.All(func(_ types.NamespacedName, p *portEntries) bool {
+	c.ports.All(func(_ servicemap.PortName, p *portEntries) bool {
 		services += len(p.services)
 		backends += len(p.cluster) + len(p.local)
 		return true
 	})
 	o.PutServices = slices.Grow(o.PutServices, services)
 	o.PutBackends = slices.Grow(o.PutBackends, backends)
-	c.ports.All(func(_ types.NamespacedName, p *portEntries) bool {
+	c.ports.All(func(_ servicemap.PortName, p *portEntries) bool {
 		o.PutServices = append(o.PutServices, p.services...)
 		for k, v := range p.backends() {
 			o.PutBackends = append(o.PutBackends, Entry[BackendKey, BackendValue]{k, v})
 		}
 		return true
 	})
-	c.addrs.All(func(k types.NamespacedName, _ int) bool {
-		o.PutClusterAddrs = append(o.PutClusterAddrs, AddrOf(netip.MustParseAddr(k.Name)))
+	c.addrs.All(func(k netip.Addr, _ int) bool {
+		o.PutClusterAddrs = append(o.PutClusterAddrs, AddrOf(k))
 		return true
 	})
 	sets := c.sets()

@@ -76,7 +76,7 @@ func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, 
 	}
 	tables := map[uint32]bool{}
 	for _, s := range rs.Services() {
-		p, ok := c.ports.Get(keyOf(s.Name))
+		p, ok := c.ports.Get(s.Name)
 		proto := protoOf(s.Name.Protocol)
 		if !ok || proto == 0 {
 			continue

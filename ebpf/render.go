@@ -1,13 +1,13 @@
 package ebpf
 
 import (
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -30,13 +30,13 @@ const v6Group = 1 << 31
 type Contents struct {
 	family v1.IPFamily
 	rs     *ruleset.Ruleset
-	ports  cowmap.Map[*portEntries]
+	ports  cowmap.Map[servicemap.PortName, *portEntries]
 	// addrs counts the ports of each cluster IP, endpoints the groups of
-	// UDP ports that hold each endpoint (keys: the address, or address and
-	// port, as text).
-	addrs, endpoints cowmap.Map[int]
-	nodeAddrs        []netip.Addr
-	cidrs            []netip.Prefix
+	// UDP ports that hold each endpoint.
+	addrs     cowmap.Map[netip.Addr, int]
+	endpoints cowmap.Map[netip.AddrPort, int]
+	nodeAddrs []netip.Addr
+	cidrs     []netip.Prefix
 	// next is the next group ID never given out; free are the IDs of
 	// ports gone, sorted, given out first.
 	next uint32
@@ -55,15 +55,6 @@ type portEntries struct {
 	services       []Entry[ServiceKey, ServiceValue]
 	clusterIP      netip.Addr
 }
-
-// keyOf is a port's key in the persistent maps.
-func keyOf(name servicemap.PortName) types.NamespacedName {
-	return types.NamespacedName{Namespace: name.Namespace, Name: name.Name + "\x00" + name.Port + "\x00" + string(name.Protocol)}
-}
-
-// textKey is the key of an address, or an address and port, in addrs or
-// endpoints.
-func textKey(s string) types.NamespacedName { return types.NamespacedName{Name: s} }
 
 // Family is the IP family of the Ruleset the Contents were rendered from
 // ("" for empty Contents).
@@ -85,7 +76,7 @@ func (c *Contents) Maps() *Maps {
 		return m
 	}
 	m := NewMaps()
-	c.ports.All(func(_ types.NamespacedName, p *portEntries) bool {
+	c.ports.All(func(_ servicemap.PortName, p *portEntries) bool {
 		for _, e := range p.services {
 			m.Services[e.Key] = e.Value
 		}
@@ -94,8 +85,8 @@ func (c *Contents) Maps() *Maps {
 		}
 		return true
 	})
-	c.addrs.All(func(k types.NamespacedName, _ int) bool {
-		m.ClusterAddrs[AddrOf(netip.MustParseAddr(k.Name))] = 1
+	c.addrs.All(func(k netip.Addr, _ int) bool {
+		m.ClusterAddrs[AddrOf(k)] = 1
 		return true
 	})
 	sets := c.sets()
@@ -178,7 +169,7 @@ func Render(rs *ruleset.Ruleset, prev *Contents) *Contents {
 // persistent maps in one pass: O(n) rather than a path copied per port.
 func (c *Contents) renderAll(rs *ruleset.Ruleset) {
 	old := c.ports
-	c.ports.All(func(k types.NamespacedName, p *portEntries) bool {
+	c.ports.All(func(_ servicemap.PortName, p *portEntries) bool {
 		if _, ok := rs.Service(p.name); !ok {
 			c.free = append(c.free, p.base)
 		}
@@ -186,10 +177,10 @@ func (c *Contents) renderAll(rs *ruleset.Ruleset) {
 	})
 	slices.Sort(c.free)
 	svcs := rs.Services()
-	keys, vals := make([]types.NamespacedName, 0, len(svcs)), make([]*portEntries, 0, len(svcs))
+	keys, vals := make([]servicemap.PortName, 0, len(svcs)), make([]*portEntries, 0, len(svcs))
 	addrs, eps := map[netip.Addr]int{}, map[netip.AddrPort]int{}
 	for _, s := range svcs {
-		key := keyOf(s.Name)
+		key := s.Name
 		was, _ := old.Get(key)
 		p := c.entries(rs, s, was)
 		keys, vals = append(keys, key), append(vals, p)
@@ -205,29 +196,32 @@ func (c *Contents) renderAll(rs *ruleset.Ruleset) {
 			}
 		}
 	}
-	c.ports = cowmap.FromSorted(keys, vals)
+	c.ports = cowmap.FromSorted(pairs(keys, vals))
 	c.addrs, c.endpoints = fromCounts(addrs), fromCounts(eps)
 }
 
-// fromCounts is the persistent map of counts, keyed by text.
+// fromCounts is the persistent map of counts.
 func fromCounts[K interface {
 	comparable
-	String() string
-}](counts map[K]int) cowmap.Map[int] {
-	names, vals := make([]types.NamespacedName, 0, len(counts)), make([]int, 0, len(counts))
-	for k, n := range counts {
-		names, vals = append(names, textKey(k.String())), append(vals, n)
+	cowmap.Key[K]
+}](counts map[K]int) cowmap.Map[K, int] {
+	keys := slices.SortedFunc(maps.Keys(counts), K.Compare)
+	vals := make([]int, len(keys))
+	for i, k := range keys {
+		vals[i] = counts[k]
 	}
-	order := make([]int, len(names))
-	for i := range order {
-		order[i] = i
+	return cowmap.FromSorted(pairs(keys, vals))
+}
+
+// pairs yields keys[i], vals[i] in order.
+func pairs[K, V any](keys []K, vals []V) iter.Seq2[K, V] {
+	return func(yield func(K, V) bool) {
+		for i, k := range keys {
+			if !yield(k, vals[i]) {
+				return
+			}
+		}
 	}
-	slices.SortFunc(order, func(a, b int) int { return cowmap.Compare(names[a], names[b]) })
-	sortedNames, sortedVals := make([]types.NamespacedName, len(order)), make([]int, len(order))
-	for i, j := range order {
-		sortedNames[i], sortedVals[i] = names[j], vals[j]
-	}
-	return cowmap.FromSorted(sortedNames, sortedVals)
 }
 
 // changedPorts returns the Service ports whose elements may differ between
@@ -262,7 +256,7 @@ func changedPorts(prev *Contents, rs *ruleset.Ruleset) (names []servicemap.PortN
 // remove takes the entries of the port called name out, freeing its
 // group IDs.
 func (c *Contents) remove(name servicemap.PortName) {
-	key := keyOf(name)
+	key := name
 	p, ok := c.ports.Get(key)
 	if !ok {
 		return
@@ -277,10 +271,10 @@ func (c *Contents) remove(name servicemap.PortName) {
 func (c *Contents) account(was, now *portEntries) {
 	if was.clusterIP != now.clusterIP {
 		if was.clusterIP.IsValid() {
-			c.addrs = count(c.addrs, textKey(was.clusterIP.String()), -1)
+			c.addrs = count(c.addrs, was.clusterIP, -1)
 		}
 		if now.clusterIP.IsValid() {
-			c.addrs = count(c.addrs, textKey(now.clusterIP.String()), 1)
+			c.addrs = count(c.addrs, now.clusterIP, 1)
 		}
 	}
 	delta := map[netip.AddrPort]int{}
@@ -296,13 +290,13 @@ func (c *Contents) account(was, now *portEntries) {
 	}
 	for _, at := range slices.SortedFunc(maps.Keys(delta), netip.AddrPort.Compare) {
 		if d := delta[at]; d != 0 {
-			c.endpoints = count(c.endpoints, textKey(at.String()), d)
+			c.endpoints = count(c.endpoints, at, d)
 		}
 	}
 }
 
 // count adds delta to m's count of key, removing it at 0.
-func count(m cowmap.Map[int], key types.NamespacedName, delta int) cowmap.Map[int] {
+func count[K cowmap.Key[K]](m cowmap.Map[K, int], key K, delta int) cowmap.Map[K, int] {
 	n, _ := m.Get(key)
 	if n += delta; n <= 0 {
 		return m.Without(key)
@@ -312,7 +306,7 @@ func count(m cowmap.Map[int], key types.NamespacedName, delta int) cowmap.Map[in
 
 // renderPort renders the entries of s, replacing those it had.
 func (c *Contents) renderPort(rs *ruleset.Ruleset, s *ruleset.Service) {
-	key := keyOf(s.Name)
+	key := s.Name
 	was, had := c.ports.Get(key)
 	if !had {
 		was = &portEntries{}

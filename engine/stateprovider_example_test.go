@@ -10,6 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
@@ -20,17 +21,18 @@ import (
 // (the node, its addresses), and each build warning is reported once,
 // however many syncs follow.
 func ExampleStateProvider() {
+	must := warnings.Must(warnings.Example)
 	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol}, "node-a", servicemap.Filter{})
 	if err != nil {
 		panic(err)
 	}
-	st.UpdateService(&v1.Service{
+	must.None(st.UpdateService(&v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
 		Spec: v1.ServiceSpec{
 			ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"}, ExternalIPs: []string{"198.19.1.1"},
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}},
 		},
-	})
+	}))
 	config, err := state.ConfigFrom(ruleset.Config{
 		RestrictExternalIPs: true,
 		AllowedExternalIPs:  []netip.Prefix{netip.MustParsePrefix("198.19.2.0/24")},

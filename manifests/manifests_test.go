@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
@@ -221,6 +222,7 @@ func indentItem(doc string) string {
 
 // The objects are decoded whole, with the API's field names.
 func TestParseDecodes(t *testing.T) {
+	must := warnings.Must(t)
 	cidrs := "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {name: kubernetes}\nspec: {cidrs: [198.19.0.0/16]}\n"
 	objs, warnings, err := manifests.Parse([]byte(svcWeb + "---\n" + sliceWeb + "---\n" + nodeA + "---\n" + cidrs))
 	if err != nil {
@@ -272,7 +274,7 @@ func TestParseDecodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Replace(*objs)
+	must.None(st.Replace(*objs))
 	if snap := st.Snapshot(); snap.Node.Zone != "z1" || len(snap.ServiceCIDRs) != 1 {
 		t.Errorf("State after Replace: node %+v, ServiceCIDRs %v", snap.Node, snap.ServiceCIDRs)
 	}

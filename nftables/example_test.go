@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -21,14 +22,15 @@ import (
 // exampleRuleset builds the Ruleset of one Service, default/web
 // (198.19.0.10:80), with the given pod IPs as endpoints on port 8080.
 func exampleRuleset(pods ...string) *ruleset.Ruleset {
+	must := warnings.Must(warnings.Example)
 	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	svcs.Update(&v1.Service{
+	must.Used(svcs.Update(&v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
 		Spec: v1.ServiceSpec{
 			ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}},
 		},
-	})
+	}))
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	port, name := int32(8080), "http"
 	es := &discovery.EndpointSlice{
@@ -39,7 +41,7 @@ func exampleRuleset(pods ...string) *ruleset.Ruleset {
 	for _, ip := range pods {
 		es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{ip}})
 	}
-	eps.Update(es)
+	must.Used(eps.Update(es))
 	b, err := ruleset.NewBuilder(ruleset.Config{
 		Family:       v1.IPv4Protocol,
 		Node:         topology.Node{Name: "node-a"},
@@ -50,7 +52,8 @@ func exampleRuleset(pods ...string) *ruleset.Ruleset {
 	}
 	s, _ := svcs.Snapshot()
 	e, _ := eps.Snapshot()
-	rs, _ := b.Build(s, e)
+	rs, ws := b.Build(s, e)
+	must.None(ws)
 	return rs
 }
 
@@ -65,27 +68,22 @@ func grep(s, sub string) {
 
 // Script renders the whole table as an nft script, as a dry run prints it.
 func ExampleScript() {
-	script, _, err := nftables.Script(exampleRuleset("198.18.64.2", "198.18.65.2"), nftables.Options{})
+	script, res, err := nftables.Script(exampleRuleset("198.18.64.2", "198.18.65.2"), nftables.Options{})
 	if err != nil {
 		panic(err)
 	}
+	warnings.None(warnings.Example, res.Warnings)
 	grep(script, "default/web")
 	// Output:
 	// add chain ip kube-proxy service-SUSTUHLJ-default/web/tcp/http
-	// add chain ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080
-	// add chain ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080
-	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade
-	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 , 1 : goto endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 }
-	// add rule ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 ip saddr 198.18.64.2 jump mark-for-masquerade
-	// add rule ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 meta l4proto tcp dnat to 198.18.64.2:8080
-	// add rule ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 ip saddr 198.18.65.2 jump mark-for-masquerade
-	// add rule ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 meta l4proto tcp dnat to 198.18.65.2:8080
+	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 198.18.64.2 . 8080 , 1 : 198.18.65.2 . 8080 }
 	// add element ip kube-proxy service-ips { 198.19.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
 }
 
-// RenderChanges writes only what an endpoint change touches: the Service's
-// chain, the new endpoint's chain, and the stale one, flushed now and
-// deleted by a later transaction.
+// RenderChanges writes only what an endpoint change touches: here the
+// Service's chain, which DNATs to its endpoints. (A chain that goes away,
+// an endpoint's of a ClientIP-affinity Service say, is flushed now, listed
+// as stale, and deleted by a later transaction.)
 func ExampleRenderChanges() {
 	before := exampleRuleset("198.18.64.2", "198.18.65.2")
 	after := exampleRuleset("198.18.64.2", "198.18.66.2")
@@ -99,13 +97,8 @@ func ExampleRenderChanges() {
 	fmt.Println("stale:", res.Stale)
 	// Output:
 	// flush chain ip kube-proxy service-SUSTUHLJ-default/web/tcp/http
-	// flush chain ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080
-	// add chain ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080
-	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade
-	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 , 1 : goto endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 }
-	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 ip saddr 198.18.66.2 jump mark-for-masquerade
-	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 meta l4proto tcp dnat to 198.18.66.2:8080
-	// stale: [endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080]
+	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 198.18.64.2 . 8080 , 1 : 198.18.66.2 . 8080 }
+	// stale: []
 }
 
 // An Executor applies Rulesets: a full sync first, then only the changes.
@@ -133,8 +126,8 @@ func ExampleExecutor() {
 		fmt.Printf("full=%v operations=%d\n", res.Full, res.Operations)
 	}
 	// Output:
-	// full=true operations=67
-	// full=false operations=6
+	// full=true operations=62
+	// full=false operations=2
 	// full=false operations=0
 }
 

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
@@ -17,10 +18,11 @@ import (
 // address (outside the pod network, so the node's flows are masqueraded as
 // the outside's are, and a pod's are not).
 func ExampleRuleset_Decide() {
+	must := warnings.Must(warnings.Example)
 	services := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	services.Update(exampleService("shop", "198.19.0.20", 30080, v1.ServiceExternalTrafficPolicyLocal))
+	must.Used(services.Update(exampleService("shop", "198.19.0.20", 30080, v1.ServiceExternalTrafficPolicyLocal)))
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	eps.Update(exampleSlice("shop", "198.18.2.3", "node-b", "198.18.1.7", "node-a"))
+	must.Used(eps.Update(exampleSlice("shop", "198.18.2.3", "node-b", "198.18.1.7", "node-a")))
 	b, err := ruleset.NewBuilder(ruleset.Config{
 		Family:       v1.IPv4Protocol,
 		Node:         topology.Node{Name: "node-a"},
@@ -31,7 +33,8 @@ func ExampleRuleset_Decide() {
 	}
 	svcSnap, _ := services.Snapshot()
 	epSnap, _ := eps.Snapshot()
-	rs, _ := b.Build(svcSnap, epSnap)
+	rs, ws := b.Build(svcSnap, epSnap)
+	must.None(ws)
 	nodeAddrs := []netip.Addr{netip.MustParseAddr("198.18.100.1")}
 	for _, sf := range rs.ServedFrontends() {
 		for _, origin := range ruleset.Origins {

@@ -27,7 +27,7 @@
 // rebuilding only the ServicePorts that differ between the snapshots the
 // previous Ruleset was built from and the new ones, in time proportional to
 // the change (times log n): the snapshots are persistent maps that share
-// every unchanged entry, and a Ruleset is a persistent tree that shares every
+// every unchanged entry, and a Ruleset is a persistent map that shares every
 // unchanged Service with the one it was made from. The caller passes no list
 // of changes, so none can be missed: Update always equals Build.
 //

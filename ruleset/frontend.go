@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/internal/sorted"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -209,21 +210,13 @@ func (r *Ruleset) ServicesAt(f Frontend) []servicemap.PortName {
 		return nil
 	}
 	idx := r.index()
-	e, _ := idx.get(f.destination())
-	return e.names
+	names, _ := idx.Get(f.destination())
+	return names
 }
 
 // frontendIndex maps each destination (a Frontend without its kind) to the
-// sorted names of the Service ports with a Frontend there.
-type frontendIndex = tree[Frontend, frontendNames]
-
-// frontendNames is an entry of a frontendIndex: never without names.
-type frontendNames struct {
-	f     Frontend
-	names []servicemap.PortName
-}
-
-func (e frontendNames) key() Frontend { return e.f }
+// sorted names of the Service ports with a Frontend there, never none.
+type frontendIndex = cowmap.Map[Frontend, []servicemap.PortName]
 
 // index returns the Frontend index of r, made on first use.
 func (r *Ruleset) index() frontendIndex {
@@ -393,14 +386,18 @@ func buildIndex(svcs []*Service, ranges [][2]int) frontendIndex {
 	// names has room for every entry, so that appending to it never
 	// moves it from under the groups' slices of it.
 	names := make([]servicemap.PortName, 0, n)
-	groups := make([]frontendNames, 0, n)
+	type group struct {
+		dest  Frontend
+		names []servicemap.PortName
+	}
+	groups := make([]group, 0, n)
 	var cur *Frontend
 	var last destEntry
 	start := 0
-	group := func() {
+	endGroup := func() {
 		if cur != nil {
 			// Capped, so that nothing appends into the next group's names.
-			groups = append(groups, frontendNames{*cur, names[start:len(names):len(names)]})
+			groups = append(groups, group{*cur, names[start:len(names):len(names)]})
 		}
 	}
 	eachDestination(runs, func(d *Frontend, e destEntry) {
@@ -408,14 +405,20 @@ func buildIndex(svcs []*Service, ranges [][2]int) frontendIndex {
 		case cur != nil && *d == *cur && e.svc == last.svc:
 			return // the Service's second frontend there
 		case cur == nil || *d != *cur:
-			group()
+			endGroup()
 			cur, start = d, len(names)
 		}
 		names = append(names, svcs[e.svc].Name)
 		last = e
 	})
-	group()
-	return treeFromSorted(groups)
+	endGroup()
+	return cowmap.FromSorted(func(yield func(Frontend, []servicemap.PortName) bool) {
+		for _, g := range groups {
+			if !yield(g.dest, g.names) {
+				return
+			}
+		}
+	})
 }
 
 // moveFrontends returns idx with name taken off the destinations of before
@@ -446,22 +449,22 @@ func sameFrontends(a, b *Service) bool {
 }
 
 func withName(idx frontendIndex, f Frontend, name servicemap.PortName) frontendIndex {
-	e, _ := idx.get(f)
-	i, found := slices.BinarySearchFunc(e.names, name, servicemap.PortName.Compare)
+	names, _ := idx.Get(f)
+	i, found := slices.BinarySearchFunc(names, name, servicemap.PortName.Compare)
 	if found {
 		return idx
 	}
-	return idx.with(frontendNames{f, slices.Concat(e.names[:i], []servicemap.PortName{name}, e.names[i:])})
+	return idx.With(f, slices.Concat(names[:i], []servicemap.PortName{name}, names[i:]))
 }
 
 func withoutName(idx frontendIndex, f Frontend, name servicemap.PortName) frontendIndex {
-	e, _ := idx.get(f)
-	i, found := slices.BinarySearchFunc(e.names, name, servicemap.PortName.Compare)
+	names, _ := idx.Get(f)
+	i, found := slices.BinarySearchFunc(names, name, servicemap.PortName.Compare)
 	switch {
 	case !found:
 		return idx
-	case len(e.names) == 1:
-		return idx.without(f)
+	case len(names) == 1:
+		return idx.Without(f)
 	}
-	return idx.with(frontendNames{f, slices.Concat(e.names[:i], e.names[i+1:])})
+	return idx.With(f, slices.Concat(names[:i], names[i+1:]))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
@@ -135,17 +136,8 @@ type Service struct {
 	FirewallAllowsNode bool
 }
 
-func (s *Service) key() portKey { return portKey(s.Name) }
-
 // valid reports whether s is a Service with a ServicePort.
 func (s *Service) valid() bool { return s != nil && s.ServicePort != nil }
-
-// portKey is a PortName as the key of the tree of Services.
-type portKey servicemap.PortName
-
-func (a portKey) Compare(b portKey) int {
-	return servicemap.PortName(a).Compare(servicemap.PortName(b))
-}
 
 // UsesFirewall reports whether load-balancer traffic must pass the
 // source-range firewall before reaching External.
@@ -177,7 +169,7 @@ func (s *Service) Equal(o *Service) bool {
 // for concurrent use. A nil Ruleset, like the zero one, is empty: it has no
 // Service and the zero Config, and every method says so.
 //
-// Its Services are held in a persistent balanced tree keyed by PortName, with
+// Its Services are held in a persistent ordered map keyed by PortName, with
 // an index of the Service ports on each Frontend beside it: Builder.Update
 // makes a new Ruleset from an old one in time proportional to the change
 // (times log n), sharing everything else with it. The sorted list that
@@ -185,7 +177,7 @@ func (s *Service) Equal(o *Service) bool {
 // the Frontend index is made once, on first use, for Rulesets made by Build.
 type Ruleset struct {
 	config   Config
-	services tree[portKey, *Service]
+	services cowmap.Map[servicemap.PortName, *Service]
 	// sorted caches Services, frontends the Frontend index.
 	sorted    atomic.Pointer[[]*Service]
 	frontends atomic.Pointer[frontendIndex]
@@ -232,8 +224,8 @@ func (r *Ruleset) Services() []*Service {
 	if p := r.sorted.Load(); p != nil {
 		return *p
 	}
-	all := make([]*Service, 0, r.services.len)
-	r.services.all(func(s *Service) bool {
+	all := make([]*Service, 0, r.services.Len())
+	r.services.All(func(_ servicemap.PortName, s *Service) bool {
 		all = append(all, s)
 		return true
 	})
@@ -248,7 +240,7 @@ func (r *Ruleset) Len() int {
 	if r == nil {
 		return 0
 	}
-	return r.services.len
+	return r.services.Len()
 }
 
 // Service returns the Service called name, in O(log n) time.
@@ -256,7 +248,7 @@ func (r *Ruleset) Service(name servicemap.PortName) (*Service, bool) {
 	if r == nil {
 		return nil, false
 	}
-	return r.services.get(portKey(name))
+	return r.services.Get(name)
 }
 
 // Builder builds Rulesets for one Config. Make one with NewBuilder: a nil or
@@ -323,9 +315,20 @@ func (b *Builder) build(services servicemap.Snapshot, eps endpoints.Snapshot, sp
 		warnings[i] = b.buildRange(all[lo:hi], ports[lo:hi], eps)
 	})
 	all = slices.DeleteFunc(all, func(s *Service) bool { return s == nil })
-	rs := &Ruleset{config: b.config, services: treeFromSorted(all), source: snapshots{services, eps}}
+	rs := &Ruleset{config: b.config, services: byName(all), source: snapshots{services, eps}}
 	rs.sorted.Store(&all)
 	return rs, slices.Concat(warnings...)
+}
+
+// byName is the map of svcs, which are sorted by name, by name.
+func byName(svcs []*Service) cowmap.Map[servicemap.PortName, *Service] {
+	return cowmap.FromSorted(func(yield func(servicemap.PortName, *Service) bool) {
+		for _, s := range svcs {
+			if !yield(s.Name, s) {
+				return
+			}
+		}
+	})
 }
 
 // buildRange sets dst[i] to the Service of ports[i], or to nil when that
@@ -335,7 +338,7 @@ func (b *Builder) build(services servicemap.Snapshot, eps endpoints.Snapshot, sp
 // a few (slabs). An array stays alive while one of its Services does: a
 // Ruleset that Update made from this one, sharing some of its Services,
 // keeps those it replaced alive too, at most this Build's memory, as the
-// tree's nodes (treeFromSorted), which point at them, already do.
+// map's leaves (byName), which point at them, already do.
 func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, eps endpoints.Snapshot) []svcproxy.Warning {
 	svcs := make([]Service, len(ports))
 	var alloc slabs

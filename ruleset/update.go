@@ -71,7 +71,7 @@ func (b *Builder) rebuild(prev *Ruleset, services servicemap.Snapshot, eps endpo
 	var warnings []svcproxy.Warning
 	modified := false
 	for _, name := range names {
-		before, had := prev.services.get(portKey(name))
+		before, had := prev.services.Get(name)
 		var after *Service
 		if sp, ok := services.Get(name); ok {
 			var w []svcproxy.Warning
@@ -82,22 +82,22 @@ func (b *Builder) rebuild(prev *Ruleset, services servicemap.Snapshot, eps endpo
 		case after == nil && !had:
 			continue
 		case after == nil:
-			rs.services = rs.services.without(portKey(name))
+			rs.services = rs.services.Without(name)
 			ch.Removed = append(ch.Removed, name)
 		case !had:
-			rs.services = rs.services.with(after)
+			rs.services = rs.services.With(name, after)
 			ch.Added = append(ch.Added, name)
 		case before.Equal(after):
 			// Same rules: not a change. Keep the old Service, so that
 			// the two Rulesets share it, unless a field that no rule
 			// depends on differs (an endpoint's zone, say).
 			if !identical(before, after) {
-				rs.services = rs.services.with(after)
+				rs.services = rs.services.With(name, after)
 				modified = true
 			}
 			continue
 		default:
-			rs.services = rs.services.with(after)
+			rs.services = rs.services.With(name, after)
 			ch.Changed = append(ch.Changed, name)
 		}
 		frontends = moveFrontends(frontends, name, before, after)

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
@@ -17,6 +18,7 @@ import (
 // at once and completes it per family from the Snapshot. Each build
 // warning comes out once, however many builds follow.
 func ExampleBuilder() {
+	must := warnings.Must(warnings.Example)
 	if _, err := state.ConfigFrom(ruleset.Config{MasqueradeMark: 3}); err != nil {
 		fmt.Println("refused:", err)
 	}
@@ -35,14 +37,14 @@ func ExampleBuilder() {
 	if err != nil {
 		panic(err)
 	}
-	st.UpdateService(&v1.Service{
+	must.None(st.UpdateService(&v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "web"},
 		Spec: v1.ServiceSpec{
 			ClusterIPs:  []string{"198.19.0.10", "2001:db8:19::10"},
 			ExternalIPs: []string{"198.19.1.1"},
 			Ports:       []v1.ServicePort{{Name: "http", Port: 80}},
 		},
-	})
+	}))
 	for range 2 {
 		built, err := builder.Build(st.Snapshot())
 		if err != nil {

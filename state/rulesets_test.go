@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/affinity"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
@@ -53,7 +54,8 @@ func testSlice(service string, addrs ...string) *discovery.EndpointSlice {
 	if netip.MustParseAddr(addrs[0]).Is6() {
 		es.AddressType = discovery.AddressTypeIPv6
 	}
-	es.Name = service + "-" + string(es.AddressType)
+	// A lower-case name: "IPv4" is not valid in one.
+	es.Name = service + map[discovery.AddressType]string{discovery.AddressTypeIPv4: "-ipv4", discovery.AddressTypeIPv6: "-ipv6"}[es.AddressType]
 	for _, a := range addrs {
 		es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{a}, NodeName: &node,
 			Conditions: discovery.EndpointConditions{Ready: &ready}})
@@ -98,6 +100,7 @@ func newTestState(t *testing.T) *state.State {
 // change is the same *Service as in the previous sync (Update, not Build),
 // unless the Config changed.
 func TestBuilderEqualsBuild(t *testing.T) {
+	must := warnings.Must(t)
 	st := newTestState(t)
 	base, cfgErr := ruleset.Config{}, error(nil)
 	src := newBuilder(t, testConfig(&base, &cfgErr))
@@ -109,21 +112,21 @@ func TestBuilderEqualsBuild(t *testing.T) {
 		shared bool
 	}{
 		{"first", func() {
-			st.UpdateService(testService("web", webIPs))
-			st.UpdateService(testService("db", dbIPs))
-			st.UpdateSlice(testSlice("web", "198.18.64.1"))
+			must.None(st.UpdateService(testService("web", webIPs)))
+			must.None(st.UpdateService(testService("db", dbIPs)))
+			must.None(st.UpdateSlice(testSlice("web", "198.18.64.1")))
 		}, false},
-		{"endpoints of web change", func() { st.UpdateSlice(testSlice("web", "198.18.64.1", "198.18.64.2")) }, true},
-		{"web gets IPv6 endpoints", func() { st.UpdateSlice(testSlice("web", "2001:db8:64::1")) }, true},
+		{"endpoints of web change", func() { must.None(st.UpdateSlice(testSlice("web", "198.18.64.1", "198.18.64.2"))) }, true},
+		{"web gets IPv6 endpoints", func() { must.None(st.UpdateSlice(testSlice("web", "2001:db8:64::1"))) }, true},
 		{"web is deleted", func() { st.DeleteService("ns", "web") }, true},
 		{"nothing", func() {}, true},
 		{"Config: masquerade all", func() { base.MasqueradeAll = true }, false},
-		{"web comes back", func() { st.UpdateService(testService("web", webIPs)) }, true},
+		{"web comes back", func() { must.None(st.UpdateService(testService("web", webIPs))) }, true},
 		{"the Node gets a zone and addresses: Config changes", func() {
-			st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
-				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "198.18.0.1"}}}})
+			must.None(st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
+				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "198.18.0.1"}}}}))
 		}, false},
-		{"db changes", func() { st.UpdateService(testService("db", dbIPs, "198.19.2.1", "2001:db8:2::1")) }, false},
+		{"db changes", func() { must.None(st.UpdateService(testService("db", dbIPs, "198.19.2.1", "2001:db8:2::1"))) }, false},
 	} {
 		step.change()
 		snap := st.Snapshot()
@@ -138,7 +141,8 @@ func TestBuilderEqualsBuild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := b.Build(fam.Services, fam.Endpoints)
+			want, ws := b.Build(fam.Services, fam.Endpoints)
+			warnings.None(t, ws)
 			rs := got.Rulesets[fam.IPFamily]
 			if diff := cmp.Diff(values(want.Services()), values(rs.Services()), serviceOpts); diff != "" {
 				t.Errorf("%s, %s: Ruleset (-ruleset.Builder.Build +Builder):\n%s", step.name, fam.IPFamily, diff)
@@ -167,13 +171,14 @@ func portOf(rs *ruleset.Ruleset, name string) *ruleset.Service {
 // Service and the Config keep giving it, and again once it went away and
 // came back; a build that fails reports nothing.
 func TestBuilderWarnings(t *testing.T) {
+	must := warnings.Must(t)
 	st := newTestState(t)
 	base, cfgErr := ruleset.Config{RestrictExternalIPs: true, AllowedExternalIPs: allowed}, error(nil)
 	src := newBuilder(t, testConfig(&base, &cfgErr))
 	v4Bad := "Service ns/web: externalIP 198.19.1.1 is not allowed: not served"
 	v6Bad := "Service ns/web: externalIP 2001:db8:1::1 is not allowed: not served"
 	web := func(externalIPs ...string) func() {
-		return func() { st.UpdateService(testService("web", webIPs, externalIPs...)) }
+		return func() { must.None(st.UpdateService(testService("web", webIPs, externalIPs...))) }
 	}
 	for _, step := range []struct {
 		name   string
@@ -183,8 +188,8 @@ func TestBuilderWarnings(t *testing.T) {
 	}{
 		{"bad externalIPs of both families", web("198.19.1.1", "2001:db8:1::1"), false, []string{v4Bad, v6Bad}},
 		{"nothing", func() {}, false, nil},
-		{"web's endpoints change", func() { st.UpdateSlice(testSlice("web", "198.18.64.1")) }, false, nil},
-		{"another Service", func() { st.UpdateService(testService("db", dbIPs)) }, false, nil},
+		{"web's endpoints change", func() { must.None(st.UpdateSlice(testSlice("web", "198.18.64.1"))) }, false, nil},
+		{"another Service", func() { must.None(st.UpdateService(testService("db", dbIPs))) }, false, nil},
 		{"web changes, its bad IPs stay", web("198.19.1.1", "2001:db8:1::1", "198.19.2.1"), false, nil},
 		{"the Config changes, the bad IPs stay bad", func() { base.MasqueradeAll = true }, false, nil},
 		{"the IPv6 one is fixed", web("198.19.1.1"), false, nil},
@@ -212,10 +217,11 @@ func TestBuilderWarnings(t *testing.T) {
 // the next build that succeeds, which is still an Update from the last
 // success.
 func TestBuilderFailedBuild(t *testing.T) {
+	must := warnings.Must(t)
 	st := newTestState(t)
 	base, cfgErr := ruleset.Config{}, error(nil)
 	src := newBuilder(t, testConfig(&base, &cfgErr))
-	st.UpdateService(testService("db", dbIPs))
+	must.None(st.UpdateService(testService("db", dbIPs)))
 	first, err := src.Build(st.Snapshot())
 	if err != nil {
 		t.Fatal(err)
@@ -223,8 +229,8 @@ func TestBuilderFailedBuild(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	es := testSlice("web", "198.18.64.1")
 	es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: at.Format(time.RFC3339)}
-	st.UpdateService(testService("web", webIPs))
-	st.UpdateSlice(es)
+	must.None(st.UpdateService(testService("web", webIPs)))
+	must.None(st.UpdateSlice(es))
 	cfgErr = errors.New("no Config")
 	if _, err := src.Build(st.Snapshot()); err == nil || !errors.Is(err, cfgErr) {
 		t.Fatalf("Build with a failing ConfigFunc: error %v, want one that wraps %v", err, cfgErr)
@@ -250,6 +256,7 @@ func TestBuilderFailedBuild(t *testing.T) {
 }
 
 func TestConfigFrom(t *testing.T) {
+	must := warnings.Must(t)
 	addrs := func(ss ...string) []netip.Addr {
 		var out []netip.Addr
 		for _, s := range ss {
@@ -265,11 +272,11 @@ func TestConfigFrom(t *testing.T) {
 		return out
 	}
 	st := newTestState(t)
-	st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
+	must.None(st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
 		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
-			{Type: v1.NodeInternalIP, Address: "198.18.0.1"}, {Type: v1.NodeInternalIP, Address: "2001:db8::1"}}}})
-	st.UpdateServiceCIDR(&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "c"},
-		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"198.19.0.0/24", "2001:db8:19::/112"}}})
+			{Type: v1.NodeInternalIP, Address: "198.18.0.1"}, {Type: v1.NodeInternalIP, Address: "2001:db8::1"}}}}))
+	must.None(st.UpdateServiceCIDR(&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "c"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"198.19.0.0/24", "2001:db8:19::/112"}}}))
 	snap := st.Snapshot()
 	dual := ruleset.Config{
 		MasqueradeAll: true, RestrictExternalIPs: true, ComputeHints: true,

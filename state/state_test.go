@@ -13,6 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
 	"github.com/svcproxy/svcproxy/topology"
@@ -114,17 +115,18 @@ func TestWarningsOnce(t *testing.T) {
 // family; the node, its addresses and the Service CIDRs are split by
 // family; trigger times come in one Snapshot only.
 func TestSnapshot(t *testing.T) {
+	must := warnings.Must(t)
 	s := newState(t, dualStack...)
-	s.UpdateService(service("dual", dualIPs))
-	s.UpdateService(service("four", []string{"198.19.0.2"}))
-	s.UpdateSlice(slice("dual", "dual-4", "198.18.1.1"))
-	s.UpdateSlice(slice("dual", "dual-6", "2001:db8:18::1", "2001:db8:18::2"))
+	must.None(s.UpdateService(service("dual", dualIPs)))
+	must.None(s.UpdateService(service("four", []string{"198.19.0.2"})))
+	must.None(s.UpdateSlice(slice("dual", "dual-4", "198.18.1.1")))
+	must.None(s.UpdateSlice(slice("dual", "dual-6", "2001:db8:18::1", "2001:db8:18::2")))
 	es := slice("four", "four-1", "198.18.1.3")
 	es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-12-01T10:00:00Z"}
-	s.UpdateSlice(es)
-	s.UpdateNode(node("n1", "z1", "2001:db8::1", "198.18.0.1"))
-	s.UpdateServiceCIDR(serviceCIDR("a", "198.19.0.0/16", "2001:db8:19::/108"))
-	s.UpdateServiceCIDR(serviceCIDR("b", "198.19.0.0/16", "198.20.0.0/16"))
+	must.None(s.UpdateSlice(es))
+	must.None(s.UpdateNode(node("n1", "z1", "2001:db8::1", "198.18.0.1")))
+	must.None(s.UpdateServiceCIDR(serviceCIDR("a", "198.19.0.0/16", "2001:db8:19::/108")))
+	must.None(s.UpdateServiceCIDR(serviceCIDR("b", "198.19.0.0/16", "198.20.0.0/16")))
 
 	snap := s.Snapshot()
 	type family struct {
@@ -188,17 +190,19 @@ func TestSnapshot(t *testing.T) {
 // TestReplace: Replace keeps what it is given and deletes everything else,
 // also what single events added.
 func TestReplace(t *testing.T) {
+	must := warnings.Must(t)
 	s := newState(t, v4)
-	s.UpdateService(service("by-event", []string{"198.19.0.1"}))
-	s.UpdateSlice(slice("by-event", "by-event-1", "198.18.1.1"))
-	s.UpdateServiceCIDR(serviceCIDR("by-event", "198.19.0.0/16"))
-	s.UpdateNode(node("n1", "z1", "198.18.0.1"))
-	s.Replace(state.Objects{
+	must.None(s.UpdateService(service("by-event", []string{"198.19.0.1"})))
+	must.None(s.UpdateSlice(slice("by-event", "by-event-1", "198.18.1.1")))
+	must.None(s.UpdateServiceCIDR(serviceCIDR("by-event", "198.19.0.0/16")))
+	must.None(s.UpdateNode(node("n1", "z1", "198.18.0.1")))
+	ws := s.Replace(state.Objects{
 		Services:       []*v1.Service{service("kept", []string{"198.19.0.2"}), nil},
 		EndpointSlices: []*discovery.EndpointSlice{slice("kept", "kept-1", "198.18.1.2"), nil},
 		Nodes:          []*v1.Node{nil, node("n2", "z2", "198.18.0.2")},
 		ServiceCIDRs:   []*networkingv1.ServiceCIDR{serviceCIDR("kept", "198.20.0.0/16"), nil},
 	})
+	warnings.Check(t, "Node", "", "n1", ws, []string{"no Node of this name among the objects"})
 	snap := s.Snapshot()
 	fam, _ := snap.Family(v4)
 	var ports []string
@@ -222,10 +226,11 @@ func TestReplace(t *testing.T) {
 // TestPending counts the Services and endpoints changed since the last
 // Snapshot.
 func TestPending(t *testing.T) {
+	must := warnings.Must(t)
 	s := newState(t, dualStack...)
-	s.UpdateService(service("a", dualIPs))
-	s.UpdateService(service("b", []string{"198.19.0.2"}))
-	s.UpdateSlice(slice("a", "a-1", "198.18.1.1"))
+	must.None(s.UpdateService(service("a", dualIPs)))
+	must.None(s.UpdateService(service("b", []string{"198.19.0.2"})))
+	must.None(s.UpdateSlice(slice("a", "a-1", "198.18.1.1")))
 	if svcs, eps := s.Pending(); svcs != 2 || eps != 1 {
 		t.Errorf("Pending = %d, %d; want 2, 1", svcs, eps)
 	}
@@ -238,6 +243,7 @@ func TestPending(t *testing.T) {
 // TestConcurrentUse: events and Snapshots from several goroutines (run
 // with -race to check the locking).
 func TestConcurrentUse(t *testing.T) {
+	must := warnings.Must(t)
 	s := newState(t, dualStack...)
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -246,9 +252,9 @@ func TestConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			for i := range 50 {
 				name := fmt.Sprintf("s%d-%d", g, i%5)
-				s.UpdateService(service(name, dualIPs))
-				s.UpdateSlice(slice(name, name+"-1", "198.18.1.1"))
-				s.UpdateNode(node("n1", fmt.Sprint("z", i), "198.18.0.1"))
+				must.None(s.UpdateService(service(name, dualIPs)))
+				must.None(s.UpdateSlice(slice(name, name+"-1", "198.18.1.1")))
+				must.None(s.UpdateNode(node("n1", fmt.Sprint("z", i), "198.18.0.1")))
 				if i%3 == 0 {
 					s.DeleteService("ns", name)
 				}

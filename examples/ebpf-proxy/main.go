@@ -16,6 +16,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ebpf"
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/examples/internal/proxy"
@@ -32,9 +33,9 @@ var mode = proxy.Mode{
 func main() { proxy.Main(mode) }
 
 // render writes the map elements a full sync of rs writes.
-func render(w io.Writer, rs *ruleset.Ruleset, _ *proxy.Options) error {
+func render(w io.Writer, rs *ruleset.Ruleset, _ *proxy.Options) ([]svcproxy.Warning, error) {
 	_, err := ebpf.Render(rs, nil).Maps().WriteTo(w)
-	return err
+	return nil, err
 }
 
 // The Dataplane both families' backends share: one set of programs and

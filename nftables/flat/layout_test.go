@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/nftables/flat"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -138,7 +139,8 @@ func TestFlatElements(t *testing.T) {
 		slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.65.2", node: "node-b"}),
 		svc("ns1", "empty", "198.19.0.11"),
 	)
-	_, script, _ := flat.Script(w.build(), flat.Options{})
+	_, script, res := flat.Script(w.build(), flat.Options{})
+	warnings.None(t, res.Warnings)
 	const web, empty = `comment "ns1/web:p80/TCP"`, `comment "ns1/empty:p80/TCP"`
 	want := []string{
 		"add element ip svcproxy-flat cluster-cidrs { 198.18.64.0/18 }",
@@ -156,7 +158,8 @@ func TestFlatElements(t *testing.T) {
 		"add element ip svcproxy-flat shortcircuit-2-tcp-targets { 198.19.128.1 . tcp . 80 . 0 " + web + " : 198.18.64.2 . 8080, 198.19.128.1 . tcp . 80 . 1 " + web + " : 198.18.65.2 . 8080 }",
 		"add element ip svcproxy-flat firewall { 198.19.128.1 . tcp . 80 " + web + " }",
 		"add element ip svcproxy-flat firewall-allow { 198.19.128.1 . tcp . 80 . 198.18.32.0/24 " + web + " }",
-		"add element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2, 198.18.65.2 . 198.18.65.2 }",
+		// Only this node's endpoints: 198.18.65.2 runs on node-b.
+		"add element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2 }",
 	}
 	if diff := cmp.Diff(want, scriptLines(script, "add element ")); diff != "" {
 		t.Errorf("elements (-want +got):\n%s", diff)
@@ -172,7 +175,8 @@ func TestFlatChangesTouchElementsOnly(t *testing.T) {
 	w.add(svc("ns1", "a", "198.19.0.10"), slice("ns1", "a", 8080, ep{ip: "198.18.64.2", node: node}),
 		svc("ns1", "b", "198.19.0.11"), slice("ns1", "b", 8080, ep{ip: "198.18.64.3", node: node}))
 	old := w.build()
-	st, _ := flat.Render(knftables.NewFake(knftables.IPv4Family, flat.DefaultTable).NewTransaction(), old, flat.Options{})
+	st, res := flat.Render(knftables.NewFake(knftables.IPv4Family, flat.DefaultTable).NewTransaction(), old, flat.Options{})
+	warnings.None(t, res.Warnings)
 
 	w.add(slice("ns1", "a", 8080, ep{ip: "198.18.65.2", node: "node-b"}))
 	next := w.update(old)
@@ -186,7 +190,7 @@ func TestFlatChangesTouchElementsOnly(t *testing.T) {
 		"delete element ip svcproxy-flat cluster-1-tcp-targets { 198.19.0.10 . tcp . 80 . 0 }",
 		"delete element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2 }",
 		"add element ip svcproxy-flat cluster-1-tcp-targets { 198.19.0.10 . tcp . 80 . 0 " + c + " : 198.18.65.2 . 8080 }",
-		"add element ip svcproxy-flat hairpin { 198.18.65.2 . 198.18.65.2 }",
+		// No hairpin element for 198.18.65.2, which runs on node-b.
 	}
 	if diff := cmp.Diff(want, strings.Split(strings.TrimSpace(tx.String()), "\n")); diff != "" || !ch.ElementsOnly {
 		t.Errorf("elements only %v; transaction (-want +got):\n%s", ch.ElementsOnly, diff)
@@ -215,7 +219,8 @@ func TestFlatLongNamesFitComments(t *testing.T) {
 	ns, name := strings.Repeat("n", 63), strings.Repeat("s", 63)
 	w := newWorld(t, config4())
 	w.add(svc(ns, name, "198.19.0.10"), slice(ns, name, 8080, ep{ip: "198.18.64.2", node: node}))
-	_, script, _ := flat.Script(w.build(), flat.Options{})
+	_, script, res := flat.Script(w.build(), flat.Options{})
+	warnings.None(t, res.Warnings)
 	comments := regexp.MustCompile(`comment "([^"]*)"`).FindAllStringSubmatch(strings.Join(scriptLines(script, "add element "), "\n"), -1)
 	if len(comments) == 0 {
 		t.Fatalf("no element comments:\n%s", script)

@@ -32,8 +32,10 @@ type Mode struct {
 	// Name answers /proxyMode: "iptables" or "nftables".
 	Name string
 	// Render writes exactly what a full sync of rs with opts would apply,
-	// for --dry-run. It must need neither root nor the kernel.
-	Render func(w io.Writer, rs *ruleset.Ruleset, opts *Options) error
+	// for --dry-run, and returns the render's warnings (what it could not
+	// write), which --dry-run logs on stderr as a sync would. It must need
+	// neither root nor the kernel.
+	Render func(w io.Writer, rs *ruleset.Ruleset, opts *Options) ([]svcproxy.Warning, error)
 	// NewBackend makes the backend of one family, as opts say.
 	NewBackend func(family v1.IPFamily, opts *Options) (engine.Backend, error)
 }
@@ -294,9 +296,11 @@ func (p *proxy) dryRun(w io.Writer) error {
 		return err
 	}
 	for _, f := range p.families {
-		if err := p.mode.Render(w, desired.Rulesets[f], p.opts); err != nil {
+		warnings, err := p.mode.Render(w, desired.Rulesets[f], p.opts)
+		if err != nil {
 			return fmt.Errorf("render %s: %w", f, err)
 		}
+		p.logWarnings(warnings)
 	}
 	return nil
 }

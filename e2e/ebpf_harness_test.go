@@ -62,10 +62,29 @@ func cgroup2Root() (string, error) {
 
 var ebpfSeq atomic.Int64
 
+// ebpfLeftovers are the cgroups and bpffs directories of this process
+// that ebpfSetup made and its cleanups did not remove.
+func ebpfLeftovers() []string {
+	var left []string
+	prefix := fmt.Sprintf("svcp-e2e-%d-", os.Getpid())
+	if root, err := cgroup2Root(); err == nil {
+		entries, _ := os.ReadDir(root)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), prefix) {
+				left = append(left, filepath.Join(root, e.Name()))
+			}
+		}
+	}
+	if matches, err := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*")); err == nil {
+		left = append(left, matches...)
+	}
+	return left
+}
+
 // ebpfSetup creates the test's child cgroup and a bpffs for the proxy's
 // pins (both removed when the test ends, after the clients in the cgroup
 // have been stopped) and returns the proxy's flags for them and for tc on
-// the cluster's links, and the cgroup directory opened, for the proxy's
+// the cluster's links (when it has pods), and the cgroup directory opened, for the proxy's
 // ExtraFiles: ip netns exec remounts /sys, hiding the cgroup tree, so the
 // proxy is given the cgroup as /proc/self/fd/3.
 func ebpfSetup(t *testing.T, c *netns.Cluster, p *proxy) ([]string, *os.File) {
@@ -94,10 +113,15 @@ func ebpfSetup(t *testing.T, c *netns.Cluster, p *proxy) ([]string, *os.File) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cg.Close() })
-	bpffs := filepath.Join(t.TempDir(), "bpffs")
+	bpffs := filepath.Join(os.TempDir(), name+"-bpffs")
 	if err := os.Mkdir(bpffs, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := os.Remove(bpffs); err != nil {
+			t.Errorf("removing %s: %v", bpffs, err)
+		}
+	})
 	if err := syscall.Mount("bpffs", bpffs, "bpf", 0, "mode=0700"); err != nil {
 		t.Fatalf("ebpf backend: mounting a bpffs at %s: %v", bpffs, err)
 	}
@@ -119,8 +143,11 @@ func ebpfSetup(t *testing.T, c *netns.Cluster, p *proxy) ([]string, *os.File) {
 	if c.Remote != nil {
 		pods = append(pods, "eth0")
 	}
-	return []string{"--cgroup", "/proc/self/fd/3", "--bpf-pin-path", p.pinPath,
-		"--tc-external", strings.Join(external, ","), "--tc-pods", strings.Join(pods, ",")}, cg
+	args := []string{"--cgroup", "/proc/self/fd/3", "--bpf-pin-path", p.pinPath}
+	if len(external) > 0 && len(pods) > 0 {
+		args = append(args, "--tc-external", strings.Join(external, ","), "--tc-pods", strings.Join(pods, ","))
+	}
+	return args, cg
 }
 
 // ebpfState is what the ebpf backend holds in the kernel, as an operator

@@ -72,6 +72,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: namespaces left behind: %v\n", left)
 		code = 1
 	}
+	if left := ebpfLeftovers(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: ebpf cgroups or bpffs directories left behind: %v\n", left)
+		code = 1
+	}
 	if after := hostRules(); after != before {
 		fmt.Fprintf(os.Stderr, "e2e: the host namespace's rules changed during the run:\nbefore:\n%s\nafter:\n%s\n", before, after)
 		code = 1

@@ -189,7 +189,13 @@ func startScaleProxy(t *testing.T, c *netns.Cluster, backend, dir, pathDir strin
 		"--metrics-bind-address", "",
 		"--healthz-bind-address", "",
 	}, append(layoutArgs(backend), extraArgs...)...)
+	var extra []*os.File
+	if backend == "ebpf" {
+		ebpfArgs, cg := ebpfSetup(t, c, p)
+		args, extra = append(args, ebpfArgs...), []*os.File{cg}
+	}
 	cmd := c.Node.Command(context.Background(), proxyBinary(t, backend), args...)
+	cmd.ExtraFiles = extra
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if pathDir != "" {
 		cmd.Env = append(os.Environ(), "PATH="+pathDir+":"+os.Getenv("PATH"))

@@ -349,11 +349,11 @@ func (r *renderer) serviceRules(p *plan) {
 
 // nodePortsJump writes the last rules of nat KUBE-SERVICES: node-port
 // traffic, to a local address or to one of the NodePort addresses, goes on
-// to KUBE-NODEPORTS.
+// to KUBE-NODEPORTS; with Config.NoNodePortAddresses, nothing does.
 func (r *renderer) nodePortsJump() {
 	const comment = "kubernetes service nodeports; NOTE: this must be the last rule in this chain"
 	n := r.names
-	if len(r.cfg.NodePortAddresses) == 0 {
+	if len(r.cfg.NodePortAddresses) == 0 && !r.cfg.NoNodePortAddresses {
 		r.rule(n.Services())
 		r.comment(comment)
 		r.str(" -m addrtype --dst-type LOCAL")

@@ -36,11 +36,19 @@ type Config struct {
 	// masqueraded; 0 means DefaultMasqueradeMark.
 	MasqueradeMark uint32
 	// NodePortAddresses are the addresses of Family on which NodePorts are
-	// served; empty means every local address. NewBuilder refuses an
-	// address that is invalid, has a zone or is of another family: this is
+	// served; empty means every local address (kube-proxy's "match all":
+	// its --nodeport-addresses unset in iptables mode, or holding 0.0.0.0/0
+	// or ::/0), unless NoNodePortAddresses. NewBuilder refuses an address
+	// that is invalid, has a zone or is of another family: this is
 	// configuration. NodeAddresses takes them from a Node object, skipping
 	// the unusable ones with a warning instead.
 	NodePortAddresses []netip.Addr
+	// NoNodePortAddresses serves NodePorts on no address, with
+	// NodePortAddresses empty: kube-proxy's behaviour when its
+	// --nodeport-addresses of Family match none of the node's addresses.
+	// (Rejects of NodePorts without endpoints are unchanged: they follow
+	// the backend, see trace.Options.)
+	NoNodePortAddresses bool
 	// LocalhostNodePorts serves NodePorts on 127.0.0.0/8 too (IPv4 only;
 	// kube-proxy's iptables default is on, its nftables default off).
 	LocalhostNodePorts bool
@@ -88,6 +96,9 @@ func (c *Config) Validate() error {
 		if err := c.checkPrefix("Service CIDR", p); err != nil {
 			return err
 		}
+	}
+	if c.NoNodePortAddresses && len(c.NodePortAddresses) > 0 {
+		return fmt.Errorf("NoNodePortAddresses with NodePort addresses %v", c.NodePortAddresses)
 	}
 	for _, a := range c.NodePortAddresses {
 		if !a.IsValid() || a.Is4() != c.is4() || a.Zone() != "" {

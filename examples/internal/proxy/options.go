@@ -15,11 +15,18 @@ import (
 
 // Options are the reference proxies' flags (see docs/reference-proxies.md).
 type Options struct {
-	Manifests      string
-	Kubeconfig     string
-	NodeName       string
-	ClusterCIDRs   []netip.Prefix
-	NodeIPs        []netip.Addr
+	Manifests    string
+	Kubeconfig   string
+	NodeName     string
+	ClusterCIDRs []netip.Prefix
+	NodeIPs      []netip.Addr
+	// NodePortAddresses is kube-proxy's --nodeport-addresses: CIDRs and
+	// the keywords primary, localhost and all; unset, the mode's default
+	// (all for iptables, primary for nftables). Excludes NodeIPs.
+	NodePortAddresses []string
+	// BindAddress is kube-proxy's --bind-address: when not unspecified,
+	// the node's primary address of its family.
+	BindAddress    netip.Addr
 	IPFamily       string
 	MasqueradeAll  bool
 	SyncPeriod     time.Duration
@@ -73,7 +80,11 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if name == "nftables-proxy" {
 		fs.StringVar(&o.NFTablesLayout, "nftables-layout", "kube-proxy", "table layout: kube-proxy (kube-proxy's chains, table kube-proxy) or flat (sets and maps under a fixed number of rules, table svcproxy-flat)")
 	}
+	kp := addKubeProxyFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := kp.apply(fs, o, name); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {

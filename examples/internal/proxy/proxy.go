@@ -159,6 +159,7 @@ func (p *proxy) newState(hints []netip.Addr) error {
 		return err
 	}
 	p.useState(st)
+	p.warnNodePortAddresses(hints)
 	return nil
 }
 
@@ -205,9 +206,12 @@ type proxy struct {
 	// What follows is used by the engine's goroutine only (its Source and
 	// OnSync).
 	//
-	// nodePortAddrs are the node port addresses of the last snapshot
-	// built, where the health check node ports listen.
+	// nodePortAddrs are the addresses where the health check node ports
+	// listen (healthCheckAddresses), as of the last snapshot built.
 	nodePortAddrs []netip.Addr
+	// localAddrs lists the node's addresses for --nodeport-addresses;
+	// nil means interfaceAddrs.
+	localAddrs func() ([]netip.Addr, error)
 	// syncingReload is the number of manifest reloads (reloads) that the
 	// state of the sync under way holds: the synced log line says it, so
 	// that a reader can tell the sync that applied a reload from one that
@@ -258,11 +262,9 @@ func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Co
 		RestrictExternalIPs: len(p.opts.AllowedExternalIPs) > 0,
 		AllowedExternalIPs:  p.opts.AllowedExternalIPs,
 		ServiceCIDRs:        p.opts.ServiceCIDRs,
-		NodePortAddresses:   p.opts.NodeIPs,
 	})(snap, fam)
-	if cfg.LocalhostNodePorts && fam.IPFamily == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
-		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
-	}
+	np := p.nodePortsOf(snap, fam.IPFamily)
+	cfg.NodePortAddresses, cfg.NoNodePortAddresses, cfg.LocalhostNodePorts = np.addrs, np.none, np.localhost
 	return cfg, err
 }
 

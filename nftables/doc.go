@@ -21,7 +21,8 @@
 //     connections to ports without endpoints; firewall-ips, which sends
 //     load-balancer traffic through a port's source-range firewall;
 //   - the sets cluster-ips (traffic to other ports of a cluster IP is
-//     rejected) and, when Config.NodePortAddresses is set, nodeport-ips;
+//     rejected) and, when Config.NodePortAddresses is set (or
+//     Config.NoNodePortAddresses: left empty), nodeport-ips;
 //   - per Service port the chains service-HASH-ns/name/proto/port (spread
 //     over the cluster targets with one "numgen random mod N vmap", or a
 //     plain goto when there is one),

@@ -110,7 +110,8 @@ type Service struct {
 	// not use cluster endpoints or none is usable. They also take the
 	// traffic of pods and of the node itself to the external addresses of a
 	// port whose External route is Local (kube-proxy's short-circuit: as if
-	// it had gone out to the load balancer and come back).
+	// it had gone out to the load balancer and come back). Targets are in
+	// kube-proxy's order: by the text "address:port", byte by byte.
 	ClusterTargets []Target
 	// LocalTargets spread node-local traffic; empty when the port does not
 	// use local endpoints or this node has none usable.
@@ -413,6 +414,7 @@ func (b *Builder) spreadAway(s *Service, eps []endpoints.Endpoint, addrs []netip
 	for i, at := range addrs {
 		setTarget(&ts[i], at, false)
 	}
+	sortTargets(ts)
 	s.ClusterTargets = ts
 	s.Endpoints = eps[:n:n]
 	return true
@@ -422,7 +424,7 @@ func (b *Builder) spreadAway(s *Service, eps []endpoints.Endpoint, addrs []netip
 // its port, with slices from alloc, and reports whether the Service has a
 // usable endpoint anywhere.
 //
-// Targets keep the order of eps. Endpoints are sorted: when eps are sorted
+// Targets are in kube-proxy's order (sortTargets). Endpoints are sorted: when eps are sorted
 // and one per address and port, as an endpoints.Snapshot gives them, they
 // are already, and Endpoints is eps itself when every endpoint is
 // reachable (capped, so that nothing appends into eps).
@@ -438,6 +440,8 @@ func (b *Builder) spread(s *Service, eps []endpoints.Endpoint, alloc *slabs) boo
 		s.ClusterTargets, s.LocalTargets = nilIfEmpty(ts[:n.cluster:n.cluster]), nilIfEmpty(ts[n.cluster:])
 	}
 	place(eps, marks, s.ClusterTargets, s.LocalTargets)
+	sortTargets(s.ClusterTargets)
+	sortTargets(s.LocalTargets)
 	s.Endpoints = reachable(eps, marks, n)
 	return sel.HasAnyEndpoints()
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/conntrack"
 )
 
 // Options are the reference proxies' flags (see docs/reference-proxies.md).
@@ -26,7 +28,17 @@ type Options struct {
 	NodePortAddresses []string
 	// BindAddress is kube-proxy's --bind-address: when not unspecified,
 	// the node's primary address of its family.
-	BindAddress    netip.Addr
+	BindAddress netip.Addr
+	// ConfigFile is kube-proxy's --config, whose settings are in these
+	// Options; Notices are what to log about it at start.
+	ConfigFile string
+	Notices    []string
+	// MasqueradeMark is the single-bit masquerade mark (kube-proxy's
+	// masqueradeBit); 0 means ruleset.DefaultMasqueradeMark.
+	MasqueradeMark uint32
+	// Conntrack, when set (by --config or a --conntrack-* flag), is the
+	// conntrack table size and timeouts the proxy sets at start.
+	Conntrack      *conntrack.Sizing
 	IPFamily       string
 	MasqueradeAll  bool
 	SyncPeriod     time.Duration
@@ -84,7 +96,7 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if err := kp.apply(fs, o, name); err != nil {
+	if err := kp.apply(fs, o, strings.TrimSuffix(name, "-proxy"), &clusterCIDRs); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -101,8 +113,8 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if o.Cleanup {
 		return o, nil
 	}
-	if (o.Manifests == "") == (o.Kubeconfig == "") {
-		return nil, errors.New("exactly one of --manifests and --kubeconfig is needed")
+	if o.Manifests != "" && o.Kubeconfig != "" || o.Manifests == "" && o.Kubeconfig == "" && o.ConfigFile == "" {
+		return nil, errors.New("exactly one of --manifests and --kubeconfig is needed (with --config, the file's clientConnection.kubeconfig; none there means the in-cluster configuration)")
 	}
 	if o.Once && o.DryRun {
 		return nil, errors.New("--once and --dry-run exclude each other")

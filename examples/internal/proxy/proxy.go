@@ -67,6 +67,9 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	if opts.Cleanup {
 		return cleanup(ctx, mode, opts, log)
 	}
+	for _, n := range opts.Notices {
+		log.Warn(n)
+	}
 	p := &proxy{mode: mode, opts: opts, log: log, metrics: newMetrics()}
 	if code := p.start(ctx, stderr); code != exitOK {
 		return code
@@ -84,6 +87,7 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	defer closeAll()
+	applyConntrackSizing(log, opts.Conntrack)
 	if err := p.allowLocalhostNodePorts(); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
@@ -253,7 +257,8 @@ func (p *proxy) allowLocalhostNodePorts() error {
 // options say.
 func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
 	cfg, err := engine.ConfigFrom(ruleset.Config{
-		MasqueradeAll: p.opts.MasqueradeAll,
+		MasqueradeAll:  p.opts.MasqueradeAll,
+		MasqueradeMark: p.opts.MasqueradeMark,
 		// Manifests come without the EndpointSlice controller: compute the
 		// hints trafficDistribution asks for.
 		ComputeHints:        p.opts.Manifests != "",

@@ -28,7 +28,7 @@ func main() {
 	for _, fam := range snap.Families() {
 		outside := map[v1.IPFamily]netip.Addr{v1.IPv4Protocol: netip.IPv4Unspecified(), v1.IPv6Protocol: netip.IPv6Unspecified()}[fam.IPFamily]
 		builder, _ := ruleset.NewBuilder(ruleset.Config{Family: fam.IPFamily, Node: snap.Node}) // a valid Config
-		rs, _ := builder.Build(fam.Services, fam.Endpoints)                                   // warns only about externalIPs that Config restricts
+		rs, _ := builder.Build(fam.Services, fam.Endpoints)                                     // warns only about externalIPs that Config restricts
 		for _, s := range rs.Services() {
 			for _, f := range slices.DeleteFunc(s.Frontends(), func(f ruleset.Frontend) bool { return f.Port == 0 }) {
 				dst := netip.AddrPortFrom(cmp.Or(f.Addr, outside), f.Port) // a node port: on any node address

@@ -33,7 +33,13 @@ import (
 // and --min-sync-period 1s (kube-proxy's iptables.syncPeriod and
 // minSyncPeriod), and the p50 and p99 of
 // kubeproxy_network_programming_duration_seconds over them. It fails when
-// ours is slower at the p99 by more than a bucket of kube-proxy's.
+// our p99 is beyond the bucket after the one that holds kube-proxy's (the
+// buckets, 0.25 s, 0.5 s, 1 s, 2 s, …, are the comparison's resolution:
+// with 20 changes, one change that took just over the 1 s min-sync-period
+// puts the p99 in the bucket up to 2 s). kube-proxy 1.37 has no periodic
+// sync but an hourly one (its syncPeriod is its retry interval and the
+// period of its canary check); ours checks every sync-period, which
+// must not delay the changes.
 //
 //	export SVCPROXY_APISERVER_BIN_DIR=$(e2e/apiserver/build.sh)
 //	SVCPROXY_E2E=required go test -tags scale ./e2e/ -run LatencyAgainstKubeProxy -v
@@ -60,7 +66,7 @@ func TestLatencyAgainstKubeProxy(t *testing.T) {
 	metricsURL := fmt.Sprintf("http://%s/metrics", netip.AddrPortFrom(c.Node.IPv4, metricsPort))
 	metrics := metricsClient(c.Node.NS)
 
-	p99 := map[string]float64{}
+	p99 := map[string]histogram{}
 	for version, name := range []string{"svcproxy-iptables", "kube-proxy-iptables"} {
 		p := &proxy{t: t, backend: name, node: c.Node, log: &logBuffer{}}
 		var cmd []string
@@ -112,7 +118,7 @@ func TestLatencyAgainstKubeProxy(t *testing.T) {
 		if delta.count != kubeProxyChanges {
 			t.Errorf("%s: %d observations for %d changes", name, delta.count, kubeProxyChanges)
 		}
-		p99[name] = delta.quantile(0.99)
+		p99[name] = delta
 		t.Logf("%s: %d changes, network-programming latency p50 %.3fs, p99 %.3fs (kube-proxy's buckets; within 1 s: %s)",
 			name, kubeProxyChanges, delta.quantile(0.5), delta.quantile(0.99), delta.fractionWithin(1))
 		if err := proc.Stop(); err != nil {
@@ -122,9 +128,21 @@ func TestLatencyAgainstKubeProxy(t *testing.T) {
 			cleanupWithin(t, c, "iptables", time.Minute)
 		}
 	}
-	if ours, theirs := p99["svcproxy-iptables"], p99["kube-proxy-iptables"]; ours > theirs+0.25 {
-		t.Errorf("p99 %.3fs, kube-proxy's %.3fs: slower by more than a bucket", ours, theirs)
+	ours, theirs := p99["svcproxy-iptables"].quantile(0.99), p99["kube-proxy-iptables"]
+	if limit := theirs.boundAfter(theirs.quantile(0.99)); ours > limit {
+		t.Errorf("p99 %.3fs, kube-proxy's %.3fs: beyond the next bucket's bound, %gs", ours, theirs.quantile(0.99), limit)
 	}
+}
+
+// boundAfter is the upper bound of the bucket after the one that holds v:
+// one bucket more than v, the resolution of a comparison of quantiles.
+func (h histogram) boundAfter(v float64) float64 {
+	for i, b := range h.bounds {
+		if v <= b {
+			return h.bounds[min(i+1, len(h.bounds)-1)]
+		}
+	}
+	return h.bounds[len(h.bounds)-1]
 }
 
 // waitMetrics waits until the /metrics at url match re.

@@ -178,7 +178,9 @@ type nodePorts struct {
 // kube-proxy does with its --nodeport-addresses (Options.NodePortAddresses,
 // whose default is the mode's): the primary address of the family is
 // --bind-address when of the family, else the Node's first address of it;
-// localhost NodePorts (iptables, IPv4) need CIDRs that hold 127.0.0.0.
+// the CIDRs select among this host's interface addresses (with --dry-run,
+// which need not run on the node, among the Node's addresses); localhost
+// NodePorts (iptables, IPv4) need CIDRs that hold 127.0.0.0.
 func (p *proxy) nodePortsOf(snap state.Snapshot, family v1.IPFamily) nodePorts {
 	localhost := p.opts.LocalhostNodePorts && family == v1.IPv4Protocol
 	if len(p.opts.NodeIPs) > 0 {
@@ -200,7 +202,12 @@ func (p *proxy) nodePortsOf(snap state.Snapshot, family v1.IPFamily) nodePorts {
 		return np
 	}
 	local := p.localAddrs
-	if local == nil {
+	switch {
+	case local != nil:
+	case p.opts.DryRun:
+		// Not on the node, perhaps: its addresses are its Node's.
+		local = func() ([]netip.Addr, error) { return snap.NodeAddresses, nil }
+	default:
 		local = interfaceAddrs
 	}
 	addrs, err := local()

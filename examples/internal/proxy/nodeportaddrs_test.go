@@ -106,3 +106,21 @@ func prefixList(ss ...string) []netip.Prefix {
 	}
 	return out
 }
+
+// TestDryRunNodePortsOnTheNodesAddresses: --dry-run need not run on the
+// node, so --nodeport-addresses selects among the Node's addresses rather
+// than this host's.
+func TestDryRunNodePortsOnTheNodesAddresses(t *testing.T) {
+	backend := &fakeBackend{family: v1.IPv4Protocol}
+	p, eng := testProxy(t, backend)
+	p.opts.DryRun, p.opts.NodePortAddresses = true, []string{"198.18.0.0/24"}
+	p.state.UpdateNode(node("198.18.0.7", "198.18.5.1"))
+	p.state.UpdateService(service("a", "198.19.0.1"))
+	if err := eng.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := backend.synced[len(backend.synced)-1].Config()
+	if diff := cmp.Diff(addrList("198.18.0.7"), cfg.NodePortAddresses, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" || cfg.NoNodePortAddresses {
+		t.Errorf("NodePort addresses (-want +got), NoNodePortAddresses %v:\n%s", cfg.NoNodePortAddresses, diff)
+	}
+}

@@ -109,6 +109,9 @@ func (e *Executor) checkState(ctx context.Context) string {
 // check could not run. It does not read the Service ports' chains: a full
 // sync (RequestFullSync) rewrites those.
 func (e *Executor) CheckState(ctx context.Context) (string, error) {
+	if !e.made() {
+		return "", errNotMade
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.last == nil {

@@ -55,6 +55,9 @@ type Options struct {
 // server serves networking.k8s.io/v1 ServiceCIDRs: when it does not, st
 // gets none and Watch does not watch them.
 func Watch(ctx context.Context, client kubernetes.Interface, st *state.State, opts Options) (serviceCIDRs bool, err error) {
+	if client == nil || st == nil {
+		return false, errors.New("source: Watch needs a client and a State")
+	}
 	selector, err := st.Filter().LabelSelector()
 	if err != nil {
 		return false, err

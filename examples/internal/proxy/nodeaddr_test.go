@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -89,12 +90,13 @@ func TestBadNodeAddressIsAWarning(t *testing.T) {
 // the node's own (none otherwise), or every local address when the Node
 // has none; --bind-address overrides it, and --node-ip overrides them all.
 func TestNodeAddressesFollowTheNode(t *testing.T) {
+	must := warnings.Must(t)
 	a1, a2, a3 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.18.0.3")
 	backend := &fakeBackend{family: v1.IPv4Protocol}
 	p, eng := testProxy(t, backend)
 	p.opts.NodePortAddresses = []string{nodePortPrimary}
 	p.localAddrs = func() ([]netip.Addr, error) { return []netip.Addr{a1, a2, netip.MustParseAddr("127.0.0.1")}, nil }
-	p.state.UpdateService(service("a", "198.19.0.1"))
+	must.None(p.state.UpdateService(service("a", "198.19.0.1")))
 	for _, step := range []struct {
 		node    *v1.Node
 		bind    netip.Addr
@@ -111,7 +113,7 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 		{node: node("198.18.0.3"), bind: a2, want: []netip.Addr{a2}},
 		{node: node("198.18.0.1"), nodeIPs: []netip.Addr{a3}, want: []netip.Addr{a3}},
 	} {
-		p.state.UpdateNode(step.node)
+		_ = p.state.UpdateNode(step.node) // a zoned address warns: state's tests check that
 		p.opts.NodeIPs, p.opts.BindAddress = step.nodeIPs, step.bind
 		if err := eng.Sync(t.Context()); err != nil {
 			t.Fatal(err)

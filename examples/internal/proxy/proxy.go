@@ -32,8 +32,10 @@ type Mode struct {
 	// Name answers /proxyMode: "iptables" or "nftables".
 	Name string
 	// Render writes exactly what a full sync of rs with opts would apply,
-	// for --dry-run. It must need neither root nor the kernel.
-	Render func(w io.Writer, rs *ruleset.Ruleset, opts *Options) error
+	// for --dry-run, and returns the render's warnings (what it could not
+	// write), which --dry-run logs on stderr as a sync would. It must need
+	// neither root nor the kernel.
+	Render func(w io.Writer, rs *ruleset.Ruleset, opts *Options) ([]svcproxy.Warning, error)
 	// NewBackend makes the backend of one family, as opts say.
 	NewBackend func(family v1.IPFamily, opts *Options) (engine.Backend, error)
 }
@@ -123,7 +125,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitBadArgs
 		}
-		p.logWarnings(append(warnings, p.state.Replace(stateObjects(objs))...))
+		p.logWarnings(append(warnings, p.state.Replace(*objs)...))
 		return exitOK
 	}
 	client, err := clientFromKubeconfig(opts.Kubeconfig)
@@ -158,6 +160,9 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 // newState makes the proxy's State, for the IP families that the options
 // and the node's addresses (hints) give.
 func (p *proxy) newState(hints []netip.Addr) error {
+	if _, err := state.ConfigFrom(p.baseConfig()); err != nil {
+		return err // a configuration error, at start rather than at the first sync
+	}
 	st, err := state.New(p.opts.families(familyHints(hints)), p.opts.NodeName, servicemap.Filter{})
 	if err != nil {
 		return err
@@ -170,7 +175,17 @@ func (p *proxy) newState(hints []netip.Addr) error {
 // useState makes the proxy serve st.
 func (p *proxy) useState(st *state.State) {
 	p.state, p.families = st, st.Families()
-	p.source = engine.NewStateSource(st, p.rulesetConfig, p.logWarnings)
+	p.builder, _ = state.NewBuilder(p.rulesetConfig) // fails for a nil ConfigFunc only
+}
+
+// build builds the Rulesets of snap and logs the new build warnings.
+func (p *proxy) build(snap state.Snapshot) (engine.Desired, error) {
+	built, err := p.builder.Build(snap)
+	if err != nil {
+		return engine.Desired{}, err
+	}
+	p.logWarnings(built.Warnings)
+	return engine.Desired{Rulesets: built.Rulesets, Triggers: built.Triggers}, nil
 }
 
 func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) int {
@@ -204,8 +219,8 @@ type proxy struct {
 	// nowhere, as the engine's first sync reads the latest state.
 	eng atomic.Pointer[engine.Engine]
 
-	// source builds the Rulesets of the state.
-	source *engine.StateSource
+	// builder builds the Rulesets of the state.
+	builder *state.Builder
 
 	// What follows is used by the engine's goroutine only (its Source and
 	// OnSync).
@@ -256,7 +271,20 @@ func (p *proxy) allowLocalhostNodePorts() error {
 // rulesetConfig is the ruleset.Config of one family of snap, as the
 // options say.
 func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
-	cfg, err := engine.ConfigFrom(ruleset.Config{
+	config, err := state.ConfigFrom(p.baseConfig())
+	if err != nil {
+		return ruleset.Config{}, err
+	}
+	cfg, err := config(snap, fam)
+	np := p.nodePortsOf(snap, fam.IPFamily)
+	cfg.NodePortAddresses, cfg.NoNodePortAddresses, cfg.LocalhostNodePorts = np.addrs, np.none, np.localhost
+	return cfg, err
+}
+
+// baseConfig is the ruleset.Config of both families that the options give
+// (the NodePort addresses of each family are nodePortsOf's).
+func (p *proxy) baseConfig() ruleset.Config {
+	return ruleset.Config{
 		MasqueradeAll:  p.opts.MasqueradeAll,
 		MasqueradeMark: p.opts.MasqueradeMark,
 		// Manifests come without the EndpointSlice controller: compute the
@@ -267,21 +295,21 @@ func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Co
 		RestrictExternalIPs: len(p.opts.AllowedExternalIPs) > 0,
 		AllowedExternalIPs:  p.opts.AllowedExternalIPs,
 		ServiceCIDRs:        p.opts.ServiceCIDRs,
-	})(snap, fam)
-	np := p.nodePortsOf(snap, fam.IPFamily)
-	cfg.NodePortAddresses, cfg.NoNodePortAddresses, cfg.LocalhostNodePorts = np.addrs, np.none, np.localhost
-	return cfg, err
+		NodePortAddresses:   p.opts.NodeIPs,
+	}
 }
 
 func (p *proxy) dryRun(w io.Writer) error {
-	desired, err := p.source.Desired(context.Background())
+	desired, err := p.build(p.state.Snapshot())
 	if err != nil {
 		return err
 	}
 	for _, f := range p.families {
-		if err := p.mode.Render(w, desired.Rulesets[f], p.opts); err != nil {
+		warnings, err := p.mode.Render(w, desired.Rulesets[f], p.opts)
+		if err != nil {
 			return fmt.Errorf("render %s: %w", f, err)
 		}
+		p.logWarnings(warnings)
 	}
 	return nil
 }

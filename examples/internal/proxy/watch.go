@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/manifests"
-	"github.com/svcproxy/svcproxy/state"
 )
 
 const (
@@ -63,7 +62,7 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifests.Input) {
 	before, after := inputCounts(w.applied), inputCounts(in)
 	w.applied = in
 	p.metrics.manifestReloads.Inc()
-	warnings := p.state.Replace(stateObjects(in.Objects))
+	warnings := p.state.Replace(*in.Objects)
 	p.log.Info("manifests reloaded",
 		"services", fmt.Sprintf("%d → %d", before[0], after[0]),
 		"endpointSlices", fmt.Sprintf("%d → %d", before[1], after[1]),
@@ -71,9 +70,4 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifests.Input) {
 		"manifestReload", p.reloads.Add(1))
 	p.logWarnings(append(in.Warnings, warnings...))
 	p.request()
-}
-
-// stateObjects are the objects of a manifests input, for State.Replace.
-func stateObjects(o *manifests.Objects) state.Objects {
-	return state.Objects{Services: o.Services, EndpointSlices: o.EndpointSlices, Nodes: o.Nodes}
 }

@@ -29,9 +29,9 @@ status:
 // TestBadNodeAddressIsAWarning: a Node whose addresses include a zoned, an
 // unparsable and an unspecified one, and one of a family not served, still
 // gets its Services synced in the families its good addresses have, with
-// NodePorts on every local address (no --nodeport-addresses: kube-proxy's
-// iptables default); each bad address is a warning naming the Node and the
-// address.
+// NodePorts on its good addresses (a mode that is not kube-proxy's, without
+// --nodeport-addresses); each bad address is a warning naming the Node and
+// the address.
 func TestBadNodeAddressIsAWarning(t *testing.T) {
 	zoned := `Node n1: InternalIP address \"fe80::1%veth0\" has a zone: skipped`
 	unparsable := `Node n1: ExternalIP address \"198.18.0.999\" is not an IP address: skipped`
@@ -45,13 +45,13 @@ func TestBadNodeAddressIsAWarning(t *testing.T) {
 	}{
 		{
 			name:     "families from the node's addresses",
-			want:     map[v1.IPFamily][]netip.Addr{v1.IPv4Protocol: nil, v1.IPv6Protocol: nil},
+			want:     map[v1.IPFamily][]netip.Addr{v1.IPv4Protocol: {netip.MustParseAddr("198.18.0.10")}, v1.IPv6Protocol: {netip.MustParseAddr("2001:db8::10")}},
 			warnings: []string{zoned, unparsable, unspecified},
 		},
 		{
 			name:     "IPv4 only",
 			flags:    []string{"--ip-family", "ipv4"},
-			want:     map[v1.IPFamily][]netip.Addr{v1.IPv4Protocol: nil},
+			want:     map[v1.IPFamily][]netip.Addr{v1.IPv4Protocol: {netip.MustParseAddr("198.18.0.10")}},
 			warnings: []string{zoned, v6NotServed, unparsable, unspecified},
 		},
 	} {

@@ -174,7 +174,9 @@ type nodePorts struct {
 }
 
 // nodePortsOf decides where family serves NodePorts: on --node-ip's
-// addresses when given (and 127.0.0.1 with localhost NodePorts); else as
+// addresses when given (and 127.0.0.1 with localhost NodePorts); in a mode
+// that is not kube-proxy's without --nodeport-addresses, on the Node's
+// addresses; else as
 // kube-proxy does with its --nodeport-addresses (Options.NodePortAddresses,
 // whose default is the mode's): the primary address of the family is
 // --bind-address when of the family, else the Node's first address of it;
@@ -192,6 +194,18 @@ func (p *proxy) nodePortsOf(snap state.Snapshot, family v1.IPFamily) nodePorts {
 		}
 		if np.localhost {
 			np.addrs = append(np.addrs, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+		}
+		np.none = len(np.addrs) == 0
+		return np
+	}
+	if len(p.opts.NodePortAddresses) == 0 && !isKubeProxyMode(p.mode.Name) {
+		// No kube-proxy default to follow: the Node's addresses, as they
+		// change (a data plane such as eBPF serves listed addresses only).
+		np := nodePorts{localhost: localhost}
+		for _, fam := range snap.Families() {
+			if fam.IPFamily == family {
+				np.addrs = fam.NodeAddresses
+			}
 		}
 		np.none = len(np.addrs) == 0
 		return np
@@ -244,7 +258,7 @@ func (p *proxy) primaryAddresses(snap state.Snapshot) map[v1.IPFamily]netip.Addr
 // primary family is that of the node's first address (hints), as
 // kube-proxy's.
 func (p *proxy) warnNodePortAddresses(hints []netip.Addr) {
-	if len(p.opts.NodeIPs) > 0 {
+	if len(p.opts.NodeIPs) > 0 || len(p.opts.NodePortAddresses) == 0 && !isKubeProxyMode(p.mode.Name) {
 		return
 	}
 	primary := map[v1.IPFamily]netip.Addr{}
@@ -270,3 +284,7 @@ func (p *proxy) warnNodePortAddresses(hints []netip.Addr) {
 		p.log.Warn(w)
 	}
 }
+
+// isKubeProxyMode reports whether the proxy's mode is one of kube-proxy's,
+// whose NodePort defaults it follows.
+func isKubeProxyMode(name string) bool { return name == "iptables" || name == "nftables" }

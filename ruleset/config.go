@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -50,6 +51,11 @@ type Config struct {
 	// (Rejects of NodePorts without endpoints are unchanged: they follow
 	// the backend, see trace.Options.)
 	NoNodePortAddresses bool
+	// NodeIP is the node's primary address of Family (kube-proxy's node
+	// IP): a load-balancer source range that holds it lets the node's own
+	// requests to the load-balancer IPs through (Service.FirewallAllowsNode).
+	// When it is not valid, the NodePortAddresses stand for it.
+	NodeIP netip.Addr
 	// LocalhostNodePorts serves NodePorts on 127.0.0.0/8 too (IPv4 only;
 	// kube-proxy's iptables default is on, its nftables default off).
 	LocalhostNodePorts bool
@@ -113,6 +119,9 @@ func (c *Config) validate() error {
 			return err
 		}
 	}
+	if c.NodeIP.IsValid() && (c.NodeIP.Is4() != c.is4() || c.NodeIP.Zone() != "") {
+		return fmt.Errorf("node IP %v is not a valid %s address", c.NodeIP, c.Family)
+	}
 	if c.NoNodePortAddresses && len(c.NodePortAddresses) > 0 {
 		return fmt.Errorf("NoNodePortAddresses with NodePort addresses %v", c.NodePortAddresses)
 	}
@@ -132,3 +141,12 @@ func (c *Config) checkPrefix(what string, p netip.Prefix) error {
 }
 
 func (c *Config) is4() bool { return c.Family == v1.IPv4Protocol }
+
+// holdsNode reports whether the source range p holds the node: its NodeIP,
+// or else one of its NodePortAddresses.
+func (c *Config) holdsNode(p netip.Prefix) bool {
+	if c.NodeIP.IsValid() {
+		return p.Contains(c.NodeIP)
+	}
+	return slices.ContainsFunc(c.NodePortAddresses, p.Contains)
+}

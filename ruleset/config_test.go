@@ -89,6 +89,11 @@ func TestConfigValidate(t *testing.T) {
 			"NodePort address invalid IP is not a valid IPv4 address",
 		},
 		{
+			"node IP of another family",
+			ruleset.Config{Family: v1.IPv4Protocol, NodeIP: netip.MustParseAddr("2001:db8::1")},
+			"node IP 2001:db8::1 is not a valid IPv4 address",
+		},
+		{
 			"no node port addresses",
 			ruleset.Config{Family: v1.IPv4Protocol, NoNodePortAddresses: true},
 			"",

@@ -129,8 +129,9 @@ type Service struct {
 	// the endpoints snapshot's own (endpoints.Port.Serving).
 	Serving []netip.AddrPort
 	// FirewallAllowsNode reports, for a port whose load-balancer traffic
-	// passes the source-range firewall, that the ranges let one of the
-	// node's addresses (Config.NodePortAddresses) through. A load balancer
+	// passes the source-range firewall, that the ranges let the node's
+	// address through (Config.NodeIP, or else one of
+	// Config.NodePortAddresses). A load balancer
 	// that puts its IP on the node sends the node's own requests from that
 	// IP, so the firewall must also let the load-balancer IPs through, as
 	// kube-proxy does.
@@ -401,9 +402,7 @@ func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, port endpoints.Po
 	// The snapshot's own slice, capped, so that nothing appends into it.
 	s.Serving = slices.Clip(port.Serving)
 	hasAny := b.spreadPort(s, port, alloc)
-	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, func(src netip.Prefix) bool {
-		return slices.ContainsFunc(b.config.NodePortAddresses, src.Contains)
-	})
+	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, b.config.holdsNode)
 	b.decide(s, hasAny)
 	return warnings, true
 }

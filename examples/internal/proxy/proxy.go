@@ -278,6 +278,7 @@ func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Co
 	cfg, err := config(snap, fam)
 	np := p.nodePortsOf(snap, fam.IPFamily)
 	cfg.NodePortAddresses, cfg.NoNodePortAddresses, cfg.LocalhostNodePorts = np.addrs, np.none, np.localhost
+	cfg.NodeIP = p.primaryAddresses(snap)[fam.IPFamily]
 	return cfg, err
 }
 

@@ -1,7 +1,8 @@
 // Package svcproxy is an embeddable library of Kubernetes Service-proxy
 // primitives: the parts of kube-proxy that every CNI or Service-proxy author
 // needs, as small packages that decide (pure, deterministic,
-// property-tested) and thin executors that apply.
+// property-tested) and thin executors that apply. The semantics are those
+// of one kube-proxy release, KubeProxyVersion.
 //
 // Data flows in one direction:
 //

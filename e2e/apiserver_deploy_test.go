@@ -74,7 +74,7 @@ func TestAPIServerDeployRBAC(t *testing.T) {
 
 	ac.put(apiService("web", 60))
 	ac.put(slice("web", false, v1.ProtocolTCP, ready(ac.Cluster, ac.Pods[0])))
-	kubeconfig := deployedKubeconfig(t, ac, kubeconfigMap)
+	kubeconfig := deployedKubeconfig(t, ac, kubeconfigMap.Data["kubeconfig"], deployAccount)
 	p := runDeployed(t, ac, ds, kubeconfig)
 	p.waitSyncs(1)
 	eventuallyReaches(t, ac.Clients[0], at(serviceIP(false, 60), 80), ac.Pods[0])
@@ -113,21 +113,29 @@ func deployObjects(t *testing.T) []*unstructured.Unstructured {
 	}
 	var objs []*unstructured.Unstructured
 	for _, path := range paths {
-		data, err := os.ReadFile(path)
+		objs = append(objs, yamlObjects(t, path)...)
+	}
+	return objs
+}
+
+// yamlObjects reads the objects of the YAML file at path.
+func yamlObjects(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		js, err := yaml.YAMLToJSON([]byte(doc))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", path, err)
 		}
-		for _, doc := range strings.Split(string(data), "\n---\n") {
-			js, err := yaml.YAMLToJSON([]byte(doc))
-			if err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			o := &unstructured.Unstructured{}
-			if err := o.UnmarshalJSON(js); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			objs = append(objs, o)
+		o := &unstructured.Unstructured{}
+		if err := o.UnmarshalJSON(js); err != nil {
+			t.Fatalf("%s: %v", path, err)
 		}
+		objs = append(objs, o)
 	}
 	return objs
 }
@@ -226,22 +234,23 @@ func waitDenied(t *testing.T, ac *apiCluster, group, resource, verb string) {
 	})
 }
 
-// deployedKubeconfig is deploy/'s kubeconfig with the test's API server
-// address and CA, and a file holding a token of the proxy's ServiceAccount
-// from the TokenRequest API in place of the projected one.
-func deployedKubeconfig(t *testing.T, ac *apiCluster, cm v1.ConfigMap) string {
+// deployedKubeconfig is the kubeconfig text of a deploy/ ConfigMap with the
+// test's API server address and CA, and a file holding a token of the
+// ServiceAccount kube-system/account from the TokenRequest API in place of
+// the projected one.
+func deployedKubeconfig(t *testing.T, ac *apiCluster, kubeconfig, account string) string {
 	t.Helper()
-	cfg, err := clientcmd.Load([]byte(cm.Data["kubeconfig"]))
+	cfg, err := clientcmd.Load([]byte(kubeconfig))
 	if err != nil {
 		t.Fatalf("deploy/ kubeconfig: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	expiry := int64(3600)
-	tr, err := ac.client.CoreV1().ServiceAccounts(deployNamespace).CreateToken(ctx, deployAccount,
+	tr, err := ac.client.CoreV1().ServiceAccounts(deployNamespace).CreateToken(ctx, account,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("TokenRequest for %s/%s: %v", deployNamespace, deployAccount, err)
+		t.Fatalf("TokenRequest for %s/%s: %v", deployNamespace, account, err)
 	}
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")

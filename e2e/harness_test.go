@@ -191,7 +191,8 @@ func startProxy(t *testing.T, c *netns.Cluster, backend string, objs ...any) *pr
 type proxySetup struct {
 	// node replaces nodeObject() in the manifests when set.
 	node *v1.Node
-	// noNodeIP leaves --node-ip out: the proxy takes the Node's addresses.
+	// noNodeIP leaves --node-ip out: --nodeport-addresses in args, or
+	// the backend's default, decides.
 	noNodeIP bool
 	// args are added to the command line.
 	args []string

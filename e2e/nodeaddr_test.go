@@ -40,16 +40,16 @@ func expectLogged(t *testing.T, p *proxy, lines ...string) {
 }
 
 // TestZonedNodeAddressIsSkipped: a Node whose addresses include a zoned IPv6
-// one and a non-address, with no --node-ip, still gets every Service served,
-// NodePorts on its good addresses (and not on the node's other addresses),
-// and a warning for each bad address.
+// one and a non-address, with --nodeport-addresses primary, still gets
+// every Service served, NodePorts on its good addresses (and not on the
+// node's other addresses), and a warning for each bad address.
 func TestZonedNodeAddressIsSkipped(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 2})
 		c.StartEcho(echoPort)
 		node := nodeWithAddresses("fe80::1%eth0", c.Node.IPv4.String(), "not-an-address", c.Node.IPv6.String())
 		eps := []endpoint{ready(c, c.Pods[0]), ready(c, c.Pods[1])}
-		p := startProxyWith(t, c, backend, proxySetup{node: node, noNodeIP: true},
+		p := startProxyWith(t, c, backend, proxySetup{node: node, noNodeIP: true, args: []string{"--nodeport-addresses", "primary"}},
 			service("web", ips(70), withNodePort(30170, false)),
 			slice("web", false, v1.ProtocolTCP, eps...),
 			slice("web", true, v1.ProtocolTCP, eps...))
@@ -124,6 +124,45 @@ func TestAllowedExternalIPs(t *testing.T) {
 				expectRefused(t, client, at(c.Node.IPv4, 80))
 				expectLogged(t, p, warning)
 				expectOnly(t, spread(t, p.inside(client), at(serviceIP(false, 73), 80), 5), c.Pods[0])
+			})
+		}
+	})
+}
+
+// TestNodePortAddressesAsKubeProxy: without --node-ip, NodePorts are served
+// where kube-proxy would serve them: on every local address by default in
+// iptables mode (the node's link address too), on the Node's primary
+// addresses by default in nftables mode, and nowhere when
+// --nodeport-addresses holds none of the node's addresses.
+func TestNodePortAddressesAsKubeProxy(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, backend string) {
+		for _, tt := range []struct {
+			name       string
+			args       []string
+			node, link bool
+		}{
+			{name: "default", node: true, link: strings.HasPrefix(backend, "iptables")},
+			{name: "all", args: []string{"--nodeport-addresses", "all"}, node: true, link: true},
+			{name: "no address of the node", args: []string{"--nodeport-addresses", "203.0.113.0/24,2001:db8:ffff::/64"}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
+				c.StartEcho(echoPort)
+				eps := []endpoint{ready(c, c.Pods[0])}
+				startProxyWith(t, c, backend, proxySetup{node: nodeWithAddresses(c.Node.IPv4.String(), c.Node.IPv6.String()), noNodeIP: true, args: tt.args},
+					service("web", ips(71), withNodePort(30171, false)),
+					slice("web", false, v1.ProtocolTCP, eps...))
+				client := c.Clients[0]
+				for _, dst := range []struct {
+					addr   netip.AddrPort
+					served bool
+				}{{at(c.Node.IPv4, 30171), tt.node}, {at(linkAddr(client), 30171), tt.link}} {
+					if dst.served {
+						expectOnly(t, spread(t, client, dst.addr, 3), c.Pods[0])
+					} else {
+						expectRefused(t, client, dst.addr)
+					}
+				}
 			})
 		}
 	})

@@ -32,7 +32,9 @@ func metricsClient(ns *netns.NS) *http.Client {
 	}}
 }
 
-var bucketLine = regexp.MustCompile(`^` + programmingMetric + `_bucket\{le="([^"]+)"\} (\d+)$`)
+// bucketLine is a bucket of programmingMetric: ours, or kube-proxy's for
+// IPv4 (kube-proxy labels it by IP family).
+var bucketLine = regexp.MustCompile(`^` + programmingMetric + `_bucket\{(?:ip_family="IPv4",)?le="([^"]+)"\} (\d+)$`)
 
 // scrapeHistogram reads programmingMetric from the /metrics at url.
 func scrapeHistogram(t *testing.T, client *http.Client, url string) histogram {

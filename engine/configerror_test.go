@@ -22,7 +22,7 @@ func TestScheduleConfigErrorWaitsForRequest(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	sc := &schedule{min: time.Second, max: 30 * time.Second, retry: time.Second}
 	sc.start(t0)
-	sc.finish(t0, 0, fmt.Errorf("getting the desired state: %w", ruleset.ErrConfig))
+	sc.finish(t0, 0, false, fmt.Errorf("getting the desired state: %w", ruleset.ErrConfig))
 	if !sc.idle() {
 		t.Fatal("after a configuration error: a run is due without a request")
 	}

@@ -29,8 +29,11 @@ type Config struct {
 	Backends map[v1.IPFamily]Backend
 	// Provider gives the state each sync applies.
 	Provider Provider
-	// MinSyncPeriod: two syncs never start closer than this. 0 means no
-	// floor (failed syncs are still retried no sooner than 50 ms).
+	// MinSyncPeriod: a sync never starts closer than this after the start
+	// of the last sync that did more than check: a periodic sync that
+	// found no drift and nothing to change is a check, and a change that
+	// comes right after it syncs at once. 0 means no floor (failed syncs
+	// are still retried no sooner than 50 ms).
 	MinSyncPeriod time.Duration
 	// SyncPeriod: this long after the end of the previous periodic sync, a
 	// periodic sync checks every Backend's state (Backend.CheckState),
@@ -124,6 +127,8 @@ type Engine struct {
 	// cleaned is, per family, the Ruleset that conntrack was last cleaned
 	// against (or found clean for).
 	cleaned map[v1.IPFamily]*ruleset.Ruleset
+	// lastSynced are the Rulesets of the last successful sync.
+	lastSynced map[v1.IPFamily]*ruleset.Ruleset
 
 	healthMu    sync.Mutex
 	lastSuccess time.Time
@@ -180,7 +185,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	now := e.clock.Now()
 	e.started, e.lastSuccess, e.lastForcedFull = now, now, now
-	e.loop = newLoop(cfg.MinSyncPeriod, cfg.SyncPeriod, cfg.RetryInterval, e.clock, e.run)
+	e.loop = newLoop(cfg.MinSyncPeriod, cfg.SyncPeriod, cfg.RetryInterval, e.clock, e.runInLoop)
 	return e, nil
 }
 
@@ -232,23 +237,57 @@ func (e *Engine) Close() error {
 	return errors.Join(errs...)
 }
 
+// runInLoop is run for the loop, which also needs to know whether the run
+// only checked: a periodic run that found no drift and synced the same
+// Rulesets as the last successful sync, so that it does not delay the next
+// change by MinSyncPeriod (a check is not a sync).
+func (e *Engine) runInLoop(ctx context.Context, periodic bool) (time.Duration, bool, error) {
+	return e.runEvent(ctx, periodic)
+}
+
+// sameRulesets reports whether a and b hold equal Rulesets for the same
+// families (ruleset.Diff: at once for the same value, quick for one
+// updated from the other).
+func sameRulesets(a, b map[v1.IPFamily]*ruleset.Ruleset) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for f, rs := range a {
+		if o, ok := b[f]; !ok || rs == nil || o == nil || !ruleset.Diff(rs, o).Empty() {
+			return false
+		}
+	}
+	return true
+}
+
 // run is one sync: a periodic one first checks the Backends' state. It
 // returns when the next sync is due without a change (the earliest
 // NextSync of the results, 0 when none).
 func (e *Engine) run(ctx context.Context, periodic bool) (time.Duration, error) {
+	again, _, err := e.runEvent(ctx, periodic)
+	return again, err
+}
+
+// runEvent is run, which also reports whether the run only checked (see
+// runInLoop).
+func (e *Engine) runEvent(ctx context.Context, periodic bool) (again time.Duration, checked bool, err error) {
 	e.runMu.Lock()
 	defer e.runMu.Unlock()
 	ev := SyncEvent{Start: e.clock.Now(), Periodic: periodic}
 	if periodic {
 		e.checkState(ctx, &ev)
 	}
-	again := e.apply(ctx, &ev)
+	again = e.apply(ctx, &ev)
 	ev.End = e.clock.Now()
 	e.record(&ev)
+	if ev.Err == nil {
+		checked = periodic && !ev.ForcedFull && len(ev.Drift) == 0 && !ev.Full && sameRulesets(e.lastSynced, ev.Rulesets)
+		e.lastSynced = ev.Rulesets
+	}
 	if e.cfg.OnSync != nil {
 		e.cfg.OnSync(ev)
 	}
-	return again, ev.Err
+	return again, checked, ev.Err
 }
 
 // checkState makes every family's next Sync a full one when FullSyncPeriod

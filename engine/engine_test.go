@@ -319,3 +319,37 @@ func TestCloseClosesBackends(t *testing.T) {
 		t.Errorf("Close: %v, closed %v %v", err, b4.closed, b6.closed)
 	}
 }
+
+// TestCheckIsNotASync: a periodic run that finds no drift and has nothing
+// to change only checked, so that the next change need not wait
+// MinSyncPeriod after it; one that changed something, found drift, forced a
+// full sync or failed did more. The loop then runs a change requested
+// right after a check at once (TestSchedule).
+func TestCheckIsNotASync(t *testing.T) {
+	w := newWorld(t)
+	w.addUDPService("dns", "198.19.0.10", "198.18.64.2")
+	e, b, clock, _ := newTestEngine(t, w, nil)
+	ctx := context.Background()
+	run := func(what string, periodic, wantChecked, wantErr bool) {
+		t.Helper()
+		clock.advance(30 * time.Second)
+		_, checked, err := e.runInLoop(ctx, periodic)
+		if checked != wantChecked || (err != nil) != wantErr {
+			t.Errorf("%s: checked %v, error %v; want checked %v, an error %v", what, checked, err, wantChecked, wantErr)
+		}
+	}
+	run("first sync", false, false, false)
+	run("periodic run, nothing changed", true, true, false)
+	run("requested run, nothing changed", false, false, false)
+	w.addUDPService("dns2", "198.19.0.11", "198.18.64.3")
+	run("periodic run with a change", true, false, false)
+	run("periodic run after it", true, true, false)
+	b.missing = "chain KUBE-SERVICES"
+	run("periodic run that finds drift", true, false, false)
+	b.failNext = 1
+	run("periodic run that fails", true, false, true)
+	run("periodic run after the failure", true, false, false)
+	run("periodic run, nothing changed again", true, true, false)
+	clock.advance(DefaultFullSyncPeriod)
+	run("periodic run that forces a full sync", true, false, false)
+}

@@ -15,7 +15,10 @@ const minRetryInterval = 50 * time.Millisecond
 // loop runs a sync function when asked and on a period, with these
 // guarantees:
 //
-//   - never two runs that start closer than min;
+//   - never a run that starts closer than min after the start of the last
+//     run that did more than check (a periodic run that found nothing to
+//     change, as the sync function reports, does not delay the next
+//     change);
 //   - a run is periodic (sync is told so) at least every max, counted from
 //     the end of the previous periodic run, whatever other runs happened
 //     since: the sync function repairs the kernel's state in those runs,
@@ -39,13 +42,14 @@ type loop struct {
 	clock           Clock
 	// sync does the work; periodic is true for the periodic runs (never
 	// for the first). Its error schedules a retry; again > 0 asks for a
-	// run that long after its end.
-	sync func(ctx context.Context, periodic bool) (again time.Duration, err error)
+	// run that long after its end; checked reports a run that only
+	// checked and changed nothing.
+	sync func(ctx context.Context, periodic bool) (again time.Duration, checked bool, err error)
 
 	requests chan struct{}
 }
 
-func newLoop(minInterval, maxInterval, retry time.Duration, clock Clock, sync func(context.Context, bool) (time.Duration, error)) *loop {
+func newLoop(minInterval, maxInterval, retry time.Duration, clock Clock, sync func(context.Context, bool) (time.Duration, bool, error)) *loop {
 	return &loop{min: minInterval, max: maxInterval, retry: retry, clock: clock, sync: sync, requests: make(chan struct{}, 1)}
 }
 
@@ -82,8 +86,8 @@ func (l *loop) run(ctx context.Context) {
 		if s.idle() || now.Before(s.due()) {
 			continue
 		}
-		again, err := l.sync(ctx, s.start(now))
-		s.finish(l.clock.Now(), again, err)
+		again, checked, err := l.sync(ctx, s.start(now))
+		s.finish(l.clock.Now(), again, checked, err)
 	}
 }
 
@@ -94,6 +98,7 @@ type schedule struct {
 
 	ran          bool
 	lastStart    time.Time // start of the last run
+	changeStart  time.Time // start of the last run that did more than check
 	lastEnd      time.Time // end of the last finished run
 	lastPeriodic time.Time // end of the last periodic run, or of the first run
 	periodic     bool      // the last run started is periodic or the first
@@ -106,7 +111,7 @@ type schedule struct {
 // due is when the next run should start: at once before the first run;
 // else the earliest of the next periodic run, the retry of a failure, the
 // run the last one asked for and a pending request, but never before min
-// after the last start.
+// after the start of the last run that did more than check.
 func (s *schedule) due() time.Time {
 	if !s.ran {
 		return time.Time{}
@@ -121,7 +126,7 @@ func (s *schedule) due() time.Time {
 	if s.requested {
 		next = earliest(next, s.lastStart)
 	}
-	if floor := s.lastStart.Add(s.min); next.Before(floor) {
+	if floor := s.changeStart.Add(s.min); next.Before(floor) {
 		return floor
 	}
 	return next
@@ -151,9 +156,13 @@ func (s *schedule) start(now time.Time) (periodic bool) {
 }
 
 // finish records the outcome of the run that started last, ending at now,
-// which asked to run again after again when positive.
-func (s *schedule) finish(now time.Time, again time.Duration, err error) {
+// which asked to run again after again when positive, and only checked
+// when checked.
+func (s *schedule) finish(now time.Time, again time.Duration, checked bool, err error) {
 	s.lastEnd = now
+	if !checked || err != nil {
+		s.changeStart = s.lastStart
+	}
 	s.again = time.Time{}
 	if again > 0 && err == nil {
 		s.again = now.Add(again)

@@ -20,16 +20,16 @@ type recorder struct {
 	again    time.Duration // what a successful run asks for
 }
 
-func (r *recorder) sync(_ context.Context, periodic bool) (time.Duration, error) {
+func (r *recorder) sync(_ context.Context, periodic bool) (time.Duration, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.runs = append(r.runs, time.Now())
 	r.periodic = append(r.periodic, periodic)
 	if r.fails > 0 {
 		r.fails--
-		return 0, errors.New("injected failure")
+		return 0, false, errors.New("injected failure")
 	}
-	return r.again, nil
+	return r.again, false, nil
 }
 
 func (r *recorder) count() int {
@@ -107,7 +107,7 @@ func TestLoopRequestDuringSyncRunsAgain(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	runs := 0
-	l = newLoop(time.Millisecond, time.Hour, 0, realClock{}, func(context.Context, bool) (time.Duration, error) {
+	l = newLoop(time.Millisecond, time.Hour, 0, realClock{}, func(context.Context, bool) (time.Duration, bool, error) {
 		mu.Lock()
 		runs++
 		n := runs
@@ -116,7 +116,7 @@ func TestLoopRequestDuringSyncRunsAgain(t *testing.T) {
 		if n == 2 {
 			<-release // a change arrives while this sync runs
 		}
-		return 0, nil
+		return 0, false, nil
 	})
 	runLoop(t, l)
 	<-started
@@ -170,6 +170,7 @@ func TestSchedule(t *testing.T) {
 		at, took     time.Duration
 		again        time.Duration
 		fail         bool
+		checked      bool // the run only checked
 		wantPeriodic bool
 	}
 	ok := func(at time.Duration) run { return run{at: at} }
@@ -177,6 +178,7 @@ func TestSchedule(t *testing.T) {
 	periodic := func(r run) run { r.wantPeriodic = true; return r }
 	taking := func(took time.Duration, r run) run { r.took = took; return r }
 	asking := func(again time.Duration, r run) run { r.again = again; return r }
+	checking := func(r run) run { r.checked = true; return r }
 	s := time.Second
 	for _, tt := range []struct {
 		name      string
@@ -213,6 +215,14 @@ func TestSchedule(t *testing.T) {
 		{name: "a failed run's request to run again is ignored: the back-off decides",
 			runs: []run{asking(100*s, failed(0)), failed(s)}, want: 3 * s},
 		{name: "only the last run's request counts", runs: []run{asking(5*s, ok(0)), ok(2 * s)}, want: 30 * s},
+		{name: "a request right after a periodic run that only checked runs at once",
+			runs: []run{ok(0), periodic(checking(taking(s/10, ok(30*s))))}, requested: true, want: 30 * s},
+		{name: "a request after a check waits MinInterval from the last run that did more",
+			runs: []run{ok(0), ok(29*s + s/2), periodic(checking(ok(30 * s)))}, requested: true, want: 30*s + s/2},
+		{name: "a periodic run that changed something counts for MinInterval",
+			runs: []run{ok(0), periodic(ok(30 * s))}, requested: true, want: 31 * s},
+		{name: "a failed check counts for MinInterval",
+			runs: []run{ok(0), periodic(checking(failed(30 * s)))}, requested: true, want: 31 * s},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -225,7 +235,7 @@ func TestSchedule(t *testing.T) {
 				if r.fail {
 					err = errors.New("injected")
 				}
-				sc.finish(t0.Add(r.at+r.took), r.again, err)
+				sc.finish(t0.Add(r.at+r.took), r.again, r.checked, err)
 			}
 			sc.requested = tt.requested
 			if got := sc.due().Sub(t0); len(tt.runs) > 0 && got != tt.want {
@@ -248,7 +258,7 @@ func TestScheduleAttemptsWhileFailing(t *testing.T) {
 	perMinute := map[int]int{}
 	for now := t0; now.Before(t0.Add(5 * time.Minute)); now = sc.due() {
 		sc.start(now)
-		sc.finish(now, 0, errors.New("injected"))
+		sc.finish(now, 0, false, errors.New("injected"))
 		perMinute[int(now.Sub(t0)/time.Minute)]++
 	}
 	if diff := cmp.Diff(map[int]int{0: 6, 1: 2, 2: 2, 3: 2, 4: 2}, perMinute); diff != "" {

@@ -12,7 +12,8 @@ import (
 // Cleanup removes everything of ours from the kernel: the jumps from the
 // built-in chains, then every chain Names owns in filter and nat (found with
 // `iptables -S`), all flushed, then all deleted, by restores that each name
-// at most deleteChunk chains (see deleteChains). Nothing else is touched.
+// at most deleteChunk chains (see deleteChains), and the Canary chain of
+// mangle. Nothing else is touched.
 // When it fails part way, what it removed stays removed and calling it
 // again finishes the work. The next Sync is a full one.
 func (e *Executor) Cleanup(ctx context.Context) error {
@@ -33,14 +34,19 @@ func (e *Executor) Cleanup(ctx context.Context) error {
 	if err := e.deleteChains(ctx, owned["filter"], owned["nat"], e.deleteChunk); err != nil {
 		return fmt.Errorf("cleanup: deleting chains: %w", err)
 	}
+	if slices.Contains(owned["mangle"], e.names.Canary()) {
+		if err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: []string{"-w", "-t", "mangle", "-X", e.names.Canary()}}); err != nil {
+			return fmt.Errorf("cleanup: deleting mangle %s: %w", e.names.Canary(), err)
+		}
+	}
 	return nil
 }
 
-// ownedChains lists, by table ("filter", "nat"), the chains Names owns
-// that `iptables -S` shows, sorted.
+// ownedChains lists, by table ("filter", "nat", "mangle"), the chains
+// Names owns that `iptables -S` shows, sorted.
 func (e *Executor) ownedChains(ctx context.Context) (map[string][]string, error) {
 	owned := map[string][]string{}
-	for _, table := range []string{"filter", "nat"} {
+	for _, table := range []string{"filter", "nat", "mangle"} {
 		listed := &chainLister{names: e.names}
 		if err := e.runner.Run(ctx, Command{Name: e.iptablesTool, Args: []string{"-w", "-t", table, "-S"}, Stdout: listed}); err != nil {
 			return nil, fmt.Errorf("listing %s: %w", table, err)

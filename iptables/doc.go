@@ -67,13 +67,15 @@
 // any failure, after a Config change and on request, partial otherwise (and
 // nothing at all when nothing changed). After a full sync it makes sure the
 // jumps from the built-in chains exist (`iptables -C`, then -I), with
-// kube-proxy's comments. A full sync also writes one rule in a canary chain
-// of each table (KUBE-PROXY-CANARY, Names.Canary), which any flush of the
-// table removes.
+// kube-proxy's comments. A full sync also writes kube-proxy's empty canary
+// chain (KUBE-PROXY-CANARY, Names.Canary) in filter, nat and mangle, as
+// kube-proxy's iptables mode does (its monitor recreates them and watches
+// for their deletion); Cleanup removes them.
 //
 // A partial sync builds on what the last full sync left, so it first
 // checks, with one restore of `-C` lines that changes nothing, that the
-// canary rules and the jumps are still there; if one is missing, or if the
+// jumps from the built-in chains (which a flush of a table removes) and the
+// fixed rules are still there; if one is missing, or if the
 // partial restore itself fails (and the context is not done), the Executor
 // runs a full sync in the same call and SyncDetails.Fallback says why. The check is one process whose
 // input does not grow with the number of Services; its time grows with the
@@ -110,8 +112,9 @@
 //     to 127.0.0.0/8 from elsewhere, as kube-proxy does. Forwarding
 //     (net.ipv4.ip_forward) is the caller's too.
 //   - It deletes no conntrack entries; package conntrack says which go stale.
-//   - It writes only the filter and nat tables: none of kubelet's rules
-//     (KUBE-KUBELET-CANARY), nothing in mangle or raw.
+//   - It writes only the filter and nat tables, and the canary chain in
+//     mangle: none of kubelet's rules (KUBE-KUBELET-CANARY), nothing in
+//     raw.
 //   - It does not choose between iptables-nft and iptables-legacy: it runs
 //     the iptables tools the Runner finds. The "-S" line only helps
 //     iptables-nft.

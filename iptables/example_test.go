@@ -158,7 +158,7 @@ func ExampleExecutor() {
 	details := res
 	fmt.Printf("full: %v changed: %v fallback: %q %v\n", res.Full, details.Changes.Changed, details.Fallback, err)
 	// Output:
-	// iptables-restore --noflush --counters -w (2564 bytes in)
+	// iptables-restore --noflush --counters -w (2422 bytes in)
 	// iptables -w -t filter -C INPUT -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
 	// iptables -w -t filter -I INPUT -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
 	// iptables -w -t filter -C FORWARD -m conntrack --ctstate NEW -m comment --comment kubernetes externally-visible service portals -j KUBE-EXTERNAL-SERVICES (0 bytes in)
@@ -188,7 +188,7 @@ func ExampleExecutor() {
 	// iptables -w -t nat -C POSTROUTING -m comment --comment kubernetes postrouting rules -j KUBE-POSTROUTING (0 bytes in)
 	// iptables -w -t nat -I POSTROUTING -m comment --comment kubernetes postrouting rules -j KUBE-POSTROUTING (0 bytes in)
 	// full: true <nil>
-	// iptables-restore --noflush --counters -w (1499 bytes in)
+	// iptables-restore --noflush --counters -w (1315 bytes in)
 	// iptables-restore --noflush --counters -w (1762 bytes in)
 	// full: false changed: [ns1/web:http] fallback: "" <nil>
 }

@@ -262,8 +262,8 @@ func (e *Executor) RequestFullSync() {
 // Sync brings the kernel to rs with one `iptables-restore --noflush
 // --counters -w` run reading the rules on standard input.
 //
-// A full sync writes everything (Render) and the Canary chains with their
-// rule, flushes and deletes the chains the previous Ruleset had and rs does
+// A full sync writes everything (Render) and the empty Canary chains (filter,
+// nat and mangle, as kube-proxy's), flushes and deletes the chains the previous Ruleset had and rs does
 // not, then installs the jumps from the built-in chains (nat PREROUTING and
 // OUTPUT to KUBE-SERVICES, nat POSTROUTING to KUBE-POSTROUTING, filter
 // INPUT, FORWARD and OUTPUT to the filter chains) where `iptables -C` does
@@ -273,12 +273,12 @@ func (e *Executor) RequestFullSync() {
 // A partial sync (RenderPartial) rewrites the top-level chains and what
 // changed; when nothing changed, nothing runs. It never builds on a kernel
 // state it has not checked: first one restore of `-C` lines checks that
-// the Canary rules and the jumps from the built-in chains are there, and
+// the jumps from the built-in chains and the fixed rules are there, and
 // if one is missing, a full sync runs instead. If the partial restore
 // fails (a chain it jumps to is gone, for one) while ctx is not done, a
 // full sync runs right after it. Either way SyncDetails.Fallback says so.
 // The check does not look into the chains of unchanged ServicePorts: one emptied behind the
-// Executor's back, with the Canary rule left, stays empty until the next
+// Executor's back, with the jumps left, stays empty until the next
 // full sync.
 //
 // After any failure the next Sync is a full one.

@@ -99,6 +99,17 @@ func (k *fakeKernel) Run(_ context.Context, cmd Command) error {
 			k.list(table, out)
 			return nil
 		}
+		if op == "-X" {
+			chain, ok := k.tables[table][cmd.Args[4]]
+			if !ok || len(chain) > 0 {
+				return k.fail(cmd, 1, "cannot delete chain '"+cmd.Args[4]+"': missing or not empty")
+			}
+			delete(k.tables[table], cmd.Args[4])
+			if len(k.tables[table]) == 0 {
+				delete(k.tables, table) // the model holds tables with chains
+			}
+			return nil
+		}
 		key := table + "/" + cmd.Args[4]
 		spec := strings.Join(cmd.Args[5:], " ")
 		target := cmd.Args[len(cmd.Args)-1]
@@ -436,6 +447,11 @@ func testCleanup(ctx context.Context, t *testing.T, family v1.IPFamily, chunk in
 	}
 	if _, err := e.Apply(ctx, sc.ruleset(t)); err != nil {
 		t.Fatal(err)
+	}
+	for _, table := range []string{"filter", "nat", "mangle"} {
+		if rules, ok := k.tables[table][e.names.Canary()]; !ok || len(rules) > 0 {
+			t.Errorf("after a full sync, %s %s: %q (present %v); want it empty, as kube-proxy's", table, e.names.Canary(), rules, ok)
+		}
 	}
 	if err := e.Cleanup(ctx); err != nil {
 		t.Fatal(err)

@@ -83,7 +83,7 @@ type damage struct {
 func damages(names Names) []damage {
 	stableChain := names.ServiceChain(servicemap.PortName{Namespace: "ns1", Name: "stable", Port: "p80", Protocol: v1.ProtocolTCP})
 	return []damage{
-		{"nat flushed", [][]string{{"-t", "nat", "-F"}}, FallbackStateMissing, "the rule of nat " + names.Canary()},
+		{"nat flushed", [][]string{{"-t", "nat", "-F"}}, FallbackStateMissing, "the jump from nat OUTPUT to " + names.Services()},
 		{"jump from nat PREROUTING deleted", [][]string{jumpTo("nat", "PREROUTING").args(names, "-D")[1:]}, FallbackStateMissing, "the jump from nat PREROUTING to " + names.Services()},
 		{"unchanged Service's chain deleted", [][]string{
 			{"-t", "nat", "-F", names.Services()},

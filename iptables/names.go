@@ -153,11 +153,10 @@ func (n Names) ProxyFirewall() string { return n.top(sfxProxyFirewall) }
 // them (one rule cannot say "in none of several prefixes").
 func (n Names) MasqNonPod() string { return n.top(sfxMasqNonPod) }
 
-// Canary is KUBE-PROXY-CANARY (filter and nat), kube-proxy's name for the
-// chain whose disappearance tells it that a table was flushed. The Executor
-// keeps one rule in it (a RETURN, never jumped to), which a flush of the
-// table also removes, and checks that rule before each partial sync. Render
-// does not write it.
+// Canary is KUBE-PROXY-CANARY (filter, nat and mangle), kube-proxy's name
+// for the empty chain whose disappearance tells it that a table was
+// flushed or reloaded. The Executor writes it, empty, as kube-proxy's
+// iptables mode does; Render does not.
 func (n Names) Canary() string { return n.top(sfxCanary) }
 
 // Firewall is KUBE-FIREWALL (filter), jumped to from INPUT and OUTPUT. With

@@ -155,6 +155,7 @@ func genConfig(t *rapid.T) ruleset.Config {
 	for _, a := range npa[:rapid.IntRange(0, 2).Draw(t, "nodePortAddresses")] {
 		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.MustParseAddr(a))
 	}
+	cfg.NoNodePortAddresses = len(cfg.NodePortAddresses) == 0 && rapid.IntRange(0, 3).Draw(t, "noNodePortAddresses") == 0
 	cfg.MasqueradeAll = rapid.Bool().Draw(t, "masqueradeAll")
 	cfg.LocalhostNodePorts = rapid.Bool().Draw(t, "localhostNodePorts")
 	return cfg

@@ -17,13 +17,10 @@ type renderOptions struct {
 	stale []string
 	// listTables starts each table with a "-S" line (see listLine).
 	listTables bool
-	// canary writes the Canary chain of each table with its one rule,
-	// canaryRuleArgs.
+	// canary writes the Canary chain, empty, in filter, nat and mangle,
+	// as kube-proxy's iptables mode has it.
 	canary bool
 }
-
-// canaryRuleArgs is the rule of the Canary chains, after "-A CHAIN".
-var canaryRuleArgs = []string{"-m", "comment", "--comment", "kubernetes service proxy flush canary", "-j", "RETURN"}
 
 // renderer accumulates the text of one render.
 type renderer struct {
@@ -69,6 +66,11 @@ func (r *renderer) render(plans []plan, opts renderOptions) []byte {
 	r.b = make([]byte, 0, 112*estimateLines(plans, opts)) // about 110 bytes a line (up to ~250)
 	r.filterTable(plans, opts)
 	r.natTable(plans, opts)
+	if opts.canary {
+		r.str("*mangle\n")
+		r.canaryChain()
+		r.str("COMMIT\n")
+	}
 	return r.b
 }
 
@@ -213,12 +215,8 @@ func (r *renderer) forwardRules() {
 	r.str(" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n")
 }
 
-// canaryChain declares the Canary chain and writes its rule.
-func (r *renderer) canaryChain() {
-	r.declare(r.names.Canary())
-	r.rule(r.names.Canary())
-	r.str(" " + restoreArgs(canaryRuleArgs) + "\n")
-}
+// canaryChain declares the Canary chain, which holds no rule.
+func (r *renderer) canaryChain() { r.declare(r.names.Canary()) }
 
 func verdictComment(verdict string) string {
 	if verdict == "DROP" {
@@ -349,11 +347,11 @@ func (r *renderer) serviceRules(p *plan) {
 
 // nodePortsJump writes the last rules of nat KUBE-SERVICES: node-port
 // traffic, to a local address or to one of the NodePort addresses, goes on
-// to KUBE-NODEPORTS.
+// to KUBE-NODEPORTS; with Config.NoNodePortAddresses, nothing does.
 func (r *renderer) nodePortsJump() {
 	const comment = "kubernetes service nodeports; NOTE: this must be the last rule in this chain"
 	n := r.names
-	if len(r.cfg.NodePortAddresses) == 0 {
+	if len(r.cfg.NodePortAddresses) == 0 && !r.cfg.NoNodePortAddresses {
 		r.rule(n.Services())
 		r.comment(comment)
 		r.str(" -m addrtype --dst-type LOCAL")

@@ -155,6 +155,16 @@ var scenarios = []scenario{
 			slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(2, false)...),
 		}
 	}},
+	{name: "no-nodeport-addresses", cfg: func() ruleset.Config {
+		c := testConfig()
+		c.NoNodePortAddresses = true
+		return c
+	}, objs: func() []any {
+		return []any{
+			service("ns1", "web", "198.19.0.10", nodePort(30080)),
+			slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(1, false)...),
+		}
+	}},
 	{name: "localhost-nodeports", cfg: func() ruleset.Config {
 		c := testConfig()
 		c.LocalhostNodePorts = true

@@ -113,12 +113,6 @@ func TestKernelScale(t *testing.T) {
 // checkOneByOne runs the Executor's state check as one `iptables -C` per
 // rule, the alternative to its single restore.
 func checkOneByOne(ctx context.Context, runner Runner, names Names) error {
-	for _, table := range []string{"filter", "nat"} {
-		args := append([]string{"-w", "-t", table, "-C", names.Canary()}, canaryRuleArgs...)
-		if err := runner.Run(ctx, Command{Name: "iptables", Args: args}); err != nil {
-			return err
-		}
-	}
 	for _, j := range jumps {
 		if err := runner.Run(ctx, Command{Name: "iptables", Args: j.args(names, "-C")}); err != nil {
 			return err

@@ -19,7 +19,7 @@ const (
 	// FallbackNone: no fallback happened.
 	FallbackNone FallbackReason = ""
 	// FallbackStateMissing: the check before the partial sync did not
-	// find a Canary rule or a jump from a built-in chain, so the tables
+	// find a jump from a built-in chain or a fixed rule, so the tables
 	// were flushed or changed behind the Executor's back (or the check
 	// itself could not run).
 	FallbackStateMissing FallbackReason = "state-missing"
@@ -29,8 +29,7 @@ const (
 )
 
 // stateCheck is the restore input that checks, with one `-C` line each,
-// the Canary rule of filter and nat and every jump from the built-in
-// chains; what[i] names what line i+1 checks ("" for the lines that check
+// every jump from the built-in chains (a flush of a table removes them); what[i] names what line i+1 checks ("" for the lines that check
 // nothing).
 type stateCheck struct {
 	input []byte
@@ -43,7 +42,6 @@ func newStateCheck(names Names) stateCheck {
 	var c stateCheck
 	for _, table := range []string{"filter", "nat"} {
 		c.add("*"+table, "")
-		c.add("-C "+names.Canary()+" "+restoreArgs(canaryRuleArgs), "the rule of "+table+" "+names.Canary()+" (the table was flushed?)")
 		for _, j := range jumps {
 			if j.table == table {
 				c.add("-C "+j.from+" "+restoreArgs(j.spec(names)), "the jump from "+table+" "+j.from+" to "+j.to(names))
@@ -101,8 +99,8 @@ func (e *Executor) checkState(ctx context.Context) string {
 }
 
 // CheckState checks cheaply that the kernel still holds what a full sync
-// wrote around the Service ports' chains: the Canary rules of filter and
-// nat, every jump from the built-in chains, and every rule of the top-level
+// wrote around the Service ports' chains: every jump from the built-in
+// chains, and every rule of the top-level
 // chains that does not depend on the Services (the node-port jump that ends
 // KUBE-SERVICES, KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD, …), with
 // one restore of `-C` lines that changes nothing. It returns what it found

@@ -26,7 +26,7 @@
 //     rule at the head of the services chain), hairpin-connections (address
 //     . address . protocol . port of every endpoint on this node that a
 //     Service port spreads traffic over) and, when Config.NodePortAddresses
-//     is set, nodeport-ips;
+//     is set (or Config.NoNodePortAddresses: left empty), nodeport-ips;
 //   - per Service port the chains service-HASH-ns/name/proto/port, which
 //     DNAT to the cluster targets ("dnat to ADDR:PORT" for one, "dnat ip
 //     addr . port to numgen random mod N map { … }" for more), local-… (the

@@ -54,7 +54,7 @@ var jumps = []struct {
 
 func (r *renderer) fixedSetsAndMaps() []string {
 	names := []string{setClusterIPs, setHairpin, mapNoEndpointServices, mapNoEndpointNodePorts, mapFirewallIPs, mapServiceIPs, mapServiceNodePorts}
-	if len(r.cfg.NodePortAddresses) > 0 {
+	if len(r.cfg.NodePortAddresses) > 0 || r.cfg.NoNodePortAddresses {
 		names = append(names, setNodePortIPs)
 	}
 	return names
@@ -113,7 +113,7 @@ func (r *renderer) addFixedContainers(tx txWriter, keepElements bool) {
 	add(&model.Set{Name: setClusterIPs, KeyType: r.addrType, Comment: "Active ClusterIPs"}, !keepElements)
 	add(&model.Set{Name: setHairpin, KeyType: []model.Type{r.addrType[0], r.addrType[0], model.TypeInetProto, model.TypeInetService},
 		Comment: "service hairpin connections"}, !keepElements)
-	if len(r.cfg.NodePortAddresses) > 0 {
+	if len(r.cfg.NodePortAddresses) > 0 || r.cfg.NoNodePortAddresses {
 		add(&model.Set{Name: setNodePortIPs, KeyType: r.addrType, Comment: "IPs that accept NodePort traffic"}, true)
 	}
 	for _, m := range []*model.Set{
@@ -178,7 +178,7 @@ func (r *renderer) addFixedRules(tx txWriter) {
 func (r *renderer) addNodePortRules(tx txWriter) {
 	var nodeDest, nodeDestLocal []model.Stmt
 	switch {
-	case len(r.cfg.NodePortAddresses) > 0:
+	case len(r.cfg.NodePortAddresses) > 0 || r.cfg.NoNodePortAddresses:
 		nodeDest = []model.Stmt{model.InSet{Key: []model.Expr{r.daddr}, Set: setNodePortIPs}}
 		nodeDestLocal = nodeDest
 	case r.localhostNodePorts():

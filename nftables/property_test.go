@@ -155,6 +155,8 @@ func genConfig(t *rapid.T) (ruleset.Config, nftables.Options, pools) {
 			node = netip.MustParseAddr("2001:db8:18::1")
 		}
 		cfg.NodePortAddresses = []netip.Addr{node}
+	} else {
+		cfg.NoNodePortAddresses = rapid.IntRange(0, 3).Draw(t, "noNodePortAddresses") == 0
 	}
 	return cfg, nftables.Options{}, p
 }

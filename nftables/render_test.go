@@ -132,6 +132,14 @@ var goldenCases = []goldenCase{
 		svc("ns6", "b", "198.19.0.51", externalIPs("198.18.0.100")),
 		slice("ns6", "b", 8080, ep{ip: "198.18.64.2", node: node}),
 	}},
+	{name: "no-nodeport-addresses", cfg: func() ruleset.Config {
+		c := config4()
+		c.NoNodePortAddresses = true
+		return c
+	}, objs: []any{
+		svc("ns4", "np", "198.19.0.44", nodePort(30044)),
+		slice("ns4", "np", 8080, ep{ip: "198.18.64.2", node: node}),
+	}},
 }
 
 func (c goldenCase) ruleset(tb testing.TB) *ruleset.Ruleset {

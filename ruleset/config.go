@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -37,11 +38,24 @@ type Config struct {
 	// masqueraded; 0 means DefaultMasqueradeMark.
 	MasqueradeMark uint32
 	// NodePortAddresses are the addresses of Family on which NodePorts are
-	// served; empty means every local address. NewBuilder refuses an
-	// address that is invalid, has a zone or is of another family: this is
+	// served; empty means every local address (kube-proxy's "match all":
+	// its --nodeport-addresses unset in iptables mode, or holding 0.0.0.0/0
+	// or ::/0), unless NoNodePortAddresses. NewBuilder refuses an address
+	// that is invalid, has a zone or is of another family: this is
 	// configuration. NodeAddresses takes them from a Node object, skipping
 	// the unusable ones with a warning instead.
 	NodePortAddresses []netip.Addr
+	// NoNodePortAddresses serves NodePorts on no address, with
+	// NodePortAddresses empty: kube-proxy's behaviour when its
+	// --nodeport-addresses of Family match none of the node's addresses.
+	// (Rejects of NodePorts without endpoints are unchanged: they follow
+	// the backend, see trace.Options.)
+	NoNodePortAddresses bool
+	// NodeIP is the node's primary address of Family (kube-proxy's node
+	// IP): a load-balancer source range that holds it lets the node's own
+	// requests to the load-balancer IPs through (Service.FirewallAllowsNode).
+	// When it is not valid, the NodePortAddresses stand for it.
+	NodeIP netip.Addr
 	// LocalhostNodePorts serves NodePorts on 127.0.0.0/8 too (IPv4 only;
 	// kube-proxy's iptables default is on, its nftables default off).
 	LocalhostNodePorts bool
@@ -105,6 +119,12 @@ func (c *Config) validate() error {
 			return err
 		}
 	}
+	if c.NodeIP.IsValid() && (c.NodeIP.Is4() != c.is4() || c.NodeIP.Zone() != "") {
+		return fmt.Errorf("node IP %v is not a valid %s address", c.NodeIP, c.Family)
+	}
+	if c.NoNodePortAddresses && len(c.NodePortAddresses) > 0 {
+		return fmt.Errorf("NoNodePortAddresses with NodePort addresses %v", c.NodePortAddresses)
+	}
 	for _, a := range c.NodePortAddresses {
 		if !a.IsValid() || a.Is4() != c.is4() || a.Zone() != "" {
 			return fmt.Errorf("NodePort address %v is not a valid %s address", a, c.Family)
@@ -121,3 +141,12 @@ func (c *Config) checkPrefix(what string, p netip.Prefix) error {
 }
 
 func (c *Config) is4() bool { return c.Family == v1.IPv4Protocol }
+
+// holdsNode reports whether the source range p holds the node: its NodeIP,
+// or else one of its NodePortAddresses.
+func (c *Config) holdsNode(p netip.Prefix) bool {
+	if c.NodeIP.IsValid() {
+		return p.Contains(c.NodeIP)
+	}
+	return slices.ContainsFunc(c.NodePortAddresses, p.Contains)
+}

@@ -89,6 +89,21 @@ func TestConfigValidate(t *testing.T) {
 			"NodePort address invalid IP is not a valid IPv4 address",
 		},
 		{
+			"node IP of another family",
+			ruleset.Config{Family: v1.IPv4Protocol, NodeIP: netip.MustParseAddr("2001:db8::1")},
+			"node IP 2001:db8::1 is not a valid IPv4 address",
+		},
+		{
+			"no node port addresses",
+			ruleset.Config{Family: v1.IPv4Protocol, NoNodePortAddresses: true},
+			"",
+		},
+		{
+			"no node port addresses, yet addresses",
+			ruleset.Config{Family: v1.IPv4Protocol, NoNodePortAddresses: true, NodePortAddresses: addrs("198.18.0.1")},
+			"NoNodePortAddresses with NodePort addresses [198.18.0.1]",
+		},
+		{
 			"zoned node port address",
 			ruleset.Config{Family: v1.IPv6Protocol, NodePortAddresses: addrs("fe80::1%eth0")},
 			"NodePort address fe80::1%eth0 is not a valid IPv6 address",

@@ -124,6 +124,7 @@ func configEqual(a, b *Config) bool {
 		slices.Equal(a.ClusterCIDRs, b.ClusterCIDRs) &&
 		a.MasqueradeAll == b.MasqueradeAll && a.Mark() == b.Mark() &&
 		slices.Equal(a.NodePortAddresses, b.NodePortAddresses) &&
+		a.NoNodePortAddresses == b.NoNodePortAddresses && a.NodeIP == b.NodeIP &&
 		a.LocalhostNodePorts == b.LocalhostNodePorts &&
 		a.RestrictExternalIPs == b.RestrictExternalIPs &&
 		slices.Equal(a.AllowedExternalIPs, b.AllowedExternalIPs) &&

@@ -113,7 +113,8 @@ type Service struct {
 	// not use cluster endpoints or none is usable. They also take the
 	// traffic of pods and of the node itself to the external addresses of a
 	// port whose External route is Local (kube-proxy's short-circuit: as if
-	// it had gone out to the load balancer and come back).
+	// it had gone out to the load balancer and come back). Targets are in
+	// kube-proxy's order: by the text "address:port", byte by byte.
 	ClusterTargets []Target
 	// LocalTargets spread node-local traffic; empty when the port does not
 	// use local endpoints or this node has none usable.
@@ -128,8 +129,9 @@ type Service struct {
 	// the endpoints snapshot's own (endpoints.Port.Serving).
 	Serving []netip.AddrPort
 	// FirewallAllowsNode reports, for a port whose load-balancer traffic
-	// passes the source-range firewall, that the ranges let one of the
-	// node's addresses (Config.NodePortAddresses) through. A load balancer
+	// passes the source-range firewall, that the ranges let the node's
+	// address through (Config.NodeIP, or else one of
+	// Config.NodePortAddresses). A load balancer
 	// that puts its IP on the node sends the node's own requests from that
 	// IP, so the firewall must also let the load-balancer IPs through, as
 	// kube-proxy does.
@@ -400,9 +402,7 @@ func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, port endpoints.Po
 	// The snapshot's own slice, capped, so that nothing appends into it.
 	s.Serving = slices.Clip(port.Serving)
 	hasAny := b.spreadPort(s, port, alloc)
-	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, func(src netip.Prefix) bool {
-		return slices.ContainsFunc(b.config.NodePortAddresses, src.Contains)
-	})
+	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, b.config.holdsNode)
 	b.decide(s, hasAny)
 	return warnings, true
 }
@@ -452,6 +452,7 @@ func (b *Builder) spreadAway(s *Service, eps []endpoints.Endpoint, addrs []netip
 	for i, at := range addrs {
 		setTarget(&ts[i], at, false)
 	}
+	sortTargets(ts)
 	s.ClusterTargets = ts
 	s.Endpoints = eps[:n:n]
 	return true
@@ -461,7 +462,7 @@ func (b *Builder) spreadAway(s *Service, eps []endpoints.Endpoint, addrs []netip
 // its port, with slices from alloc, and reports whether the Service has a
 // usable endpoint anywhere.
 //
-// Targets keep the order of eps. Endpoints are sorted: when eps are sorted
+// Targets are in kube-proxy's order (sortTargets). Endpoints are sorted: when eps are sorted
 // and one per address and port, as an endpoints.Snapshot gives them, they
 // are already, and Endpoints is eps itself when every endpoint is
 // reachable (capped, so that nothing appends into eps).
@@ -477,6 +478,8 @@ func (b *Builder) spread(s *Service, eps []endpoints.Endpoint, alloc *slabs) boo
 		s.ClusterTargets, s.LocalTargets = nilIfEmpty(ts[:n.cluster:n.cluster]), nilIfEmpty(ts[n.cluster:])
 	}
 	place(eps, marks, s.ClusterTargets, s.LocalTargets)
+	sortTargets(s.ClusterTargets)
+	sortTargets(s.LocalTargets)
 	s.Endpoints = reachable(eps, marks, n)
 	return sel.HasAnyEndpoints()
 }

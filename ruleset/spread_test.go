@@ -3,6 +3,7 @@ package ruleset
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,6 +26,8 @@ func spreadWant(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node topol
 				Local:    node.Name != "" && e.NodeName == node.Name,
 			})
 		}
+		// kube-proxy's order of a port's endpoints: by their text.
+		slices.SortStableFunc(out, func(a, b Target) int { return strings.Compare(a.Endpoint.String(), b.Endpoint.String()) })
 		return out
 	}
 	var s Service

@@ -47,7 +47,7 @@ type Packet struct {
 	FromNode bool
 	// ToNode reports that Dst's address is one of the node's own: node
 	// ports are served on it (unless Config.NodePortAddresses lists the
-	// addresses).
+	// addresses, or Config.NoNodePortAddresses serves them nowhere).
 	ToNode bool
 }
 
@@ -287,11 +287,12 @@ func lookup(rs *ruleset.Ruleset, p Packet) (*ruleset.Service, ruleset.FrontendKi
 }
 
 // servesNodePorts reports whether node ports are served on p's destination:
-// Config.NodePortAddresses, or else any address of the node; loopback only
-// for IPv4 with Config.LocalhostNodePorts.
+// Config.NodePortAddresses, or else (unless Config.NoNodePortAddresses) any
+// address of the node; loopback only for IPv4 with
+// Config.LocalhostNodePorts.
 func servesNodePorts(cfg ruleset.Config, p Packet) bool {
 	dst := p.Dst.Addr()
-	if dst.IsLoopback() && !(cfg.LocalhostNodePorts && dst.Is4()) {
+	if dst.IsLoopback() && !(cfg.LocalhostNodePorts && dst.Is4()) || cfg.NoNodePortAddresses {
 		return false
 	}
 	if len(cfg.NodePortAddresses) > 0 {

@@ -62,11 +62,20 @@ type sample struct {
 
 // sampleClass is the class of kube-proxy's outcome for p, the source's kind
 // included; "" when p is not sent for real: SCTP (the echo servers do not
-// speak it), the node's loopback, and flows that no Service takes (where
-// they go is routing's business).
+// speak it), the node's loopback, flows that no Service takes (where
+// they go is routing's business), and hairpin flows that may be DNATed
+// back to their own source without masquerade (kube-proxy 1.37's nftables
+// mode, for an endpoint on another node): the source then drops its own
+// packet, so what a real packet shows depends on the random choice of
+// target, not on the rules.
 func sampleClass(p probe, ref trace.Outcome) string {
 	if p.packet.Protocol == v1.ProtocolSCTP || p.front.nodeOnly || ref.Verdict == ruleset.VerdictNotServed {
 		return ""
+	}
+	for _, t := range ref.Targets {
+		if t.Endpoint.Addr() == p.packet.Src.Addr() && !t.Masquerade {
+			return ""
+		}
 	}
 	c := fmt.Sprintf("%s from %s", ref.Verdict, p.src.name)
 	if ref.Verdict == ruleset.VerdictForward {

@@ -40,7 +40,7 @@ func (r *flatRenderer) flatBaseChains() []*model.Chain {
 // Config.LocalhostNodePorts) localhost. withFib is false in the input
 // hook, where every address is local.
 func (r *flatRenderer) nodeDestination(withFib bool) []model.Stmt {
-	if len(r.cfg.NodePortAddresses) > 0 {
+	if len(r.cfg.NodePortAddresses) > 0 || r.cfg.NoNodePortAddresses {
 		return []model.Stmt{model.InSet{Key: []model.Expr{r.daddr}, Set: flatSetNodePortIPs}}
 	}
 	var m []model.Stmt
@@ -121,7 +121,7 @@ func (r *flatRenderer) flatFixedSets() []*model.Set {
 	if len(r.cfg.ClusterCIDRs) > 0 {
 		sets = append(sets, &model.Set{Name: flatSetClusterCIDRs, Key: []model.Expr{r.saddr}, Interval: true, Comment: "pod networks"})
 	}
-	if len(r.cfg.NodePortAddresses) > 0 {
+	if len(r.cfg.NodePortAddresses) > 0 || r.cfg.NoNodePortAddresses {
 		sets = append(sets, &model.Set{Name: flatSetNodePortIPs, Key: []model.Expr{r.daddr}, Comment: "IPs that accept NodePort traffic"})
 	}
 	return sets

@@ -70,7 +70,7 @@ func (p *proxy) desired(context.Context) (engine.Desired, error) {
 	if err != nil {
 		return engine.Desired{}, err
 	}
-	p.nodePortAddrs = p.nodePortAddresses(snap)
+	p.nodePortAddrs = p.healthCheckAddresses(snap)
 	return desired, nil
 }
 
@@ -100,7 +100,7 @@ func (p *proxy) onSync(ev engine.SyncEvent) {
 			p.log.Warn(w.String())
 		}
 		for _, err := range report.Errors {
-			p.log.Error("health check node port not served (--node-ip, or the Node's addresses)", "err", err)
+			p.log.Error("health check node port not served (--node-ip, --nodeport-addresses)", "err", err)
 		}
 	}
 	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", ev.Full, "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start),

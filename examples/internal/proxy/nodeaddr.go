@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 	"net/netip"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -43,11 +44,25 @@ func nodeAddresses(nodes []*v1.Node, name string) []netip.Addr {
 	return addrs
 }
 
-// nodePortAddresses are the addresses on which NodePorts and health check
-// node ports are served: --node-ip, else the Node's addresses.
-func (p *proxy) nodePortAddresses(snap state.Snapshot) []netip.Addr {
-	if len(p.opts.NodeIPs) > 0 {
-		return p.opts.NodeIPs
+// healthCheckAddresses are the addresses on which the health check node
+// ports listen: those of the NodePorts (nodePortsOf) of each family, and
+// for a family that serves NodePorts on every local address, the
+// unspecified address (:: alone when both families do: it takes both).
+func (p *proxy) healthCheckAddresses(snap state.Snapshot) []netip.Addr {
+	var addrs []netip.Addr
+	var all []v1.IPFamily
+	for _, fam := range snap.Families() {
+		np := p.nodePortsOf(snap, fam.IPFamily)
+		if np.all {
+			all = append(all, fam.IPFamily)
+		}
+		addrs = append(addrs, np.addrs...)
 	}
-	return snap.NodeAddresses
+	switch {
+	case slices.Contains(all, v1.IPv6Protocol):
+		addrs = append(addrs, netip.IPv6Unspecified())
+	case len(all) > 0:
+		addrs = append(addrs, netip.IPv4Unspecified())
+	}
+	return addrs
 }

@@ -28,8 +28,10 @@ status:
 
 // TestBadNodeAddressIsAWarning: a Node whose addresses include a zoned, an
 // unparsable and an unspecified one, and one of a family not served, still
-// gets its Services synced, with NodePorts on its good addresses; each bad
-// address is a warning naming the Node and the address.
+// gets its Services synced in the families its good addresses have, with
+// NodePorts on its good addresses (a mode that is not kube-proxy's, without
+// --nodeport-addresses); each bad address is a warning naming the Node and
+// the address.
 func TestBadNodeAddressIsAWarning(t *testing.T) {
 	zoned := `Node n1: InternalIP address \"fe80::1%veth0\" has a zone: skipped`
 	unparsable := `Node n1: ExternalIP address \"198.18.0.999\" is not an IP address: skipped`
@@ -83,32 +85,43 @@ func TestBadNodeAddressIsAWarning(t *testing.T) {
 	}
 }
 
-// TestNodeAddressesFollowTheNode: the NodePort addresses are the Node's
-// current ones; --node-ip overrides them.
+// TestNodeAddressesFollowTheNode: with --nodeport-addresses primary, the
+// NodePort address is the Node's current first address, if it is one of
+// the node's own (none otherwise), or every local address when the Node
+// has none; --bind-address overrides it, and --node-ip overrides them all.
 func TestNodeAddressesFollowTheNode(t *testing.T) {
 	must := warnings.Must(t)
-	a1, a2 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
+	a1, a2, a3 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.18.0.3")
 	backend := &fakeBackend{family: v1.IPv4Protocol}
 	p, eng := testProxy(t, backend)
+	p.opts.NodePortAddresses = []string{nodePortPrimary}
+	p.localAddrs = func() ([]netip.Addr, error) { return []netip.Addr{a1, a2, netip.MustParseAddr("127.0.0.1")}, nil }
 	must.None(p.state.UpdateService(service("a", "198.19.0.1")))
 	for _, step := range []struct {
 		node    *v1.Node
+		bind    netip.Addr
 		nodeIPs []netip.Addr
 		want    []netip.Addr
+		none    bool
 	}{
-		{node("198.18.0.1"), nil, []netip.Addr{a1}},
-		{node("198.18.0.1", "fe80::1%eth0", "198.18.0.2"), nil, []netip.Addr{a1, a2}},
-		{node("fe80::1%eth0"), nil, nil},
-		{node("198.18.0.1"), []netip.Addr{a2}, []netip.Addr{a2}},
+		{node: node("198.18.0.1"), want: []netip.Addr{a1}},
+		{node: node("198.18.0.2", "fe80::1%eth0", "198.18.0.1"), want: []netip.Addr{a2}},
+		{node: node("198.18.0.3"), none: true},
+		// No usable address: primary expands to nothing, which is every
+		// local address, as kube-proxy's does with its node IP unknown.
+		{node: node("fe80::1%eth0")},
+		{node: node("198.18.0.3"), bind: a2, want: []netip.Addr{a2}},
+		{node: node("198.18.0.1"), nodeIPs: []netip.Addr{a3}, want: []netip.Addr{a3}},
 	} {
 		_ = p.state.UpdateNode(step.node) // a zoned address warns: state's tests check that
-		p.opts.NodeIPs = step.nodeIPs
+		p.opts.NodeIPs, p.opts.BindAddress = step.nodeIPs, step.bind
 		if err := eng.Sync(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		got := backend.synced[len(backend.synced)-1].Config().NodePortAddresses
-		if diff := cmp.Diff(step.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
-			t.Errorf("Node %v, --node-ip %v: NodePort addresses (-want +got):\n%s", step.node.Status.Addresses, step.nodeIPs, diff)
+		cfg := backend.synced[len(backend.synced)-1].Config()
+		if diff := cmp.Diff(step.want, cfg.NodePortAddresses, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" || cfg.NoNodePortAddresses != step.none {
+			t.Errorf("Node %v, --bind-address %v, --node-ip %v: NoNodePortAddresses %v (want %v), NodePort addresses (-want +got):\n%s",
+				step.node.Status.Addresses, step.bind, step.nodeIPs, cfg.NoNodePortAddresses, step.none, diff)
 		}
 	}
 }

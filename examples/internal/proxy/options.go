@@ -11,15 +11,34 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/conntrack"
 )
 
 // Options are the reference proxies' flags (see docs/reference-proxies.md).
 type Options struct {
-	Manifests      string
-	Kubeconfig     string
-	NodeName       string
-	ClusterCIDRs   []netip.Prefix
-	NodeIPs        []netip.Addr
+	Manifests    string
+	Kubeconfig   string
+	NodeName     string
+	ClusterCIDRs []netip.Prefix
+	NodeIPs      []netip.Addr
+	// NodePortAddresses is kube-proxy's --nodeport-addresses: CIDRs and
+	// the keywords primary, localhost and all; unset, the mode's default
+	// (all for iptables, primary for nftables). Excludes NodeIPs.
+	NodePortAddresses []string
+	// BindAddress is kube-proxy's --bind-address: when not unspecified,
+	// the node's primary address of its family.
+	BindAddress netip.Addr
+	// ConfigFile is kube-proxy's --config, whose settings are in these
+	// Options; Notices are what to log about it at start.
+	ConfigFile string
+	Notices    []string
+	// MasqueradeMark is the single-bit masquerade mark (kube-proxy's
+	// masqueradeBit); 0 means ruleset.DefaultMasqueradeMark.
+	MasqueradeMark uint32
+	// Conntrack, when set (by --config or a --conntrack-* flag), is the
+	// conntrack table size and timeouts the proxy sets at start.
+	Conntrack      *conntrack.Sizing
 	IPFamily       string
 	MasqueradeAll  bool
 	SyncPeriod     time.Duration
@@ -95,7 +114,11 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 			return nil
 		})
 	}
+	kp := addKubeProxyFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := kp.apply(fs, o, strings.TrimSuffix(name, "-proxy"), &clusterCIDRs); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -112,8 +135,8 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if o.Cleanup {
 		return o, nil
 	}
-	if (o.Manifests == "") == (o.Kubeconfig == "") {
-		return nil, errors.New("exactly one of --manifests and --kubeconfig is needed")
+	if o.Manifests != "" && o.Kubeconfig != "" || o.Manifests == "" && o.Kubeconfig == "" && o.ConfigFile == "" {
+		return nil, errors.New("exactly one of --manifests and --kubeconfig is needed (with --config, the file's clientConnection.kubeconfig; none there means the in-cluster configuration)")
 	}
 	if o.Once && o.DryRun {
 		return nil, errors.New("--once and --dry-run exclude each other")

@@ -69,6 +69,9 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	if opts.Cleanup {
 		return cleanup(ctx, mode, opts, log)
 	}
+	for _, n := range opts.Notices {
+		log.Warn(n)
+	}
 	p := &proxy{mode: mode, opts: opts, log: log, metrics: newMetrics()}
 	if code := p.start(ctx, stderr); code != exitOK {
 		return code
@@ -86,6 +89,7 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	defer closeAll()
+	applyConntrackSizing(log, opts.Conntrack)
 	if err := p.allowLocalhostNodePorts(); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
@@ -164,6 +168,7 @@ func (p *proxy) newState(hints []netip.Addr) error {
 		return err
 	}
 	p.useState(st)
+	p.warnNodePortAddresses(hints)
 	return nil
 }
 
@@ -220,9 +225,12 @@ type proxy struct {
 	// What follows is used by the engine's goroutine only (its Source and
 	// OnSync).
 	//
-	// nodePortAddrs are the node port addresses of the last snapshot
-	// built, where the health check node ports listen.
+	// nodePortAddrs are the addresses where the health check node ports
+	// listen (healthCheckAddresses), as of the last snapshot built.
 	nodePortAddrs []netip.Addr
+	// localAddrs lists the node's addresses for --nodeport-addresses;
+	// nil means interfaceAddrs.
+	localAddrs func() ([]netip.Addr, error)
 	// syncingReload is the number of manifest reloads (reloads) that the
 	// state of the sync under way holds: the synced log line says it, so
 	// that a reader can tell the sync that applied a reload from one that
@@ -268,16 +276,18 @@ func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Co
 		return ruleset.Config{}, err
 	}
 	cfg, err := config(snap, fam)
-	if cfg.LocalhostNodePorts && fam.IPFamily == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
-		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
-	}
+	np := p.nodePortsOf(snap, fam.IPFamily)
+	cfg.NodePortAddresses, cfg.NoNodePortAddresses, cfg.LocalhostNodePorts = np.addrs, np.none, np.localhost
+	cfg.NodeIP = p.primaryAddresses(snap)[fam.IPFamily]
 	return cfg, err
 }
 
-// baseConfig is the ruleset.Config of both families that the options give.
+// baseConfig is the ruleset.Config of both families that the options give
+// (the NodePort addresses of each family are nodePortsOf's).
 func (p *proxy) baseConfig() ruleset.Config {
 	return ruleset.Config{
-		MasqueradeAll: p.opts.MasqueradeAll,
+		MasqueradeAll:  p.opts.MasqueradeAll,
+		MasqueradeMark: p.opts.MasqueradeMark,
 		// Manifests come without the EndpointSlice controller: compute the
 		// hints trafficDistribution asks for.
 		ComputeHints:        p.opts.Manifests != "",

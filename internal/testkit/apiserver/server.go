@@ -51,6 +51,9 @@ type Options struct {
 	// AuditUsers are the users whose every request is written to the audit
 	// log (see Server.Audit), at the Metadata level.
 	AuditUsers []string
+	// AllowPrivileged is --allow-privileged, which kubeadm's API servers
+	// set: kube-proxy's DaemonSet runs privileged.
+	AllowPrivileged bool
 }
 
 // Server is an etcd and a kube-apiserver that Start runs in a test's network
@@ -227,6 +230,7 @@ func (s *Server) StartAPIServer() {
 		"--shutdown-watch-termination-grace-period=2s",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
+		fmt.Sprintf("--allow-privileged=%t", s.opts.AllowPrivileged),
 	}
 	s.apiserver = s.start(s.bins.apiserver, s.apiserverLog, args...)
 	s.waitReady("kube-apiserver", s.apiserver, s.apiserverLog, s.apiserverReady)

@@ -108,8 +108,10 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 		{node: node("198.18.0.2", "fe80::1%eth0", "198.18.0.1"), want: []netip.Addr{a2}},
 		{node: node("198.18.0.3"), none: true},
 		// No usable address: primary expands to nothing, which is every
-		// local address, as kube-proxy's does with its node IP unknown.
-		{node: node("fe80::1%eth0")},
+		// local address, as kube-proxy's does with its node IP unknown;
+		// listed but loopback, as this mode is not kube-proxy's (see
+		// nodePortsOf).
+		{node: node("fe80::1%eth0"), want: []netip.Addr{a1, a2}},
 		{node: node("198.18.0.3"), bind: a2, want: []netip.Addr{a2}},
 		{node: node("198.18.0.1"), nodeIPs: []netip.Addr{a3}, want: []netip.Addr{a3}},
 	} {

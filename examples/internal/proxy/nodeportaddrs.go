@@ -181,8 +181,10 @@ type nodePorts struct {
 // whose default is the mode's): the primary address of the family is
 // --bind-address when of the family, else the Node's first address of it;
 // the CIDRs select among this host's interface addresses (with --dry-run,
-// which need not run on the node, among the Node's addresses); localhost
-// NodePorts (iptables, IPv4) need CIDRs that hold 127.0.0.0.
+// which need not run on the node, among the Node's addresses), and where
+// they hold every address a mode that is not kube-proxy's gets them
+// listed, loopback left out; localhost NodePorts (iptables, IPv4) need
+// CIDRs that hold 127.0.0.0.
 func (p *proxy) nodePortsOf(snap state.Snapshot, family v1.IPFamily) nodePorts {
 	localhost := p.opts.LocalhostNodePorts && family == v1.IPv4Protocol
 	if len(p.opts.NodeIPs) > 0 {
@@ -211,6 +213,17 @@ func (p *proxy) nodePortsOf(snap state.Snapshot, family v1.IPFamily) nodePorts {
 		return np
 	}
 	scope := newNodePortScope(expandNodePortAddresses(p.opts.NodePortAddresses, p.primaryAddresses(snap)), family)
+	listAll := scope.all && !isKubeProxyMode(p.mode.Name)
+	if listAll {
+		// A data plane that serves listed addresses only (eBPF) is given
+		// every local address of the family but loopback (the first
+		// address is what its north-south path masquerades to).
+		every := netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		if family == v1.IPv4Protocol {
+			every = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		}
+		scope = nodePortScope{cidrs: []netip.Prefix{every}, ipv4Loopback: scope.ipv4Loopback}
+	}
 	np := nodePorts{all: scope.all, localhost: localhost && scope.ipv4Loopback}
 	if scope.all {
 		return np
@@ -229,6 +242,9 @@ func (p *proxy) nodePortsOf(snap state.Snapshot, family v1.IPFamily) nodePorts {
 		p.log.Error("NodePorts served on none of the node's addresses", "err", err)
 	}
 	np.addrs = scope.addresses(addrs)
+	if listAll {
+		np.addrs = slices.DeleteFunc(np.addrs, netip.Addr.IsLoopback)
+	}
 	np.none = len(np.addrs) == 0
 	return np
 }

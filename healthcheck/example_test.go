@@ -45,7 +45,9 @@ func ExampleNodePortServers() {
 	eps, _ := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{}).Snapshot()
 	rs, _ := builder.Build(svcs, eps)
 
-	servers := healthcheck.NewNodePortServers(false)
+	// A proxy passes its health (engine.Engine.Health().Healthy): while
+	// it is false, every port answers 503. nil: always healthy.
+	servers := healthcheck.NewNodePortServers(false, nil)
 	defer servers.Close()
 	report := servers.Update(map[v1.IPFamily]*ruleset.Ruleset{v1.IPv4Protocol: rs}, []netip.Addr{netip.MustParseAddr("127.0.0.1")})
 	fmt.Println("not served:", report.Warnings, report.Errors)

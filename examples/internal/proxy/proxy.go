@@ -218,6 +218,9 @@ type proxy struct {
 	reloads atomic.Int64
 	// health serves the health check node ports; nil but in watch mode.
 	health *healthcheck.NodePortServers
+	// conflicts warns about node ports shared in the manifests; nil with
+	// --kubeconfig, whose API server refuses them.
+	conflicts *nodePortConflicts
 }
 
 // request asks the engine for a sync: the state changed.
@@ -288,7 +291,7 @@ func (p *proxy) logWarnings(warnings []svcproxy.Warning) {
 // serve runs the engine, the file watcher and the HTTP servers until ctx
 // is done.
 func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
-	p.health = healthcheck.NewNodePortServers(p.opts.Manifests != "")
+	p.health = healthcheck.NewNodePortServers(p.opts.Manifests != "", func() bool { return eng.Health().Healthy })
 	defer p.health.Close()
 	servers, err := p.startServers(eng)
 	if err != nil {
@@ -301,6 +304,7 @@ func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
 		}
 	}()
 	if p.watcher != nil {
+		p.conflicts = &nodePortConflicts{}
 		go p.watch(ctx, p.watcher, manifestPoll)
 	}
 	eng.Run(ctx)

@@ -126,6 +126,8 @@ type Engine struct {
 	healthMu    sync.Mutex
 	lastSuccess time.Time
 	failing     bool
+	// synced is true from the first successful sync.
+	synced bool
 }
 
 // New returns an Engine for cfg. Its metrics are registered with

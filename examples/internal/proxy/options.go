@@ -11,6 +11,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/manifests"
 )
 
 // Options are the reference proxies' flags (see docs/reference-proxies.md).
@@ -42,6 +44,9 @@ type Options struct {
 	// NFTablesLayout is the nftables proxy's table layout: "kube-proxy"
 	// (the default) or "flat"; only the nftables proxy has the flag.
 	NFTablesLayout string
+	// ManifestMaxFileSize is the largest manifest file read, in bytes
+	// (manifests.Watcher.MaxFileSize); 0 or less means no limit.
+	ManifestMaxFileSize int64
 }
 
 // ParseOptions parses the command line (without the program name).
@@ -73,6 +78,7 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if name == "nftables-proxy" {
 		fs.StringVar(&o.NFTablesLayout, "nftables-layout", "kube-proxy", "table layout: kube-proxy (kube-proxy's chains, table kube-proxy) or flat (sets and maps under a fixed number of rules, table svcproxy-flat)")
 	}
+	fs.Int64Var(&o.ManifestMaxFileSize, "manifest-max-file-size", manifests.DefaultMaxFileSize, "largest manifest file read, in bytes; a larger one is refused with an error (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -111,6 +111,10 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 	opts := p.opts
 	if opts.Manifests != "" {
 		p.watcher = newManifestWatcher(opts.Manifests, manifestSettle)
+		p.watcher.MaxFileSize = opts.ManifestMaxFileSize
+		if p.watcher.MaxFileSize <= 0 {
+			p.watcher.MaxFileSize = -1 // no limit
+		}
 		in, err := p.watcher.Read()
 		if err != nil {
 			fmt.Fprintf(stderr, "bad manifests: %v\n", err)

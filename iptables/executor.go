@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -143,6 +144,7 @@ type Executor struct {
 	netns        *netnsrun.Namespace // ExecutorConfig.NetNS, or nil
 	restoreTool  string              // iptables-restore or ip6tables-restore
 	iptablesTool string              // iptables or ip6tables
+	saveTool     string              // iptables-save or ip6tables-save
 
 	check stateCheck
 
@@ -152,6 +154,11 @@ type Executor struct {
 	mu       sync.Mutex
 	last     *ruleset.Ruleset // the last Ruleset synced successfully
 	needFull bool
+	// want is the digest of what a full sync of wantFor leaves, for the
+	// deep check, which next runs no sooner than deepDue.
+	want    *tablesDigest
+	wantFor *ruleset.Ruleset
+	deepDue time.Time
 }
 
 // NewExecutor returns an Executor whose first Sync is a full sync.
@@ -159,9 +166,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true, deleteChunk: deleteChunk}
 	switch cfg.Family {
 	case v1.IPv4Protocol:
-		e.restoreTool, e.iptablesTool = "iptables-restore", "iptables"
+		e.restoreTool, e.iptablesTool, e.saveTool = "iptables-restore", "iptables", "iptables-save"
 	case v1.IPv6Protocol:
-		e.restoreTool, e.iptablesTool = "ip6tables-restore", "ip6tables"
+		e.restoreTool, e.iptablesTool, e.saveTool = "ip6tables-restore", "ip6tables", "ip6tables-save"
 	default:
 		return nil, fmt.Errorf("iptables executor: unknown IP family %q", cfg.Family)
 	}

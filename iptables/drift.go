@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -196,28 +197,52 @@ func slicesSorted[V any](m map[string]V) []string {
 	return keys
 }
 
-// deepCheck reads both tables with iptables-save and compares every chain
-// of ours and every jump into them with what a full sync of e.last leaves,
-// when the time it took last allows (deepCheckShare). It returns the
-// first difference, "" when there is none or the check is not due.
+// deepCheck reads the tables with one iptables-save (iptables-nft reads
+// every table whatever -t says, so one run costs what one of -t nat
+// costs) and compares every chain of ours in filter and nat and every
+// jump into them with what a full sync of e.last leaves, when its cost
+// allows (deepCheckShare). It returns the first difference, "" when there
+// is none or the check is not due.
 func (e *Executor) deepCheck(ctx context.Context) (string, error) {
-	start := time.Now()
-	if start.Before(e.deepDue) {
+	if time.Now().Before(e.deepDue) {
 		return "", nil
 	}
+	// The cost is CPU time where it can be told: the tool's, and this
+	// process's rendering and parsing (timed while it runs, which on a
+	// loaded machine counts some waiting too).
+	var cost time.Duration
+	start := time.Now()
 	if e.want == nil || e.wantFor != e.last {
 		d := expectedDigest(e.names, e.last)
 		e.want, e.wantFor = &d, e.last
 	}
-	g := newDigester(e.names)
-	for _, table := range []string{"filter", "nat"} {
-		g.Write([]byte("*" + table + "\n"))
-		if err := e.runner.Run(ctx, Command{Name: e.saveTool, Args: []string{"-t", table}, Stdout: g}); err != nil {
-			return "", fmt.Errorf("reading table %s: %w", table, err)
-		}
+	cost += time.Since(start)
+	g := &timedWriter{w: newDigester(e.names)}
+	var toolCPU time.Duration
+	saveStart := time.Now()
+	if err := e.runner.Run(ctx, Command{Name: e.saveTool, Stdout: g, CPU: &toolCPU}); err != nil {
+		return "", fmt.Errorf("reading the tables: %w", err)
 	}
-	missing := e.want.compare(g.digest())
-	took := time.Since(start)
-	e.deepDue = time.Now().Add(time.Duration(float64(took)/deepCheckShare) - took)
+	if toolCPU == 0 {
+		toolCPU = time.Since(saveStart) - g.busy // a Runner that cannot tell
+	}
+	parse := time.Now()
+	missing := e.want.compare(g.w.(*digester).digest())
+	cost += toolCPU + g.busy + time.Since(parse)
+	e.lastDeepCost = cost
+	e.deepDue = time.Now().Add(time.Duration(float64(cost)/deepCheckShare) - cost)
 	return missing, nil
+}
+
+// timedWriter is a Writer that counts the time spent in its Writes.
+type timedWriter struct {
+	w    io.Writer
+	busy time.Duration
+}
+
+func (t *timedWriter) Write(p []byte) (int, error) {
+	start := time.Now()
+	n, err := t.w.Write(p)
+	t.busy += time.Since(start)
+	return n, err
 }

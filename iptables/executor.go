@@ -28,6 +28,9 @@ type Command struct {
 	Stdin []byte
 	// Stdout receives the command's standard output (discarded when nil).
 	Stdout io.Writer
+	// CPU, when not nil, receives the CPU time (user and system) the
+	// command used, when the Runner can tell (ExecRunner can).
+	CPU *time.Duration
 }
 
 func (c Command) String() string { return strings.Join(append([]string{c.Name}, c.Args...), " ") }
@@ -90,7 +93,11 @@ func (r ExecRunner) Run(ctx context.Context, cmd Command) error {
 	c.Stdout = cmd.Stdout
 	var stderr tailBuffer
 	c.Stderr = &stderr
-	if err := c.Run(); err != nil {
+	err := c.Run()
+	if cmd.CPU != nil && c.ProcessState != nil {
+		*cmd.CPU = c.ProcessState.UserTime() + c.ProcessState.SystemTime()
+	}
+	if err != nil {
 		code := -1
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -159,6 +166,8 @@ type Executor struct {
 	want    *tablesDigest
 	wantFor *ruleset.Ruleset
 	deepDue time.Time
+	// lastDeepCost is what the last deep check cost (see deepCheck).
+	lastDeepCost time.Duration
 }
 
 // NewExecutor returns an Executor whose first Sync is a full sync.

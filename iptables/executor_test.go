@@ -124,16 +124,19 @@ func (k *fakeKernel) Run(_ context.Context, cmd Command) error {
 		}
 		return nil
 	}
-	if cmd.Name == strings.TrimSuffix(restore, "-restore")+"-save" && len(cmd.Args) == 2 && cmd.Args[0] == "-t" {
-		k.save(cmd.Args[1], out)
+	if cmd.Name == strings.TrimSuffix(restore, "-restore")+"-save" && len(cmd.Args) == 0 {
+		for _, table := range []string{"filter", "nat"} {
+			fmt.Fprintf(out, "*%s\n", table)
+			k.save(table, out)
+			fmt.Fprintln(out, "COMMIT")
+		}
 		return nil
 	}
 	return k.fail(cmd, -1, "unknown command")
 }
 
-// save writes table as iptables-save does (without the table's header and
-// COMMIT, which the Executor does not read): the chains, then the rules,
-// the built-in chains' first.
+// save writes the chains and rules of table as iptables-save does: the
+// chains, then the rules, the built-in chains' first.
 func (k *fakeKernel) save(table string, w io.Writer) {
 	for _, c := range k.tables.chainsOf(table) {
 		fmt.Fprintf(w, ":%s - [0:0]\n", c)

@@ -99,4 +99,7 @@ func TestKernelDriftCheckCost(t *testing.T) {
 // countingWriter counts the bytes written to it.
 type countingWriter int
 
-func (c *countingWriter) Write(p []byte) (int, error) { *c += countingWriter(len(p)); return len(p), nil }
+func (c *countingWriter) Write(p []byte) (int, error) {
+	*c += countingWriter(len(p))
+	return len(p), nil
+}

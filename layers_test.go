@@ -28,15 +28,17 @@ var layerNames = []string{"ground", "model", "trace", "backends", "inputs and en
 // module's, to a layer. A new package fails TestLayers until it is added
 // here.
 var layers = map[string]int{
-	"":                         layerGround,
-	"affinity":                 layerGround,
-	"internal/cowmap":          layerGround,
-	"internal/sorted":          layerGround,
-	"internal/parallel":        layerGround,
-	"internal/netnsrun":        layerGround,
-	"nftables/internal/model":  layerGround, // netlink encoding beneath nftables
-	"nftables/internal/nftnl":  layerGround,
-	"nftables/internal/nlattr": layerGround,
+	"":                          layerGround,
+	"affinity":                  layerGround,
+	"internal/cowmap":           layerGround,
+	"internal/sorted":           layerGround,
+	"internal/parallel":         layerGround,
+	"internal/netnsrun":         layerGround,
+	"internal/prefix":           layerGround,
+	"nftables/internal/model":   layerGround, // netlink encoding beneath nftables
+	"nftables/internal/nftnl":   layerGround,
+	"nftables/internal/nlattr":  layerGround,
+	"nftables/internal/nftexec": layerGround, // what both layouts' executors share
 
 	"servicemap": layerModel,
 	"endpoints":  layerModel,
@@ -47,10 +49,12 @@ var layers = map[string]int{
 	"trace/iptrace":  layerTrace,
 	"trace/nfttrace": layerTrace,
 
-	"iptables":    layerBackend,
-	"nftables":    layerBackend,
-	"conntrack":   layerBackend,
-	"healthcheck": layerBackend,
+	"iptables":                layerBackend,
+	"nftables":                layerBackend,
+	"nftables/flat":           layerBackend,
+	"nftables/internal/names": layerBackend, // Service port names both layouts check
+	"conntrack":               layerBackend,
+	"healthcheck":             layerBackend,
 
 	"state":     layerInput,
 	"manifests": layerInput,

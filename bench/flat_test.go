@@ -20,7 +20,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
-	"github.com/svcproxy/svcproxy/nftables"
+	"github.com/svcproxy/svcproxy/nftables/flat"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -32,10 +32,10 @@ import (
 // tells more work from less of the machine), first sync, full resync of the
 // loaded table, one Service changed, added and removed, and connect()
 // latency. The flat layout's first sync writes its definitions with nft
-// and its elements over netlink (FlatFirstSync); its resync is timed two
+// and its elements over netlink (FirstSync); its resync is timed two
 // ways: its definitions with nft and its sets flushed and refilled over
-// netlink (FlatResync, as the Executor does it), and one `nft -f` of the
-// whole table (FlatScript), which is also timed into no table; its
+// netlink (Resync, as the Executor does it), and one `nft -f` of the
+// whole table (Script), which is also timed into no table; its
 // incremental syncs go over netlink when they touch only
 // elements, through nft otherwise (reported). It also reports the
 // process's peak RSS and heap in use after the first sync
@@ -97,9 +97,9 @@ func counts(t *testing.T, name, def string, limit int) []int {
 type flatLab struct {
 	t     *testing.T
 	c     *netns.Cluster
-	state *nftables.FlatState
+	state *flat.State
 	fake  *knftables.Fake
-	nl    *nftables.FlatNetlink
+	nl    *flat.Netlink
 	// viaNFT counts the incremental syncs that were not element-only.
 	viaNFT int
 }
@@ -126,10 +126,10 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	if ipv6 {
 		family, kfamily, label = "ip6", knftables.IPv6Family, "flat (IPv6)"
 	}
-	l := &flatLab{t: t, c: c, fake: knftables.NewFake(kfamily, nftables.DefaultFlatTable)}
+	l := &flatLab{t: t, c: c, fake: knftables.NewFake(kfamily, flat.DefaultTable)}
 	if err := c.Node.Do(func() error {
 		var err error
-		l.nl, err = nftables.DialFlatNetlink()
+		l.nl, err = flat.DialNetlink()
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -147,10 +147,10 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	runtime.ReadMemStats(&coldBefore)
 	coldCPU := cpuTime()
 	build := timed(t, "generation: snapshots + Build", func() error { rs = w.Build(); return nil })
-	var load nftables.FlatLoad
-	var res nftables.Result
-	render := timed(t, "generation: FlatFirstSync", func() error {
-		l.state, load, res = nftables.FlatFirstSync(rs, nftables.Options{})
+	var load flat.Load
+	var res flat.Result
+	render := timed(t, "generation: FirstSync", func() error {
+		l.state, load, res = flat.FirstSync(rs, flat.Options{})
 		return nil
 	})
 	coldCPU = cpuTime() - coldCPU
@@ -160,7 +160,7 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	var loadTx int
 	elements := timed(t, "flat: first sync, elements over netlink", func() (err error) { loadTx, err = l.nl.Load(load); return err })
 	first := defs + elements
-	load = nftables.FlatLoad{}
+	load = flat.Load{}
 	peakRSS, heapInUse := memory()
 	// Generation again, reps times: one run lands in or out of a garbage
 	// collection of the process's heap, which moves it by up to 2×.
@@ -172,7 +172,7 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 		start := time.Now()
 		again := w.Build()
 		mid := time.Now()
-		nftables.FlatFirstSync(again, nftables.Options{})
+		flat.FirstSync(again, flat.Options{})
 		builds, renders = append(builds, ms(mid.Sub(start))), append(renders, ms(time.Since(mid)))
 	}
 	againCPU = cpuTime() - againCPU
@@ -181,18 +181,18 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	var resyncNL time.Duration
 	var resyncTx int
 	{
-		var again nftables.FlatLoad
-		gen := timed(t, "flat: resync, FlatResync", func() error {
-			l.state, again, _ = nftables.FlatResync(w.Ruleset, nftables.Options{})
+		var again flat.Load
+		gen := timed(t, "flat: resync, Resync", func() error {
+			l.state, again, _ = flat.Resync(w.Ruleset, flat.Options{})
 			return nil
 		})
 		resyncNL = gen + l.script("flat: resync, definitions through nft", again.Definitions)
 		resyncNL += timed(t, "flat: resync, elements over netlink", func() (err error) { resyncTx, err = l.nl.Load(again); return err })
 	}
 	var script string
-	l.state, script, _ = nftables.FlatScript(w.Ruleset, nftables.Options{})
+	l.state, script, _ = flat.Script(w.Ruleset, flat.Options{})
 	resync := l.script("flat: full resync of the loaded table (one nft -f)", script)
-	l.script("flat: table deleted", "delete table "+family+" "+nftables.DefaultFlatTable+"\n")
+	l.script("flat: table deleted", "delete table "+family+" "+flat.DefaultTable+"\n")
 	whole := l.script("flat: whole table into no table (one nft -f)", script)
 	lines := strings.Count(script, "\n")
 	script = ""
@@ -208,23 +208,23 @@ func runFlat(t *testing.T, n, reps, conns int, ipv6 bool, rep *report) {
 	row("lines of the whole-table script", float64(lines), "lines")
 	row("Service ports warned about (ClientIP affinity not rendered)", float64(len(res.Warnings)), "ports")
 	row("generation: snapshots + Build", ms(build), "ms")
-	row("generation: FlatFirstSync", ms(render), "ms")
+	row("generation: FirstSync", ms(render), "ms")
 	row("first sync: definitions through nft", ms(defs), "ms")
 	row("first sync: elements over netlink", ms(elements), "ms")
 	row("first sync (definitions through nft, elements over netlink)", ms(first), "ms")
 	row("netlink transactions of the first sync's elements", float64(loadTx), "tx")
-	row("FlatFirstSync / first sync", 100*float64(render)/float64(first), "%")
-	row("generation (snapshots + Build + FlatFirstSync) / first sync", 100*float64(build+render)/float64(first), "%")
+	row("FirstSync / first sync", 100*float64(render)/float64(first), "%")
+	row("generation (snapshots + Build + FirstSync) / first sync", 100*float64(build+render)/float64(first), "%")
 	row("garbage collections begun during that generation", float64(coldAfter.NumGC-coldBefore.NumGC), "collections")
 	row("CPU time of the process during that generation", ms(coldCPU), "ms")
 	row(fmt.Sprintf("generation again: snapshots + Build (median of %d)", reps), median(builds), "ms")
-	row(fmt.Sprintf("generation again: FlatFirstSync (median of %d)", reps), median(renders), "ms")
+	row(fmt.Sprintf("generation again: FirstSync (median of %d)", reps), median(renders), "ms")
 	row("generation again (medians) / first sync", 100*(median(builds)+median(renders))/ms(first), "%")
 	row(fmt.Sprintf("generation again (mean of %d, collections included) / first sync", reps), 100*(mean(builds)+mean(renders))/ms(first), "%")
 	row(fmt.Sprintf("garbage collections begun during the %d generations again", reps), float64(after.NumGC-before.NumGC), "collections")
 	row(fmt.Sprintf("CPU time of the process during the %d generations again (mean)", reps), ms(againCPU)/float64(reps), "ms")
 	row("whole table into no table (one nft -f)", ms(whole), "ms")
-	row("full resync of the loaded table (FlatResync + definitions through nft + elements over netlink)", ms(resyncNL), "ms")
+	row("full resync of the loaded table (Resync + definitions through nft + elements over netlink)", ms(resyncNL), "ms")
 	row("netlink transactions of the resync's elements", float64(resyncTx), "tx")
 	row("full resync of the loaded table (one nft -f)", ms(resync), "ms")
 	row(fmt.Sprintf("incremental sync, 1 Service changed (median of %d)", reps), median(change), "ms")
@@ -288,7 +288,7 @@ func memory() (peakRSS, heapInUse uint64) {
 func (l *flatLab) incremental(what string, prev, next *ruleset.Ruleset) float64 {
 	start := time.Now()
 	tx := l.fake.NewTransaction()
-	ch, err := nftables.RenderFlatChanges(tx, l.state, prev, next)
+	ch, err := flat.RenderChanges(tx, l.state, prev, next)
 	if err != nil {
 		l.t.Fatalf("%s: %v", what, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/nftables"
+	"github.com/svcproxy/svcproxy/nftables/flat"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
@@ -70,8 +71,8 @@ func TestHostileObjectsRenderValidRules(t *testing.T) {
 				rt.Fatalf("nftables.Script: %v", err)
 			}
 			check(rt, ns, []byte(script), "nft", "--check", "-f", "-")
-			_, flat, _ := nftables.FlatScript(rs, nftables.Options{})
-			check(rt, ns, []byte(flat), "nft", "--check", "-f", "-")
+			_, flatScript, _ := flat.Script(rs, flat.Options{})
+			check(rt, ns, []byte(flatScript), "nft", "--check", "-f", "-")
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
+	"github.com/svcproxy/svcproxy/nftables/internal/names"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -226,14 +227,14 @@ func (p *changePlan) portChange(old *ruleset.Ruleset, name servicemap.PortName, 
 			}
 		}
 	}
-	if s, ok := old.Service(name); ok && safeName(name) {
+	if s, ok := old.Service(name); ok && names.Safe(name) {
 		c.oldChains = r.chains(s)
 		c.oldSets = r.affinitySets(s)
 		touch(s)
 	}
 	if s, ok := p.new.Service(name); ok {
-		if !safeName(name) {
-			res.Warnings = append(res.Warnings, unsafeWarning(s))
+		if !names.Safe(name) {
+			res.Warnings = append(res.Warnings, names.UnsafeWarning(s))
 		} else {
 			c.newService = s
 			c.newChains = r.chains(s)

@@ -45,17 +45,11 @@
 //
 // # The flat layout
 //
-// Options.Layout = LayoutFlat selects a second layout (table svcproxy-flat
-// by default), for scale: per Service port state lives only in sets and
-// maps, under rules whose number depends on the endpoint counts in use, not
-// on the number of Services, so that a Service change is a few element
-// changes (see layout.go and flat.go). The Executor syncs either layout;
-// Render, RenderChanges and Script always render kube-proxy's, and
-// RenderFlat, FlatScript and RenderFlatChanges the flat one. The flat
-// layout renders ClientIP affinity as data too (a dynamic map per protocol
-// that the packet path fills, see flataffinity.go); an IPv6 port whose
-// endpoints listen on different ports is served without it and named in a
-// warning.
+// Package nftables/flat is a second layout of the same rules (table
+// svcproxy-flat), for scale: per Service port state only in sets and maps.
+// The two packages share the typed model of a table, the netlink encoders
+// and the executors' mechanics (nftables/internal/...), not each other's
+// code: a proxy picks one package's Executor.
 //
 // # Rendering
 //
@@ -118,11 +112,8 @@
 //     elements (ports that share an element change in one transaction).
 //     Only a table that did not exist before serves, between the chunks of
 //     its first sync, just the Service ports written so far.
-//   - Sessions survive full syncs: kube-proxy's layout's affinity sets,
-//     and the flat layout's affinity maps, are added, never flushed, by a
-//     full sync of a table that exists (FlatResync). Only a flat table
-//     written anew (FlatScript, a first sync, or the fallback when its
-//     resync fails) starts the clients' affinity entries afresh.
+//   - Sessions survive full syncs: the affinity sets are added, never
+//     flushed, by a full sync of a table that exists.
 //   - Same kernel state either way: a table written over netlink lists
 //     (`nft list table`) exactly as if nft had written it
 //     (TestNetlinkMatchesNFT).

@@ -172,10 +172,10 @@ func (r *renderer) newElement(k elemKey) *elementBox {
 		b.key[0] = model.Addr(k.addr)
 		b.elem.Key = b.key[:1]
 	case k.addr.IsValid():
-		b.key = [3]model.Datum{model.Addr(k.addr), model.Proto(protoNumber(k.proto)), model.Port(k.port)}
+		b.key = [3]model.Datum{model.Addr(k.addr), model.Proto(model.ProtoNumber(k.proto)), model.Port(k.port)}
 		b.elem.Key = b.key[:]
 	default:
-		b.key[0], b.key[1] = model.Proto(protoNumber(k.proto)), model.Port(k.port)
+		b.key[0], b.key[1] = model.Proto(model.ProtoNumber(k.proto)), model.Port(k.port)
 		b.elem.Key = b.key[:2]
 	}
 	return b

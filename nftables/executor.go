@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,8 +14,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy"
-	"github.com/svcproxy/svcproxy/internal/netnsrun"
-	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
+	"github.com/svcproxy/svcproxy/nftables/internal/nftexec"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -24,7 +24,7 @@ const DefaultStaleChainDelay = time.Second
 
 // MinKernel is the oldest kernel the nftables backend supports,
 // kube-proxy's floor for its nftables mode ("major.minor").
-const MinKernel = "5.13"
+const MinKernel = nftexec.MinKernel
 
 // ExecutorConfig configures an Executor.
 type ExecutorConfig struct {
@@ -61,9 +61,7 @@ type ExecutorConfig struct {
 	// nft and then its Service ports over netlink in chunks too, each of
 	// which leaves every Service port as it was or as it is to be, instead
 	// of one nft transaction of the whole table. An incremental sync that
-	// changes more than ChangeChunk Service ports goes in chunks too. That
-	// is kube-proxy's layout; LayoutFlat says what the flat one sends over
-	// netlink (FirstSyncChunk and ChangeChunk do not apply to it).
+	// changes more than ChangeChunk Service ports goes in chunks too.
 	Netlink bool
 	// ChangeChunk bounds the transactions of an incremental sync over
 	// netlink: one that changes more Service ports than ChangeChunk is
@@ -109,16 +107,14 @@ const DefaultNetlinkFirstSyncChunk = 250
 // Executor applies Rulesets of one IP family to one nftables table through
 // knftables: a full sync the first time, after a failure and when the
 // Ruleset's Config changes; otherwise only the changes since the last
-// Ruleset it applied. It syncs the layout of Options.Layout: kube-proxy's
-// (the default), or the flat one, whose syncs LayoutFlat describes. It
-// implements engine.Backend. Its methods are safe for concurrent use; they
+// Ruleset it applied, in kube-proxy's layout (flat.Executor syncs the flat
+// one). It implements engine.Backend. Its methods are safe for concurrent use; they
 // run one at a time.
 type Executor struct {
-	cfg   ExecutorConfig
-	table string
-	nft   knftables.Interface
-	// netns is the namespace of ExecutorConfig.NetNS, or nil.
-	netns *netnsrun.Namespace
+	cfg ExecutorConfig
+	// t is the table, its nft interface, the netlink socket of
+	// ExecutorConfig.Netlink and the namespace of ExecutorConfig.NetNS.
+	t *nftexec.Table
 
 	// mu is held by every exported method but NewExecutor and guards
 	// what follows.
@@ -128,18 +124,10 @@ type Executor struct {
 	// stale holds the flushed chains waiting to be deleted, with the time
 	// they were flushed.
 	stale map[string]time.Time
-	// nl is the netlink socket of ExecutorConfig.Netlink, or nil.
-	nl *nftnl.Conn
 	// anonSeq makes the names of the anonymous sets of each netlink batch
 	// unique: it starts at a random number, so that another Executor of
 	// the same table, before or after this one, does not use them.
 	anonSeq uint64
-	// flatState is what RenderFlatChanges knows of the flat layout's table
-	// (Options.Layout LayoutFlat), nil before a full sync of it.
-	flatState *FlatState
-	// flatNL is the flat layout's netlink socket (ExecutorConfig.Netlink),
-	// or nil.
-	flatNL *FlatNetlink
 }
 
 // SyncDetails is what one sync did: the svcproxy.SyncResult that Sync
@@ -161,9 +149,8 @@ type SyncDetails struct {
 	StaleChains, DeletedChains int
 	// Netlink reports a sync that went over netlink (see
 	// ExecutorConfig.Netlink): an incremental one, or the Service ports of
-	// a full one. NotNetlink is why an incremental one (or, in the flat
-	// layout, a full one of a loaded table) went through nft instead, when
-	// the netlink path was asked for.
+	// a full one. NotNetlink is why an incremental one went through nft
+	// instead, when the netlink path was asked for.
 	Netlink    bool
 	NotNetlink error
 }
@@ -180,15 +167,6 @@ type outcome struct {
 // cfg.Family. With a nil cfg.NewInterface it calls Open, and so fails
 // with a clear error when nft or the kernel is too old.
 func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
-	if cfg.Family != v1.IPv4Protocol && cfg.Family != v1.IPv6Protocol {
-		return nil, fmt.Errorf("nftables: unknown IP family %q", cfg.Family)
-	}
-	if l := cfg.Options.Layout; l != LayoutKubeProxy && l != LayoutFlat {
-		return nil, fmt.Errorf("nftables: unknown layout %v", l)
-	}
-	if cfg.NewInterface == nil {
-		cfg.NewInterface = Open
-	}
 	if cfg.StaleChainDelay == 0 {
 		cfg.StaleChainDelay = DefaultStaleChainDelay
 	}
@@ -205,52 +183,17 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	default:
 		cfg.FirstSyncChunk = DefaultFirstSyncChunk
 	}
-	table := cfg.Options.Table
-	switch {
-	case table != "":
-	case cfg.Options.Layout == LayoutFlat:
-		table = DefaultFlatTable
-	default:
-		table = DefaultTable
-	}
-	if !validTableName(table) {
-		return nil, fmt.Errorf("nftables: invalid table name %q", table)
-	}
-	var ns *netnsrun.Namespace
-	if cfg.NetNS != "" {
-		var err error
-		if ns, err = netnsrun.Open(cfg.NetNS); err != nil {
-			return nil, fmt.Errorf("nftables: %w", err)
-		}
-		inNetNS(&cfg, ns)
-	}
-	e, err := newExecutor(cfg, table, ns)
-	if err != nil && ns != nil {
-		ns.Close()
-	}
-	return e, err
-}
-
-// newExecutor is NewExecutor once cfg is complete.
-func newExecutor(cfg ExecutorConfig, table string, ns *netnsrun.Namespace) (*Executor, error) {
-	nft, err := cfg.NewInterface(Family(cfg.Family), table)
+	t, err := nftexec.OpenTable(nftexec.Config{
+		Family:       cfg.Family,
+		Name:         cmp.Or(cfg.Options.Table, DefaultTable),
+		NewInterface: cfg.NewInterface,
+		Netlink:      cfg.Netlink,
+		NetNS:        cfg.NetNS,
+	})
 	if err != nil {
 		return nil, err
 	}
-	e := &Executor{cfg: cfg, table: table, nft: nft, netns: ns, stale: map[string]time.Time{}}
-	if cfg.Netlink {
-		if e.nl, err = dialIn(ns); err != nil {
-			return nil, fmt.Errorf("nftables: %w", err)
-		}
-		e.anonSeq = rand.Uint64()
-		if cfg.Options.Layout == LayoutFlat {
-			if e.flatNL, err = dialFlatIn(ns); err != nil {
-				e.nl.Close()
-				return nil, fmt.Errorf("nftables: %w", err)
-			}
-		}
-	}
-	return e, nil
+	return &Executor{cfg: cfg, t: t, stale: map[string]time.Time{}, anonSeq: rand.Uint64()}, nil
 }
 
 // Close releases the netlink socket of ExecutorConfig.Netlink and the
@@ -260,19 +203,7 @@ func (e *Executor) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.last = nil
-	var errs []error
-	if e.nl != nil {
-		errs = append(errs, e.nl.Close())
-		e.nl = nil
-	}
-	if e.flatNL != nil {
-		errs = append(errs, e.flatNL.Close())
-		e.flatNL = nil
-	}
-	if e.netns != nil {
-		errs = append(errs, e.netns.Close())
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := e.t.Close(); err != nil {
 		return fmt.Errorf("nftables: closing the executor: %w", err)
 	}
 	return nil
@@ -311,9 +242,6 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 
 // sync is Sync with e.mu held.
 func (e *Executor) sync(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (outcome, error) {
-	if e.cfg.Options.Layout == LayoutFlat {
-		return e.syncFlat(ctx, rs)
-	}
 	var fallback error
 	if e.last != nil {
 		res, err := e.syncChanges(ctx, rs, now)
@@ -359,7 +287,7 @@ func (e *Executor) syncChanges(ctx context.Context, rs *ruleset.Ruleset, now tim
 	}
 	slices.Sort(deletable)
 	chunk := -1
-	if e.nl != nil {
+	if e.t.NL != nil {
 		chunk = e.cfg.ChangeChunk
 	}
 	chunks, rendered, err := renderChangesChunked(newRecorder, e.last, rs, e.cfg.Options, deletable, chunk)
@@ -421,19 +349,19 @@ func (e *Executor) anonPrefix() string {
 // socket and the encoder knows every operation, through nft otherwise. It
 // reports whether it went over netlink, and if not, why.
 func (e *Executor) apply(ctx context.Context, ops *opRecorder, what string) (netlink bool, notNetlink, err error) {
-	if e.nl != nil {
-		b, err := netlinkBatch(Family(e.cfg.Family), e.table, ops.ops, e.anonPrefix())
+	if e.t.NL != nil {
+		b, err := netlinkBatch(Family(e.cfg.Family), e.t.Name, ops.ops, e.anonPrefix())
 		if err == nil {
-			if err := e.nl.Send(b); err != nil {
+			if err := e.t.NL.Send(b); err != nil {
 				return true, nil, fmt.Errorf("nftables: %s over netlink: %w", what, err)
 			}
 			return true, nil, nil
 		}
 		notNetlink = err
 	}
-	tx := e.nft.NewTransaction()
-	ops.replay(knftWriter{tx: tx, table: tableRef(e.cfg.Family, e.table)})
-	if err := e.nft.Run(ctx, tx); err != nil {
+	tx := e.t.NFT.NewTransaction()
+	ops.replay(knftWriter{tx: tx, table: tableRef(e.cfg.Family, e.t.Name)})
+	if err := e.t.NFT.Run(ctx, tx); err != nil {
 		return false, notNetlink, fmt.Errorf("nftables: %s: %w", what, err)
 	}
 	return false, notNetlink, nil
@@ -441,14 +369,14 @@ func (e *Executor) apply(ctx context.Context, ops *opRecorder, what string) (net
 
 func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (outcome, error) {
 	e.last = nil
-	existing, err := e.listAll(ctx)
+	existing, err := e.t.ListAll(ctx)
 	if err != nil {
 		if !knftables.IsNotFound(err) {
-			return outcome{full: true}, fmt.Errorf("nftables: listing table %s %s: %w", Family(e.cfg.Family), e.table, err)
+			return outcome{full: true}, fmt.Errorf("nftables: listing table %s %s: %w", Family(e.cfg.Family), e.t.Name, err)
 		}
 		existing = map[string][]string{} // no table yet
 	}
-	if len(existing) > 0 && e.nl != nil {
+	if len(existing) > 0 && e.t.NL != nil {
 		res, err := e.resync(ctx, rs, existing, now)
 		if !errors.Is(err, errNoResync) {
 			return res, err
@@ -457,12 +385,12 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.T
 	if len(existing) > 0 {
 		// The table is there and serving: replace its content in one
 		// transaction.
-		tx := e.nft.NewTransaction()
+		tx := e.t.NFT.NewTransaction()
 		rendered, err := Render(tx, rs, e.cfg.Options, existing)
 		if err != nil {
 			return outcome{full: true}, err
 		}
-		if err := e.nft.Run(ctx, tx); err != nil {
+		if err := e.t.NFT.Run(ctx, tx); err != nil {
 			return outcome{full: true}, fmt.Errorf("nftables: full sync: %w", err)
 		}
 		e.finishFull(rs, rendered, now)
@@ -499,18 +427,6 @@ func (e *Executor) applyFull(ctx context.Context, chunks []*opRecorder, what str
 	return res, nil
 }
 
-// listAll lists the table's chains, sets and maps: over netlink when the
-// Executor has a socket (nft's listing reads every rule too), through nft
-// otherwise or if that fails.
-func (e *Executor) listAll(ctx context.Context) (map[string][]string, error) {
-	if e.nl != nil {
-		if names, err := e.nl.ListNames(newEncoder(Family(e.cfg.Family)).family, e.table); err == nil {
-			return names, nil
-		}
-	}
-	return e.nft.ListAll(ctx)
-}
-
 // errNoResync: the table's elements could not be read; a full sync of the
 // existing table in one transaction replaces the resync.
 var errNoResync = errors.New("no chunked resync")
@@ -533,7 +449,7 @@ func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map
 		if name == setNodePortIPs || !slices.Contains(existing[kind], name) {
 			continue
 		}
-		elems, err := e.nft.ListElements(ctx, kind, name)
+		elems, err := e.t.NFT.ListElements(ctx, kind, name)
 		if err != nil {
 			return outcome{}, fmt.Errorf("%w: listing %s %s: %w", errNoResync, kind, name, err)
 		}
@@ -563,12 +479,16 @@ func (e *Executor) Cleanup(ctx context.Context) error {
 	defer e.mu.Unlock()
 	e.last = nil
 	clear(e.stale)
-	return cleanup(ctx, e.table, func(f knftables.Family, table string) (knftables.Interface, error) {
-		if f == Family(e.cfg.Family) {
-			return e.nft, nil
-		}
-		return e.cfg.NewInterface(f, table)
-	})
+	return e.t.Cleanup(ctx)
+}
+
+// Open returns a knftables.Interface for one table after checking that the
+// host can run the nftables backend: nft 1.0.1 or newer (older versions
+// parse the whole ruleset, and can crash on other programs' tables), which
+// knftables.New checks along with nft's permissions, and a kernel of at
+// least MinKernel.
+func Open(family knftables.Family, table string) (knftables.Interface, error) {
+	return nftexec.Open(family, table)
 }
 
 // Cleanup deletes the table (DefaultTable when "") in both IP families, as
@@ -577,26 +497,8 @@ func Cleanup(ctx context.Context, table string) error {
 	if table == "" {
 		table = DefaultTable
 	}
-	if !validTableName(table) {
+	if !nftexec.ValidTableName(table) {
 		return fmt.Errorf("nftables: invalid table name %q", table)
 	}
-	return cleanup(ctx, table, Open)
-}
-
-func cleanup(ctx context.Context, table string, open func(knftables.Family, string) (knftables.Interface, error)) error {
-	var errs []error
-	for _, f := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-		nft, err := open(f, table)
-		if err == nil {
-			tx := nft.NewTransaction()
-			// add, then delete: succeeds whether or not the table exists.
-			tx.Add(&knftables.Table{Family: f, Name: table})
-			tx.Delete(&knftables.Table{Family: f, Name: table})
-			err = nft.Run(ctx, tx)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("nftables: deleting table %s %s: %w", f, table, err))
-		}
-	}
-	return errors.Join(errs...)
+	return nftexec.Cleanup(ctx, table, Open)
 }

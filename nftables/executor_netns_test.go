@@ -107,7 +107,7 @@ func TestCleanupNetNS(t *testing.T) {
 	t.Cleanup(func() { ns.Close() })
 	ctx := context.Background()
 	for _, f := range []string{"ip", "ip6"} {
-		for _, table := range []string{nftables.DefaultTable, nftables.DefaultFlatTable} {
+		for _, table := range []string{nftables.DefaultTable, "svcproxy-flat"} {
 			if out, err := target.Run(ctx, "nft", "add", "table", f, table); err != nil {
 				t.Fatalf("adding table %s %s: %v\n%s", f, table, err, out)
 			}
@@ -127,7 +127,7 @@ func TestCleanupNetNS(t *testing.T) {
 	}{
 		{"the default table", "", "table ip svcproxy-flat table ip6 svcproxy-flat"},
 		{"the default table again, missing", "", "table ip svcproxy-flat table ip6 svcproxy-flat"},
-		{"the flat layout's table", nftables.DefaultFlatTable, ""},
+		{"the flat layout's table", "svcproxy-flat", ""},
 	} {
 		if err := ns.Do(func() error { return nftables.Cleanup(ctx, step.table) }); err != nil {
 			t.Fatalf("%s: Cleanup: %v", step.name, err)

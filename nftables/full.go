@@ -6,6 +6,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
+	"github.com/svcproxy/svcproxy/nftables/internal/names"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -166,8 +167,8 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 	r := st.r
 	var elems []claimedElem
 	for _, s := range svcs {
-		if !safeName(s.Name) {
-			st.res.Warnings = append(st.res.Warnings, unsafeWarning(s))
+		if !names.Safe(s.Name) {
+			st.res.Warnings = append(st.res.Warnings, names.UnsafeWarning(s))
 			continue
 		}
 		for _, set := range r.affinitySets(s) {

@@ -162,39 +162,3 @@ func serviceOfChain(chain string) (servicemap.PortName, bool) {
 	}
 	return servicemap.PortName{Namespace: parts[0], Name: parts[1], Port: parts[3], Protocol: proto}, true
 }
-
-// safeName reports whether a ServicePort's names can go into chain names
-// and comments as they are: DNS labels and port names use [a-z0-9-] only.
-// servicemap validates them; this is a second line of defence, so that
-// nothing in a Service can ever inject text into the nft script.
-func safeName(name servicemap.PortName) bool {
-	switch name.Protocol {
-	case v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP:
-	default:
-		return false
-	}
-	return name.Namespace != "" && name.Name != "" &&
-		nameChars(name.Namespace) && nameChars(name.Name) && nameChars(name.Port)
-}
-
-// nameChars reports whether s has only the bytes of nameByte.
-func nameChars(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if !nameByte[s[i]] {
-			return false
-		}
-	}
-	return true
-}
-
-// nameByte marks the bytes that safeName lets through: [a-z0-9-].
-var nameByte = func() (t [256]bool) {
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-	}
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	t['-'] = true
-	return t
-}()

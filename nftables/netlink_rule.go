@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/svcproxy/svcproxy/internal/prefix"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 )
@@ -244,7 +245,7 @@ func (enc encoder) intervalSet(prefixes []netip.Prefix) nftnl.Set {
 	type span struct{ from, to netip.Addr } // inclusive
 	spans := make([]span, 0, len(prefixes))
 	for _, p := range prefixes {
-		spans = append(spans, span{p.Addr(), lastAddr(p)})
+		spans = append(spans, span{p.Addr(), prefix.Last(p)})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
 	merged := spans[:1]
@@ -289,16 +290,6 @@ func (enc encoder) intervalSet(prefixes []netip.Prefix) nftnl.Set {
 		KeyType: enc.addrType(), KeyLen: uint32(enc.addrLen()),
 		Userdata: udata, Elements: elems, Size: uint32(size),
 	}
-}
-
-// lastAddr is the last address of a prefix.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // numgenMap encodes `numgen random mod N vmap { 0 : goto A , 1 : goto B … }`.

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/nftables/internal/names"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -43,7 +44,7 @@ func owners(r *renderer, rs *ruleset.Ruleset, keys []elemKey) map[elemKey]claim 
 	claims := make(map[elemKey]claim, len(keys))
 	for _, k := range keys {
 		s, kind, ok := rs.Owner(k.frontend())
-		if !ok || !safeName(s.Name) {
+		if !ok || !names.Safe(s.Name) {
 			continue
 		}
 		if v, ok := r.elementVerdict(s, k, kind); ok {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
+	"github.com/svcproxy/svcproxy/nftables/internal/nftexec"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -19,10 +20,6 @@ type Options struct {
 	// Table is the name of the table; "" means DefaultTable. A proxy that
 	// runs beside kube-proxy picks another name.
 	Table string
-	// Layout is the layout the Executor syncs; the zero value is
-	// kube-proxy's. Render, RenderChanges, RenderNew and Script always
-	// render kube-proxy's layout, RenderFlat and its kin the flat one.
-	Layout Layout
 }
 
 // Result reports what a rendered transaction does besides reaching the
@@ -46,12 +43,7 @@ type Result struct {
 }
 
 // Family is the knftables family of an IP family: "ip" or "ip6".
-func Family(f v1.IPFamily) knftables.Family {
-	if f == v1.IPv6Protocol {
-		return knftables.IPv6Family
-	}
-	return knftables.IPv4Family
-}
+func Family(f v1.IPFamily) knftables.Family { return nftexec.Family(f) }
 
 // renderer holds what every rendering of one Ruleset Config needs.
 type renderer struct {
@@ -78,7 +70,7 @@ func newRenderer(cfg ruleset.Config, opts Options) (*renderer, error) {
 	if r.table == "" {
 		r.table = DefaultTable
 	}
-	if !validTableName(r.table) {
+	if !nftexec.ValidTableName(r.table) {
 		return nil, fmt.Errorf("nftables: invalid table name %q", r.table)
 	}
 	r.tableRef = tableRef(cfg.Family, r.table)
@@ -92,24 +84,6 @@ func newRenderer(cfg ruleset.Config, opts Options) (*renderer, error) {
 		r.podNets = append(r.podNets, model.Network(p))
 	}
 	return r, nil
-}
-
-// validTableName accepts the nft identifiers that need no quoting.
-func validTableName(s string) bool {
-	if s == "" || len(s) > knftables.NameLengthMax-1 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		letter := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'
-		if i == 0 && !letter {
-			return false
-		}
-		if !letter && (c < '0' || c > '9') && c != '-' && c != '.' && c != '/' {
-			return false
-		}
-	}
-	return true
 }
 
 func sortedCopy(s []string) []string {

@@ -152,33 +152,3 @@ func BenchmarkScaleNetlinkChanges(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkScaleFlatFirstSync renders a generated cluster as the flat
-// layout's first sync (FlatFirstSync: the table, its definitions' nft
-// text), as the scale tool's flat first sync does.
-func BenchmarkScaleFlatFirstSync(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			rs := scaleworld.New(scalegen.Spec{Services: n}).Ruleset
-			b.ReportAllocs()
-			for b.Loop() {
-				nftables.FlatFirstSync(rs, nftables.Options{})
-			}
-		})
-	}
-}
-
-// BenchmarkScaleFlatGeneration is the scale tool's generation for the flat
-// layout: the trackers' snapshots, Build and FlatFirstSync, with the World
-// (its trackers and Ruleset) alive as it is in the scale tool.
-func BenchmarkScaleFlatGeneration(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
-			w := scaleworld.New(scalegen.Spec{Services: n})
-			b.ReportAllocs()
-			for b.Loop() {
-				nftables.FlatFirstSync(w.Build(), nftables.Options{})
-			}
-		})
-	}
-}

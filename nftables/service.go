@@ -1,12 +1,10 @@
 package nftables
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"time"
 
-	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -137,7 +135,7 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 func (r *renderer) clusterIPMasquerade(s *ruleset.Service) []model.Stmt {
 	toClusterIP := []model.Stmt{
 		model.Equal{Field: r.daddr, Value: model.Addr(s.ClusterIP)},
-		model.DportEq{Proto: protoNumber(s.Name.Protocol), Port: s.Port},
+		model.DportEq{Proto: model.ProtoNumber(s.Name.Protocol), Port: s.Port},
 	}
 	switch s.ClusterIPMasquerade {
 	case ruleset.MasqueradeAll:
@@ -200,7 +198,7 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 // endpointBase: hairpin masquerade (a pod that reaches itself through the
 // Service), the affinity set's update, DNAT.
 func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string) chainDef {
-	proto := protoNumber(s.Name.Protocol)
+	proto := model.ProtoNumber(s.Name.Protocol)
 	c := chainDef{decl: model.Chain{Name: prefixEndpoint + endpointBase}, rules: make([]ruleDef, 0, 3)}
 	// The statements of all the chain's rules share one array.
 	stmts := append(make([]model.Stmt, 0, 5), model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, jumpMarkMasq)
@@ -255,13 +253,4 @@ func endpointBase(s *ruleset.Service, endpointBases []string, ep netip.AddrPort)
 		return EndpointChainBase(s.Name, ep)
 	}
 	return endpointBases[i]
-}
-
-// unsafeWarning names a Service port that is not rendered because its name
-// is not usable in chain names.
-func unsafeWarning(s *ruleset.Service) svcproxy.Warning {
-	return svcproxy.Warning{
-		Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name,
-		Reason: fmt.Sprintf("port %q/%s: name not usable in nftables chain names: not served", s.Name.Port, s.Name.Protocol),
-	}
 }

@@ -1,8 +1,9 @@
 // Command nftables-proxy is the svcproxy reference proxy with the nftables
 // backend: it serves Kubernetes Services from the table "kube-proxy" in the
-// ip and ip6 families (with --nftables-layout flat, from the flat layout's
-// table "svcproxy-flat"): full syncs through sigs.k8s.io/knftables (nft),
-// incremental ones over netlink (nftables.ExecutorConfig.Netlink). See
+// ip and ip6 families, in kube-proxy's layout (package nftables), or with
+// --nftables-layout flat from the flat layout's table "svcproxy-flat"
+// (package nftables/flat): full syncs through sigs.k8s.io/knftables (nft),
+// incremental ones over netlink (ExecutorConfig.Netlink of either). See
 // docs/reference-proxies.md for its flags; try it without root:
 //
 //	go run ./examples/nftables-proxy --manifests examples/demo/manifests --node-name node-a --dry-run
@@ -16,6 +17,7 @@ import (
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/examples/internal/proxy"
 	"github.com/svcproxy/svcproxy/nftables"
+	"github.com/svcproxy/svcproxy/nftables/flat"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -27,36 +29,29 @@ func main() {
 	})
 }
 
-// options are the nftables.Options of the proxy's flags.
-func options(opts *proxy.Options) (nftables.Options, error) {
-	if opts.NFTablesLayout == "" {
-		return nftables.Options{}, nil
-	}
-	layout, err := nftables.ParseLayout(opts.NFTablesLayout)
-	return nftables.Options{Layout: layout}, err
-}
+// flatLayout reports whether the proxy's flags choose the flat layout
+// (proxy.ParseFlags accepts only "kube-proxy", "flat" and "").
+func flatLayout(opts *proxy.Options) bool { return opts.NFTablesLayout == "flat" }
 
 // render writes the nft script of a full sync of rs into no table: for the
 // flat layout, the one `nft -f` script that replaces its table.
 func render(w io.Writer, rs *ruleset.Ruleset, opts *proxy.Options) error {
-	o, err := options(opts)
-	if err != nil {
-		return err
-	}
 	var script string
-	if o.Layout == nftables.LayoutFlat {
-		_, script, _ = nftables.FlatScript(rs, o)
-	} else if script, _, err = nftables.Script(rs, o); err != nil {
-		return err
+	if flatLayout(opts) {
+		_, script, _ = flat.Script(rs, flat.Options{})
+	} else {
+		var err error
+		if script, _, err = nftables.Script(rs, nftables.Options{}); err != nil {
+			return err
+		}
 	}
-	_, err = io.WriteString(w, script)
+	_, err := io.WriteString(w, script)
 	return err
 }
 
 func newBackend(family v1.IPFamily, opts *proxy.Options) (engine.Backend, error) {
-	o, err := options(opts)
-	if err != nil {
-		return nil, err
+	if flatLayout(opts) {
+		return flat.NewExecutor(flat.ExecutorConfig{Family: family, Netlink: true})
 	}
-	return nftables.NewExecutor(nftables.ExecutorConfig{Family: family, Options: o, Netlink: true})
+	return nftables.NewExecutor(nftables.ExecutorConfig{Family: family, Netlink: true})
 }

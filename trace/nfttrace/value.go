@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/svcproxy/svcproxy/internal/prefix"
 )
 
 // dataType is the type of a selector's value and of a set's key field.
@@ -119,23 +121,13 @@ func parseAddrs(t dataType, s string) (interval, error) {
 			return interval{}, fmt.Errorf("%q is not a prefix of %s", s, t)
 		}
 		p = p.Masked()
-		return interval{datum{addr: p.Addr()}, datum{addr: lastAddr(p)}}, nil
+		return interval{datum{addr: p.Addr()}, datum{addr: prefix.Last(p)}}, nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil || !check(a) {
 		return interval{}, fmt.Errorf("%q is not an %s", s, t)
 	}
 	return interval{datum{addr: a}, datum{addr: a}}, nil
-}
-
-// lastAddr is the last address of p, which is masked.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }
 
 // parseDuration reads nft's durations: "600s", "10m", "1h30m", "1d", "500ms".

@@ -45,51 +45,24 @@
 //     without the elements that Conn sends, for a table that does not
 //     exist yet or for one that holds them;
 //   - Conn: element additions, deletions and set flushes as netlink
-//     messages, in as few transactions as the socket takes, encoded as
-//     github.com/google/nftables encodes them, on its socket.
+//     messages, in as few transactions as the socket takes, written by
+//     nftables/internal/nftnl as github.com/google/nftables encodes them.
 //
-// # Netlink: which encoder, and why
+// # Netlink
 //
-// The flat layout's elements, what changes at scale there (a Service
-// change is a few elements), are sent by Conn in the messages that
-// github.com/google/nftables, already in the build, encodes for them:
-// concatenated keys, the last key of concatenated ranges (KeyEnd) and
-// element comments as nft writes them. Conn writes those bytes itself,
-// into one buffer per message (TestMessagesAsGoogleNftables compares
-// them), and sends them on google/nftables' socket: building a
-// gnft.SetElement per element and letting google/nftables marshal its
-// attributes cost 270–337 ms and 1.28 M allocations for a first sync's
-// elements at 10,000 Services, against 104–107 ms and 4,842 allocations
-// (BenchmarkConnLoad; BENCHMARKS.md, "Flat generation, faster").
-// TestKernelFlatNetlinkMatchesNFT checks that a table whose elements it
-// wrote lists exactly as one written by nft -f. google/nftables was
-// chosen over our own nftnl by measurement: with BenchmarkKernelFlatElement (one
-// element added then deleted, two transactions, in a loaded flat table;
-// BENCHMARKS.md, "nftables: the flat layout") it took 85–176 µs per pair
-// where our own nftables/internal/nftnl took 112–254 µs, at 1,000 and
-// 10,000 Services alike; and nftnl would have needed extending for the
-// flat layout's statements, which google/nftables has. The flat layout's
-// sets, chains and rules are written with nft: github.com/google/nftables
-// computes a set's user data itself and has no typeof in it, so a set it
-// created would list as "type …" where the flat layout's maps need typeof;
-// its rules change only when an endpoint count appears or goes. Elements
-// of one-field interval sets (configuration: pod networks, Service ranges)
-// also stay with nft, which writes them as pairs of interval ends; Conn
-// refuses them, and verdicts, which the flat layout has none of.
-//
-// Kube-proxy's layout is encoded, from the same typed statements, sets and
-// elements, by nftables/internal/nftnl (nftables/netlink.go), not by
-// github.com/google/nftables. The reason is the listing guarantee, not
-// speed: an incremental transaction of that layout adds chains, rules
-// whose anonymous sets (`ip saddr != { … }`, `numgen random mod N vmap
-// { … }`) carry user data that nft reads back to print them, affinity
-// sets and verdict-map elements, all in one transaction, so one encoder
-// must write them all; nftnl writes that user data as nft 1.0.6 does
-// (TestNetlinkMatchesNFT), where github.com/google/nftables computes its
-// own (no typeof of the key, the byte order of a numgen map's key).
-// The speed measured above for one element differs by well under a
-// millisecond, against the 120–350 ms that the kernel spends on any
-// transaction of that layout that adds a rule or a jump (BENCHMARKS.md).
+// nftables/internal/nftnl writes every nf_tables message of both layouts:
+// kube-proxy's (chains, rules with anonymous sets, affinity sets, verdict
+// elements; nftables/netlink.go turns the typed statements into its
+// expressions) and the flat layout's elements, which Conn gives it row by
+// row from the typed Elements, straight into one buffer per message
+// (TestMessagesAsGoogleNftables compares the bytes with
+// github.com/google/nftables', TestKernelFlatNetlinkMatchesNFT the listing
+// with nft's). The flat layout's sets, chains and rules are written with
+// nft, which writes their typeof user data; its rules change only when an
+// endpoint count appears or goes. Elements of one-field interval sets
+// (configuration: pod networks, Service ranges) also stay with nft, which
+// writes them as pairs of interval ends; Conn refuses them, and verdicts,
+// which the flat layout has none of.
 //
 // The package is internal: only the nftables renderers use it. It holds no
 // policy, and does no I/O but in Conn.
@@ -103,6 +76,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/svcproxy/svcproxy/internal/prefix"
 )
 
 // Family is the address family of a table.
@@ -384,10 +359,7 @@ func (d Datum) appendBytes(b []byte, last bool) []byte {
 		start := len(b)
 		b = append(b, d.ipBytes()...)
 		if last {
-			ip := b[start:]
-			for i := int(d.bits); i < len(ip)*8; i++ {
-				ip[i/8] |= 0x80 >> (i % 8)
-			}
+			prefix.FillHost(b[start:], int(d.bits))
 		}
 		return b
 	case datumProto:

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"syscall"
 
-	gnft "github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -23,8 +22,6 @@ type ElementBatch struct {
 
 // Conn sends element batches over a netfilter netlink socket.
 type Conn struct {
-	c *gnft.Conn
-	// nc is c's socket, on which Send writes its own messages.
 	nc *netlink.Conn
 	// txBytes bounds the netlink messages of one transaction: a
 	// transaction goes to the kernel in one sendmsg, which the kernel
@@ -44,22 +41,16 @@ const socketBuffer = 256 << 20
 // may force them (CAP_NET_ADMIN), else as large as net.core.wmem_max and
 // net.core.rmem_max allow.
 func Dial() (*Conn, error) {
-	var sndbuf int
-	var sock *netlink.Conn
-	c, err := gnft.New(gnft.AsLasting(), gnft.WithSockOptions(func(nc *netlink.Conn) error {
-		var err error
-		sock = nc
-		sndbuf, err = raiseBuffers(nc)
-		return err
-	}))
+	nc, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("nftables netlink socket: %w", err)
 	}
-	if sock == nil {
-		c.CloseLasting()
-		return nil, fmt.Errorf("nftables netlink socket: not opened")
+	sndbuf, err := raiseBuffers(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("nftables netlink socket: %w", err)
 	}
-	return &Conn{c: c, nc: sock, txBytes: sndbuf - transactionSlack}, nil
+	return &Conn{nc: nc, txBytes: sndbuf - transactionSlack}, nil
 }
 
 // transactionSlack is what a transaction leaves of the send buffer: the
@@ -100,7 +91,7 @@ func raiseBuffers(nc *netlink.Conn) (int, error) {
 }
 
 // Close closes the socket.
-func (c *Conn) Close() error { return c.c.CloseLasting() }
+func (c *Conn) Close() error { return c.nc.Close() }
 
 // Send applies b's set flushes, then its deletions, then its additions, as
 // one transaction: the kernel applies all of them or none.
@@ -170,10 +161,7 @@ func (b ElementBatch) messages() ([]netlink.Message, error) {
 			}
 		}
 	}
-	family := byte(unix.AF_INET)
-	if b.Table.Family == IPv6 {
-		family = unix.AF_INET6
-	}
+	family := nlFamily(b.Table.Family)
 	var msgs []netlink.Message
 	for _, name := range b.Flush {
 		if sets[name] == nil {
@@ -182,12 +170,13 @@ func (b ElementBatch) messages() ([]netlink.Message, error) {
 		msgs = append(msgs, flushMessage(family, b.Table.Name, name))
 	}
 	interval := b.Table.intervalSets()
+	var fields []byte
 	for _, op := range []struct {
 		typ uint16
 		es  []Element
 	}{{unix.NFT_MSG_DELSETELEM, b.Del}, {unix.NFT_MSG_NEWSETELEM, b.Add}} {
 		for _, group := range groupBySet(op.es, interval) {
-			msgs = append(msgs, elementsMessage(op.typ, family, b.Table.Name, op.es, group, interval[group.set]))
+			msgs = append(msgs, elementsMessage(op.typ, family, b.Table.Name, op.es, group, interval[group.set], &fields))
 		}
 	}
 	return msgs, nil

@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"testing"
 
-	gnft "github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"github.com/mdlayher/netlink/nltest"
 )
@@ -16,11 +15,7 @@ func ackingConn(tb testing.TB) *Conn {
 	ack := func(req []netlink.Message) ([]netlink.Message, error) {
 		return []netlink.Message{{Header: netlink.Header{Type: netlink.Error}, Data: make([]byte, 4)}}, nil
 	}
-	c, err := gnft.New(gnft.WithTestDial(ack))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &Conn{c: c, nc: nltest.Dial(ack), txBytes: socketBuffer - transactionSlack}
+	return &Conn{nc: nltest.Dial(ack), txBytes: socketBuffer - transactionSlack}
 }
 
 // flatLikeTable is a table shaped as the flat layout's at services × 10

@@ -1,7 +1,9 @@
-// Package nftnl encodes nf_tables netlink transactions: the handful of
-// messages and expressions that the nftables backend's incremental syncs
-// write (chains, rules, named and anonymous sets, set elements), sent to
-// the kernel as one batch over a NETLINK_NETFILTER socket.
+// Package nftnl encodes nf_tables netlink messages for both layouts of
+// the nftables backend: kube-proxy's incremental syncs as one Batch
+// (chains, rules, named and anonymous sets, set elements), sent to the
+// kernel over a NETLINK_NETFILTER socket (Conn), and the flat layout's
+// element messages (ElementsMessage, FlushSetMessage), which package model
+// sends. Every attribute is written with nftables/internal/nlattr.
 //
 // It exists because the nft CLI reads every chain and set of a table into
 // its cache before each transaction, so that even a one-element update
@@ -14,7 +16,6 @@
 package nftnl
 
 import (
-	"encoding/binary"
 	"slices"
 	"strconv"
 
@@ -257,7 +258,7 @@ func (b *Batch) AddRule(chain string, exprs []Expr, comment string) {
 			}
 		})
 		if comment != "" {
-			a.bytes(attrRuleUserdata, udataString(0, comment))
+			a.bytes(attrRuleUserdata, appendUdataString(nil, 0, comment))
 		}
 	})
 }
@@ -354,21 +355,14 @@ func (b *Batch) elements(typ, flags uint16, what, set string, id uint32, elems [
 					}
 					switch {
 					case e.Comment != "":
-						a.bytes(attrElemUserdata, udataString(0, e.Comment))
+						a.bytes(attrElemUserdata, appendUdataString(nil, 0, e.Comment))
 					case e.IntervalOpen:
-						// NFTNL_UDATA_SET_ELEM_FLAGS: NFTNL_SET_ELEM_F_INTERVAL_OPEN.
-						a.bytes(attrElemUserdata, binary.NativeEndian.AppendUint32([]byte{1, 4}, 1))
+						a.bytes(attrElemUserdata, udataIntervalOpen())
 					}
 				})
 			}
 		})
 	})
-}
-
-// udataString is one libnftnl user-data TLV holding a NUL-terminated
-// string, the form of rule and element comments.
-func udataString(typ byte, s string) []byte {
-	return append(append([]byte{typ, byte(len(s) + 1)}, s...), 0)
 }
 
 // attrs builds netlink attributes (with nlattr): native-endian 16-bit
@@ -392,9 +386,7 @@ func (a *attrs) nest(typ uint16, body func(*attrs)) {
 }
 
 // data is an nft_data attribute holding a value.
-func (a *attrs) data(typ uint16, v []byte) {
-	a.nest(typ, func(a *attrs) { a.bytes(attrDataValue, v) })
-}
+func (a *attrs) data(typ uint16, v []byte) { a.buf = appendData(a.buf, typ, v) }
 
 func (a *attrs) verdict(v Verdict) {
 	a.nest(attrDataVerdict, func(a *attrs) {

@@ -1,9 +1,8 @@
 // Package nlattr appends netlink attributes to a buffer as nf_tables reads
 // them: a native-endian 16-bit length and type, the value, padding to 4
-// bytes. Numbers inside values are big-endian, as nf_tables wants. Both of
-// the nftables backend's encoders write with it: nftables/internal/nftnl
-// (kube-proxy's layout) and the model's element messages (the flat
-// layout).
+// bytes. Numbers inside values are big-endian, as nf_tables wants. It is
+// the attribute writer of nftables/internal/nftnl, the encoder of both
+// layouts' messages.
 package nlattr
 
 import "encoding/binary"

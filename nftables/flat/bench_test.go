@@ -1,0 +1,68 @@
+package flat_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/nftables/flat"
+	"sigs.k8s.io/knftables"
+)
+
+func BenchmarkRenderFlat(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		rs, _ := benchWorld(b, n)
+		fake := knftables.NewFake(knftables.IPv4Family, flat.DefaultTable)
+		b.Run(fmt.Sprintf("knftables/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				flat.Render(fake.NewTransaction(), rs, flat.Options{})
+			}
+		})
+		b.Run(fmt.Sprintf("script/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				flat.Script(rs, flat.Options{})
+			}
+		})
+		b.Run(fmt.Sprintf("firstsync/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				flat.FirstSync(rs, flat.Options{})
+			}
+		})
+	}
+}
+
+func BenchmarkRenderFlatChanges(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			before, after := benchWorld(b, n)
+			fake := knftables.NewFake(knftables.IPv4Family, flat.DefaultTable)
+			for b.Loop() {
+				b.StopTimer()
+				st, _, _ := flat.Script(before, flat.Options{})
+				b.StartTimer()
+				if _, err := flat.RenderChanges(fake.NewTransaction(), st, before, after); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFlatStateHeap reports the heap that the flat layout's state
+// keeps between syncs (State: the endpoint counts in use and the
+// hairpin addresses), per endpoint of the Ruleset.
+func BenchmarkFlatStateHeap(b *testing.B) {
+	rs, _ := benchWorld(b, 10000)
+	var st *flat.State
+	for b.Loop() {
+		st = nil
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		st, _, _ = flat.Script(rs, flat.Options{})
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric((float64(after.HeapAlloc)-float64(before.HeapAlloc))/float64(rs.Len()*10), "B/endpoint")
+	}
+	runtime.KeepAlive(st)
+}

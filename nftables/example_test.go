@@ -84,8 +84,9 @@ func ExampleScript() {
 }
 
 // RenderChanges writes only what an endpoint change touches: the Service's
-// chain, the new endpoint's chain, and the stale one, flushed now and
-// deleted by a later transaction.
+// chain, the new endpoint's chain, the stale one, flushed now and deleted
+// by a later transaction, and the Service's elements again (unchanged, so
+// that one deleted behind the proxy's back comes back).
 func ExampleRenderChanges() {
 	before := exampleRuleset("198.18.64.2", "198.18.65.2")
 	after := exampleRuleset("198.18.64.2", "198.18.66.2")
@@ -105,6 +106,8 @@ func ExampleRenderChanges() {
 	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 , 1 : goto endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 }
 	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 ip saddr 198.18.66.2 jump mark-for-masquerade
 	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 meta l4proto tcp dnat to 198.18.66.2:8080
+	// add element ip kube-proxy cluster-ips { 198.19.0.10 }
+	// add element ip kube-proxy service-ips { 198.19.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
 	// stale: [endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080]
 }
 
@@ -134,7 +137,7 @@ func ExampleExecutor() {
 	}
 	// Output:
 	// full=true operations=67
-	// full=false operations=6
+	// full=false operations=8
 	// full=false operations=0
 }
 

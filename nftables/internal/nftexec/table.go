@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"syscall"
 
@@ -215,4 +216,69 @@ func Cleanup(ctx context.Context, table string, open func(knftables.Family, stri
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Expected is what a table must hold, as DeepCheck compares it.
+type Expected struct {
+	// Rules is the number of rules of every chain the table must have.
+	Rules map[string]int
+	// Elements is the number of elements of the sets and maps whose
+	// elements only the executor writes (not the dynamic ones the packet
+	// path fills, nor interval sets, which the kernel may store as more
+	// elements).
+	Elements map[string]int
+}
+
+// DeepCheck compares the table with want over netlink, reading every rule
+// and every element of the sets and maps of want.Elements but nothing of
+// them except the rule's chain and the element's flags: one dump of the
+// table's rules, one of the names, one per set. It returns the first
+// difference in name order: a chain missing or with another number of
+// rules, a set or map missing or with another number of elements; "" when
+// there is none, and without a netlink socket (it does not check then).
+// Chains and sets want does not name are not looked at.
+func (t *Table) DeepCheck(want Expected) (string, error) {
+	if t.NL == nil {
+		return "", nil
+	}
+	names, err := t.NL.ListNames(t.nlFamily(), t.Name)
+	if err != nil {
+		return "", fmt.Errorf("nftables: checking the table: %w", err)
+	}
+	if len(names["chain"]) == 0 && len(want.Rules) > 0 {
+		return "table " + t.Name + " (or all its chains)", nil
+	}
+	counts, err := t.NL.RuleCounts(t.nlFamily(), t.Name)
+	if err != nil {
+		return "", fmt.Errorf("nftables: checking the table: %w", err)
+	}
+	chains := map[string]bool{}
+	for _, c := range names["chain"] {
+		chains[c] = true
+	}
+	for _, c := range slices.Sorted(maps.Keys(want.Rules)) {
+		switch n := counts[c]; {
+		case !chains[c]:
+			return "chain " + c + " is missing", nil
+		case n != want.Rules[c]:
+			return fmt.Sprintf("chain %s has %d rules, want %d", c, n, want.Rules[c]), nil
+		}
+	}
+	sets := map[string]bool{}
+	for _, s := range slices.Concat(names["set"], names["map"]) {
+		sets[s] = true
+	}
+	for _, s := range slices.Sorted(maps.Keys(want.Elements)) {
+		if !sets[s] {
+			return "set or map " + s + " is missing", nil
+		}
+		n, err := t.NL.ElementCount(t.nlFamily(), t.Name, s)
+		if err != nil {
+			return "", fmt.Errorf("nftables: checking the table: %w", err)
+		}
+		if n != want.Elements[s] {
+			return fmt.Sprintf("set or map %s has %d elements, want %d", s, n, want.Elements[s]), nil
+		}
+	}
+	return "", nil
 }

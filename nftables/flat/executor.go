@@ -76,6 +76,10 @@ type Executor struct {
 	state *State
 	// nl is the element socket of ExecutorConfig.Netlink, or nil.
 	nl *Netlink
+	// expected is what the deep check compares the table with: what a
+	// full sync of expectedFor leaves there.
+	expected    nftexec.Expected
+	expectedFor *ruleset.Ruleset
 }
 
 // SyncDetails is what one sync did: the svcproxy.SyncResult that Sync

@@ -47,8 +47,15 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 		}
 		e.expected, e.expectedFor = want, e.last
 	}
-	return e.t.DeepCheck(e.expected)
+	slice := e.deepSlice
+	e.deepSlice = (e.deepSlice + 1) % deepSlices
+	return e.t.DeepCheck(e.expected, slice, deepSlices)
 }
+
+// deepSlices is the number of checks that read every chain once between
+// them (nftexec.Table.DeepCheck): at a sync period of 30 s, a chain
+// changed behind the Executor's back is found within two periods.
+const deepSlices = 2
 
 // expected is what a full sync of rs into an empty table leaves there, as
 // DeepCheck compares it: the rules of every chain and the elements of
@@ -103,6 +110,7 @@ func expected(rs *ruleset.Ruleset, opts Options) (nftexec.Expected, error) {
 			}
 		}
 	}
+	want.Sort()
 	return want, nil
 }
 

@@ -14,8 +14,8 @@ import (
 // there and holds rules, with one dump per chain that the kernel filters
 // to that chain; without netlink, by name through nft's listing, that the
 // chains and sets are there. Then, over netlink only, every object: every
-// chain (target groups included) with its number of rules (one dump of
-// the table's rules), and every set and map with its number of elements
+// chain (target groups included) with its number of rules (one dump per
+// chain), and every set and map with its number of elements
 // (one dump each), but the affinity maps that the packet path fills and
 // the interval sets, which the kernel may store as more elements. A rule
 // or element changed in place, its number kept, is not found. It returns
@@ -48,8 +48,15 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 	if e.expectedFor != e.last {
 		e.expected, e.expectedFor = expected(e.last, e.cfg.Options), e.last
 	}
-	return e.t.DeepCheck(e.expected)
+	slice := e.deepSlice
+	e.deepSlice = (e.deepSlice + 1) % deepSlices
+	return e.t.DeepCheck(e.expected, slice, deepSlices)
 }
+
+// deepSlices is the number of checks that read every chain once between
+// them (nftexec.Table.DeepCheck). The flat layout has few chains: one
+// check reads them all.
+const deepSlices = 1
 
 // expected is what the flat table of rs holds, as DeepCheck compares it:
 // the rules of every chain and the elements of every set and map but the
@@ -71,5 +78,6 @@ func expected(rs *ruleset.Ruleset, opts Options) nftexec.Expected {
 			want.Elements[el.Set] += max(el.Rows, 1)
 		}
 	}
+	want.Sort()
 	return want
 }

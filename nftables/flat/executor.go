@@ -80,6 +80,8 @@ type Executor struct {
 	// full sync of expectedFor leaves there.
 	expected    nftexec.Expected
 	expectedFor *ruleset.Ruleset
+	// deepSlice is the part of the chains the next check reads.
+	deepSlice int
 }
 
 // SyncDetails is what one sync did: the svcproxy.SyncResult that Sync

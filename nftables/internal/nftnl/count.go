@@ -15,36 +15,6 @@ const (
 	elemIntervalEnd = 0x1
 )
 
-// RuleCounts counts the rules of every chain of a table with one netlink
-// dump that the kernel filters to the table, reading each rule's chain
-// name only: a chain without rules is not in it.
-func (c *Conn) RuleCounts(family Family, table string) (map[string]int, error) {
-	var counts map[string]int
-	err := c.dumpCounting(msgGetRule, family, func(a *attrs) { a.str(attrRuleTable, table) },
-		func() { counts = map[string]int{} },
-		func(b []byte) error {
-			var t, ch []byte
-			walkAttrs(b, func(typ uint16, v []byte) {
-				switch typ {
-				case attrRuleTable:
-					t = v
-				case attrRuleChain:
-					ch = v
-				}
-			})
-			if tn, ok := cString(t); ok && tn == table {
-				if name, ok := cString(ch); ok {
-					counts[name]++
-				}
-			}
-			return nil
-		})
-	if err != nil {
-		return nil, fmt.Errorf("nftnl: counting the rules of %s: %w", table, err)
-	}
-	return counts, nil
-}
-
 // ElementCount counts the elements of a set or map by a netlink dump,
 // without the ends of intervals (the kernel stores an interval of a
 // one-field interval set as two elements).

@@ -61,17 +61,28 @@ func (c *Conn) ListNames(family Family, table string) (Names, error) {
 
 // RuleCount counts the rules of one chain by a netlink dump that the kernel
 // filters to that chain: its cost does not grow with the rest of the table.
+// It reads each rule's table and chain names only.
 func (c *Conn) RuleCount(family Family, table, chain string) (int, error) {
 	n := 0
-	err := c.dump(msgGetRule, family, func(a *attrs) {
+	err := c.dumpCounting(msgGetRule, family, func(a *attrs) {
 		a.str(attrRuleTable, table)
 		a.str(attrRuleChain, chain)
-	}, func(as map[uint16][]byte) {
-		t, _ := cString(as[attrRuleTable])
-		ch, _ := cString(as[attrRuleChain])
-		if t == table && ch == chain {
-			n++
+	}, func() { n = 0 }, func(b []byte) error {
+		var t, ch []byte
+		walkAttrs(b, func(typ uint16, v []byte) {
+			switch typ {
+			case attrRuleTable:
+				t = v
+			case attrRuleChain:
+				ch = v
+			}
+		})
+		if tn, ok := cString(t); ok && tn == table {
+			if cn, ok := cString(ch); ok && cn == chain {
+				n++
+			}
 		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("nftnl: listing the rules of %s %s: %w", table, chain, err)
@@ -141,7 +152,10 @@ func (c *Conn) dumpEach(typ uint16, family Family, filter func(*attrs), each fun
 		return err
 	}
 	interrupted := false
-	rb := make([]byte, 1<<20)
+	if c.rb == nil {
+		c.rb = make([]byte, 1<<20)
+	}
+	rb := c.rb
 	for {
 		n, _, err := unix.Recvfrom(c.fd, rb, 0)
 		if errors.Is(err, unix.EINTR) {

@@ -35,8 +35,8 @@
 // The inputs come from manifests (files) or source (an API server, through
 // client-go informers) into a state.State, which keeps the trackers of both
 // IP families, the node and the Service CIDRs, and hands a sync one
-// snapshot per family for ruleset.Builder; engine.StateSource builds each
-// family's Ruleset from those snapshots. engine runs the sync loop over
+// snapshot per family for ruleset.Builder; state.Builder builds each
+// family's Ruleset from those snapshots, incrementally. engine runs the sync loop over
 // any data plane that implements engine.Backend (both executors do; so does
 // examples/userspace-proxy, a data plane outside netfilter): coalescing,
 // periodic state checks and repair, retries, conntrack cleanup, health and

@@ -30,6 +30,7 @@ var layerNames = []string{"ground", "model", "trace", "backends", "inputs and en
 var layers = map[string]int{
 	"":                          layerGround,
 	"affinity":                  layerGround,
+	"maglev":                    layerGround, // Maglev lookup tables: pure, imports nothing of ours
 	"internal/cowmap":           layerGround,
 	"internal/sorted":           layerGround,
 	"internal/parallel":         layerGround,
@@ -52,6 +53,7 @@ var layers = map[string]int{
 	"iptables":                layerBackend,
 	"nftables":                layerBackend,
 	"nftables/flat":           layerBackend,
+	"ebpf":                    layerBackend,
 	"nftables/internal/names": layerBackend, // Service port names both layouts check
 	"conntrack":               layerBackend,
 	"healthcheck":             layerBackend,
@@ -66,6 +68,7 @@ var layers = map[string]int{
 	"examples/internal/proxy":  layerExamples,
 	"examples/iptables-proxy":  layerExamples,
 	"examples/nftables-proxy":  layerExamples,
+	"examples/ebpf-proxy":      layerExamples,
 	"examples/userspace-proxy": layerExamples,
 	"e2e":                      layerExamples,
 	"bench":                    layerExamples,

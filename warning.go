@@ -52,12 +52,18 @@ type Reporter struct {
 
 // Warnf records a Warning whose reason is formatted from format and args.
 func (r *Reporter) Warnf(format string, args ...any) {
+	if r == nil {
+		return
+	}
 	r.Warnings = append(r.Warnings, Warning{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name, Reason: fmt.Sprintf(format, args...)})
 }
 
 // Skipf records a Warning that skips the whole object, and returns its
 // reason.
 func (r *Reporter) Skipf(format string, args ...any) string {
+	if r == nil {
+		return fmt.Sprintf(format, args...)
+	}
 	r.Warnf(format, args...)
 	return r.Warnings[len(r.Warnings)-1].Reason
 }

@@ -56,6 +56,9 @@ func ClientIP(timeoutSeconds int32) (Policy, error) {
 // unknown type or a timeout outside 1..MaxTimeoutSeconds is an error: the API
 // server would have rejected the Service.
 func FromService(svc *v1.Service) (Policy, error) {
+	if svc == nil {
+		return Policy{}, nil
+	}
 	switch svc.Spec.SessionAffinity {
 	case "", v1.ServiceAffinityNone:
 		return Policy{}, nil

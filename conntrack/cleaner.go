@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
@@ -42,29 +43,56 @@ type NetlinkCleaner struct {
 	owned bool
 }
 
-// NewNetlinkCleaner returns a NetlinkCleaner that uses h, which must have a
-// NETLINK_NETFILTER socket (netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
-// for another network namespace): a handle without one would silently fall
-// back to a socket in the calling thread's namespace. A nil h opens a handle
-// in the calling thread's network namespace, which Close releases; a given h
-// stays the caller's to close.
-func NewNetlinkCleaner(h *netlink.Handle) (*NetlinkCleaner, error) {
-	if h == nil {
-		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+// CleanerConfig says which conntrack table a NetlinkCleaner cleans. The
+// zero CleanerConfig is the table of the calling thread's network
+// namespace.
+type CleanerConfig struct {
+	// NetNS, when not "", is the path of the network namespace whose table
+	// is cleaned (/run/netns/NAME, /proc/PID/ns/net), as the executors'
+	// ExecutorConfig.NetNS: give both the same path.
+	NetNS string
+	// Handle, when not nil, is the netlink handle to use instead, which
+	// must have a NETLINK_NETFILTER socket (netlink.NewHandleAt(ns,
+	// unix.NETLINK_NETFILTER) for another network namespace): a handle
+	// without one would silently fall back to a socket in the calling
+	// thread's namespace. It stays the caller's to close. It cannot be
+	// given with NetNS.
+	Handle *netlink.Handle
+}
+
+// NewNetlinkCleaner returns a NetlinkCleaner of the table that cfg names.
+// The handle it opens (without cfg.Handle) is released by Close.
+func NewNetlinkCleaner(cfg CleanerConfig) (*NetlinkCleaner, error) {
+	switch {
+	case cfg.Handle != nil && cfg.NetNS != "":
+		return nil, errors.New("conntrack: both a netlink handle and a network namespace")
+	case cfg.Handle != nil:
+		if !cfg.Handle.SupportsNetlinkFamily(unix.NETLINK_NETFILTER) {
+			return nil, errors.New("conntrack: netlink handle has no NETLINK_NETFILTER socket")
+		}
+		return &NetlinkCleaner{h: cfg.Handle}, nil
+	case cfg.NetNS != "":
+		ns, err := netns.GetFromPath(cfg.NetNS)
 		if err != nil {
-			return nil, fmt.Errorf("conntrack: netlink handle: %w", err)
+			return nil, fmt.Errorf("conntrack: opening network namespace %s: %w", cfg.NetNS, err)
+		}
+		defer ns.Close() // the handle's socket keeps the namespace
+		h, err := netlink.NewHandleAt(ns, unix.NETLINK_NETFILTER)
+		if err != nil {
+			return nil, fmt.Errorf("conntrack: netlink handle in %s: %w", cfg.NetNS, err)
 		}
 		return &NetlinkCleaner{h: h, owned: true}, nil
 	}
-	if !h.SupportsNetlinkFamily(unix.NETLINK_NETFILTER) {
-		return nil, errors.New("conntrack: netlink handle has no NETLINK_NETFILTER socket")
+	h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+	if err != nil {
+		return nil, fmt.Errorf("conntrack: netlink handle: %w", err)
 	}
-	return &NetlinkCleaner{h: h}, nil
+	return &NetlinkCleaner{h: h, owned: true}, nil
 }
 
 // Close releases the handle if NewNetlinkCleaner opened it.
 func (c *NetlinkCleaner) Close() {
-	if c.owned {
+	if c != nil && c.owned && c.h != nil {
 		c.h.Close()
 	}
 }
@@ -74,6 +102,9 @@ func (c *NetlinkCleaner) Close() {
 // interrupted dump (the table changed while it was listed) is reported as an
 // error after the entries that were listed have been dealt with.
 func (c *NetlinkCleaner) Clean(family v1.IPFamily, filters []Filter) (CleanResult, error) {
+	if c == nil || c.h == nil {
+		return CleanResult{}, errors.New("conntrack: NetlinkCleaner not made by NewNetlinkCleaner")
+	}
 	var nlFamily netlink.InetFamily
 	switch family {
 	case v1.IPv4Protocol:
@@ -128,6 +159,9 @@ func (a *flowMatcher) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 // protocols other than TCP, UDP and SCTP, and for entries whose addresses it
 // cannot read.
 func FlowFromNetlink(f *netlink.ConntrackFlow) (Flow, bool) {
+	if f == nil {
+		return Flow{}, false
+	}
 	var p v1.Protocol
 	switch f.Forward.Protocol {
 	case unix.IPPROTO_TCP:

@@ -27,7 +27,9 @@
 //   - Filter.Matches decides one Flow; a Matcher decides many, in constant
 //     time each.
 //   - NetlinkCleaner (executor) lists the table of one family once through
-//     ctnetlink and deletes the selected entries, reporting how many.
+//     ctnetlink and deletes the selected entries, reporting how many; in
+//     the network namespace that CleanerConfig.NetNS names, the same as
+//     the executors' NetNS, or the process's own.
 //
 // The endpoints that keep an entry alive are ruleset.Service.Serving: every
 // serving endpoint of the port, ready or terminating, on any node, as in

@@ -176,10 +176,13 @@ func TestE2EStaleUDPEntry(t *testing.T) {
 		}
 	}
 
-	cleaner, err := conntrack.NewNetlinkCleaner(h)
+	// The cleaner opens its own handle in the node's namespace, by path,
+	// as the executors do with their NetNS.
+	cleaner, err := conntrack.NewNetlinkCleaner(conntrack.CleanerConfig{NetNS: "/var/run/netns/" + node.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer cleaner.Close()
 	for _, f := range families {
 		podB4, podB6 := podB.IPv4.String(), podB.IPv6.String()
 		ep := podB4
@@ -240,8 +243,11 @@ func TestE2EStaleUDPEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer routeOnly.Close()
-	if _, err := conntrack.NewNetlinkCleaner(routeOnly); err == nil {
+	if _, err := conntrack.NewNetlinkCleaner(conntrack.CleanerConfig{Handle: routeOnly}); err == nil {
 		t.Error("NewNetlinkCleaner accepted a handle without NETLINK_NETFILTER")
+	}
+	if _, err := conntrack.NewNetlinkCleaner(conntrack.CleanerConfig{Handle: h, NetNS: "/var/run/netns/" + node.Name}); err == nil {
+		t.Error("NewNetlinkCleaner accepted both a handle and a namespace")
 	}
 	t.Logf("total %v", time.Since(start))
 }

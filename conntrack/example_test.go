@@ -12,6 +12,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/conntrack"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -20,8 +21,9 @@ import (
 // that still lead to the old pod are stale, whether the client came through
 // the cluster IP or the node port; TCP entries are left alone.
 func ExampleStaleFilters() {
+	must := warnings.Must(warnings.Example)
 	services := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	services.Update(&v1.Service{
+	must.Used(services.Update(&v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "dns"},
 		Spec: v1.ServiceSpec{
 			Type:       v1.ServiceTypeNodePort,
@@ -32,11 +34,11 @@ func ExampleStaleFilters() {
 				{Name: "dns-tcp", Port: 53, NodePort: 30054, Protocol: v1.ProtocolTCP},
 			},
 		},
-	})
+	}))
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	port, udp, tcp := int32(53), v1.ProtocolUDP, v1.ProtocolTCP
 	dnsName, dnsTCPName := "dns", "dns-tcp"
-	eps.Update(&discovery.EndpointSlice{
+	must.Used(eps.Update(&discovery.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "kube-system", Name: "dns-1",
 			Labels: map[string]string{discovery.LabelServiceName: "dns"},
@@ -47,11 +49,12 @@ func ExampleStaleFilters() {
 			{Name: &dnsName, Port: &port, Protocol: &udp},
 			{Name: &dnsTCPName, Port: &port, Protocol: &tcp},
 		},
-	})
+	}))
 	b, _ := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol})
 	svcSnap, _ := services.Snapshot()
 	epSnap, _ := eps.Snapshot()
-	rs, _ := b.Build(svcSnap, epSnap)
+	rs, ws := b.Build(svcSnap, epSnap)
+	must.None(ws)
 
 	filters := conntrack.StaleFilters(rs, conntrack.Options{})
 	for _, f := range filters {

@@ -279,10 +279,18 @@ func NewMatcher(filters []Filter) *Matcher {
 }
 
 // Len is the number of distinct frontends the Matcher knows.
-func (m *Matcher) Len() int { return len(m.byFrontend) + len(m.byNodePort) }
+func (m *Matcher) Len() int {
+	if m == nil {
+		return 0
+	}
+	return len(m.byFrontend) + len(m.byNodePort)
+}
 
 // Matches reports whether the entry f is stale.
 func (m *Matcher) Matches(f Flow) bool {
+	if m == nil {
+		return false
+	}
 	allowed, ok := m.byFrontend[frontendKey{protocol: f.Protocol, addr: normalize(f.OrigDst)}]
 	if !ok {
 		allowed, ok = m.byNodePort[frontendKey{protocol: f.Protocol, nodePort: f.OrigDst.Port()}]

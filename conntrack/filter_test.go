@@ -403,3 +403,17 @@ func TestStaleFiltersNil(t *testing.T) {
 		t.Errorf("StaleFilters(nil) = %v", got)
 	}
 }
+
+// TestNetlinkCleanerNetNS: a namespace that cannot be opened is an error,
+// never a silent fall-back to the process's own table; a zero
+// NetlinkCleaner fails rather than panics.
+func TestNetlinkCleanerNetNS(t *testing.T) {
+	if _, err := conntrack.NewNetlinkCleaner(conntrack.CleanerConfig{NetNS: "/nonexistent/netns"}); err == nil {
+		t.Error("NewNetlinkCleaner with a missing namespace: no error")
+	}
+	var zero conntrack.NetlinkCleaner
+	if _, err := zero.Clean(v1.IPv4Protocol, nil); err == nil {
+		t.Error("Clean on a zero NetlinkCleaner: no error")
+	}
+	zero.Close()
+}

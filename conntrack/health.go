@@ -47,6 +47,9 @@ type Sample struct {
 
 // Totals sums the counters of all CPUs.
 func (s *Sample) Totals() (insertFailed, drop, earlyDrop uint64) {
+	if s == nil {
+		return 0, 0, 0
+	}
 	for _, c := range s.CPUs {
 		insertFailed += uint64(c.InsertFailed)
 		drop += uint64(c.Drop)

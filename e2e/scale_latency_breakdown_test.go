@@ -16,16 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// change is one EndpointSlice change of a window.
-type change struct {
-	// slice is the slice changed, namespace/name.
-	slice string
-	// made is when the change was made; trigger is the trigger time
-	// written, made truncated to its format; applied is when the API
-	// server had accepted it.
-	made, trigger, applied time.Time
-}
-
 // deliveries records when the test's own watch of the EndpointSlices saw
 // each slice change: about when the proxy's informer sees it, from the same
 // API server.
@@ -86,58 +76,6 @@ func (d *deliveries) wait() map[string]time.Time {
 	return d.at
 }
 
-// syncRecord is one synced (or sync failed) line of a proxy's log.
-type syncRecord struct {
-	start, end     time.Time
-	full, periodic bool
-	failed         bool
-}
-
-// parseSyncs reads the sync lines of a reference proxy's log (slog text:
-// time=… msg=synced … full=… periodic=… duration=…); the start of a sync is
-// its line's time less its duration. Lines it cannot read are skipped.
-func parseSyncs(log string) []syncRecord {
-	var out []syncRecord
-	for _, line := range strings.Split(log, "\n") {
-		failed := strings.Contains(line, `msg="sync failed"`)
-		if !failed && !strings.Contains(line, "msg=synced") {
-			continue
-		}
-		fields := logFields(line)
-		end, err1 := time.Parse(time.RFC3339Nano, fields["time"])
-		took, err2 := time.ParseDuration(fields["duration"])
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		out = append(out, syncRecord{start: end.Add(-took), end: end, full: fields["full"] == "true",
-			periodic: fields["periodic"] == "true", failed: failed})
-	}
-	return out
-}
-
-// logFields are the key=value fields of a slog text line whose values have
-// no spaces (quoted values are kept whole only when they have none).
-func logFields(line string) map[string]string {
-	fields := map[string]string{}
-	for _, f := range strings.Fields(line) {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			fields[k] = v
-		}
-	}
-	return fields
-}
-
-// syncsIn are the syncs that ended in [from, to].
-func syncsIn(syncs []syncRecord, from, to time.Time) []syncRecord {
-	var out []syncRecord
-	for _, s := range syncs {
-		if !s.end.Before(from) && !s.end.After(to) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // summarizeSyncs says how many syncs there were, of which kinds, how long
 // they took and how far apart they started.
 func summarizeSyncs(syncs []syncRecord) string {
@@ -178,40 +116,6 @@ func durationSpread(ds []time.Duration) string {
 func nearestRank(sorted []time.Duration, q float64) time.Duration {
 	i := int(q*float64(len(sorted))+0.999999) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// programmed is where one change's time went: written is from the change to
-// the API server's answer, delivered to the test's watch seeing it, waited
-// from then to the start of the first sync after it, synced that sync's
-// duration; total is from the trigger time written to that sync's end (what
-// the metric observes when the proxy's informer saw the change with the
-// test's watch).
-type programmed struct {
-	written, delivered, waited, synced, total time.Duration
-}
-
-// attribute finds, for each change the watch saw, the first successful sync
-// that started after it was seen; changes not seen, or seen after the last
-// sync started, are counted apart.
-func attribute(changes []change, delivered map[string]time.Time, syncs []syncRecord) (out []programmed, unseen, unsynced int) {
-	for _, c := range changes {
-		seen, ok := delivered[c.slice]
-		if !ok {
-			unseen++
-			continue
-		}
-		i := slices.IndexFunc(syncs, func(s syncRecord) bool { return !s.failed && !s.start.Before(seen) })
-		if i < 0 {
-			unsynced++
-			continue
-		}
-		s := syncs[i]
-		out = append(out, programmed{
-			written: c.applied.Sub(c.made), delivered: seen.Sub(c.made), waited: s.start.Sub(seen),
-			synced: s.end.Sub(s.start), total: s.end.Sub(c.trigger),
-		})
-	}
-	return out, unseen, unsynced
 }
 
 // breakdown is attribute's result, each part's spread over the changes.

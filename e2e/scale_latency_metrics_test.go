@@ -32,14 +32,6 @@ func metricsClient(ns *netns.NS) *http.Client {
 	}}
 }
 
-// histogram is a Prometheus histogram as scraped: cumulative counts by
-// upper bound, in increasing order of bound.
-type histogram struct {
-	bounds []float64
-	counts []uint64
-	count  uint64
-}
-
 var bucketLine = regexp.MustCompile(`^` + programmingMetric + `_bucket\{le="([^"]+)"\} (\d+)$`)
 
 // scrapeHistogram reads programmingMetric from the /metrics at url.
@@ -105,44 +97,6 @@ func waitSettled(t *testing.T, client *http.Client, url string, timeout time.Dur
 	}
 	t.Fatalf("%s did not settle within %v", programmingMetric, timeout)
 	return last
-}
-
-// minus is the histogram of the observations made between before and h.
-func (h histogram) minus(before histogram) histogram {
-	d := histogram{bounds: h.bounds, counts: make([]uint64, len(h.counts)), count: h.count - before.count}
-	for i := range h.counts {
-		d.counts[i] = h.counts[i] - before.counts[i]
-	}
-	return d
-}
-
-// quantile estimates the q-quantile as Prometheus' histogram_quantile does:
-// linearly inside the bucket that holds it (from 0 for the first bucket);
-// the largest finite bound when it falls in the +Inf bucket; NaN with no
-// observations.
-func (h histogram) quantile(q float64) float64 {
-	if h.count == 0 {
-		return math.NaN()
-	}
-	rank := q * float64(h.count)
-	for i, c := range h.counts {
-		if float64(c) < rank {
-			continue
-		}
-		if math.IsInf(h.bounds[i], 1) {
-			return h.bounds[i-1]
-		}
-		lower, below := 0.0, uint64(0)
-		if i > 0 {
-			lower, below = h.bounds[i-1], h.counts[i-1]
-		}
-		inBucket := c - below
-		if inBucket == 0 {
-			return lower
-		}
-		return lower + (h.bounds[i]-lower)*(rank-float64(below))/float64(inBucket)
-	}
-	return h.bounds[len(h.bounds)-2]
 }
 
 // fractionWithin is the share of h's observations at most bound, which must

@@ -26,19 +26,36 @@ type Endpoint struct {
 	NodeHints []string
 }
 
+// noEndpoint is what a nil *Endpoint reads as: the zero Endpoint.
+var noEndpoint Endpoint
+
+// orZero is e, or the zero Endpoint for a nil e: the methods of a nil
+// *Endpoint read it as the zero Endpoint.
+func (e *Endpoint) orZero() *Endpoint {
+	if e == nil {
+		return &noEndpoint
+	}
+	return e
+}
+
 // AddrPort is the endpoint's address and port.
-func (e *Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.Addr, e.Port) }
+func (e *Endpoint) AddrPort() netip.AddrPort {
+	e = e.orZero()
+	return netip.AddrPortFrom(e.Addr, e.Port)
+}
 
 // String is the endpoint's "ip:port" ("[ip]:port" for IPv6).
 func (e *Endpoint) String() string { return e.AddrPort().String() }
 
 // Compare orders endpoints by address, then port.
 func (e *Endpoint) Compare(o *Endpoint) int {
+	e, o = e.orZero(), o.orZero()
 	return cmp.Or(e.Addr.Compare(o.Addr), cmp.Compare(e.Port, o.Port))
 }
 
 // Equal reports whether two endpoints are the same in every field.
 func (e *Endpoint) Equal(o *Endpoint) bool {
+	e, o = e.orZero(), o.orZero()
 	return e.Addr == o.Addr && e.Port == o.Port &&
 		e.Ready == o.Ready && e.Serving == o.Serving && e.Terminating == o.Terminating &&
 		e.NodeName == o.NodeName && e.Zone == o.Zone &&
@@ -47,12 +64,12 @@ func (e *Endpoint) Equal(o *Endpoint) bool {
 
 // HasZoneHint reports whether zone is among the endpoint's zone hints.
 func (e *Endpoint) HasZoneHint(zone string) bool {
-	_, found := slices.BinarySearch(e.ZoneHints, zone)
+	_, found := slices.BinarySearch(e.orZero().ZoneHints, zone)
 	return found
 }
 
 // HasNodeHint reports whether node is among the endpoint's node hints.
 func (e *Endpoint) HasNodeHint(node string) bool {
-	_, found := slices.BinarySearch(e.NodeHints, node)
+	_, found := slices.BinarySearch(e.orZero().NodeHints, node)
 	return found
 }

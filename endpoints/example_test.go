@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -18,6 +19,7 @@ import (
 // serving endpoint, whose conntrack entries must go. A Snapshot's Port also
 // lists the endpoints that existing connections may keep using (Serving).
 func ExampleTracker() {
+	must := warnings.Must(warnings.Example)
 	t := true
 	f := false
 	dnsSlice := func(name string, eps ...discovery.Endpoint) *discovery.EndpointSlice {
@@ -54,16 +56,16 @@ func ExampleTracker() {
 	tracker := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	// Two slices of one Service; 198.18.1.2 is listed in both, and the
 	// non-terminating copy wins.
-	tracker.Update(dnsSlice("dns-a", pod("198.18.1.3", "node-b", t, t, f), pod("198.18.1.2", "node-a", f, t, t)))
-	tracker.Update(dnsSlice("dns-b", pod("198.18.1.2", "node-a", t, t, f)))
+	must.Used(tracker.Update(dnsSlice("dns-a", pod("198.18.1.3", "node-b", t, t, f), pod("198.18.1.2", "node-a", f, t, t))))
+	must.Used(tracker.Update(dnsSlice("dns-b", pod("198.18.1.2", "node-a", t, t, f))))
 	show(tracker.Snapshot())
 
 	// A pod is added: nothing to clean up.
-	tracker.Update(dnsSlice("dns-b", pod("198.18.1.2", "node-a", t, t, f), pod("198.18.1.4", "node-b", t, t, f)))
+	must.Used(tracker.Update(dnsSlice("dns-b", pod("198.18.1.2", "node-a", t, t, f), pod("198.18.1.4", "node-b", t, t, f))))
 	show(tracker.Snapshot())
 
 	// A pod stops serving: its UDP flows must be flushed, its TCP ones not.
-	tracker.Update(dnsSlice("dns-a", pod("198.18.1.3", "node-b", f, f, t)))
+	must.Used(tracker.Update(dnsSlice("dns-a", pod("198.18.1.3", "node-b", f, f, t))))
 	show(tracker.Snapshot())
 	// Output:
 	// changed: [kube-system/dns:dns kube-system/dns:dns-tcp] conntrack cleanup: []
@@ -85,7 +87,7 @@ func ExampleTracker() {
 // Merge combines the parsed slices of one Service, whatever their order.
 func ExampleMerge() {
 	parse := func(name, ip string) *endpoints.Slice {
-		s, _, _ := endpoints.FromSlice(&discovery.EndpointSlice{
+		s, skipped, ws := endpoints.FromSlice(&discovery.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: "shop", Name: name,
 				Labels: map[string]string{discovery.LabelServiceName: "web"},
@@ -94,6 +96,7 @@ func ExampleMerge() {
 			Ports:       []discovery.EndpointPort{{Name: ptr("http"), Port: ptr[int32](8080)}},
 			Endpoints:   []discovery.Endpoint{{Addresses: []string{ip}}},
 		}, v1.IPv4Protocol, servicemap.Filter{})
+		warnings.Must(warnings.Example).Used(skipped, ws)
 		return s
 	}
 	merged := endpoints.Merge([]*endpoints.Slice{parse("web-b", "198.18.0.9"), parse("web-a", "198.18.0.3")})
@@ -128,26 +131,27 @@ func ExamplePortOf() {
 // full sync does: the ports of a servicemap snapshot, in the order All
 // yields them, each with its Port (none for a Service without slices).
 func ExampleSnapshot_PortsOf() {
+	must := warnings.Must(warnings.Example)
 	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	port, portName := int32(8080), "http"
 	for i, name := range []string{"api", "db", "web"} {
-		svcs.Update(&v1.Service{
+		must.Used(svcs.Update(&v1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
 			Spec: v1.ServiceSpec{
 				ClusterIPs: []string{fmt.Sprintf("198.19.0.%d", 10+i)},
 				Ports:      []v1.ServicePort{{Name: "http", Port: 80}},
 			},
-		})
+		}))
 		if name == "db" {
 			continue
 		}
-		eps.Update(&discovery.EndpointSlice{
+		must.Used(eps.Update(&discovery.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Namespace: "shop", Name: name + "-1", Labels: map[string]string{discovery.LabelServiceName: name}},
 			AddressType: discovery.AddressTypeIPv4,
 			Ports:       []discovery.EndpointPort{{Name: &portName, Port: &port}},
 			Endpoints:   []discovery.Endpoint{{Addresses: []string{fmt.Sprintf("198.18.1.%d", 1+i)}}},
-		})
+		}))
 	}
 	ss, _ := svcs.Snapshot()
 	es, _ := eps.Snapshot()

@@ -430,9 +430,13 @@ func TestPropertyTracker(t *testing.T) {
 					es = genSliceOf(t, discovery.AddressType(family), namespaces, names, services)
 				}
 				key := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
-				tr.Update(es)
+				skipped, got := tr.Update(es)
 				final[key] = es
-				if s, _, _ := endpoints.FromSlice(es, family, filter); s != nil {
+				s, wantSkipped, want := endpoints.FromSlice(es, family, filter)
+				if skipped != wantSkipped || !slices.Equal(got, want) {
+					t.Fatalf("Update = %q, %v; FromSlice says %q, %v", skipped, got, wantSkipped, want)
+				}
+				if s != nil {
 					model[key] = s
 					for name := range s.Ports {
 						allNames[name] = true
@@ -475,7 +479,7 @@ func TestPropertyTracker(t *testing.T) {
 		keys := slices.SortedFunc(maps.Keys(final), func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
 		for _, key := range rapid.Permutation(keys).Draw(t, "order") {
 			if final[key] != nil {
-				fresh.Update(final[key])
+				_, _ = fresh.Update(final[key]) // its warnings were checked when it was first fed
 			}
 		}
 		freshSnap, _ := fresh.Snapshot()

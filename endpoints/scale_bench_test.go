@@ -9,6 +9,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -24,12 +25,13 @@ var (
 func BenchmarkScaleTracker(b *testing.B) {
 	for _, n := range scaleSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			must := warnings.Must(b)
 			_, slices := scalegen.Spec{Services: n}.Objects()
 			b.ReportAllocs()
 			for b.Loop() {
 				t := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 				for _, s := range slices {
-					t.Update(s)
+					must.Used(t.Update(s))
 				}
 				if _, ch := t.Snapshot(); len(ch.Changed) != n {
 					b.Fatalf("%d changed ports", len(ch.Changed))
@@ -45,18 +47,19 @@ func BenchmarkScaleTracker(b *testing.B) {
 func BenchmarkScaleTrackerOne(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			must := warnings.Must(b)
 			spec := scalegen.Spec{Services: n}
 			_, slices := spec.Objects()
 			t := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 			for _, s := range slices {
-				t.Update(s)
+				must.Used(t.Update(s))
 			}
 			t.Snapshot()
 			i := n / 2
 			versions := [2]*discovery.EndpointSlice{spec.ChangedSlice(i, 1), spec.ChangedSlice(i, 2)}
 			b.ReportAllocs()
 			for k := 0; b.Loop(); k++ {
-				t.Update(versions[k%2])
+				must.Used(t.Update(versions[k%2]))
 				if _, ch := t.Snapshot(); len(ch.Changed) != 1 {
 					b.Fatalf("changes %+v", ch)
 				}

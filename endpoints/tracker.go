@@ -22,7 +22,7 @@ import (
 // one IP family. Taking a Snapshot after a change costs time proportional to
 // the change.
 type Snapshot struct {
-	services cowmap.Map[portList]
+	services cowmap.Map[serviceName, portList]
 }
 
 // Get returns the endpoints of one Service port, sorted by address and port.
@@ -32,7 +32,7 @@ func (s Snapshot) Get(name servicemap.PortName) []Endpoint { return s.Port(name)
 // Port returns what s holds for one Service port: the zero Port when it
 // has no endpoints.
 func (s Snapshot) Port(name servicemap.PortName) Port {
-	ports, _ := s.services.Get(types.NamespacedName{Namespace: name.Namespace, Name: name.Name})
+	ports, _ := s.services.Get(serviceName{Namespace: name.Namespace, Name: name.Name})
 	return ports.get(name)
 }
 
@@ -48,12 +48,12 @@ func (s Snapshot) PortsOf(ports []*servicemap.ServicePort) iter.Seq2[int, Port] 
 			return
 		}
 		i, stopped := 0, false
-		serviceOf := func(p *servicemap.ServicePort) types.NamespacedName {
-			return types.NamespacedName{Namespace: p.Name.Namespace, Name: p.Name.Name}
+		serviceOf := func(p *servicemap.ServicePort) serviceName {
+			return serviceName{Namespace: p.Name.Namespace, Name: p.Name.Name}
 		}
-		s.services.AllFrom(serviceOf(ports[0]), func(svc types.NamespacedName, list portList) bool {
+		s.services.AllFrom(serviceOf(ports[0]), func(svc serviceName, list portList) bool {
 			for ; i < len(ports); i++ {
-				c := cowmap.Compare(serviceOf(ports[i]), svc)
+				c := serviceOf(ports[i]).Compare(svc)
 				if c > 0 {
 					break
 				}
@@ -93,7 +93,7 @@ type portEndpoints struct {
 }
 
 // nameIn is the PortName of p in the Service svc.
-func (p *portEndpoints) nameIn(svc types.NamespacedName) servicemap.PortName {
+func (p *portEndpoints) nameIn(svc serviceName) servicemap.PortName {
 	return servicemap.PortName{Namespace: svc.Namespace, Name: svc.Name, Port: p.port, Protocol: p.protocol}
 }
 
@@ -165,7 +165,7 @@ type Changes struct {
 // Snapshots; the result is right either way.
 func (s Snapshot) ChangesSince(since Snapshot) Changes {
 	var ch Changes
-	since.services.Diff(s.services, func(svc types.NamespacedName, before, after portList) {
+	since.services.Diff(s.services, func(svc serviceName, before, after portList) {
 		ch.add(svc, before, after)
 	})
 	ch.sort()
@@ -174,7 +174,7 @@ func (s Snapshot) ChangesSince(since Snapshot) Changes {
 
 // add records the ports of the Service svc whose endpoints differ between
 // before and after.
-func (c *Changes) add(svc types.NamespacedName, before, after portList) {
+func (c *Changes) add(svc serviceName, before, after portList) {
 	walk(before, after, func(p *portEndpoints, b, a []Endpoint) {
 		if equalEndpoints(b, a) {
 			return
@@ -204,8 +204,8 @@ type Tracker struct {
 	// slices holds every used slice, by slice namespace and name.
 	slices map[types.NamespacedName]*tracked
 	// byService holds the slices of each Service, in no order.
-	byService map[types.NamespacedName][]*tracked
-	journal   *cowmap.Journal[portList]
+	byService map[serviceName][]*tracked
+	journal   *cowmap.Journal[serviceName, portList]
 }
 
 // tracked is a parsed slice as a Tracker keeps it: a Slice with its ports
@@ -240,8 +240,8 @@ func NewTracker(family v1.IPFamily, filter servicemap.Filter) *Tracker {
 		family:    family,
 		filter:    filter,
 		slices:    map[types.NamespacedName]*tracked{},
-		byService: map[types.NamespacedName][]*tracked{},
-		journal:   cowmap.NewJournal(sameEndpoints),
+		byService: map[serviceName][]*tracked{},
+		journal:   cowmap.NewJournal[serviceName](sameEndpoints),
 	}
 }
 
@@ -252,11 +252,14 @@ func (t *Tracker) Update(es *discovery.EndpointSlice) (skipped string, warnings 
 	if es == nil {
 		return "nil EndpointSlice", nil
 	}
+	if !t.made() {
+		return "Tracker not made by NewTracker: nothing recorded", nil
+	}
 	slice, skipped, warnings := parse(es, t.family, t.filter, true)
 	key := types.NamespacedName{Namespace: es.Namespace, Name: es.Name}
 	t.remove(key)
 	if slice != nil {
-		service := types.NamespacedName{Namespace: es.Namespace, Name: slice.service}
+		service := serviceName{Namespace: es.Namespace, Name: slice.service}
 		t.slices[key] = slice
 		t.byService[service] = append(t.byService[service], slice)
 		t.remerge(service)
@@ -264,8 +267,15 @@ func (t *Tracker) Update(es *discovery.EndpointSlice) (skipped string, warnings 
 	return skipped, warnings
 }
 
+// made reports whether NewTracker made t: a nil or zero Tracker records
+// nothing, and its Snapshots are empty.
+func (t *Tracker) made() bool { return t != nil && t.journal != nil }
+
 // Delete records that the EndpointSlice namespace/name is gone.
 func (t *Tracker) Delete(namespace, name string) {
+	if !t.made() {
+		return
+	}
 	t.remove(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
@@ -275,7 +285,7 @@ func (t *Tracker) remove(key types.NamespacedName) {
 		return
 	}
 	delete(t.slices, key)
-	service := types.NamespacedName{Namespace: key.Namespace, Name: old.service}
+	service := serviceName{Namespace: key.Namespace, Name: old.service}
 	rest := slices.DeleteFunc(t.byService[service], func(s *tracked) bool { return s == old })
 	if len(rest) == 0 {
 		delete(t.byService, service)
@@ -285,7 +295,7 @@ func (t *Tracker) remove(key types.NamespacedName) {
 	t.remerge(service)
 }
 
-func (t *Tracker) remerge(service types.NamespacedName) {
+func (t *Tracker) remerge(service serviceName) {
 	bySlice := t.byService[service]
 	if len(bySlice) == 0 {
 		t.journal.Delete(service)
@@ -332,13 +342,21 @@ func sameEndpoints(a, b portList) bool {
 // Pending is the number of Services whose endpoints differ from the last
 // Snapshot's (kube-proxy's endpoint_changes_pending): an update that
 // changes nothing, or a change undone before the Snapshot, does not count.
-func (t *Tracker) Pending() int { return t.journal.Pending() }
+func (t *Tracker) Pending() int {
+	if !t.made() {
+		return 0
+	}
+	return t.journal.Pending()
+}
 
 // Snapshot returns the current state and what changed since the previous
 // call to Snapshot.
 func (t *Tracker) Snapshot() (Snapshot, Changes) {
+	if !t.made() {
+		return Snapshot{}, Changes{}
+	}
 	var ch Changes
-	services := t.journal.Commit(func(svc types.NamespacedName, before, after portList) {
+	services := t.journal.Commit(func(svc serviceName, before, after portList) {
 		ch.add(svc, before, after)
 	})
 	ch.sort()
@@ -358,4 +376,15 @@ func lostServing(before, after []Endpoint) bool {
 		}
 	}
 	return false
+}
+
+// serviceName is a Service's namespace and name, the key of a Snapshot's
+// map, ordered by namespace, then name, as PortNames are.
+type serviceName struct{ Namespace, Name string }
+
+func (a serviceName) Compare(b serviceName) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }

@@ -2,6 +2,7 @@ package endpoints_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -9,6 +10,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -16,15 +18,27 @@ import (
 type event struct {
 	es       *discovery.EndpointSlice
 	ns, name string
+	// warns is what the one warning of an update says, if it warns.
+	warns string
 }
 
 func upd(es *discovery.EndpointSlice) event { return event{es: es} }
-func del(ns, name string) event             { return event{ns: ns, name: name} }
 
-func apply(tr *endpoints.Tracker, evs ...event) {
+// updWarns is an update that warns once, saying warns.
+func updWarns(es *discovery.EndpointSlice, warns string) event { return event{es: es, warns: warns} }
+func del(ns, name string) event                                { return event{ns: ns, name: name} }
+
+// apply feeds evs to tr, failing t on a warning the event does not expect.
+func apply(t *testing.T, tr *endpoints.Tracker, evs ...event) {
+	t.Helper()
 	for _, ev := range evs {
 		if ev.es != nil {
-			tr.Update(ev.es)
+			_, ws := tr.Update(ev.es)
+			if ev.warns == "" {
+				warnings.None(t, ws)
+			} else if len(ws) != 1 || !strings.Contains(ws[0].Reason, ev.warns) {
+				t.Fatalf("warnings %v, want one saying %q", ws, ev.warns)
+			}
 		} else {
 			tr.Delete(ev.ns, ev.name)
 		}
@@ -149,7 +163,7 @@ func TestTrackerChanges(t *testing.T) {
 	}, {
 		name:        "update making the slice malformed removes its endpoints",
 		before:      []event{upd(slice())},
-		events:      []event{upd(slice(func(es *discovery.EndpointSlice) { delete(es.Labels, discovery.LabelServiceName) }))},
+		events:      []event{updWarns(slice(func(es *discovery.EndpointSlice) { delete(es.Labels, discovery.LabelServiceName) }), "no kubernetes.io/service-name label")},
 		wantPending: 1,
 		want:        endpoints.Changes{Changed: []servicemap.PortName{webHTTP}},
 		wantEndpoints: map[servicemap.PortName][]endpoints.Endpoint{
@@ -278,12 +292,12 @@ func TestTrackerChanges(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-			apply(tr, tc.before...)
+			apply(t, tr, tc.before...)
 			tr.Snapshot()
 			if p := tr.Pending(); p != 0 {
 				t.Errorf("Pending after Snapshot = %d", p)
 			}
-			apply(tr, tc.events...)
+			apply(t, tr, tc.events...)
 			if p := tr.Pending(); p != tc.wantPending {
 				t.Errorf("Pending = %d, want %d", p, tc.wantPending)
 			}
@@ -304,10 +318,11 @@ func TestTrackerChanges(t *testing.T) {
 }
 
 func TestTrackerSnapshotImmutable(t *testing.T) {
+	must := warnings.Must(t)
 	tr := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	for i := range 200 {
-		tr.Update(slice(forService(fmt.Sprintf("svc-%d", i)), sliceName(fmt.Sprintf("svc-%d-abc", i)),
-			eps(ep(fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), nil, nil, nil))))
+		must.Used(tr.Update(slice(forService(fmt.Sprintf("svc-%d", i)), sliceName(fmt.Sprintf("svc-%d-abc", i)),
+			eps(ep(fmt.Sprintf("10.0.%d.%d", i/200, i%200+1), nil, nil, nil)))))
 	}
 	old, _ := tr.Snapshot()
 	svc7 := pn("ns", "svc-7", "http", v1.ProtocolTCP)
@@ -317,8 +332,8 @@ func TestTrackerSnapshotImmutable(t *testing.T) {
 		t.Fatalf("svc-7 has %d endpoints", len(before7))
 	}
 
-	tr.Update(slice(forService("svc-7"), sliceName("svc-7-abc"), eps(ep("10.9.9.9", no, no, yes))))
-	tr.Update(slice(forService("svc-7"), sliceName("svc-7-def"), eps(ep("10.9.9.8", nil, nil, nil))))
+	must.Used(tr.Update(slice(forService("svc-7"), sliceName("svc-7-abc"), eps(ep("10.9.9.9", no, no, yes)))))
+	must.Used(tr.Update(slice(forService("svc-7"), sliceName("svc-7-def"), eps(ep("10.9.9.8", nil, nil, nil)))))
 	tr.Delete("ns", "svc-8-abc")
 	cur, ch := tr.Snapshot()
 	if diff := cmp.Diff([]servicemap.PortName{svc7, svc8}, ch.Changed); diff != "" {

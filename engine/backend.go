@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -47,8 +48,13 @@ type Provider interface {
 // ProviderFunc adapts a function to a Provider.
 type ProviderFunc func(ctx context.Context) (Desired, error)
 
-// Desired calls f.
-func (f ProviderFunc) Desired(ctx context.Context) (Desired, error) { return f(ctx) }
+// Desired calls f; a nil f is an error.
+func (f ProviderFunc) Desired(ctx context.Context) (Desired, error) {
+	if f == nil {
+		return Desired{}, errors.New("engine: nil ProviderFunc")
+	}
+	return f(ctx)
+}
 
 // Desired is the state one sync applies.
 type Desired struct {

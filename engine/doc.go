@@ -2,7 +2,8 @@
 // Service proxy: the loop around the pure packages that every proxy needs.
 //
 // A caller gives an Engine a Provider, which returns the Ruleset of each IP
-// family (StateSource builds them from a state.State, incrementally), and a
+// family (StateProvider has a state.Builder build them from a state.State,
+// incrementally), and a
 // Backend per family, which applies a Ruleset: iptables.Executor,
 // nftables.Executor, or a data plane of its own. The engine then guarantees:
 //
@@ -18,7 +19,9 @@
 //   - retries: a sync that fails is retried after a back-off that doubles
 //     from Config.RetryInterval up to SyncPeriod, while a change still
 //     syncs as soon as MinSyncPeriod allows; since every sync applies the
-//     whole latest state, no change is lost;
+//     whole latest state, no change is lost. A configuration error (one
+//     that wraps ruleset.ErrConfig) is not retried: the next sync is the
+//     next Request's;
 //   - follow-up syncs: a Backend that has work left (nftables deletes the
 //     chains it flushed only on a later sync) says when in
 //     svcproxy.SyncResult.NextSync, and the engine syncs again then;

@@ -78,7 +78,8 @@ type SyncEvent struct {
 	// changed (and so synced fully), what was missing, or why the check
 	// failed.
 	Drift map[v1.IPFamily]string
-	// Rulesets is the state synced; nil when the Provider failed.
+	// Rulesets is the state synced; nil when the Provider failed (a nil
+	// Ruleset reads as empty).
 	Rulesets map[v1.IPFamily]*ruleset.Ruleset
 	// Results are the results of the families that synced.
 	Results map[v1.IPFamily]svcproxy.SyncResult
@@ -87,7 +88,8 @@ type SyncEvent struct {
 	// Conntrack has the conntrack cleanups of the sync, per family.
 	Conntrack map[v1.IPFamily]ConntrackCleanup
 	// Err is nil when every family synced, and says what failed otherwise;
-	// a failed sync is retried.
+	// a failed sync is retried, unless Err wraps ruleset.ErrConfig: a
+	// configuration error waits for the next Request.
 	Err error
 }
 
@@ -136,6 +138,23 @@ func New(cfg Config) (*Engine, error) {
 	if len(cfg.Backends) == 0 || cfg.Provider == nil {
 		return nil, errors.New("engine: Config needs Backends and a Provider")
 	}
+	switch p := cfg.Provider.(type) {
+	case ProviderFunc:
+		if p == nil {
+			return nil, errors.New("engine: a nil ProviderFunc")
+		}
+	case StateProvider:
+		if err := p.check(); err != nil {
+			return nil, err
+		}
+	case *StateProvider:
+		if p == nil {
+			return nil, errors.New("engine: a nil *StateProvider")
+		}
+		if err := p.check(); err != nil {
+			return nil, err
+		}
+	}
 	for f, b := range cfg.Backends {
 		if (f != v1.IPv4Protocol && f != v1.IPv6Protocol) || b == nil {
 			return nil, fmt.Errorf("engine: bad Backend for IP family %q", f)
@@ -173,21 +192,42 @@ func New(cfg Config) (*Engine, error) {
 // Request asks for a sync of the latest state: the Provider changed. It never
 // blocks; requests made while a sync is pending or running are coalesced
 // into one later sync.
-func (e *Engine) Request() { e.loop.request() }
+func (e *Engine) Request() {
+	if e.made() {
+		e.loop.request()
+	}
+}
+
+// errNotMade is the error of an Engine that New did not make.
+var errNotMade = errors.New("engine: Engine not made by New")
+
+// made reports whether New made e: a nil or zero Engine syncs nothing,
+// its Sync fails, its Run returns at once and it is never healthy.
+func (e *Engine) made() bool { return e != nil && e.loop != nil }
 
 // Run syncs at once, then on requests, periodically and to retry failures,
 // until ctx is done.
-func (e *Engine) Run(ctx context.Context) { e.loop.run(ctx) }
+func (e *Engine) Run(ctx context.Context) {
+	if e.made() {
+		e.loop.run(ctx)
+	}
+}
 
 // Sync runs one sync now, as the first one of Run (not periodic), and
 // returns its error. It waits for a sync of Run in progress.
 func (e *Engine) Sync(ctx context.Context) error {
+	if !e.made() {
+		return errNotMade
+	}
 	_, err := e.run(ctx, false)
 	return err
 }
 
 // Close closes every Backend; call it after Run has returned.
 func (e *Engine) Close() error {
+	if !e.made() {
+		return errNotMade
+	}
 	var errs []error
 	for _, f := range e.families {
 		if err := e.cfg.Backends[f].Close(); err != nil {

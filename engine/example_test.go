@@ -10,6 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -33,15 +34,16 @@ func (b *printBackend) Close() error                               { return nil 
 // An Engine over a Backend of one's own. Run would sync on every Request
 // and periodically; Sync here runs one sync, as a proxy's --once does.
 func Example() {
+	must := warnings.Must(warnings.Example)
 	services := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	slices := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	services.Update(&v1.Service{
+	must.Used(services.Update(&v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
 		Spec: v1.ServiceSpec{
 			ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}},
 		},
-	})
+	}))
 	builder, err := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol})
 	if err != nil {
 		panic(err)
@@ -49,7 +51,8 @@ func Example() {
 	source := engine.ProviderFunc(func(context.Context) (engine.Desired, error) {
 		svcs, _ := services.Snapshot()
 		eps, _ := slices.Snapshot()
-		rs, _ := builder.Build(svcs, eps)
+		rs, ws := builder.Build(svcs, eps)
+		must.None(ws)
 		return engine.Desired{Rulesets: map[v1.IPFamily]*ruleset.Ruleset{v1.IPv4Protocol: rs}}, nil
 	})
 	e, err := engine.New(engine.Config{

@@ -27,6 +27,9 @@ type Health struct {
 // Health returns the engine's health now. It is safe to call from any
 // goroutine, also while the engine runs.
 func (e *Engine) Health() Health {
+	if !e.made() {
+		return Health{Failing: true, Now: time.Now()}
+	}
 	e.healthMu.Lock()
 	h := Health{LastSuccess: e.lastSuccess, Failing: e.failing}
 	synced := e.synced

@@ -52,7 +52,7 @@ func conntrackIn(t *testing.T, ns *netns.NS) (*conntrack.NetlinkCleaner, *netlin
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	cleaner, err := conntrack.NewNetlinkCleaner(h)
+	cleaner, err := conntrack.NewNetlinkCleaner(conntrack.CleanerConfig{Handle: h})
 	if err != nil {
 		t.Fatal(err)
 	}

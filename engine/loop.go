@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/svcproxy/svcproxy/ruleset"
 )
 
 // minRetryInterval is the shortest wait before retrying a failed sync, so
@@ -24,6 +27,10 @@ const minRetryInterval = 50 * time.Millisecond
 //   - a run that fails is retried, counted from its end, after a back-off
 //     that doubles with each consecutive failure, from retry (min when 0,
 //     and at least minRetryInterval) up to max; a success resets it;
+//   - a run that fails with a configuration error (one that wraps
+//     ruleset.ErrConfig) is not retried, and no periodic run follows it:
+//     the next run is the next request's (a change of the state, which
+//     may change the configuration);
 //   - a run that succeeds and asks to run again after a delay (the
 //     backends' SyncResult.NextSync) runs again after it, but never before
 //     min.
@@ -59,7 +66,10 @@ func (l *loop) run(ctx context.Context) {
 	}
 	s := &schedule{min: l.min, max: l.max, retry: max(retry, minRetryInterval)}
 	for {
-		wait := l.clock.After(max(s.due().Sub(l.clock.Now()), 0))
+		var wait <-chan time.Time // nil: a request alone ends the wait
+		if !s.idle() {
+			wait = l.clock.After(max(s.due().Sub(l.clock.Now()), 0))
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -69,7 +79,7 @@ func (l *loop) run(ctx context.Context) {
 		case <-wait:
 		}
 		now := l.clock.Now()
-		if now.Before(s.due()) {
+		if s.idle() || now.Before(s.due()) {
 			continue
 		}
 		again, err := l.sync(ctx, s.start(now))
@@ -89,6 +99,7 @@ type schedule struct {
 	periodic     bool      // the last run started is periodic or the first
 	failures     int       // consecutive failed runs
 	requested    bool      // a request came after the last run started
+	configErr    bool      // the last run failed with a configuration error
 	again        time.Time // when the last run asked to run again; zero if not
 }
 
@@ -115,6 +126,10 @@ func (s *schedule) due() time.Time {
 	}
 	return next
 }
+
+// idle reports that no run is due until a request: the last run failed
+// with a configuration error, and no request came since it started.
+func (s *schedule) idle() bool { return s.configErr && !s.requested }
 
 // backoff is the wait after the last of s.failures consecutive failures:
 // retry × 2^(failures-1), at most max.
@@ -146,9 +161,13 @@ func (s *schedule) finish(now time.Time, again time.Duration, err error) {
 	if s.periodic {
 		s.lastPeriodic = now
 	}
-	if err != nil {
+	s.configErr = errors.Is(err, ruleset.ErrConfig)
+	switch {
+	case s.configErr:
+		s.failures = 0
+	case err != nil:
 		s.failures++
-	} else {
+	default:
 		s.failures = 0
 	}
 }

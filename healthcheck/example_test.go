@@ -12,6 +12,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/healthcheck"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -21,6 +22,7 @@ import (
 // balancers send its traffic to other nodes. After each sync a proxy gives
 // Update the Rulesets it synced.
 func ExampleNodePortServers() {
+	must := warnings.Must(warnings.Example)
 	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port, for the example
 	if err != nil {
 		panic(err)
@@ -29,21 +31,22 @@ func ExampleNodePortServers() {
 	ln.Close()
 
 	services := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	services.Update(&v1.Service{
+	must.Used(services.Update(&v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
 		Spec: v1.ServiceSpec{
 			Type: v1.ServiceTypeLoadBalancer, ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
 			ExternalTrafficPolicy: v1.ServiceExternalTrafficPolicyLocal, HealthCheckNodePort: int32(port),
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, NodePort: 30080, Protocol: v1.ProtocolTCP}},
 		},
-	})
+	}))
 	builder, err := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol})
 	if err != nil {
 		panic(err)
 	}
 	svcs, _ := services.Snapshot()
 	eps, _ := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{}).Snapshot()
-	rs, _ := builder.Build(svcs, eps)
+	rs, ws := builder.Build(svcs, eps)
+	must.None(ws)
 
 	// A proxy passes its health (engine.Engine.Health().Healthy): while
 	// it is false, every port answers 503. nil: always healthy.

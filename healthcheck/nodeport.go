@@ -123,6 +123,9 @@ type Report struct {
 // server is restarted. Once it returns, a server it stopped accepts no
 // connection.
 func (h *NodePortServers) Update(rulesets map[v1.IPFamily]*ruleset.Ruleset, addrs []netip.Addr) Report {
+	if h == nil {
+		return Report{}
+	}
 	var report Report
 	want := h.wanted(rulesets, &report)
 	h.mu.Lock()
@@ -324,6 +327,9 @@ func (h *NodePortServers) handler(port uint16) http.Handler {
 
 // Close stops every server.
 func (h *NodePortServers) Close() {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closeLocked()

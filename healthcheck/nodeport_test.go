@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -83,7 +84,9 @@ func newRulesetSource(t *testing.T) *rulesetSource {
 func (r *rulesetSource) build() map[v1.IPFamily]*ruleset.Ruleset {
 	ss, _ := r.services.Snapshot()
 	es, _ := r.slices.Snapshot()
-	r.rs, _, _ = r.builder.Update(r.rs, ss, es)
+	rs, _, ws := r.builder.Update(r.rs, ss, es)
+	warnings.None(r.t, ws)
+	r.rs = rs
 	return map[v1.IPFamily]*ruleset.Ruleset{v1.IPv4Protocol: r.rs}
 }
 
@@ -91,18 +94,19 @@ func (r *rulesetSource) build() map[v1.IPFamily]*ruleset.Ruleset {
 // when a Service with one appears and stops when it goes, also when the
 // Rulesets are made by Builder.Update.
 func TestHealthServersFollowRulesets(t *testing.T) {
+	must := warnings.Must(t)
 	port := freeLoopbackPort(t)
 	src := newRulesetSource(t)
 	h := NewNodePortServers(false, nil)
 	defer h.Close()
 
-	src.services.Update(service("plain", "198.19.0.2"))
+	must.Used(src.services.Update(service("plain", "198.19.0.2")))
 	update(t, h, src.build(), loopback)
 	if len(h.servers) != 0 {
 		t.Fatalf("servers %v without a health check node port", h.servers)
 	}
 
-	src.services.Update(localLB("lb", "198.19.0.1", port))
+	must.Used(src.services.Update(localLB("lb", "198.19.0.1", port)))
 	update(t, h, src.build(), loopback)
 	if hs, ok := h.servers[uint16(port)]; !ok || hs.service.Name != "lb" {
 		t.Fatalf("no server on health check node port %d: %v", port, h.servers)
@@ -121,11 +125,12 @@ func TestHealthServersFollowRulesets(t *testing.T) {
 // the addresses change; with none, it answers on every address, as
 // kube-proxy's do when no node address matches.
 func TestHealthServersListenOnNodeAddressesOnly(t *testing.T) {
+	must := warnings.Must(t)
 	port := freeLoopbackPort(t)
 	src := newRulesetSource(t)
 	h := NewNodePortServers(false, nil)
 	defer h.Close()
-	src.services.Update(localLB("lb", "198.19.0.1", port))
+	must.Used(src.services.Update(localLB("lb", "198.19.0.1", port)))
 	rulesets := src.build()
 
 	one, two := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
@@ -152,12 +157,13 @@ func TestHealthServersListenOnNodeAddressesOnly(t *testing.T) {
 // its port refuses connections, also when the server had no time to begin
 // serving (one thread: its goroutine has not run yet).
 func TestHealthServersStoppedAcceptNothing(t *testing.T) {
+	must := warnings.Must(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	port := freeLoopbackPort(t)
 	src := newRulesetSource(t)
 	h := NewNodePortServers(false, nil)
 	defer h.Close()
-	src.services.Update(localLB("lb", "198.19.0.1", port))
+	must.Used(src.services.Update(localLB("lb", "198.19.0.1", port)))
 	rulesets := src.build()
 	src.services.Delete("ns", "lb")
 	none := src.build()
@@ -191,6 +197,7 @@ func answers(t *testing.T, addr netip.AddrPort) bool {
 // Service; unchecked (API mode, where the API server allocates the ports),
 // every port is served.
 func TestHealthCheckNodePortRange(t *testing.T) {
+	must := warnings.Must(t)
 	ports := map[string]int32{"ssh": 22, "below": 29999, "first": 30000, "last": 32767, "above": 32768}
 	for _, tt := range []struct {
 		checkRange bool
@@ -208,7 +215,7 @@ func TestHealthCheckNodePortRange(t *testing.T) {
 		i := 0
 		for name, port := range ports {
 			i++
-			src.services.Update(localLB(name, netip.AddrFrom4([4]byte{198, 19, 0, byte(i)}).String(), port))
+			must.Used(src.services.Update(localLB(name, netip.AddrFrom4([4]byte{198, 19, 0, byte(i)}).String(), port)))
 		}
 		h := NewNodePortServers(tt.checkRange, nil)
 		rulesets := src.build()
@@ -280,10 +287,11 @@ func TestBusyPortRetried(t *testing.T) {
 	}
 	defer busy.Close()
 	port := int32(busy.Addr().(*net.TCPAddr).Port)
+	must := warnings.Must(t)
 	src := newRulesetSource(t)
 	h := NewNodePortServers(false, nil)
 	defer h.Close()
-	src.services.Update(localLB("lb", "198.19.0.1", port))
+	must.Used(src.services.Update(localLB("lb", "198.19.0.1", port)))
 	rulesets := src.build()
 	for range 2 {
 		r := h.Update(rulesets, loopback)
@@ -311,8 +319,9 @@ func TestConflictingPorts(t *testing.T) {
 	a := localLB("a", "198.19.0.1", 30100)
 	c := localLB("c", "198.19.0.3", 30081) // b's nodePort
 	c.Spec.Ports[0].NodePort = 30082
+	must := warnings.Must(t)
 	for _, svc := range []*v1.Service{b, a, c} {
-		src.services.Update(svc)
+		must.Used(src.services.Update(svc))
 	}
 	h := NewNodePortServers(true, nil)
 	rulesets := src.build()

@@ -16,6 +16,9 @@ import (
 // When it fails part way, what it removed stays removed and calling it
 // again finishes the work. The next Sync is a full one.
 func (e *Executor) Cleanup(ctx context.Context) error {
+	if !e.made() {
+		return errNotMade
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.fail()

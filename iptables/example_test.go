@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -20,14 +21,15 @@ import (
 // web returns a Ruleset holding ns1/web (cluster IP 198.19.0.10, port 80)
 // with the given endpoints on port 8080.
 func web(eps ...string) *ruleset.Ruleset {
+	must := warnings.Must(warnings.Example)
 	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	svcs.Update(&v1.Service{
+	must.Used(svcs.Update(&v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "web"},
 		Spec: v1.ServiceSpec{
 			ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}},
 		},
-	})
+	}))
 	slices := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	es := &discovery.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns1", Name: "web-1", Labels: map[string]string{discovery.LabelServiceName: "web"}},
@@ -37,7 +39,7 @@ func web(eps ...string) *ruleset.Ruleset {
 	for _, ip := range eps {
 		es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{ip}})
 	}
-	slices.Update(es)
+	must.Used(slices.Update(es))
 
 	b, err := ruleset.NewBuilder(ruleset.Config{
 		Family:       v1.IPv4Protocol,
@@ -49,7 +51,8 @@ func web(eps ...string) *ruleset.Ruleset {
 	}
 	s, _ := svcs.Snapshot()
 	e, _ := slices.Snapshot()
-	rs, _ := b.Build(s, e)
+	rs, ws := b.Build(s, e)
+	must.None(ws)
 	return rs
 }
 

@@ -54,6 +54,9 @@ type CommandError struct {
 }
 
 func (e *CommandError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	msg := fmt.Sprintf("%s: %v", e.Command, e.Err)
 	if e.Stderr != "" {
 		msg += ": " + e.Stderr
@@ -61,7 +64,12 @@ func (e *CommandError) Error() string {
 	return msg
 }
 
-func (e *CommandError) Unwrap() error { return e.Err }
+func (e *CommandError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // exitCode is err's exit status, or -1.
 func exitCode(err error) int {
@@ -170,6 +178,13 @@ type Executor struct {
 	lastDeepCost time.Duration
 }
 
+// errNotMade is the error of an Executor that NewExecutor did not make.
+var errNotMade = errors.New("iptables executor: not made by NewExecutor")
+
+// made reports whether NewExecutor made e: the methods of a nil or zero
+// Executor fail (RequestFullSync does nothing) and touch no kernel.
+func (e *Executor) made() bool { return e != nil && e.runner != nil && e.restoreTool != "" }
+
 // NewExecutor returns an Executor whose first Sync is a full sync.
 func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true, deleteChunk: deleteChunk}
@@ -211,6 +226,9 @@ func (r netnsRunner) Run(ctx context.Context, cmd Command) error {
 // the Executor has a NetNS; otherwise they work, and the next Sync is a
 // full one.
 func (e *Executor) Close() error {
+	if !e.made() {
+		return errNotMade
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.fail()
@@ -249,6 +267,9 @@ type SyncDetails struct {
 // RequestFullSync makes the next Sync a full one, as after a failure (for
 // a periodic resync, or when something else may have changed the tables).
 func (e *Executor) RequestFullSync() {
+	if !e.made() {
+		return
+	}
 	e.mu.Lock()
 	e.needFull = true
 	e.mu.Unlock()
@@ -284,6 +305,9 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Sync
 
 // Apply is Sync, and returns this backend's account of the sync too.
 func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails, error) {
+	if !e.made() {
+		return SyncDetails{}, errNotMade
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if f := rs.Config().Family; f != e.family {

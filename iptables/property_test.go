@@ -19,6 +19,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
@@ -194,10 +195,12 @@ func buildFrom(t tb, cfg ruleset.Config, objs []any) *ruleset.Ruleset {
 	et := endpoints.NewTracker(cfg.Family, servicemap.Filter{})
 	for _, o := range objs {
 		switch o := o.(type) {
+		// Generated objects may be malformed on purpose: their warnings
+		// are servicemap's and endpoints' to check.
 		case *v1.Service:
-			st.Update(o)
+			_, _ = st.Update(o)
 		case *discovery.EndpointSlice:
-			et.Update(o)
+			_, _ = et.Update(o)
 		case deleted:
 			if o.slice {
 				et.Delete(o.ns, o.name)
@@ -212,7 +215,8 @@ func buildFrom(t tb, cfg ruleset.Config, objs []any) *ruleset.Ruleset {
 	}
 	svcs, _ := st.Snapshot()
 	eps, _ := et.Snapshot()
-	rs, _ := b.Build(svcs, eps)
+	rs, ws := b.Build(svcs, eps)
+	warnings.None(t, ws)
 	return rs
 }
 

@@ -117,6 +117,9 @@ func (e *Executor) checkState(ctx context.Context) string {
 // the check could not run. A full sync (RequestFullSync) repairs what it
 // finds.
 func (e *Executor) CheckState(ctx context.Context) (string, error) {
+	if !e.made() {
+		return "", errNotMade
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.last == nil {

@@ -1,5 +1,6 @@
-// Package manifests reads Services, EndpointSlices and Nodes from YAML or
-// JSON files, the input of the reference proxies' --manifests flag.
+// Package manifests reads Services, EndpointSlices, Nodes and ServiceCIDRs
+// from YAML or JSON files, the input of the reference proxies' --manifests
+// flag, as the state.Objects that state.State.Replace takes.
 //
 // A file may hold several YAML documents, JSON objects, and `kind: List`
 // objects whose items are read in turn. A directory is read file by file
@@ -40,33 +41,29 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/state"
 )
 
-// Objects are the objects read from a manifests path, in the order read.
-type Objects struct {
-	Services       []*v1.Service
-	EndpointSlices []*discovery.EndpointSlice
-	Nodes          []*v1.Node
-}
-
 // Load reads the file or directory at path: the files that Files lists.
-func Load(path string) (*Objects, []svcproxy.Warning, error) {
+// The objects are in the order read, and never nil.
+func Load(path string) (*state.Objects, []svcproxy.Warning, error) {
 	files, err := Files(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	objs := &Objects{}
+	objs := &state.Objects{}
 	var warnings []svcproxy.Warning
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, nil, err
 		}
-		w, err := objs.parse(data)
+		w, err := parse(objs, data)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", filepath.Base(f), err)
 		}
@@ -104,9 +101,9 @@ func Files(path string) ([]string, error) {
 }
 
 // Parse reads the objects in data, one file's contents.
-func Parse(data []byte) (*Objects, []svcproxy.Warning, error) {
-	objs := &Objects{}
-	w, err := objs.parse(data)
+func Parse(data []byte) (*state.Objects, []svcproxy.Warning, error) {
+	objs := &state.Objects{}
+	w, err := parse(objs, data)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,7 +121,8 @@ type header struct {
 	Items []json.RawMessage `json:"items"`
 }
 
-func (o *Objects) parse(data []byte) ([]svcproxy.Warning, error) {
+// parse appends the objects in data to o.
+func parse(o *state.Objects, data []byte) ([]svcproxy.Warning, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var warnings []svcproxy.Warning
 	for doc := 1; ; doc++ {
@@ -155,7 +153,7 @@ func (o *Objects) parse(data []byte) ([]svcproxy.Warning, error) {
 			values = [][]byte{js}
 		}
 		for i, js := range values {
-			w, err := o.object(js, 0)
+			w, err := object(o, js, 0)
 			if err != nil {
 				if len(values) > 1 {
 					return nil, fmt.Errorf("document %d: JSON object %d: %w", doc, i+1, err)
@@ -194,7 +192,7 @@ func jsonValues(raw []byte) ([][]byte, error) {
 }
 
 // object decodes one JSON object, descending into Lists.
-func (o *Objects) object(js []byte, depth int) ([]svcproxy.Warning, error) {
+func object(o *state.Objects, js []byte, depth int) ([]svcproxy.Warning, error) {
 	var h header
 	if err := json.Unmarshal(js, &h); err != nil {
 		return nil, fmt.Errorf("not a Kubernetes object: %w", oneLine(err))
@@ -216,7 +214,7 @@ func (o *Objects) object(js []byte, depth int) ([]svcproxy.Warning, error) {
 	case strings.HasSuffix(h.Kind, "List") && depth == 0:
 		var warnings []svcproxy.Warning
 		for i, item := range h.Items {
-			w, err := o.object(item, depth+1)
+			w, err := object(o, item, depth+1)
 			if err != nil {
 				return nil, fmt.Errorf("%s item %d: %w", h.Kind, i, err)
 			}
@@ -232,6 +230,7 @@ func (o *Objects) object(js []byte, depth int) ([]svcproxy.Warning, error) {
 			svc.Namespace = "default"
 		}
 		o.Services = append(o.Services, svc)
+		return unallocated(svc), nil
 	case h.Kind == "EndpointSlice" && h.APIVersion == "discovery.k8s.io/v1":
 		es := &discovery.EndpointSlice{}
 		if err := decode(es); err != nil {
@@ -247,6 +246,12 @@ func (o *Objects) object(js []byte, depth int) ([]svcproxy.Warning, error) {
 			return nil, err
 		}
 		o.Nodes = append(o.Nodes, node)
+	case h.Kind == "ServiceCIDR" && h.APIVersion == "networking.k8s.io/v1":
+		sc := &networkingv1.ServiceCIDR{}
+		if err := decode(sc); err != nil {
+			return nil, err
+		}
+		o.ServiceCIDRs = append(o.ServiceCIDRs, sc)
 	case h.Kind == "":
 		return nil, errors.New("object without kind")
 	default:
@@ -256,6 +261,26 @@ func (o *Objects) object(js []byte, depth int) ([]svcproxy.Warning, error) {
 		}}, nil
 	}
 	return nil, nil
+}
+
+// unallocated warns about what an API server would have filled in a
+// Service and a file leaves out: its ports (a Service that is not headless
+// has some), and the node port of each port of a NodePort Service, or of a
+// LoadBalancer one that allocates node ports.
+func unallocated(svc *v1.Service) []svcproxy.Warning {
+	report := svcproxy.Reporter{Kind: "Service", Namespace: svc.Namespace, Name: svc.Name}
+	spec := &svc.Spec
+	if len(spec.Ports) == 0 && spec.ClusterIP != v1.ClusterIPNone && spec.Type != v1.ServiceTypeExternalName {
+		report.Warnf("no ports: nothing is served")
+	}
+	allocates := spec.Type == v1.ServiceTypeNodePort ||
+		spec.Type == v1.ServiceTypeLoadBalancer && (spec.AllocateLoadBalancerNodePorts == nil || *spec.AllocateLoadBalancerNodePorts)
+	for _, p := range spec.Ports {
+		if allocates && p.NodePort == 0 {
+			report.Warnf("port %q: type %s without a nodePort: no node port is served", p.Name, spec.Type)
+		}
+	}
+	return report.Warnings
 }
 
 // oneLine flattens an error message onto one line.

@@ -11,15 +11,19 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/manifests"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/state"
 )
 
 // names lists the objects read, in order, as "Kind namespace/name" (or
 // "Node name").
-func names(o *manifests.Objects) []string {
+func names(o *state.Objects) []string {
 	if o == nil {
 		return nil
 	}
@@ -156,6 +160,17 @@ func TestParse(t *testing.T) {
 		input:        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: List\n  items:\n" + indent(indentItem(svcWeb)),
 		wantWarnings: []string{`List "": apiVersion "v1" kind "List" is not read: skipped`},
 	}, {
+		name: "what an API server fills in and a file leaves out",
+		input: "apiVersion: v1\nkind: Service\nmetadata: {name: none, namespace: ns}\nspec: {clusterIP: 198.19.0.1}\n---\n" +
+			"apiVersion: v1\nkind: Service\nmetadata: {name: np, namespace: ns}\nspec: {type: NodePort, clusterIP: 198.19.0.2, ports: [{name: http, port: 80}, {name: set, port: 81, nodePort: 30081}]}\n---\n" +
+			"apiVersion: v1\nkind: Service\nmetadata: {name: lb, namespace: ns}\nspec: {type: LoadBalancer, allocateLoadBalancerNodePorts: false, clusterIP: 198.19.0.3, ports: [{port: 80}]}\n---\n" +
+			"apiVersion: v1\nkind: Service\nmetadata: {name: headless, namespace: ns}\nspec: {clusterIP: None}\n",
+		want: []string{"Service ns/none", "Service ns/np", "Service ns/lb", "Service ns/headless"},
+		wantWarnings: []string{
+			`Service ns/none: no ports: nothing is served`,
+			`Service ns/np: port "http": type NodePort without a nodePort: no node port is served`,
+		},
+	}, {
 		name:         "unknown kind",
 		input:        configMap + "---\n" + svcWeb,
 		want:         []string{"Service ns/web"},
@@ -207,7 +222,9 @@ func indentItem(doc string) string {
 
 // The objects are decoded whole, with the API's field names.
 func TestParseDecodes(t *testing.T) {
-	objs, _, err := manifests.Parse([]byte(svcWeb + "---\n" + sliceWeb + "---\n" + nodeA))
+	must := warnings.Must(t)
+	cidrs := "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {name: kubernetes}\nspec: {cidrs: [198.19.0.0/16]}\n"
+	objs, warnings, err := manifests.Parse([]byte(svcWeb + "---\n" + sliceWeb + "---\n" + nodeA + "---\n" + cidrs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,13 +252,31 @@ func TestParseDecodes(t *testing.T) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{"topology.kubernetes.io/zone": "z1"}},
 	}
-	want := &manifests.Objects{
+	wantCIDR := &networkingv1.ServiceCIDR{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "ServiceCIDR"},
+		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"198.19.0.0/16"}},
+	}
+	want := &state.Objects{
 		Services:       []*v1.Service{wantSvc},
 		EndpointSlices: []*discovery.EndpointSlice{wantSlice},
 		Nodes:          []*v1.Node{wantNode},
+		ServiceCIDRs:   []*networkingv1.ServiceCIDR{wantCIDR},
 	}
 	if diff := cmp.Diff(want, objs); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if len(warnings) != 0 {
+		t.Errorf("warnings: %v", warnings)
+	}
+	// What Parse gives is what a State takes, as it is.
+	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol}, "node-a", servicemap.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must.None(st.Replace(*objs))
+	if snap := st.Snapshot(); snap.Node.Zone != "z1" || len(snap.ServiceCIDRs) != 1 {
+		t.Errorf("State after Replace: node %+v, ServiceCIDRs %v", snap.Node, snap.ServiceCIDRs)
 	}
 }
 

@@ -3,6 +3,7 @@ package manifests
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -13,14 +14,15 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/state"
 )
 
 // Input is one read of a manifests path by a Watcher.
 type Input struct {
-	Objects  *Objects
+	Objects  *state.Objects
 	Warnings []svcproxy.Warning
-	// PerFile is the number of objects (Services, EndpointSlices and
-	// Nodes) read from each file, by base name. A file that holds none
+	// PerFile is the number of objects (Services, EndpointSlices, Nodes
+	// and ServiceCIDRs) read from each file, by base name. A file that holds none
 	// is present with 0.
 	PerFile map[string]int
 }
@@ -74,7 +76,7 @@ type Watcher struct {
 type fileRead struct {
 	stat     string   // its size and modification time
 	hash     [32]byte // its contents
-	objs     *Objects
+	objs     *state.Objects
 	warnings []svcproxy.Warning
 	err      error // why it could not be parsed; objs is nil then
 }
@@ -93,6 +95,9 @@ func NewWatcher(path string, settle time.Duration) *Watcher {
 // that sees the same signature. Poll takes the time so that callers and
 // tests choose the clock; successive calls must not go back in time.
 func (w *Watcher) Poll(now time.Time) bool {
+	if w == nil {
+		return false
+	}
 	sig := signature(w.path)
 	if !w.seenOnce || sig != w.seen {
 		w.seen, w.seenSince, w.seenOnce = sig, now, true
@@ -109,6 +114,9 @@ func (w *Watcher) Poll(now time.Time) bool {
 // their error once. An error names the file and, where it can, the object,
 // as Load's does; nothing of a broken input is returned.
 func (w *Watcher) Read() (*Input, error) {
+	if w == nil {
+		return nil, errors.New("manifests: nil Watcher")
+	}
 	if !w.seenOnce {
 		w.seen, w.seenOnce = signature(w.path), true
 	}
@@ -142,14 +150,15 @@ func (w *Watcher) Read() (*Input, error) {
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	in := &Input{Objects: &Objects{}, PerFile: map[string]int{}}
+	in := &Input{Objects: &state.Objects{}, PerFile: map[string]int{}}
 	for _, f := range files {
 		r := reads[f]
 		in.Objects.Services = append(in.Objects.Services, r.objs.Services...)
 		in.Objects.EndpointSlices = append(in.Objects.EndpointSlices, r.objs.EndpointSlices...)
 		in.Objects.Nodes = append(in.Objects.Nodes, r.objs.Nodes...)
+		in.Objects.ServiceCIDRs = append(in.Objects.ServiceCIDRs, r.objs.ServiceCIDRs...)
 		in.Warnings = append(in.Warnings, r.warnings...)
-		in.PerFile[filepath.Base(f)] = len(r.objs.Services) + len(r.objs.EndpointSlices) + len(r.objs.Nodes)
+		in.PerFile[filepath.Base(f)] = len(r.objs.Services) + len(r.objs.EndpointSlices) + len(r.objs.Nodes) + len(r.objs.ServiceCIDRs)
 	}
 	return in, nil
 }
@@ -218,6 +227,12 @@ func readLimited(f string, limit int64) ([]byte, error) {
 // only the changes since; one that did not gets its first Input after the
 // settle interval.
 func (w *Watcher) Watch(ctx context.Context, poll time.Duration, onInput func(*Input), onError func(error)) {
+	if w == nil || poll <= 0 {
+		if onError != nil {
+			onError(fmt.Errorf("manifests: Watch of a nil Watcher, or a poll interval of %v", poll))
+		}
+		return
+	}
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for {
@@ -230,9 +245,9 @@ func (w *Watcher) Watch(ctx context.Context, poll time.Duration, onInput func(*I
 			continue
 		}
 		switch in, err := w.Read(); {
-		case err != nil:
+		case err != nil && onError != nil:
 			onError(err)
-		case in != nil:
+		case err == nil && in != nil && onInput != nil:
 			onInput(in)
 		}
 	}

@@ -47,7 +47,7 @@
 //
 // Package nftables/flat is a second layout of the same rules (table
 // svcproxy-flat), for scale: per Service port state only in sets and maps.
-// The two packages share the typed model of a table, the netlink encoders
+// The two packages share the typed model of a table, the netlink encoder
 // and the executors' mechanics (nftables/internal/...), not each other's
 // code: a proxy picks one package's Executor.
 //

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -21,14 +22,15 @@ import (
 // exampleRuleset builds the Ruleset of one Service, default/web
 // (198.19.0.10:80), with the given pod IPs as endpoints on port 8080.
 func exampleRuleset(pods ...string) *ruleset.Ruleset {
+	must := warnings.Must(warnings.Example)
 	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	svcs.Update(&v1.Service{
+	must.Used(svcs.Update(&v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
 		Spec: v1.ServiceSpec{
 			ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"},
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}},
 		},
-	})
+	}))
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	port, name := int32(8080), "http"
 	es := &discovery.EndpointSlice{
@@ -39,7 +41,7 @@ func exampleRuleset(pods ...string) *ruleset.Ruleset {
 	for _, ip := range pods {
 		es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{ip}})
 	}
-	eps.Update(es)
+	must.Used(eps.Update(es))
 	b, err := ruleset.NewBuilder(ruleset.Config{
 		Family:       v1.IPv4Protocol,
 		Node:         topology.Node{Name: "node-a"},
@@ -50,7 +52,8 @@ func exampleRuleset(pods ...string) *ruleset.Ruleset {
 	}
 	s, _ := svcs.Snapshot()
 	e, _ := eps.Snapshot()
-	rs, _ := b.Build(s, e)
+	rs, ws := b.Build(s, e)
+	must.None(ws)
 	return rs
 }
 
@@ -65,10 +68,11 @@ func grep(s, sub string) {
 
 // Script renders the whole table as an nft script, as a dry run prints it.
 func ExampleScript() {
-	script, _, err := nftables.Script(exampleRuleset("198.18.64.2", "198.18.65.2"), nftables.Options{})
+	script, res, err := nftables.Script(exampleRuleset("198.18.64.2", "198.18.65.2"), nftables.Options{})
 	if err != nil {
 		panic(err)
 	}
+	warnings.None(warnings.Example, res.Warnings)
 	grep(script, "default/web")
 	// Output:
 	// add chain ip kube-proxy service-SUSTUHLJ-default/web/tcp/http

@@ -18,7 +18,10 @@ import (
 // The zero value renders kube-proxy's table.
 type Options struct {
 	// Table is the name of the table; "" means DefaultTable. A proxy that
-	// runs beside kube-proxy picks another name.
+	// runs beside kube-proxy picks another name. A name must be an nft
+	// identifier that needs no quoting: a letter or '_', then letters,
+	// digits and '_', '-', '.' or '/', shorter than knftables.NameLengthMax;
+	// the renderers and NewExecutor refuse any other.
 	Table string
 }
 

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -223,10 +224,11 @@ func TestNamesMatchKubeProxy(t *testing.T) {
 // that nft would have to quote is refused.
 func TestScript(t *testing.T) {
 	c := goldenCases[0]
-	script, _, err := nftables.Script(c.ruleset(t), c.opts)
+	script, res, err := nftables.Script(c.ruleset(t), c.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	warnings.None(t, res.Warnings)
 	if !strings.HasPrefix(script, "add table ip kube-proxy { comment \"rules for kube-proxy\" ; }\n") {
 		t.Errorf("script starts with %q", strings.SplitN(script, "\n", 2)[0])
 	}

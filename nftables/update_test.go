@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -25,6 +26,7 @@ import (
 func BenchmarkUpdateRenderChanges(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000, 30000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			must := warnings.Must(b)
 			spec := scalegen.Spec{Services: n}
 			svcs, eps := scaleworld.Trackers(spec)
 			builder, err := ruleset.NewBuilder(scaleworld.Config())
@@ -33,14 +35,15 @@ func BenchmarkUpdateRenderChanges(b *testing.B) {
 			}
 			ss, _ := svcs.Snapshot()
 			es, _ := eps.Snapshot()
-			rs, _ := builder.Build(ss, es)
+			rs, ws := builder.Build(ss, es)
+			warnings.None(b, ws)
 			rs.ServicesAt(ruleset.Frontend{}) // index it now, not in the first Update
 			// Service n−50 (a plain TCP ClusterIP Service at every
 			// size), its endpoints in two versions that the loop
 			// alternates.
 			var snaps [2]endpoints.Snapshot
 			for v := range snaps {
-				eps.Update(spec.ChangedSlice(n-50, v+1))
+				must.Used(eps.Update(spec.ChangedSlice(n-50, v+1)))
 				snaps[v], _ = eps.Snapshot()
 			}
 			fake := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable)
@@ -49,7 +52,8 @@ func BenchmarkUpdateRenderChanges(b *testing.B) {
 			b.ResetTimer()
 			cpu0 := cpuTime()
 			for i := 0; b.Loop(); i++ {
-				next, ch, _ := builder.Update(rs, ss, snaps[i%2])
+				next, ch, ws := builder.Update(rs, ss, snaps[i%2])
+				warnings.None(b, ws)
 				tx := fake.NewTransaction()
 				if _, err := nftables.RenderChanges(tx, rs, next, nftables.Options{}, nil); err != nil {
 					b.Fatal(err)
@@ -82,6 +86,7 @@ func cpuTime() int64 {
 // Services (Service n−50 of each, a plain TCP ClusterIP Service: its chain
 // names differ, so compare the kinds of operations).
 func TestUpdateRenderChangesSizeIndependent(t *testing.T) {
+	must := warnings.Must(t)
 	if testing.Short() {
 		t.Skip("builds a 3,000-Service ruleset")
 	}
@@ -95,10 +100,12 @@ func TestUpdateRenderChangesSizeIndependent(t *testing.T) {
 		}
 		ss, _ := svcs.Snapshot()
 		es, _ := eps.Snapshot()
-		rs, _ := builder.Build(ss, es)
-		eps.Update(spec.ChangedSlice(n-50, 1))
+		rs, ws := builder.Build(ss, es)
+		warnings.None(t, ws)
+		must.Used(eps.Update(spec.ChangedSlice(n-50, 1)))
 		es, _ = eps.Snapshot()
-		next, _, _ := builder.Update(rs, ss, es)
+		next, _, ws := builder.Update(rs, ss, es)
+		warnings.None(t, ws)
 		tx := knftables.NewFake(knftables.IPv4Family, nftables.DefaultTable).NewTransaction()
 		if _, err := nftables.RenderChanges(tx, rs, next, nftables.Options{}, nil); err != nil {
 			t.Fatal(err)

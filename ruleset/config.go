@@ -1,6 +1,7 @@
 package ruleset
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"net/netip"
@@ -58,16 +59,31 @@ type Config struct {
 	ComputeHints bool
 }
 
+// ErrConfig is wrapped by every error about an invalid Config: a
+// configuration error, which retrying with the same Config does not cure.
+var ErrConfig = errors.New("ruleset config")
+
 // Mark is the masquerade mark in effect.
 func (c *Config) Mark() uint32 {
-	if c.MasqueradeMark == 0 {
+	if c == nil || c.MasqueradeMark == 0 {
 		return DefaultMasqueradeMark
 	}
 	return c.MasqueradeMark
 }
 
-// Validate reports the first thing wrong with c.
+// Validate reports the first thing wrong with c (a nil Config has no
+// Family), as an error that wraps ErrConfig.
 func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	if c == nil {
+		return errors.New("no Config")
+	}
 	if c.Family != v1.IPv4Protocol && c.Family != v1.IPv6Protocol {
 		return fmt.Errorf("unknown IP family %q", c.Family)
 	}

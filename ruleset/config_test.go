@@ -174,7 +174,17 @@ func TestServicePortIsTheSnapshotsUnlessChanged(t *testing.T) {
 		// Local from the Service as a whole, with no IPv4 external frontend.
 		service("ns", "other", "198.19.0.13", externalIPs("2001:db8::6"), eTPLocal),
 	}, nil)
-	rs, _ := b.Build(ss, es)
+	rs, ws := b.Build(ss, es)
+	var got []string
+	for _, w := range ws {
+		got = append(got, w.String())
+	}
+	if diff := cmp.Diff([]string{
+		"Service ns/none: externalIP 203.0.113.6 is not allowed: not served",
+		"Service ns/some: externalIP 203.0.113.5 is not allowed: not served",
+	}, got); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
 	for _, tc := range []struct {
 		name    string
 		shared  bool

@@ -22,7 +22,7 @@ func (c Changes) Empty() bool {
 }
 
 // Diff compares old and new. A nil old counts as an empty Ruleset with the
-// same Config as new.
+// same Config as new, and a nil new as an empty one with old's Config.
 //
 // When one of the two was made from the other by Builder.Update (directly,
 // or through a chain of at most maxChain Updates whose intermediate Rulesets
@@ -32,6 +32,9 @@ func (c Changes) Empty() bool {
 func Diff(old, new *Ruleset) Changes {
 	if old == new {
 		return Changes{}
+	}
+	if new == nil {
+		new = &Ruleset{config: old.config}
 	}
 	var ch Changes
 	var before []*Service

@@ -13,8 +13,11 @@
 // traffic is masqueraded (ClusterIPMasquerade, ExternalTraffic) and which
 // is short-circuited to the cluster targets; and, for a destination that
 // several ports claim, which one owns it (Ruleset.Owner). Every decision
-// is made there: Ruleset.Decide reads them for one flow, and the iptables
-// and nftables packages only translate them into rules. A data plane that
+// is made there: Ruleset.Decide reads them for one flow, the whole answer
+// for its client (source-range firewall, targets with their shares,
+// masquerade, short-circuit, hairpin), with Ruleset.ClientOf for a client
+// of each Origin (outside, a pod, the node); the iptables and nftables
+// packages only translate them into rules. A data plane that
 // picks targets itself, flow by flow, lists what it serves with
 // Ruleset.ServedFrontends and picks with Ruleset.Choose (firewall, origin
 // and ClientIP affinity included; Pick, for the shares alone). The
@@ -24,7 +27,7 @@
 // rebuilding only the ServicePorts that differ between the snapshots the
 // previous Ruleset was built from and the new ones, in time proportional to
 // the change (times log n): the snapshots are persistent maps that share
-// every unchanged entry, and a Ruleset is a persistent tree that shares every
+// every unchanged entry, and a Ruleset is a persistent map that shares every
 // unchanged Service with the one it was made from. The caller passes no list
 // of changes, so none can be missed: Update always equals Build.
 //

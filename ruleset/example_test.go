@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
@@ -63,11 +64,12 @@ func printTargets(kind string, ts []ruleset.Target) {
 // A NodePort Service with externalTrafficPolicy Local and three endpoints,
 // one on this node, and a Service with no endpoints, built for node-a.
 func ExampleBuilder_Build() {
+	must := warnings.Must(warnings.Example)
 	services := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	services.Update(exampleService("shop", "198.19.0.20", 30080, v1.ServiceExternalTrafficPolicyLocal))
-	services.Update(exampleService("empty", "198.19.0.40", 0, ""))
+	must.Used(services.Update(exampleService("shop", "198.19.0.20", 30080, v1.ServiceExternalTrafficPolicyLocal)))
+	must.Used(services.Update(exampleService("empty", "198.19.0.40", 0, "")))
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-	eps.Update(exampleSlice("shop", "198.18.2.3", "node-b", "198.18.1.7", "node-a", "198.18.2.4", "node-b"))
+	must.Used(eps.Update(exampleSlice("shop", "198.18.2.3", "node-b", "198.18.1.7", "node-a", "198.18.2.4", "node-b")))
 
 	b, err := ruleset.NewBuilder(ruleset.Config{
 		Family: v1.IPv4Protocol,
@@ -98,6 +100,7 @@ func ExampleBuilder_Build() {
 // Diff tells a backend which ServicePorts to rewrite after a change: here one
 // endpoint of demo/web went away and demo/api is new.
 func ExampleDiff() {
+	must := warnings.Must(warnings.Example)
 	services := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	b, err := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol, Node: topology.Node{Name: "node-a"}})
@@ -107,18 +110,19 @@ func ExampleDiff() {
 	build := func() *ruleset.Ruleset {
 		svcSnap, _ := services.Snapshot()
 		epSnap, _ := eps.Snapshot()
-		rs, _ := b.Build(svcSnap, epSnap)
+		rs, ws := b.Build(svcSnap, epSnap)
+		must.None(ws)
 		return rs
 	}
 
-	services.Update(exampleService("web", "198.19.0.10", 0, ""))
-	services.Update(exampleService("db", "198.19.0.12", 0, ""))
-	eps.Update(exampleSlice("web", "198.18.1.1", "node-a", "198.18.2.1", "node-b"))
+	must.Used(services.Update(exampleService("web", "198.19.0.10", 0, "")))
+	must.Used(services.Update(exampleService("db", "198.19.0.12", 0, "")))
+	must.Used(eps.Update(exampleSlice("web", "198.18.1.1", "node-a", "198.18.2.1", "node-b")))
 	first := build()
 	fmt.Printf("first sync: %+v\n", ruleset.Diff(nil, first))
 
-	services.Update(exampleService("api", "198.19.0.11", 0, ""))
-	eps.Update(exampleSlice("web", "198.18.1.1", "node-a"))
+	must.Used(services.Update(exampleService("api", "198.19.0.11", 0, "")))
+	must.Used(eps.Update(exampleSlice("web", "198.18.1.1", "node-a")))
 	second := build()
 	ch := ruleset.Diff(first, second)
 	fmt.Println("added:", ch.Added)

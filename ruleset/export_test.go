@@ -8,6 +8,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -28,7 +29,7 @@ func SharedDestinationsSplit(r *Ruleset, k int) []Frontend {
 // ServicesAt does on first use, and returns its number of destinations.
 func FrontendIndexLen(r *Ruleset) int {
 	svcs := r.Services()
-	return buildIndex(svcs, destRanges(svcs)).len
+	return buildIndex(svcs, destRanges(svcs)).Len()
 }
 
 // IndexEntry is an entry of a Ruleset's Frontend index: a destination and
@@ -43,23 +44,28 @@ type IndexEntry struct {
 func IndexSplit(r *Ruleset, k int) []IndexEntry {
 	svcs := r.Services()
 	var out []IndexEntry
-	buildIndex(svcs, parallel.Split(len(svcs), k)).all(func(e frontendNames) bool {
-		out = append(out, IndexEntry{e.f, e.names})
+	buildIndex(svcs, parallel.Split(len(svcs), k)).All(func(f Frontend, names []servicemap.PortName) bool {
+		out = append(out, IndexEntry{f, names})
 		return true
 	})
 	return out
 }
 
-// CheckInvariants reports what is wrong with the structure of r: its tree
-// unbalanced or out of order, its Frontend index different from the one
-// Build would make, Services not sorted.
+// CheckInvariants reports what is wrong with the structure of r: its maps
+// out of order, a Service under another's name, its Frontend index
+// different from the one Build would make, Services not sorted. (The maps'
+// own structure is internal/cowmap's to check.)
 func CheckInvariants(r *Ruleset) error {
-	if err := checkTree(r.services.root, r.services.len, func(*Service) error { return nil }); err != nil {
+	if err := checkOrder(r.services, func(name servicemap.PortName, s *Service) error {
+		if s.Name != name {
+			return fmt.Errorf("Service %v under %v", s.Name, name)
+		}
+		return nil
+	}); err != nil {
 		return fmt.Errorf("services: %w", err)
 	}
 	idx := r.index()
-	if err := checkTree(idx.root, idx.len, func(e frontendNames) error {
-		f, names := e.f, e.names
+	if err := checkOrder(idx, func(f Frontend, names []servicemap.PortName) error {
 		if len(names) == 0 || !slices.IsSortedFunc(names, servicemap.PortName.Compare) || len(slices.Compact(slices.Clone(names))) != len(names) {
 			return fmt.Errorf("frontend %v: names %v not sorted, unique and not empty", f, names)
 		}
@@ -72,13 +78,13 @@ func CheckInvariants(r *Ruleset) error {
 		return fmt.Errorf("Services() not sorted or not Len() long")
 	}
 	want := map[Frontend][]servicemap.PortName{}
-	buildIndex(all, [][2]int{{0, len(all)}}).all(func(e frontendNames) bool {
-		want[e.f] = e.names
+	buildIndex(all, [][2]int{{0, len(all)}}).All(func(f Frontend, names []servicemap.PortName) bool {
+		want[f] = names
 		return true
 	})
 	got := map[Frontend][]servicemap.PortName{}
-	idx.all(func(e frontendNames) bool {
-		got[e.f] = e.names
+	idx.All(func(f Frontend, names []servicemap.PortName) bool {
+		got[f] = names
 		return true
 	})
 	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b Frontend) bool { return a == b })); diff != "" {
@@ -87,46 +93,24 @@ func CheckInvariants(r *Ruleset) error {
 	return nil
 }
 
-// checkTree checks the AVL invariants of the tree under n, its size, and
-// each entry with check.
-func checkTree[K keyed[K], V entry[K]](n *node[K, V], size int, check func(V) error) error {
-	count := 0
+// checkOrder checks that m yields its keys in increasing order, Len of
+// them, and each entry with check.
+func checkOrder[K cowmap.Key[K], V any](m cowmap.Map[K, V], check func(K, V) error) error {
+	var err error
 	var prev *K
-	var rec func(n *node[K, V]) (int8, error)
-	rec = func(n *node[K, V]) (int8, error) {
-		if n == nil {
-			return 0, nil
-		}
-		hl, err := rec(n.left)
-		if err != nil {
-			return 0, err
-		}
-		k := n.val.key()
+	count := 0
+	m.All(func(k K, v V) bool {
 		if prev != nil && (*prev).Compare(k) >= 0 {
-			return 0, fmt.Errorf("key %v after %v", k, *prev)
+			err = fmt.Errorf("key %v after %v", k, *prev)
+			return false
 		}
 		prev = &k
 		count++
-		if err := check(n.val); err != nil {
-			return 0, err
-		}
-		hr, err := rec(n.right)
-		if err != nil {
-			return 0, err
-		}
-		if hl-hr > 1 || hr-hl > 1 {
-			return 0, fmt.Errorf("node %v unbalanced: heights %d and %d", k, hl, hr)
-		}
-		if h := 1 + max(hl, hr); n.height != h {
-			return 0, fmt.Errorf("node %v: height %d, want %d", k, n.height, h)
-		}
-		return n.height, nil
+		err = check(k, v)
+		return err == nil
+	})
+	if err == nil && count != m.Len() {
+		err = fmt.Errorf("%d entries, length %d", count, m.Len())
 	}
-	if _, err := rec(n); err != nil {
-		return err
-	}
-	if count != size {
-		return fmt.Errorf("%d entries, length %d", count, size)
-	}
-	return nil
+	return err
 }

@@ -1,6 +1,7 @@
 package ruleset_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -124,7 +125,9 @@ func TestRestrictExternalIPsLeavesSnapshotAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	ss, es := snapshots(t, v1.IPv4Protocol, []*v1.Service{service("ns", "web", "198.19.0.10", externalIPs("203.0.113.5"))}, nil)
-	b.Build(ss, es)
+	if _, ws := b.Build(ss, es); len(ws) != 1 || !strings.Contains(ws[0].Reason, "externalIP 203.0.113.5 is not allowed") {
+		t.Errorf("warnings %v, want one about 203.0.113.5", ws)
+	}
 	sp, _ := ss.Get(webPort("ns", "web"))
 	if diff := cmp.Diff(addrs("203.0.113.5"), sp.ExternalIPs, cmpOpts); diff != "" {
 		t.Errorf("snapshot's ExternalIPs changed (-want +got):\n%s", diff)

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/internal/sorted"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -61,8 +62,12 @@ func (f Frontend) destination() Frontend {
 
 // Frontends returns the Frontends of s, sorted, each once: its cluster IP
 // as a whole, its cluster IP, external IPs and load-balancer IPs each with
-// its protocol and port, and its node port.
+// its protocol and port, and its node port; none for a Service without a
+// ServicePort.
 func (s *Service) Frontends() []Frontend {
+	if !s.valid() {
+		return nil
+	}
 	return s.AppendFrontends(make([]Frontend, 0, 3+len(s.ExternalIPs)+len(s.LoadBalancerIPs)))
 }
 
@@ -70,6 +75,9 @@ func (s *Service) Frontends() []Frontend {
 // to dst and returns the extended slice: a renderer that walks every
 // Service reuses one buffer.
 func (s *Service) AppendFrontends(dst []Frontend) []Frontend {
+	if !s.valid() {
+		return dst
+	}
 	start := len(dst)
 	dst = s.appendFrontends(dst)
 	fs := dst[start:]
@@ -149,6 +157,9 @@ func (r *Ruleset) Owner(f Frontend) (owner *Service, kind FrontendKind, ok bool)
 // Owns reports whether s, a Service of r, is the owner of f's destination
 // through a frontend of f's kind: whether a backend renders f for s.
 func (r *Ruleset) Owns(s *Service, f Frontend) bool {
+	if !s.valid() {
+		return false
+	}
 	if names := r.ServicesAt(f); len(names) == 1 && names[0] == s.Name {
 		kind, _ := s.kindAt(f.destination())
 		return kind == f.Kind
@@ -195,22 +206,17 @@ func (s *Service) takes(kind FrontendKind) bool {
 // takes O(n log n) to index them, sorting them in up to GOMAXPROCS
 // goroutines (the index is the same for every number).
 func (r *Ruleset) ServicesAt(f Frontend) []servicemap.PortName {
+	if r == nil {
+		return nil
+	}
 	idx := r.index()
-	e, _ := idx.get(f.destination())
-	return e.names
+	names, _ := idx.Get(f.destination())
+	return names
 }
 
 // frontendIndex maps each destination (a Frontend without its kind) to the
-// sorted names of the Service ports with a Frontend there.
-type frontendIndex = tree[Frontend, frontendNames]
-
-// frontendNames is an entry of a frontendIndex: never without names.
-type frontendNames struct {
-	f     Frontend
-	names []servicemap.PortName
-}
-
-func (e frontendNames) key() Frontend { return e.f }
+// sorted names of the Service ports with a Frontend there, never none.
+type frontendIndex = cowmap.Map[Frontend, []servicemap.PortName]
 
 // index returns the Frontend index of r, made on first use.
 func (r *Ruleset) index() frontendIndex {
@@ -380,14 +386,18 @@ func buildIndex(svcs []*Service, ranges [][2]int) frontendIndex {
 	// names has room for every entry, so that appending to it never
 	// moves it from under the groups' slices of it.
 	names := make([]servicemap.PortName, 0, n)
-	groups := make([]frontendNames, 0, n)
+	type group struct {
+		dest  Frontend
+		names []servicemap.PortName
+	}
+	groups := make([]group, 0, n)
 	var cur *Frontend
 	var last destEntry
 	start := 0
-	group := func() {
+	endGroup := func() {
 		if cur != nil {
 			// Capped, so that nothing appends into the next group's names.
-			groups = append(groups, frontendNames{*cur, names[start:len(names):len(names)]})
+			groups = append(groups, group{*cur, names[start:len(names):len(names)]})
 		}
 	}
 	eachDestination(runs, func(d *Frontend, e destEntry) {
@@ -395,14 +405,20 @@ func buildIndex(svcs []*Service, ranges [][2]int) frontendIndex {
 		case cur != nil && *d == *cur && e.svc == last.svc:
 			return // the Service's second frontend there
 		case cur == nil || *d != *cur:
-			group()
+			endGroup()
 			cur, start = d, len(names)
 		}
 		names = append(names, svcs[e.svc].Name)
 		last = e
 	})
-	group()
-	return treeFromSorted(groups)
+	endGroup()
+	return cowmap.FromSorted(func(yield func(Frontend, []servicemap.PortName) bool) {
+		for _, g := range groups {
+			if !yield(g.dest, g.names) {
+				return
+			}
+		}
+	})
 }
 
 // moveFrontends returns idx with name taken off the destinations of before
@@ -433,22 +449,22 @@ func sameFrontends(a, b *Service) bool {
 }
 
 func withName(idx frontendIndex, f Frontend, name servicemap.PortName) frontendIndex {
-	e, _ := idx.get(f)
-	i, found := slices.BinarySearchFunc(e.names, name, servicemap.PortName.Compare)
+	names, _ := idx.Get(f)
+	i, found := slices.BinarySearchFunc(names, name, servicemap.PortName.Compare)
 	if found {
 		return idx
 	}
-	return idx.with(frontendNames{f, slices.Concat(e.names[:i], []servicemap.PortName{name}, e.names[i:])})
+	return idx.With(f, slices.Concat(names[:i], []servicemap.PortName{name}, names[i:]))
 }
 
 func withoutName(idx frontendIndex, f Frontend, name servicemap.PortName) frontendIndex {
-	e, _ := idx.get(f)
-	i, found := slices.BinarySearchFunc(e.names, name, servicemap.PortName.Compare)
+	names, _ := idx.Get(f)
+	i, found := slices.BinarySearchFunc(names, name, servicemap.PortName.Compare)
 	switch {
 	case !found:
 		return idx
-	case len(e.names) == 1:
-		return idx.without(f)
+	case len(names) == 1:
+		return idx.Without(f)
 	}
-	return idx.with(frontendNames{f, slices.Concat(e.names[:i], e.names[i+1:])})
+	return idx.With(f, slices.Concat(names[:i], names[i+1:]))
 }

@@ -38,10 +38,12 @@ func feed(family v1.IPFamily, events []event) (servicemap.Snapshot, endpoints.Sn
 	et := endpoints.NewTracker(family, servicemap.Filter{})
 	for _, ev := range events {
 		switch {
+		// Random events hold malformed objects on purpose: their
+		// warnings are servicemap's and endpoints' to check.
 		case ev.Svc != nil:
-			st.Update(ev.Svc)
+			_, _ = st.Update(ev.Svc)
 		case ev.ES != nil:
-			et.Update(ev.ES)
+			_, _ = et.Update(ev.ES)
 		case ev.IsSlice:
 			et.Delete(ev.Key.Namespace, ev.Key.Name)
 		default:

@@ -132,7 +132,10 @@ func TestNodeAddressesAreAccepted(t *testing.T) {
 		{Type: v1.NodeExternalIP, Address: "nope"},
 	}}}
 	for _, f := range []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol} {
-		got, _ := ruleset.NodeAddresses(n, f)
+		got, ws := ruleset.NodeAddresses(n, f)
+		if len(got)+len(ws) != len(n.Status.Addresses) {
+			t.Errorf("%s: warnings %v, want one for each address not taken", f, ws)
+		}
 		if len(got) != 2 {
 			t.Errorf("%s: %v, want two addresses", f, got)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
@@ -66,19 +67,19 @@ type Target struct {
 
 // Probability is the exact probability with which target i of a list of n
 // targets is picked when a walk of the list reaches it: 1/(n−i), so 1 for
-// the last. It panics unless 0 ≤ i < n.
+// the last; 0 when i is not a target of the list (i < 0 or i ≥ n).
 func Probability(i, n int) *big.Rat {
 	if i < 0 || i >= n {
-		panic(fmt.Sprintf("ruleset.Probability: target %d of %d", i, n))
+		return new(big.Rat)
 	}
 	return big.NewRat(1, int64(n-i))
 }
 
 // Share is the exact fraction of new flows that each target of a list of
-// n targets receives: 1/n. It panics unless n > 0.
+// n targets receives: 1/n; 0 for an empty list (n ≤ 0).
 func Share(n int) *big.Rat {
 	if n <= 0 {
-		panic(fmt.Sprintf("ruleset.Share: %d targets", n))
+		return new(big.Rat)
 	}
 	return big.NewRat(1, int64(n))
 }
@@ -87,7 +88,9 @@ func Share(n int) *big.Rat {
 // servicemap snapshot's own, which must not be modified; or, where Config
 // restricts its ExternalIPs or it has no external frontend left for an
 // ExternalPolicyLocal to apply to, a copy with those changed. A Service
-// comes from a Ruleset: its ServicePort is never nil there.
+// comes from a Ruleset: its ServicePort is never nil there. A nil Service,
+// or one without a ServicePort, has no frontend and no target: its methods
+// say so rather than panic.
 type Service struct {
 	*servicemap.ServicePort
 	// Internal is where traffic to the cluster IP goes: RouteCluster,
@@ -133,25 +136,26 @@ type Service struct {
 	FirewallAllowsNode bool
 }
 
-func (s *Service) key() portKey { return portKey(s.Name) }
-
-// portKey is a PortName as the key of the tree of Services.
-type portKey servicemap.PortName
-
-func (a portKey) Compare(b portKey) int {
-	return servicemap.PortName(a).Compare(servicemap.PortName(b))
-}
+// valid reports whether s is a Service with a ServicePort.
+func (s *Service) valid() bool { return s != nil && s.ServicePort != nil }
 
 // UsesFirewall reports whether load-balancer traffic must pass the
 // source-range firewall before reaching External.
 func (s *Service) UsesFirewall() bool {
+	if !s.valid() {
+		return false
+	}
 	return len(s.LoadBalancerSourceRanges) > 0 && len(s.LoadBalancerIPs) > 0
 }
 
 // Equal reports whether two Services would render the same rules and spare
 // the same conntrack entries, under one Config: ClusterIPMasquerade, which
-// comes from the Config alone, is not compared.
+// comes from the Config alone, is not compared. Services without a
+// ServicePort (nil ones too) are equal to each other only.
 func (s *Service) Equal(o *Service) bool {
+	if !s.valid() || !o.valid() {
+		return s.valid() == o.valid()
+	}
 	return (s.ServicePort == o.ServicePort || s.ServicePort.Equal(o.ServicePort)) &&
 		s.Internal == o.Internal && s.External == o.External &&
 		s.ExternalTraffic == o.ExternalTraffic &&
@@ -162,9 +166,10 @@ func (s *Service) Equal(o *Service) bool {
 }
 
 // Ruleset is the desired state of one IP family. It is immutable, and safe
-// for concurrent use.
+// for concurrent use. A nil Ruleset, like the zero one, is empty: it has no
+// Service and the zero Config, and every method says so.
 //
-// Its Services are held in a persistent balanced tree keyed by PortName, with
+// Its Services are held in a persistent ordered map keyed by PortName, with
 // an index of the Service ports on each Frontend beside it: Builder.Update
 // makes a new Ruleset from an old one in time proportional to the change
 // (times log n), sharing everything else with it. The sorted list that
@@ -172,7 +177,7 @@ func (s *Service) Equal(o *Service) bool {
 // the Frontend index is made once, on first use, for Rulesets made by Build.
 type Ruleset struct {
 	config   Config
-	services tree[portKey, *Service]
+	services cowmap.Map[servicemap.PortName, *Service]
 	// sorted caches Services, frontends the Frontend index.
 	sorted    atomic.Pointer[[]*Service]
 	frontends atomic.Pointer[frontendIndex]
@@ -198,6 +203,9 @@ type snapshots struct {
 // Config is the Config the Ruleset was built with. Its slices are copies:
 // changing them does not change the Ruleset.
 func (r *Ruleset) Config() Config {
+	if r == nil {
+		return Config{}
+	}
 	cfg := r.config
 	cfg.ClusterCIDRs = slices.Clone(cfg.ClusterCIDRs)
 	cfg.AllowedExternalIPs = slices.Clone(cfg.AllowedExternalIPs)
@@ -210,11 +218,14 @@ func (r *Ruleset) Config() Config {
 // the Services may be modified. The first call on a Ruleset made by Update
 // takes O(n) time; later calls return the same slice.
 func (r *Ruleset) Services() []*Service {
+	if r == nil {
+		return nil
+	}
 	if p := r.sorted.Load(); p != nil {
 		return *p
 	}
-	all := make([]*Service, 0, r.services.len)
-	r.services.all(func(s *Service) bool {
+	all := make([]*Service, 0, r.services.Len())
+	r.services.All(func(_ servicemap.PortName, s *Service) bool {
 		all = append(all, s)
 		return true
 	})
@@ -225,23 +236,34 @@ func (r *Ruleset) Services() []*Service {
 }
 
 // Len is the number of Services.
-func (r *Ruleset) Len() int { return r.services.len }
+func (r *Ruleset) Len() int {
+	if r == nil {
+		return 0
+	}
+	return r.services.Len()
+}
 
 // Service returns the Service called name, in O(log n) time.
 func (r *Ruleset) Service(name servicemap.PortName) (*Service, bool) {
-	return r.services.get(portKey(name))
+	if r == nil {
+		return nil, false
+	}
+	return r.services.Get(name)
 }
 
-// Builder builds Rulesets for one Config.
+// Builder builds Rulesets for one Config. Make one with NewBuilder: a nil or
+// zero Builder has no valid Config, and builds nothing (the nil Ruleset,
+// which is empty).
 type Builder struct {
 	config Config
 }
 
-// NewBuilder checks cfg and returns a Builder for it. Prefixes are masked
+// NewBuilder checks cfg and returns a Builder for it; an invalid cfg is an
+// error that wraps ErrConfig (Config.Validate). Prefixes are masked
 // ("10.0.0.1/8" becomes "10.0.0.0/8"), so equal networks make equal Configs.
 func NewBuilder(cfg Config) (*Builder, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("ruleset config: %w", err)
+		return nil, err
 	}
 	cfg.ClusterCIDRs = masked(cfg.ClusterCIDRs)
 	cfg.AllowedExternalIPs = masked(cfg.AllowedExternalIPs)
@@ -249,6 +271,9 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	cfg.NodePortAddresses = slices.Clone(cfg.NodePortAddresses)
 	return &Builder{config: cfg}, nil
 }
+
+// valid reports whether NewBuilder made b.
+func (b *Builder) valid() bool { return b != nil && b.config.Validate() == nil }
 
 func masked(prefixes []netip.Prefix) []netip.Prefix {
 	out := make([]netip.Prefix, len(prefixes))
@@ -270,6 +295,9 @@ const minBuildRange = 1024
 // in up to GOMAXPROCS goroutines; the Ruleset and the warnings, in their
 // order, are the same for every split. It writes nothing but the result.
 func (b *Builder) Build(services servicemap.Snapshot, eps endpoints.Snapshot) (*Ruleset, []svcproxy.Warning) {
+	if !b.valid() {
+		return nil, nil
+	}
 	return b.build(services, eps, func(n int) [][2]int { return parallel.Ranges(n, minBuildRange) })
 }
 
@@ -287,9 +315,20 @@ func (b *Builder) build(services servicemap.Snapshot, eps endpoints.Snapshot, sp
 		warnings[i] = b.buildRange(all[lo:hi], ports[lo:hi], eps)
 	})
 	all = slices.DeleteFunc(all, func(s *Service) bool { return s == nil })
-	rs := &Ruleset{config: b.config, services: treeFromSorted(all), source: snapshots{services, eps}}
+	rs := &Ruleset{config: b.config, services: byName(all), source: snapshots{services, eps}}
 	rs.sorted.Store(&all)
 	return rs, slices.Concat(warnings...)
+}
+
+// byName is the map of svcs, which are sorted by name, by name.
+func byName(svcs []*Service) cowmap.Map[servicemap.PortName, *Service] {
+	return cowmap.FromSorted(func(yield func(servicemap.PortName, *Service) bool) {
+		for _, s := range svcs {
+			if !yield(s.Name, s) {
+				return
+			}
+		}
+	})
 }
 
 // buildRange sets dst[i] to the Service of ports[i], or to nil when that
@@ -299,7 +338,7 @@ func (b *Builder) build(services servicemap.Snapshot, eps endpoints.Snapshot, sp
 // a few (slabs). An array stays alive while one of its Services does: a
 // Ruleset that Update made from this one, sharing some of its Services,
 // keeps those it replaced alive too, at most this Build's memory, as the
-// tree's nodes (treeFromSorted), which point at them, already do.
+// map's leaves (byName), which point at them, already do.
 func (b *Builder) buildRange(dst []*Service, ports []*servicemap.ServicePort, eps endpoints.Snapshot) []svcproxy.Warning {
 	svcs := make([]Service, len(ports))
 	var alloc slabs

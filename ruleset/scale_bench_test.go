@@ -7,6 +7,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -31,7 +32,8 @@ func BenchmarkScaleBuild(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				rs, _ := builder.Build(ss, es)
+				rs, ws := builder.Build(ss, es)
+				warnings.None(b, ws)
 				if len(rs.Services()) != n {
 					b.Fatal(len(rs.Services()))
 				}
@@ -81,7 +83,8 @@ func scaleRuleset(b *testing.B, n int) *ruleset.Ruleset {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rs, _ := builder.Build(ss, es)
+	rs, ws := builder.Build(ss, es)
+	warnings.None(b, ws)
 	return rs
 }
 

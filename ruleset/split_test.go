@@ -9,6 +9,7 @@ import (
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -90,19 +91,22 @@ func TestSplitScaleCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole, _ := ruleset.BuildSplit(b, ss, es, 1)
+	whole, ws := ruleset.BuildSplit(b, ss, es, 1)
+	warnings.None(t, ws)
 	if whole.Len() != spec.Services {
 		t.Fatalf("%d Services, want %d", whole.Len(), spec.Services)
 	}
 	// CheckInvariants compares the Frontend index, made as ServicesAt
 	// splits, with one made in one range.
-	rs, _ := b.Build(ss, es)
+	rs, ws := b.Build(ss, es)
+	warnings.None(t, ws)
 	checkBuilt(t, es, rs, whole, 0)
 	if diff := cmp.Diff(ruleset.SharedDestinationsSplit(whole, 1), rs.SharedDestinations(), cmpOpts); diff != "" {
 		t.Fatalf("SharedDestinations differ (-one range +default):\n%s", diff)
 	}
 	for _, k := range splits {
-		rs, _ := ruleset.BuildSplit(b, ss, es, k)
+		rs, ws := ruleset.BuildSplit(b, ss, es, k)
+		warnings.None(t, ws)
 		checkBuilt(t, es, rs, whole, k)
 		checkFrontendSplits(t, whole, k)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/topology"
 )
@@ -16,12 +17,13 @@ import (
 // measures the whole). The cluster is fed into trackers here rather than
 // through scaleworld, which imports this package.
 func BenchmarkScaleSpread(b *testing.B) {
+	must := warnings.Must(b)
 	spec := scalegen.Spec{Services: 10000}
 	st := servicemap.NewTracker(spec.Family(), servicemap.Filter{})
 	et := endpoints.NewTracker(spec.Family(), servicemap.Filter{})
 	for i := range spec.Services {
-		st.Update(spec.Service(i))
-		et.Update(spec.Slice(i))
+		must.Used(st.Update(spec.Service(i)))
+		must.Used(et.Update(spec.Slice(i)))
 	}
 	ss, _ := st.Snapshot()
 	es, _ := et.Snapshot()

@@ -25,6 +25,9 @@ import (
 // The warnings are those of the rebuilt Service ports only (all of them
 // when Update is Build).
 func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoints.Snapshot) (*Ruleset, Changes, []svcproxy.Warning) {
+	if !b.valid() {
+		return nil, Diff(prev, nil), nil
+	}
 	if prev == nil || !configEqual(&prev.config, &b.config) {
 		rs, warnings := b.Build(services, eps)
 		return rs, Diff(prev, rs), warnings
@@ -44,6 +47,9 @@ func (b *Builder) Update(prev *Ruleset, services servicemap.Snapshot, eps endpoi
 // When prev is nil, or was built with another Config, the other ports are
 // none: the result holds the named ports alone.
 func (b *Builder) UpdatePorts(prev *Ruleset, services servicemap.Snapshot, eps endpoints.Snapshot, names []servicemap.PortName) (*Ruleset, Changes, []svcproxy.Warning) {
+	if !b.valid() {
+		return nil, Diff(prev, nil), nil
+	}
 	if prev == nil || !configEqual(&prev.config, &b.config) {
 		prev = &Ruleset{config: b.config}
 	}
@@ -65,7 +71,7 @@ func (b *Builder) rebuild(prev *Ruleset, services servicemap.Snapshot, eps endpo
 	var warnings []svcproxy.Warning
 	modified := false
 	for _, name := range names {
-		before, had := prev.services.get(portKey(name))
+		before, had := prev.services.Get(name)
 		var after *Service
 		if sp, ok := services.Get(name); ok {
 			var w []svcproxy.Warning
@@ -76,22 +82,22 @@ func (b *Builder) rebuild(prev *Ruleset, services servicemap.Snapshot, eps endpo
 		case after == nil && !had:
 			continue
 		case after == nil:
-			rs.services = rs.services.without(portKey(name))
+			rs.services = rs.services.Without(name)
 			ch.Removed = append(ch.Removed, name)
 		case !had:
-			rs.services = rs.services.with(after)
+			rs.services = rs.services.With(name, after)
 			ch.Added = append(ch.Added, name)
 		case before.Equal(after):
 			// Same rules: not a change. Keep the old Service, so that
 			// the two Rulesets share it, unless a field that no rule
 			// depends on differs (an endpoint's zone, say).
 			if !identical(before, after) {
-				rs.services = rs.services.with(after)
+				rs.services = rs.services.With(name, after)
 				modified = true
 			}
 			continue
 		default:
-			rs.services = rs.services.with(after)
+			rs.services = rs.services.With(name, after)
 			ch.Changed = append(ch.Changed, name)
 		}
 		frontends = moveFrontends(frontends, name, before, after)

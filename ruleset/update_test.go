@@ -17,6 +17,7 @@ import (
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -50,10 +51,12 @@ func (tr trackers) apply(events []event) {
 			}
 		}
 		switch {
+		// Random histories hold malformed objects on purpose: their
+		// warnings are servicemap's and endpoints' to check.
 		case ev.Svc != nil:
-			tr.svcs.Update(ev.Svc)
+			_, _ = tr.svcs.Update(ev.Svc)
 		case ev.ES != nil:
-			tr.eps.Update(ev.ES)
+			_, _ = tr.eps.Update(ev.ES)
 		case ev.IsSlice:
 			tr.eps.Delete(ev.Key.Namespace, ev.Key.Name)
 		default:
@@ -146,6 +149,8 @@ func TestPropUpdate(t *testing.T) {
 		if rapid.Bool().Draw(t, "startBuilt") {
 			tr.apply(genHistory(t, family).Final())
 			ss, es := tr.snapshot()
+			// Random Configs and objects warn: this property is about
+			// the Rulesets (TestPropUpdatePorts checks Update's warnings).
 			prev, _ = b.Build(ss, es)
 			prevBuilt, _ = b.Build(ss, es)
 			kept = append(kept, pair{prev, prevBuilt})
@@ -208,6 +213,7 @@ func TestPropUpdate(t *testing.T) {
 // TestUpdateChainCollected: Diff stays right when the Rulesets between two
 // others of a chain of Updates are gone.
 func TestUpdateChainCollected(t *testing.T) {
+	must := warnings.Must(t)
 	b, err := ruleset.NewBuilder(v4Config())
 	if err != nil {
 		t.Fatal(err)
@@ -217,24 +223,27 @@ func TestUpdateChainCollected(t *testing.T) {
 		for _, o := range objs {
 			switch o := o.(type) {
 			case *v1.Service:
-				tr.svcs.Update(o)
+				must.Used(tr.svcs.Update(o))
 			case *discovery.EndpointSlice:
-				tr.eps.Update(o)
+				must.Used(tr.eps.Update(o))
 			}
 		}
 	}
 	apply(service("ns", "web", "198.19.0.1"), service("ns", "api", "198.19.0.2"), endpointSlice("ns", "web", "web-1", a1))
 	ss, es := tr.snapshot()
-	first, _ := b.Build(ss, es)
+	first, ws := b.Build(ss, es)
+	warnings.None(t, ws)
 	rs := first
 	for i := range 5 {
 		apply(service("ns", fmt.Sprintf("new%d", i), fmt.Sprintf("198.19.1.%d", i+1)))
 		ss, es := tr.snapshot()
-		rs, _, _ = b.Update(rs, ss, es)
+		rs, _, ws = b.Update(rs, ss, es)
+		warnings.None(t, ws)
 	}
 	apply(endpointSlice("ns", "web", "web-1", a1, b1))
 	ss, es = tr.snapshot()
-	last, ch, _ := b.Update(rs, ss, es)
+	last, ch, ws := b.Update(rs, ss, es)
+	warnings.None(t, ws)
 	if diff := cmp.Diff(ruleset.Changes{Changed: []servicemap.PortName{webPort("ns", "web")}}, ch); diff != "" {
 		t.Errorf("Update's Changes (-want +got):\n%s", diff)
 	}
@@ -261,7 +270,8 @@ func TestUpdateNothingChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	ss, es := snapshots(t, v1.IPv4Protocol, []*v1.Service{service("ns", "web", "198.19.0.1")}, nil)
-	prev, _ := b.Build(ss, es)
+	prev, ws := b.Build(ss, es)
+	warnings.None(t, ws)
 	rs, ch, w := b.Update(prev, ss, es)
 	if rs != prev || !ch.Empty() || len(w) != 0 {
 		t.Errorf("Update = %p %+v %v, want the previous Ruleset %p, no change, no warning", rs, ch, w, prev)
@@ -287,6 +297,7 @@ type updateWorld struct {
 }
 
 func newUpdateWorld(tb testing.TB, n int) *updateWorld {
+	must := warnings.Must(tb)
 	spec := scalegen.Spec{Services: n}
 	svcs, eps := scaleworld.Trackers(spec)
 	b, err := ruleset.NewBuilder(scaleworld.Config())
@@ -295,10 +306,12 @@ func newUpdateWorld(tb testing.TB, n int) *updateWorld {
 	}
 	w := &updateWorld{spec: spec, tr: trackers{svcs: svcs, eps: eps}, b: b}
 	ss, es := w.tr.snapshot()
-	w.rs, _ = b.Build(ss, es)
+	rs, ws := b.Build(ss, es)
+	must.None(ws)
+	w.rs = rs
 	w.rs.ServicesAt(ruleset.Frontend{}) // index it now, not in the first step
 	for v := range 2 {
-		w.tr.eps.Update(spec.ChangedSlice(n-50, v+1))
+		must.Used(w.tr.eps.Update(spec.ChangedSlice(n-50, v+1)))
 		w.snaps[v].ss, w.snaps[v].es = w.tr.snapshot()
 	}
 	return w
@@ -320,11 +333,13 @@ func (w *updateWorld) step(tb testing.TB) (old *ruleset.Ruleset, ch ruleset.Chan
 // stepTrackers is step with the trackers' work included: the changed
 // EndpointSlice given to the tracker, and its snapshots taken.
 func (w *updateWorld) stepTrackers(tb testing.TB) {
+	must := warnings.Must(tb)
 	w.version = w.version%3 + 1
-	w.tr.eps.Update(w.spec.ChangedSlice(w.spec.Services-50, w.version))
+	must.Used(w.tr.eps.Update(w.spec.ChangedSlice(w.spec.Services-50, w.version)))
 	ss, es := w.tr.snapshot()
-	var ch ruleset.Changes
-	w.rs, ch, _ = w.b.Update(w.rs, ss, es)
+	rs, ch, ws := w.b.Update(w.rs, ss, es)
+	must.None(ws)
+	w.rs = rs
 	if len(ch.Changed) != 1 {
 		tb.Fatalf("Changes = %+v, want one Service changed", ch)
 	}
@@ -368,23 +383,27 @@ func BenchmarkUpdateTrackers(b *testing.B) {
 // TestUpdateNonRuleField: a change that no rule depends on (an endpoint's
 // zone) is not a change, and the Ruleset still holds it, as Build's does.
 func TestUpdateNonRuleField(t *testing.T) {
+	must := warnings.Must(t)
 	b, err := ruleset.NewBuilder(v4Config())
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := newTrackers(v1.IPv4Protocol)
-	tr.svcs.Update(service("ns", "web", "198.19.0.1"))
-	tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z1"}))
+	must.Used(tr.svcs.Update(service("ns", "web", "198.19.0.1")))
+	must.Used(tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z1"})))
 	ss, es := tr.snapshot()
-	prev, _ := b.Build(ss, es)
-	tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z2"}))
+	prev, ws := b.Build(ss, es)
+	warnings.None(t, ws)
+	must.Used(tr.eps.Update(endpointSlice("ns", "web", "web-1", ep{ip: "198.18.64.2", node: "node-b", zone: "z2"})))
 	ss, _ = tr.svcs.Snapshot()
 	es, ech := tr.eps.Snapshot()
-	rs, ch, _ := b.Update(prev, ss, es)
+	rs, ch, ws := b.Update(prev, ss, es)
+	warnings.None(t, ws)
 	if len(ech.Changed) != 1 || !ch.Empty() {
 		t.Fatalf("tracker changes %v, Update's %+v: want one, and none", ech.Changed, ch)
 	}
-	built, _ := b.Build(ss, es)
+	built, ws := b.Build(ss, es)
+	warnings.None(t, ws)
 	if diff := cmp.Diff(values(built.Services()), values(rs.Services()), cmpOpts); diff != "" {
 		t.Errorf("Update differs from Build (-Build +Update):\n%s", diff)
 	}
@@ -397,22 +416,25 @@ func TestUpdateNonRuleField(t *testing.T) {
 // the trackers' latest snapshots: the Ruleset knows what it was built from,
 // so a sync that failed in between loses nothing.
 func ExampleBuilder_Update() {
+	must := warnings.Must(warnings.Example)
 	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	b, _ := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol})
-	svcs.Update(exampleService("web", "198.19.0.1", 0, ""))
-	svcs.Update(exampleService("api", "198.19.0.2", 0, ""))
-	eps.Update(exampleSlice("web", "198.18.64.2", "node-a"))
+	must.Used(svcs.Update(exampleService("web", "198.19.0.1", 0, "")))
+	must.Used(svcs.Update(exampleService("api", "198.19.0.2", 0, "")))
+	must.Used(eps.Update(exampleSlice("web", "198.18.64.2", "node-a")))
 
 	var rs *ruleset.Ruleset // nil: the first Update is a Build
 	for range 2 {
 		ss, _ := svcs.Snapshot()
 		es, _ := eps.Snapshot()
 		var ch ruleset.Changes
-		rs, ch, _ = b.Update(rs, ss, es)
+		var ws []svcproxy.Warning
+		rs, ch, ws = b.Update(rs, ss, es)
+		must.None(ws)
 		fmt.Printf("%d Services; added %v, changed %v\n", rs.Len(), ch.Added, ch.Changed)
 
-		eps.Update(exampleSlice("api", "198.18.64.3", "node-b"))
+		must.Used(eps.Update(exampleSlice("api", "198.18.64.3", "node-b")))
 	}
 	// Output:
 	// 2 Services; added [demo/api:http demo/web:http], changed []
@@ -441,22 +463,25 @@ func TestUpdateFrontends(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			must := warnings.Must(t)
 			b, err := ruleset.NewBuilder(v4Config())
 			if err != nil {
 				t.Fatal(err)
 			}
 			tr := newTrackers(v1.IPv4Protocol)
-			tr.svcs.Update(base())
-			tr.svcs.Update(service("ns", "other", "198.19.0.3", externalIPs("198.19.100.1", "198.19.100.2")))
+			must.Used(tr.svcs.Update(base()))
+			must.Used(tr.svcs.Update(service("ns", "other", "198.19.0.3", externalIPs("198.19.100.1", "198.19.100.2"))))
 			ss, es := tr.snapshot()
-			prev, _ := b.Build(ss, es)
+			prev, ws := b.Build(ss, es)
+			warnings.None(t, ws)
 			if tt.svc != nil {
-				tr.svcs.Update(tt.svc)
+				must.Used(tr.svcs.Update(tt.svc))
 			} else {
 				tr.svcs.Delete("ns", "web")
 			}
 			ss, es = tr.snapshot()
-			rs, _, _ := b.Update(prev, ss, es)
+			rs, _, ws := b.Update(prev, ss, es)
+			warnings.None(t, ws)
 			if err := ruleset.CheckInvariants(rs); err != nil {
 				t.Error(err)
 			}
@@ -482,10 +507,12 @@ func TestPropUpdatePorts(t *testing.T) {
 		first := genHistory(t, family).Final()
 		tr.apply(first)
 		ss, es := tr.snapshot()
-		old, _ := b.Build(ss, es)
+		// Random Configs and objects warn: Build's warnings are the
+		// reference for the Updates'.
+		old, oldWarnings := b.Build(ss, es)
 		tr.apply(genHistory(t, family).Order(t, "events"))
 		ss, es = tr.snapshot()
-		built, _ := b.Build(ss, es)
+		built, builtWarnings := b.Build(ss, es)
 
 		ch := ruleset.Diff(old, built)
 		all := slices.Concat(ch.Added, ch.Changed, ch.Removed)
@@ -495,7 +522,8 @@ func TestPropUpdatePorts(t *testing.T) {
 				names = append(names, n)
 			}
 		}
-		mid, _, _ := b.UpdatePorts(old, ss, es, names)
+		mid, _, ws := b.UpdatePorts(old, ss, es, names)
+		warnings.Within(t, ws, builtWarnings)
 		for _, n := range all {
 			want := old
 			if slices.Contains(names, n) {
@@ -510,7 +538,8 @@ func TestPropUpdatePorts(t *testing.T) {
 		if err := ruleset.CheckInvariants(mid); err != nil {
 			t.Fatalf("UpdatePorts result: %v", err)
 		}
-		final, _, _ := b.Update(mid, ss, es)
+		final, _, ws := b.Update(mid, ss, es)
+		warnings.Within(t, ws, builtWarnings)
 		if diff := cmp.Diff(values(built.Services()), values(final.Services()), cmpOpts); diff != "" {
 			t.Fatalf("Update after UpdatePorts(%v) differs from Build (-Build +Update):\n%s", names, diff)
 		}
@@ -519,7 +548,8 @@ func TestPropUpdatePorts(t *testing.T) {
 		again := newTrackers(family)
 		again.apply(first)
 		ss, es = again.snapshot()
-		back, _, _ := b.Update(mid, ss, es)
+		back, _, ws := b.Update(mid, ss, es)
+		warnings.Within(t, ws, oldWarnings)
 		if diff := cmp.Diff(values(old.Services()), values(back.Services()), cmpOpts); diff != "" {
 			t.Fatalf("Update back to the first objects after UpdatePorts(%v) (-Build +Update):\n%s", names, diff)
 		}

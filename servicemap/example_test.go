@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -63,6 +64,7 @@ func ExampleFromService() {
 // A Tracker takes Service events in any order and reports, at each
 // Snapshot, which ServicePorts were added, changed or removed.
 func ExampleTracker() {
+	must := warnings.Must(warnings.Example)
 	tracker := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	web := &v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
@@ -81,8 +83,8 @@ func ExampleTracker() {
 			},
 		},
 	}
-	tracker.Update(web)
-	tracker.Update(dns)
+	must.Used(tracker.Update(web))
+	must.Used(tracker.Update(dns))
 	snap, changes := tracker.Snapshot()
 	fmt.Println("added:", changes.Added, "ports:", snap.Len())
 
@@ -90,7 +92,7 @@ func ExampleTracker() {
 	web2 := web.DeepCopy()
 	web2.Spec.Ports = append(web2.Spec.Ports, v1.ServicePort{Name: "https", Port: 443})
 	web2.Spec.SessionAffinity = v1.ServiceAffinityClientIP
-	tracker.Update(web2)
+	must.Used(tracker.Update(web2))
 	tracker.Delete("kube-system", "dns")
 	fmt.Println("pending:", tracker.Pending())
 	later, changes := tracker.Snapshot()

@@ -374,9 +374,13 @@ func TestPropertyTracker(t *testing.T) {
 			case 0, 1, 2:
 				svc := genSmallService.Draw(t, "svc")
 				key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-				tr.Update(svc)
+				skipped, got := tr.Update(svc)
 				final[key] = svc
-				if ports, _, _ := servicemap.FromService(svc, family, filter); len(ports) > 0 {
+				ports, wantSkipped, want := servicemap.FromService(svc, family, filter)
+				if skipped != wantSkipped || !slices.Equal(got, want) {
+					t.Fatalf("Update = %q, %v; FromService says %q, %v", skipped, got, wantSkipped, want)
+				}
+				if len(ports) > 0 {
 					current[key] = ports
 				} else {
 					delete(current, key)
@@ -430,7 +434,7 @@ func TestPropertyTracker(t *testing.T) {
 		}
 		slices.SortFunc(keys, func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) })
 		for _, key := range rapid.Permutation(keys).Draw(t, "order") {
-			fresh.Update(final[key])
+			_, _ = fresh.Update(final[key]) // its warnings were checked when it was first fed
 		}
 		freshSnap, _ := fresh.Snapshot()
 		if diff := cmp.Diff(freshSnap.Ports(), snap.Ports(), cmpOpts); diff != "" {

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -21,12 +22,13 @@ var (
 func BenchmarkScaleTracker(b *testing.B) {
 	for _, n := range scaleSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			must := warnings.Must(b)
 			svcs, _ := scalegen.Spec{Services: n}.Objects()
 			b.ReportAllocs()
 			for b.Loop() {
 				t := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 				for _, s := range svcs {
-					t.Update(s)
+					must.Used(t.Update(s))
 				}
 				if s, _ := t.Snapshot(); s.Len() != n {
 					b.Fatalf("%d ServicePorts", s.Len())
@@ -42,11 +44,12 @@ func BenchmarkScaleTracker(b *testing.B) {
 func BenchmarkScaleTrackerOne(b *testing.B) {
 	for _, n := range oneSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			must := warnings.Must(b)
 			spec := scalegen.Spec{Services: n}
 			svcs, _ := spec.Objects()
 			t := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 			for _, s := range svcs {
-				t.Update(s)
+				must.Used(t.Update(s))
 			}
 			t.Snapshot()
 			i := n / 2
@@ -54,7 +57,7 @@ func BenchmarkScaleTrackerOne(b *testing.B) {
 			versions[1].Spec.SessionAffinity = v1.ServiceAffinityClientIP
 			b.ReportAllocs()
 			for k := 0; b.Loop(); k++ {
-				t.Update(versions[(k+1)%2])
+				must.Used(t.Update(versions[(k+1)%2]))
 				if _, ch := t.Snapshot(); len(ch.Changed) != 1 {
 					b.Fatalf("changes %+v", ch)
 				}
@@ -68,10 +71,11 @@ func BenchmarkScaleTrackerOne(b *testing.B) {
 func BenchmarkScaleSnapshotAll(b *testing.B) {
 	for _, n := range scaleSizes {
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			must := warnings.Must(b)
 			svcs, _ := scalegen.Spec{Services: n}.Objects()
 			t := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 			for _, s := range svcs {
-				t.Update(s)
+				must.Used(t.Update(s))
 			}
 			snap, _ := t.Snapshot()
 			b.ReportAllocs()

@@ -78,6 +78,9 @@ type ServicePort struct {
 // outside the cluster network: through a NodePort, an externalIP or a
 // load-balancer IP.
 func (sp *ServicePort) ExternallyAccessible() bool {
+	if sp == nil {
+		return false
+	}
 	return sp.NodePort != 0 || len(sp.ExternalIPs) > 0 || len(sp.LoadBalancerIPs) > 0
 }
 
@@ -88,6 +91,9 @@ func (sp *ServicePort) ExternallyAccessible() bool {
 // an external address is short-circuited to the cluster endpoints, as if it
 // had gone out to the load balancer and come back.
 func (sp *ServicePort) UsesClusterEndpoints() bool {
+	if sp == nil {
+		return false
+	}
 	return !sp.InternalPolicyLocal || sp.ExternallyAccessible()
 }
 
@@ -95,11 +101,17 @@ func (sp *ServicePort) UsesClusterEndpoints() bool {
 // endpoints on the receiving node: internalTrafficPolicy Local, or
 // externalTrafficPolicy Local on an externally accessible port.
 func (sp *ServicePort) UsesLocalEndpoints() bool {
+	if sp == nil {
+		return false
+	}
 	return sp.InternalPolicyLocal || (sp.ExternalPolicyLocal && sp.ExternallyAccessible())
 }
 
 // Equal reports whether two ServicePorts are the same in every field.
 func (sp *ServicePort) Equal(o *ServicePort) bool {
+	if sp == nil || o == nil {
+		return sp == o
+	}
 	return sp.Name == o.Name &&
 		sp.Family == o.Family &&
 		sp.ClusterIP == o.ClusterIP &&

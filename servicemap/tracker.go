@@ -3,9 +3,9 @@ package servicemap
 import (
 	"iter"
 	"slices"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/cowmap"
@@ -15,13 +15,13 @@ import (
 // Snapshot is an immutable view of every ServicePort of one IP family. Taking
 // a Snapshot after a change costs time proportional to the change.
 type Snapshot struct {
-	services cowmap.Map[[]ServicePort]
+	services cowmap.Map[serviceName, []ServicePort]
 	ports    int
 }
 
 // Get returns the ServicePort called name.
 func (s Snapshot) Get(name PortName) (ServicePort, bool) {
-	ports, _ := s.services.Get(types.NamespacedName{Namespace: name.Namespace, Name: name.Name})
+	ports, _ := s.services.Get(serviceName{Namespace: name.Namespace, Name: name.Name})
 	for _, sp := range ports {
 		if sp.Name == name {
 			return sp, true
@@ -33,7 +33,7 @@ func (s Snapshot) Get(name PortName) (ServicePort, bool) {
 // Service returns the ServicePorts of one Service, sorted by PortName. The
 // slice must not be modified.
 func (s Snapshot) Service(namespace, name string) []ServicePort {
-	ports, _ := s.services.Get(types.NamespacedName{Namespace: namespace, Name: name})
+	ports, _ := s.services.Get(serviceName{Namespace: namespace, Name: name})
 	return ports
 }
 
@@ -43,7 +43,7 @@ func (s Snapshot) Len() int { return s.ports }
 // Ports returns every ServicePort, sorted by PortName.
 func (s Snapshot) Ports() []ServicePort {
 	all := make([]ServicePort, 0, s.ports)
-	s.services.All(func(_ types.NamespacedName, ports []ServicePort) bool {
+	s.services.All(func(_ serviceName, ports []ServicePort) bool {
 		all = append(all, ports...)
 		return true
 	})
@@ -56,7 +56,7 @@ func (s Snapshot) Ports() []ServicePort {
 // with its ports in order, so All sorts nothing.
 func (s Snapshot) All() iter.Seq[*ServicePort] {
 	return func(yield func(*ServicePort) bool) {
-		s.services.All(func(_ types.NamespacedName, ports []ServicePort) bool {
+		s.services.All(func(_ serviceName, ports []ServicePort) bool {
 			for i := range ports {
 				if !yield(&ports[i]) {
 					return false
@@ -73,7 +73,7 @@ func (s Snapshot) All() iter.Seq[*ServicePort] {
 // Snapshots; the result is right either way.
 func (s Snapshot) ChangesSince(since Snapshot) Changes {
 	var ch Changes
-	since.services.Diff(s.services, func(_ types.NamespacedName, before, after []ServicePort) {
+	since.services.Diff(s.services, func(_ serviceName, before, after []ServicePort) {
 		diffPorts(before, after, &ch)
 	})
 	ch.sort()
@@ -103,7 +103,7 @@ func (c Changes) Empty() bool {
 type Tracker struct {
 	family  v1.IPFamily
 	filter  Filter
-	journal *cowmap.Journal[[]ServicePort]
+	journal *cowmap.Journal[serviceName, []ServicePort]
 	ports   int
 }
 
@@ -112,7 +112,7 @@ func NewTracker(family v1.IPFamily, filter Filter) *Tracker {
 	equal := func(a, b []ServicePort) bool {
 		return slices.EqualFunc(a, b, func(x, y ServicePort) bool { return x.Equal(&y) })
 	}
-	return &Tracker{family: family, filter: filter, journal: cowmap.NewJournal(equal)}
+	return &Tracker{family: family, filter: filter, journal: cowmap.NewJournal[serviceName](equal)}
 }
 
 // Update records the current state of svc (an add or an update). It returns
@@ -121,18 +121,28 @@ func (t *Tracker) Update(svc *v1.Service) (skipped string, warnings []svcproxy.W
 	if svc == nil {
 		return "nil Service", nil
 	}
+	if !t.made() {
+		return "Tracker not made by NewTracker: nothing recorded", nil
+	}
 	ports, skipped, warnings := FromService(svc, t.family, t.filter)
-	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	key := serviceName{Namespace: svc.Namespace, Name: svc.Name}
 	t.set(key, ports)
 	return skipped, warnings
 }
 
+// made reports whether NewTracker made t: a nil or zero Tracker records
+// nothing, and its Snapshots are empty.
+func (t *Tracker) made() bool { return t != nil && t.journal != nil }
+
 // Delete records that the Service namespace/name is gone.
 func (t *Tracker) Delete(namespace, name string) {
-	t.set(types.NamespacedName{Namespace: namespace, Name: name}, nil)
+	if !t.made() {
+		return
+	}
+	t.set(serviceName{Namespace: namespace, Name: name}, nil)
 }
 
-func (t *Tracker) set(key types.NamespacedName, ports []ServicePort) {
+func (t *Tracker) set(key serviceName, ports []ServicePort) {
 	old, _ := t.journal.Current().Get(key)
 	t.ports += len(ports) - len(old)
 	if len(ports) == 0 {
@@ -145,13 +155,21 @@ func (t *Tracker) set(key types.NamespacedName, ports []ServicePort) {
 // Pending is the number of Services whose ServicePorts differ from the last
 // Snapshot's (kube-proxy's service_changes_pending): an update that changes
 // nothing, or a change undone before the Snapshot, does not count.
-func (t *Tracker) Pending() int { return t.journal.Pending() }
+func (t *Tracker) Pending() int {
+	if !t.made() {
+		return 0
+	}
+	return t.journal.Pending()
+}
 
 // Snapshot returns the current state and what changed since the previous
 // call to Snapshot.
 func (t *Tracker) Snapshot() (Snapshot, Changes) {
+	if !t.made() {
+		return Snapshot{}, Changes{}
+	}
 	var ch Changes
-	services := t.journal.Commit(func(_ types.NamespacedName, before, after []ServicePort) {
+	services := t.journal.Commit(func(_ serviceName, before, after []ServicePort) {
 		diffPorts(before, after, &ch)
 	})
 	ch.sort()
@@ -169,4 +187,15 @@ func diffPorts(before, after []ServicePort, ch *Changes) {
 				ch.Changed = append(ch.Changed, a.Name)
 			}
 		})
+}
+
+// serviceName is a Service's namespace and name, the key of a Snapshot's
+// map, ordered by namespace, then name, as PortNames are.
+type serviceName struct{ Namespace, Name string }
+
+func (a serviceName) Compare(b serviceName) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
@@ -21,16 +23,29 @@ func pn(ns, name, port string, proto v1.Protocol) servicemap.PortName {
 type event struct {
 	svc      *v1.Service
 	ns, name string
+	// warns is what the one warning of an update says, if it warns.
+	warns string
 }
 
 func upd(svc *v1.Service) event { return event{svc: svc} }
-func del(ns, name string) event { return event{ns: ns, name: name} }
-func apply(t *servicemap.Tracker, evs ...event) {
+
+// updWarns is an update that warns once, saying warns.
+func updWarns(svc *v1.Service, warns string) event { return event{svc: svc, warns: warns} }
+func del(ns, name string) event                    { return event{ns: ns, name: name} }
+
+// apply feeds evs to tr, failing t on a warning the event does not expect.
+func apply(t *testing.T, tr *servicemap.Tracker, evs ...event) {
+	t.Helper()
 	for _, ev := range evs {
 		if ev.svc != nil {
-			t.Update(ev.svc)
+			_, ws := tr.Update(ev.svc)
+			if ev.warns == "" {
+				warnings.None(t, ws)
+			} else if len(ws) != 1 || !strings.Contains(ws[0].Reason, ev.warns) {
+				t.Fatalf("warnings %v, want one saying %q", ws, ev.warns)
+			}
 		} else {
-			t.Delete(ev.ns, ev.name)
+			tr.Delete(ev.ns, ev.name)
 		}
 	}
 }
@@ -155,7 +170,7 @@ func TestTrackerChanges(t *testing.T) {
 	}, {
 		name:        "update that makes the Service malformed removes its ports",
 		before:      []event{upd(web)},
-		events:      []event{upd(service(clusterIPs("10.96.0.300")))},
+		events:      []event{updWarns(service(clusterIPs("10.96.0.300")), `invalid cluster IP "10.96.0.300"`)},
 		wantPending: 1,
 		want:        servicemap.Changes{Removed: []servicemap.PortName{webHTTP}},
 	}, {
@@ -182,12 +197,12 @@ func TestTrackerChanges(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
-			apply(tr, tc.before...)
+			apply(t, tr, tc.before...)
 			tr.Snapshot()
 			if p := tr.Pending(); p != 0 {
 				t.Errorf("Pending after Snapshot = %d, want 0", p)
 			}
-			apply(tr, tc.events...)
+			apply(t, tr, tc.events...)
 			if p := tr.Pending(); p != tc.wantPending {
 				t.Errorf("Pending = %d, want %d", p, tc.wantPending)
 			}
@@ -212,12 +227,13 @@ func TestTrackerChanges(t *testing.T) {
 }
 
 func TestTrackerSnapshotGetAndService(t *testing.T) {
+	must := warnings.Must(t)
 	tr := servicemap.NewTracker(v1.IPv6Protocol, servicemap.Filter{})
-	tr.Update(service(clusterIPs("10.96.0.10", "fd00::10"), ports(
+	must.Used(tr.Update(service(clusterIPs("10.96.0.10", "fd00::10"), ports(
 		v1.ServicePort{Name: "https", Port: 443},
 		v1.ServicePort{Name: "http", Port: 80},
-	)))
-	tr.Update(service(named("ns", "v4only")))
+	))))
+	must.Skipped(tr.Update(service(named("ns", "v4only"))))
 	snap, ch := tr.Snapshot()
 	want := []servicemap.ServicePort{
 		port(func(sp *servicemap.ServicePort) { sp.Family, sp.ClusterIP = v1.IPv6Protocol, addrs("fd00::10")[0] }),
@@ -258,12 +274,13 @@ func TestTrackerSnapshotGetAndService(t *testing.T) {
 }
 
 func TestTrackerSnapshotImmutable(t *testing.T) {
+	must := warnings.Must(t)
 	tr := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	var all []*v1.Service
 	for i := range 300 {
 		svc := service(named("ns", "svc-"+strconv.Itoa(i)), clusterIPs("10.96.1."+strconv.Itoa(i%250)))
 		all = append(all, svc)
-		tr.Update(svc)
+		must.Used(tr.Update(svc))
 	}
 	old, _ := tr.Snapshot()
 	oldPorts := old.Ports()
@@ -272,10 +289,10 @@ func TestTrackerSnapshotImmutable(t *testing.T) {
 	}
 
 	// Change, delete and add after the Snapshot.
-	tr.Update(service(named("ns", "svc-1"), clusterIPs("10.96.1.1"), ports(v1.ServicePort{Name: "http", Port: 8080})))
+	must.Used(tr.Update(service(named("ns", "svc-1"), clusterIPs("10.96.1.1"), ports(v1.ServicePort{Name: "http", Port: 8080}))))
 	tr.Delete("ns", "svc-2")
-	tr.Update(service(named("ns", "new"), clusterIPs("10.96.2.1")))
-	tr.Update(service(named("ns", "svc-3"), labels(servicemap.LabelServiceProxyName, "x")))
+	must.Used(tr.Update(service(named("ns", "new"), clusterIPs("10.96.2.1"))))
+	must.Skipped(tr.Update(service(named("ns", "svc-3"), labels(servicemap.LabelServiceProxyName, "x"))))
 	cur, ch := tr.Snapshot()
 	want := servicemap.Changes{
 		Added:   []servicemap.PortName{pn("ns", "new", "http", v1.ProtocolTCP)},
@@ -315,13 +332,14 @@ func TestTrackerSnapshotImmutable(t *testing.T) {
 // sorted in ranges on several goroutines: names that share their first 16
 // bytes, or differ only after them, in namespaces likewise.
 func TestSnapshotAllOrderOfMany(t *testing.T) {
+	must := warnings.Must(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	tr := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	const n = 9000
 	for i := range n {
 		ns := fmt.Sprintf("team-%d-namespace-%d", i%7, (i*7919)%13)
 		name := fmt.Sprintf("service-%03d-%d", (i*104729)%997, i)
-		tr.Update(service(named(ns, name)))
+		must.Used(tr.Update(service(named(ns, name))))
 	}
 	snap, _ := tr.Snapshot()
 	var names []servicemap.PortName
@@ -341,11 +359,12 @@ func TestSnapshotAllOrderOfMany(t *testing.T) {
 // All yields the ports in PortName order, whatever the order the Services
 // came in, and stops when the loop does.
 func TestSnapshotAllOrderAndStop(t *testing.T) {
+	must := warnings.Must(t)
 	tr := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	for _, name := range []string{"c", "a", "b"} {
-		tr.Update(service(named("ns", name)))
+		must.Used(tr.Update(service(named("ns", name))))
 	}
-	tr.Update(service(named("kube-system", "dns")))
+	must.Used(tr.Update(service(named("kube-system", "dns"))))
 	snap, _ := tr.Snapshot()
 	var names []servicemap.PortName
 	for sp := range snap.All() {
@@ -373,6 +392,7 @@ func TestSnapshotAllOrderAndStop(t *testing.T) {
 }
 
 func TestTrackerFilterAndFamily(t *testing.T) {
+	must := warnings.Must(t)
 	mine := service(labels(servicemap.LabelServiceProxyName, "mine"))
 	plain := service(named("ns", "plain"))
 	v4 := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{ProxyName: "mine"})
@@ -383,9 +403,10 @@ func TestTrackerFilterAndFamily(t *testing.T) {
 		if skipped == "" || len(warnings) != 0 {
 			t.Errorf("Update(unlabelled) = %q, %v; want skipped without warning", skipped, warnings)
 		}
-		tr.Update(mine)
-		tr.Update(dual)
+		must.Used(tr.Update(dual))
 	}
+	must.Used(v4.Update(mine))
+	must.Skipped(v6.Update(mine)) // no IPv6 cluster IP
 	s4, _ := v4.Snapshot()
 	s6, _ := v6.Snapshot()
 	if diff := cmp.Diff([]servicemap.PortName{pn("ns", "dual", "http", v1.ProtocolTCP), pn("ns", "web", "http", v1.ProtocolTCP)}, portNames(s4.Ports())); diff != "" {

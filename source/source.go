@@ -91,11 +91,20 @@ type Watcher struct {
 
 // Synced is closed once the first lists of every informer have reached
 // the State: from then on a Snapshot holds the cluster.
-func (w *Watcher) Synced() <-chan struct{} { return w.synced }
+// A nil Watcher is never synced.
+func (w *Watcher) Synced() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.synced
+}
 
 // ServiceCIDRs reports whether the server serves networking.k8s.io/v1
 // ServiceCIDRs (and they are watched); it is known once Synced is closed.
 func (w *Watcher) ServiceCIDRs() bool {
+	if w == nil {
+		return false
+	}
 	select {
 	case <-w.synced:
 		return w.serviceCIDRs
@@ -107,6 +116,9 @@ func (w *Watcher) ServiceCIDRs() bool {
 // LastError is the last error of the discovery that precedes the
 // informers, nil once it succeeded.
 func (w *Watcher) LastError() error {
+	if w == nil {
+		return nil
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.lastErr
@@ -119,8 +131,11 @@ func (w *Watcher) LastError() error {
 // Options.OnError), then starts the informers, which list and watch again
 // on their own after any failure (client-go's back-off), and closes
 // Watcher.Synced once their first lists have reached st. It fails only on
-// a Filter that makes no label selector.
+// a Filter that makes no label selector, or without a client or a State.
 func Start(ctx context.Context, client kubernetes.Interface, st *state.State, opts Options) (*Watcher, error) {
+	if client == nil || st == nil {
+		return nil, errors.New("source: Watch needs a client and a State")
+	}
 	selector, err := st.Filter().LabelSelector()
 	if err != nil {
 		return nil, err

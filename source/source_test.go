@@ -212,15 +212,15 @@ func TestWatchSelectors(t *testing.T) {
 	}
 }
 
-// TestWatchBadProxyName: a proxy name that is no label value is an error,
-// not a watch of everything.
+// TestWatchBadProxyName: a proxy name that is no label value is an error
+// where it is given, state.New, so no watch of everything can start; Watch
+// without a State or a client is an error too.
 func TestWatchBadProxyName(t *testing.T) {
-	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{ProxyName: "not a label"})
-	if err != nil {
-		t.Fatal(err)
+	if _, err := state.New([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{ProxyName: "not a label"}); err == nil {
+		t.Error("state.New with proxy name \"not a label\" succeeded")
 	}
-	if _, err := source.Watch(t.Context(), fake.NewClientset(), st, source.Options{}); err == nil {
-		t.Error("Watch with proxy name \"not a label\" succeeded")
+	if _, err := source.Watch(t.Context(), fake.NewClientset(), nil, source.Options{}); err == nil {
+		t.Error("Watch without a State succeeded")
 	}
 }
 

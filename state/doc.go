@@ -18,8 +18,10 @@
 // Update finds the changed Service ports by comparing the snapshots prev was
 // built from with these, so a caller keeps no change lists: after a failed
 // sync it keeps its previous Ruleset, takes a new Snapshot later, and
-// Update still gives exactly what Build gives. engine.StateSource does all
-// of this for an engine.Engine, and reports the Builder's warnings once.
+// Update still gives exactly what Build gives. A Builder does all of this
+// for every family, and returns each build warning once; ConfigFrom makes
+// the Config of each family from one base Config. engine.StateProvider
+// hands a Builder's Rulesets to an engine.Engine.
 //
 // Every event returns the warnings about its object (a malformed object is
 // skipped and named, never fatal). A warning is returned once: the event

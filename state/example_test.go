@@ -7,6 +7,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
@@ -16,6 +17,7 @@ import (
 // built from its part of a Snapshot, then updated from the next one. The
 // dual-stack Service's bad externalIP is reported once.
 func Example() {
+	must := warnings.Must(warnings.Example)
 	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}, "node-a", servicemap.Filter{})
 	if err != nil {
 		panic(err)
@@ -48,7 +50,7 @@ func Example() {
 		for _, a := range es.addrs {
 			slice.Endpoints = append(slice.Endpoints, discovery.Endpoint{Addresses: []string{a}})
 		}
-		st.UpdateSlice(slice)
+		must.None(st.UpdateSlice(slice))
 	}
 
 	kept := map[v1.IPFamily]*ruleset.Ruleset{}
@@ -59,7 +61,8 @@ func Example() {
 			if err != nil {
 				panic(err)
 			}
-			rs, changes, _ := b.Update(kept[fam.IPFamily], fam.Services, fam.Endpoints)
+			rs, changes, ws := b.Update(kept[fam.IPFamily], fam.Services, fam.Endpoints)
+			must.None(ws)
 			kept[fam.IPFamily] = rs
 			for _, s := range rs.Services() {
 				fmt.Printf("%s %s: %d targets (%d added, %d changed)\n", fam.IPFamily, s.Name, len(s.ClusterTargets), len(changes.Added), len(changes.Changed))

@@ -21,8 +21,13 @@ type Objects struct {
 
 // Replace makes the State hold exactly objs: each object is recorded as by
 // its Update method, and what the State held that objs does not is deleted.
-// It returns the warnings of the objects, as their events would.
+// It returns the warnings of the objects, as their events would, and one
+// about the proxy's Node when objs has none of its name (a node name that
+// matches no Node: the node has no zone and no addresses).
 func (s *State) Replace(objs Objects) []svcproxy.Warning {
+	if !s.made() {
+		return notMade("State", "", "")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var warnings []svcproxy.Warning
@@ -60,7 +65,12 @@ func (s *State) Replace(objs Objects) []svcproxy.Warning {
 			node = n
 		}
 	}
-	return append(warnings, s.recordNode(node)...)
+	var missing []svcproxy.Warning
+	if node == nil {
+		missing = []svcproxy.Warning{{Kind: "Node", Name: s.nodeName,
+			Reason: "no Node of this name among the objects: the node has no zone and no addresses"}}
+	}
+	return append(warnings, s.recordNode(node, missing...)...)
 }
 
 func (s *State) replaceServiceCIDRs(cidrs []*networkingv1.ServiceCIDR) []svcproxy.Warning {

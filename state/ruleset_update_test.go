@@ -14,6 +14,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/affinity"
 	"github.com/svcproxy/svcproxy/internal/testkit/rapidgen"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
@@ -58,7 +59,9 @@ func genNodeEvent(t *rapid.T) stateEvent {
 	for _, a := range rapidgen.Subset(t, "nodeAddresses", "198.18.0.1", "198.18.0.2", "2001:db8::1", "fe80::1%eth0", "bogus") {
 		n.Status.Addresses = append(n.Status.Addresses, v1.NodeAddress{Type: v1.NodeInternalIP, Address: a})
 	}
-	return stateEvent{fmt.Sprintf("update Node %s %v %v", name, n.Labels, n.Status.Addresses), func(s *state.State) { s.UpdateNode(n) }}
+	return stateEvent{fmt.Sprintf("update Node %s %v %v", name, n.Labels, n.Status.Addresses), func(s *state.State) {
+		_ = s.UpdateNode(n) // malformed addresses on purpose; state's own tests check its warnings
+	}}
 }
 
 // Property: a dual-stack state.State fed random event streams (Services,
@@ -106,8 +109,11 @@ func TestPropStateUpdate(t *testing.T) {
 				if err != nil {
 					t.Fatalf("sync %d, %s: the Snapshot's node makes a bad Config: %v", step, fam.IPFamily, err)
 				}
-				rs, ch, _ := b.Update(kept[fam.IPFamily], fam.Services, fam.Endpoints)
-				built, _ := b.Build(fam.Services, fam.Endpoints)
+				// Random objects warn: Build's warnings are the
+				// reference for Update's.
+				rs, ch, ws := b.Update(kept[fam.IPFamily], fam.Services, fam.Endpoints)
+				built, builtWarnings := b.Build(fam.Services, fam.Endpoints)
+				warnings.Within(t, ws, builtWarnings)
 				checkSameRuleset(t, fmt.Sprintf("sync %d, %s", step, fam.IPFamily), built, rs, log)
 				if diff := cmp.Diff(ruleset.Diff(kept[fam.IPFamily], built), ch, changesOpts); diff != "" {
 					t.Fatalf("sync %d, %s: Update's Changes (-Diff from the kept Ruleset +Update):\n%s", step, fam.IPFamily, diff)

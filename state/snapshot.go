@@ -61,6 +61,9 @@ func (s Snapshot) Family(f v1.IPFamily) (Family, bool) {
 // Snapshot returns the current state. It hands out the trigger times
 // recorded since the previous Snapshot, and resets Pending.
 func (s *State) Snapshot() Snapshot {
+	if !s.made() {
+		return Snapshot{}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := Snapshot{Node: s.node, NodeAddresses: slices.Clone(s.nodeAddrs)}

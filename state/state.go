@@ -19,9 +19,10 @@ import (
 	"github.com/svcproxy/svcproxy/topology"
 )
 
-// State holds the inputs of a proxy for the IP families it serves. The zero
-// State is not usable: make one with New. All methods are safe for
-// concurrent use.
+// State holds the inputs of a proxy for the IP families it serves. Make one
+// with New: a nil or zero State serves no family and records nothing (each
+// Update returns a warning that says so), and its Snapshots are empty. All
+// methods are safe for concurrent use.
 type State struct {
 	nodeName string
 	filter   servicemap.Filter
@@ -57,6 +58,9 @@ func New(families []v1.IPFamily, nodeName string, filter servicemap.Filter) (*St
 	if len(families) == 0 {
 		return nil, fmt.Errorf("state: no IP family")
 	}
+	if _, err := filter.LabelSelector(); err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
 	s := &State{
 		nodeName:      nodeName,
 		filter:        filter,
@@ -85,20 +89,46 @@ func New(families []v1.IPFamily, nodeName string, filter servicemap.Filter) (*St
 	return s, nil
 }
 
+// made reports whether New made s.
+func (s *State) made() bool { return s != nil && s.services != nil }
+
+// notMade is the warning of an Update on a State that New did not make.
+func notMade(kind, namespace, name string) []svcproxy.Warning {
+	return []svcproxy.Warning{{Kind: kind, Namespace: namespace, Name: name, Reason: "the State was not made by state.New: not recorded"}}
+}
+
 // Families are the IP families served, IPv4 first.
-func (s *State) Families() []v1.IPFamily { return slices.Clone(s.families) }
+func (s *State) Families() []v1.IPFamily {
+	if !s.made() {
+		return nil
+	}
+	return slices.Clone(s.families)
+}
 
 // NodeName is the name of the proxy's node.
-func (s *State) NodeName() string { return s.nodeName }
+func (s *State) NodeName() string {
+	if !s.made() {
+		return ""
+	}
+	return s.nodeName
+}
 
 // Filter selects the Services and EndpointSlices the State keeps; a source
 // may send its LabelSelector to the API server.
-func (s *State) Filter() servicemap.Filter { return s.filter }
+func (s *State) Filter() servicemap.Filter {
+	if !s.made() {
+		return servicemap.Filter{}
+	}
+	return s.filter
+}
 
 // UpdateService records an added or changed Service.
 func (s *State) UpdateService(svc *v1.Service) []svcproxy.Warning {
 	if svc == nil {
 		return nil
+	}
+	if !s.made() {
+		return notMade("Service", svc.Namespace, svc.Name)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -118,6 +148,9 @@ func (s *State) updateService(svc *v1.Service) []svcproxy.Warning {
 
 // DeleteService records that the Service namespace/name is gone.
 func (s *State) DeleteService(namespace, name string) {
+	if !s.made() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.deleteService(types.NamespacedName{Namespace: namespace, Name: name})
@@ -139,6 +172,9 @@ func (s *State) deleteService(key types.NamespacedName) {
 func (s *State) UpdateSlice(es *discovery.EndpointSlice) []svcproxy.Warning {
 	if es == nil {
 		return nil
+	}
+	if !s.made() {
+		return notMade("EndpointSlice", es.Namespace, es.Name)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,6 +213,9 @@ func (s *State) recordTrigger(key types.NamespacedName, t time.Time) {
 
 // DeleteSlice records that the EndpointSlice namespace/name is gone.
 func (s *State) DeleteSlice(namespace, name string) {
+	if !s.made() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.deleteSlice(types.NamespacedName{Namespace: namespace, Name: name})
@@ -199,7 +238,7 @@ func (s *State) deleteSlice(key types.NamespacedName) {
 // served (see ruleset.NodeAddresses, whose warnings it returns). Other
 // Nodes are ignored.
 func (s *State) UpdateNode(n *v1.Node) []svcproxy.Warning {
-	if n == nil || n.Name != s.nodeName {
+	if n == nil || !s.made() || n.Name != s.nodeName {
 		return nil
 	}
 	s.mu.Lock()
@@ -210,7 +249,7 @@ func (s *State) UpdateNode(n *v1.Node) []svcproxy.Warning {
 // DeleteNode records that the Node called name is gone: when it is the
 // proxy's own, the node has no zone and no addresses until it comes back.
 func (s *State) DeleteNode(name string) {
-	if name != s.nodeName {
+	if !s.made() || name != s.nodeName {
 		return
 	}
 	s.mu.Lock()
@@ -218,14 +257,16 @@ func (s *State) DeleteNode(name string) {
 	s.recordNode(nil)
 }
 
-// recordNode records the proxy's Node, or its absence when n is nil.
-func (s *State) recordNode(n *v1.Node) []svcproxy.Warning {
+// recordNode records the proxy's Node, or its absence when n is nil, and
+// reports the warnings about it, and those of extra.
+func (s *State) recordNode(n *v1.Node, extra ...svcproxy.Warning) []svcproxy.Warning {
 	s.node = topology.Node{Name: s.nodeName}
 	if n != nil {
 		s.node = topology.NodeFromObject(n)
 	}
 	var warnings []svcproxy.Warning
 	s.nodeAddrs, warnings = ruleset.NodeAddresses(n, s.families...)
+	warnings = append(warnings, extra...)
 	return s.report(objectKey{"Node", types.NamespacedName{Name: s.nodeName}}, warnings)
 }
 
@@ -235,6 +276,9 @@ func (s *State) recordNode(n *v1.Node) []svcproxy.Warning {
 func (s *State) UpdateServiceCIDR(sc *networkingv1.ServiceCIDR) []svcproxy.Warning {
 	if sc == nil {
 		return nil
+	}
+	if !s.made() {
+		return notMade("ServiceCIDR", "", sc.Name)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -258,6 +302,9 @@ func (s *State) updateServiceCIDR(sc *networkingv1.ServiceCIDR) []svcproxy.Warni
 
 // DeleteServiceCIDR records that the ServiceCIDR object name is gone.
 func (s *State) DeleteServiceCIDR(name string) {
+	if !s.made() {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.deleteServiceCIDR(name)
@@ -272,6 +319,9 @@ func (s *State) deleteServiceCIDR(name string) {
 // differ from the last Snapshot's, in the family where most do
 // (kube-proxy's service_changes_pending and endpoint_changes_pending).
 func (s *State) Pending() (services, endpoints int) {
+	if !s.made() {
+		return 0, 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range s.families {

@@ -13,6 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
 	"github.com/svcproxy/svcproxy/topology"
@@ -48,6 +49,14 @@ func TestNew(t *testing.T) {
 	}
 }
 
+// TestNewRefusesBadProxyName: a proxy name that no label can carry is an
+// error of New, not of a later source.Watch.
+func TestNewRefusesBadProxyName(t *testing.T) {
+	if _, err := state.New([]v1.IPFamily{v4}, "n1", servicemap.Filter{ProxyName: "not a label value!"}); err == nil {
+		t.Error("New with an invalid proxy name: no error")
+	}
+}
+
 // TestWarningsOnce: a dual-stack object is converted once per family, and
 // each of its warnings comes once; a warning that persists over later
 // events of the object is not repeated, and comes again once it went away
@@ -59,6 +68,7 @@ func TestWarningsOnce(t *testing.T) {
 	badSlice := `EndpointSlice ns/web-1: endpoint 1: invalid address "bogus": skipped`
 	zoned := `Node n1: InternalIP address "fe80::1%eth0" has a zone: skipped`
 	badCIDR := `ServiceCIDR c: CIDR "x" is not a prefix: skipped`
+	noNode := `Node n1: no Node of this name among the objects: the node has no zone and no addresses`
 	for _, step := range []struct {
 		name  string
 		event func() []svcproxy.Warning
@@ -73,7 +83,7 @@ func TestWarningsOnce(t *testing.T) {
 		{"back", func() []svcproxy.Warning { return s.UpdateService(service("web", dualIPs, "bogus")) }, []string{badIP}},
 		{"replaced by the same", func() []svcproxy.Warning {
 			return s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs, "bogus")}})
-		}, nil},
+		}, []string{noNode}},
 		{"gone from a Replace", func() []svcproxy.Warning { return s.Replace(state.Objects{}) }, nil},
 		{"back by Replace", func() []svcproxy.Warning {
 			return s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs, "bogus")}})
@@ -88,6 +98,12 @@ func TestWarningsOnce(t *testing.T) {
 		{"Node back", func() []svcproxy.Warning { return s.UpdateNode(node("n1", "z", "fe80::1%eth0")) }, []string{zoned}},
 		{"ServiceCIDR", func() []svcproxy.Warning { return s.UpdateServiceCIDR(serviceCIDR("c", "198.19.0.0/16", "x")) }, []string{badCIDR}},
 		{"ServiceCIDR again", func() []svcproxy.Warning { return s.UpdateServiceCIDR(serviceCIDR("c", "x")) }, nil},
+		{"replaced with the Node", func() []svcproxy.Warning {
+			return s.Replace(state.Objects{Nodes: []*v1.Node{node("n2", "z"), node("n1", "z", "198.18.0.1")}})
+		}, nil},
+		{"replaced with another Node only", func() []svcproxy.Warning {
+			return s.Replace(state.Objects{Nodes: []*v1.Node{node("n2", "z")}})
+		}, []string{noNode}},
 	} {
 		if diff := cmp.Diff(step.want, strings(step.event())); diff != "" {
 			t.Errorf("%s: warnings (-want +got):\n%s", step.name, diff)
@@ -99,17 +115,18 @@ func TestWarningsOnce(t *testing.T) {
 // family; the node, its addresses and the Service CIDRs are split by
 // family; trigger times come in one Snapshot only.
 func TestSnapshot(t *testing.T) {
+	must := warnings.Must(t)
 	s := newState(t, dualStack...)
-	s.UpdateService(service("dual", dualIPs))
-	s.UpdateService(service("four", []string{"198.19.0.2"}))
-	s.UpdateSlice(slice("dual", "dual-4", "198.18.1.1"))
-	s.UpdateSlice(slice("dual", "dual-6", "2001:db8:18::1", "2001:db8:18::2"))
+	must.None(s.UpdateService(service("dual", dualIPs)))
+	must.None(s.UpdateService(service("four", []string{"198.19.0.2"})))
+	must.None(s.UpdateSlice(slice("dual", "dual-4", "198.18.1.1")))
+	must.None(s.UpdateSlice(slice("dual", "dual-6", "2001:db8:18::1", "2001:db8:18::2")))
 	es := slice("four", "four-1", "198.18.1.3")
 	es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-12-01T10:00:00Z"}
-	s.UpdateSlice(es)
-	s.UpdateNode(node("n1", "z1", "2001:db8::1", "198.18.0.1"))
-	s.UpdateServiceCIDR(serviceCIDR("a", "198.19.0.0/16", "2001:db8:19::/108"))
-	s.UpdateServiceCIDR(serviceCIDR("b", "198.19.0.0/16", "198.20.0.0/16"))
+	must.None(s.UpdateSlice(es))
+	must.None(s.UpdateNode(node("n1", "z1", "2001:db8::1", "198.18.0.1")))
+	must.None(s.UpdateServiceCIDR(serviceCIDR("a", "198.19.0.0/16", "2001:db8:19::/108")))
+	must.None(s.UpdateServiceCIDR(serviceCIDR("b", "198.19.0.0/16", "198.20.0.0/16")))
 
 	snap := s.Snapshot()
 	type family struct {
@@ -173,17 +190,19 @@ func TestSnapshot(t *testing.T) {
 // TestReplace: Replace keeps what it is given and deletes everything else,
 // also what single events added.
 func TestReplace(t *testing.T) {
+	must := warnings.Must(t)
 	s := newState(t, v4)
-	s.UpdateService(service("by-event", []string{"198.19.0.1"}))
-	s.UpdateSlice(slice("by-event", "by-event-1", "198.18.1.1"))
-	s.UpdateServiceCIDR(serviceCIDR("by-event", "198.19.0.0/16"))
-	s.UpdateNode(node("n1", "z1", "198.18.0.1"))
-	s.Replace(state.Objects{
+	must.None(s.UpdateService(service("by-event", []string{"198.19.0.1"})))
+	must.None(s.UpdateSlice(slice("by-event", "by-event-1", "198.18.1.1")))
+	must.None(s.UpdateServiceCIDR(serviceCIDR("by-event", "198.19.0.0/16")))
+	must.None(s.UpdateNode(node("n1", "z1", "198.18.0.1")))
+	ws := s.Replace(state.Objects{
 		Services:       []*v1.Service{service("kept", []string{"198.19.0.2"}), nil},
 		EndpointSlices: []*discovery.EndpointSlice{slice("kept", "kept-1", "198.18.1.2"), nil},
 		Nodes:          []*v1.Node{nil, node("n2", "z2", "198.18.0.2")},
 		ServiceCIDRs:   []*networkingv1.ServiceCIDR{serviceCIDR("kept", "198.20.0.0/16"), nil},
 	})
+	warnings.Check(t, "Node", "", "n1", ws, []string{"no Node of this name among the objects"})
 	snap := s.Snapshot()
 	fam, _ := snap.Family(v4)
 	var ports []string
@@ -207,10 +226,11 @@ func TestReplace(t *testing.T) {
 // TestPending counts the Services and endpoints changed since the last
 // Snapshot.
 func TestPending(t *testing.T) {
+	must := warnings.Must(t)
 	s := newState(t, dualStack...)
-	s.UpdateService(service("a", dualIPs))
-	s.UpdateService(service("b", []string{"198.19.0.2"}))
-	s.UpdateSlice(slice("a", "a-1", "198.18.1.1"))
+	must.None(s.UpdateService(service("a", dualIPs)))
+	must.None(s.UpdateService(service("b", []string{"198.19.0.2"})))
+	must.None(s.UpdateSlice(slice("a", "a-1", "198.18.1.1")))
 	if svcs, eps := s.Pending(); svcs != 2 || eps != 1 {
 		t.Errorf("Pending = %d, %d; want 2, 1", svcs, eps)
 	}
@@ -223,6 +243,7 @@ func TestPending(t *testing.T) {
 // TestConcurrentUse: events and Snapshots from several goroutines (run
 // with -race to check the locking).
 func TestConcurrentUse(t *testing.T) {
+	must := warnings.Must(t)
 	s := newState(t, dualStack...)
 	var wg sync.WaitGroup
 	for g := range 4 {
@@ -231,9 +252,9 @@ func TestConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			for i := range 50 {
 				name := fmt.Sprintf("s%d-%d", g, i%5)
-				s.UpdateService(service(name, dualIPs))
-				s.UpdateSlice(slice(name, name+"-1", "198.18.1.1"))
-				s.UpdateNode(node("n1", fmt.Sprint("z", i), "198.18.0.1"))
+				must.None(s.UpdateService(service(name, dualIPs)))
+				must.None(s.UpdateSlice(slice(name, name+"-1", "198.18.1.1")))
+				must.None(s.UpdateNode(node("n1", fmt.Sprint("z", i), "198.18.0.1")))
 				if i%3 == 0 {
 					s.DeleteService("ns", name)
 				}
@@ -246,5 +267,21 @@ func TestConcurrentUse(t *testing.T) {
 	fam, _ := s.Snapshot().Family(v6)
 	if fam.Services.Len() != 4*3 { // of each goroutine's five names, two were last deleted (i = 45, 48)
 		t.Errorf("%d IPv6 ports after the writers, want 12", fam.Services.Len())
+	}
+}
+
+// TestZeroState: a nil or zero State records nothing, says so, and gives
+// empty Snapshots, without panicking.
+func TestZeroState(t *testing.T) {
+	for _, s := range []*state.State{nil, {}} {
+		if ws := s.UpdateService(service("web", dualIPs)); len(ws) != 1 {
+			t.Errorf("UpdateService on %#v: warnings %v, want one", s, ws)
+		}
+		if ws := s.Replace(state.Objects{Services: []*v1.Service{service("web", dualIPs)}}); len(ws) != 1 {
+			t.Errorf("Replace on %#v: warnings %v, want one", s, ws)
+		}
+		if snap := s.Snapshot(); len(snap.Families()) != 0 || s.Families() != nil {
+			t.Errorf("%#v serves families", s)
+		}
 	}
 }

@@ -57,7 +57,7 @@ type Endpoints struct {
 // one per address and port. The Ready condition is authoritative: an endpoint
 // that is ready is used even if it is not serving or is terminating, as happens
 // with publishNotReadyAddresses. Endpoints whose NodeName equals node.Name are
-// local; node.Name "" makes none local. sp must not be nil.
+// local; node.Name "" makes none local. A nil sp selects no endpoint.
 //
 // Categorize neither modifies nor retains eps.
 func Categorize(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node Node) Endpoints {
@@ -107,6 +107,9 @@ type Selection struct {
 // does, with the same requirements on its arguments, in one pass over eps.
 // It neither modifies nor retains eps.
 func Select(sp *servicemap.ServicePort, eps []endpoints.Endpoint, node Node) Selection {
+	if sp == nil {
+		return Selection{node: node}
+	}
 	sel := Selection{node: node, usesCluster: sp.UsesClusterEndpoints(), usesLocal: sp.UsesLocalEndpoints()}
 	hints := newHintSummary()
 	for i := range eps {
@@ -145,6 +148,9 @@ const (
 // only when UsesCluster, InLocal only when UsesLocal, and InLocal implies
 // OnNode.
 func (s *Selection) Membership(ep *endpoints.Endpoint) Membership {
+	if s == nil || ep == nil {
+		return 0
+	}
 	var m Membership
 	on := s.onNode(ep)
 	if on {
@@ -161,14 +167,29 @@ func (s *Selection) Membership(ep *endpoints.Endpoint) Membership {
 
 // UsesCluster reports whether Categorize's Cluster list is non-nil: the
 // port sends some traffic to cluster endpoints.
-func (s *Selection) UsesCluster() bool { return s.usesCluster }
+func (s *Selection) UsesCluster() bool {
+	if s == nil {
+		return false
+	}
+	return s.usesCluster
+}
 
 // UsesLocal reports whether Categorize's Local list is non-nil: the port
 // sends some traffic to local endpoints only.
-func (s *Selection) UsesLocal() bool { return s.usesLocal }
+func (s *Selection) UsesLocal() bool {
+	if s == nil {
+		return false
+	}
+	return s.usesLocal
+}
 
 // HasAnyEndpoints is Categorize's HasAnyEndpoints.
-func (s *Selection) HasAnyEndpoints() bool { return s.anyReady || s.anyServingTerminating }
+func (s *Selection) HasAnyEndpoints() bool {
+	if s == nil {
+		return false
+	}
+	return s.anyReady || s.anyServingTerminating
+}
 
 // Cluster reports whether ep, one of the endpoints given to Select, is in
 // Categorize's Cluster list.

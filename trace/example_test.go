@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -17,6 +18,7 @@ import (
 // Where does a pod's connection to a Service go on node-a, and one from the
 // node itself?
 func ExampleTrace() {
+	must := warnings.Must(warnings.Example)
 	objs, _, err := manifests.Parse([]byte(`
 apiVersion: v1
 kind: Service
@@ -41,10 +43,10 @@ ports: [{name: http, port: 8080}]
 	svcs := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	eps := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	for _, s := range objs.Services {
-		svcs.Update(s)
+		must.Used(svcs.Update(s))
 	}
 	for _, es := range objs.EndpointSlices {
-		eps.Update(es)
+		must.Used(eps.Update(es))
 	}
 	b, _ := ruleset.NewBuilder(ruleset.Config{
 		Family:       v1.IPv4Protocol,
@@ -53,7 +55,8 @@ ports: [{name: http, port: 8080}]
 	})
 	ss, _ := svcs.Snapshot()
 	es, _ := eps.Snapshot()
-	rs, _ := b.Build(ss, es)
+	rs, ws := b.Build(ss, es)
+	must.None(ws)
 
 	for _, p := range []trace.Packet{
 		{Protocol: v1.ProtocolTCP, Src: netip.MustParseAddrPort("198.18.64.7:40000"), Dst: netip.MustParseAddrPort("198.19.0.10:80")},

@@ -18,7 +18,7 @@
 //   - It traces the first packet of a flow. Replies, established flows,
 //     conntrack and the affinity state left by earlier flows are not
 //     modelled: Outcome.Affinity only says that affinity applies.
-//   - It knows the node through the packet (Packet.ToNode, Source.FromNode)
+//   - It knows the node through the packet (Packet.ToNode, Packet.FromNode)
 //     and the Ruleset's Config; it does not know the node's interfaces or
 //     routes.
 package trace

@@ -33,27 +33,34 @@ func TestExplainDesired(t *testing.T) {
 			"    prerouting endpoint-IANGHFLA-demo/web/tcp/http__198.18.2.12/8080: meta l4proto tcp dnat to 198.18.2.12:8080\n",
 			"  the tracer agrees\n",
 		}},
-		{"node port from outside, iptables", "iptables", "tcp 198.18.250.9:40000 -> 198.18.0.1:30080 from outside", []string{
+		// The node's address is outside the cluster CIDR: its flows to a
+		// cluster IP are masqueraded, as those from off the cluster are.
+		{"cluster IP from the node, masqueraded", "nftables", "tcp 198.18.100.1:40000 -> 198.19.0.10:80 from node", []string{
+			"  -> 198.18.1.11:8080, share 1/2, masqueraded\n",
+			"ip saddr != 198.18.1.0/24 jump mark-for-masquerade\n",
+			"  the tracer agrees\n",
+		}},
+		{"node port from outside, iptables", "iptables", "tcp 198.18.250.9:40000 -> 198.18.100.1:30080 from outside", []string{
 			"  forwarded through the node port of demo/shop:http\n  -> 198.18.1.31:8080, share 1\n",
 			"    nat PREROUTING: -A KUBE-NODEPORTS -m comment --comment demo/shop:http -m tcp -p tcp --dport 30080 -j KUBE-EXT-6EH4WSJZHKFFT4HP\n",
 			"  the tracer agrees\n",
 		}},
-		{"node port from outside, nftables", "nftables", "tcp 198.18.250.9:40000 -> 198.18.0.1:30080 from outside", []string{
+		{"node port from outside, nftables", "nftables", "tcp 198.18.250.9:40000 -> 198.18.100.1:30080 from outside", []string{
 			"  forwarded through the node port of demo/shop:http\n  -> 198.18.1.31:8080, share 1\n",
 			"[service-nodeports tcp . 30080 : goto external-HGPEBDKZ-demo/shop/tcp/http]\n",
 			"  the tracer agrees\n",
 		}},
-		{"node port from the node, short-circuited", "nftables", "tcp 198.18.0.1:40000 -> 198.18.0.1:30080 from node", []string{
+		{"node port from the node, short-circuited", "nftables", "tcp 198.18.100.1:40000 -> 198.18.100.1:30080 from node", []string{
 			"  -> 198.18.2.33:8080, share 1/3, masqueraded\n",
 			"  short-circuited to every endpoint",
 			"  the tracer agrees\n",
 		}},
-		{"eTP Local without local endpoints, iptables", "iptables", "tcp 198.18.250.9:40000 -> 198.18.0.1:30443", []string{
+		{"eTP Local without local endpoints, iptables", "iptables", "tcp 198.18.250.9:40000 -> 198.18.100.1:30443", []string{
 			"  dropped through the node port of demo/api:https\n  decided by:\n",
 			"    filter INPUT: -A KUBE-EXTERNAL-SERVICES -m comment --comment \"demo/api:https has no local endpoints\" -m addrtype --dst-type LOCAL -m tcp -p tcp --dport 30443 -j DROP\n",
 			"  the tracer agrees\n",
 		}},
-		{"eTP Local without local endpoints, nftables", "nftables", "tcp 198.18.250.9:40000 -> 198.18.0.1:30443", []string{
+		{"eTP Local without local endpoints, nftables", "nftables", "tcp 198.18.250.9:40000 -> 198.18.100.1:30443", []string{
 			"  dropped through the node port of demo/api:https\n  decided by:\n",
 			"[no-endpoint-nodeports tcp . 30443 comment \"demo/api:https\" : drop]\n",
 			"  the tracer agrees\n",

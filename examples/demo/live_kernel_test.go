@@ -22,12 +22,12 @@ import (
 // livePackets are the packets the kernel test explains, one of each kind
 // of outcome.
 var livePackets = []string{
-	"tcp 198.18.1.50:40000 -> 198.19.0.10:80 from pod",        // cluster IP, two endpoints
-	"tcp 198.18.250.9:40000 -> 198.18.0.1:30080 from outside", // node port, eTP Local
-	"tcp 198.18.250.9:40000 -> 198.18.0.1:30443 from outside", // eTP Local, no local endpoint
-	"tcp 198.18.1.50:40000 -> 198.19.0.40:80 from pod",        // no endpoints
-	"tcp 198.18.250.9:40000 -> 198.19.100.1:443 from outside", // source range refused
-	"tcp 198.18.0.1:40000 -> 198.19.0.30:80 from node",        // affinity
+	"tcp 198.18.1.50:40000 -> 198.19.0.10:80 from pod",          // cluster IP, two endpoints
+	"tcp 198.18.250.9:40000 -> 198.18.100.1:30080 from outside", // node port, eTP Local
+	"tcp 198.18.250.9:40000 -> 198.18.100.1:30443 from outside", // eTP Local, no local endpoint
+	"tcp 198.18.1.50:40000 -> 198.19.0.40:80 from pod",          // no endpoints
+	"tcp 198.18.250.9:40000 -> 198.19.100.1:443 from outside",   // source range refused
+	"tcp 198.18.100.1:40000 -> 198.19.0.30:80 from node",        // affinity
 }
 
 // webPacket goes to the Service port that the test removes behind the

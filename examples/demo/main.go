@@ -30,8 +30,8 @@
 //
 //	go run ./examples/demo
 //	go run ./examples/demo --manifests DIR --node-name NAME
-//	go run ./examples/demo --cluster-cidr 198.18.0.0/16 --explain 'tcp 198.18.1.50:40000 -> 198.19.0.10:80 from pod'
-//	go build -o demo ./examples/demo && sudo ./demo --manifests examples/demo/manifests --backend nftables --live --explain 'tcp 198.18.250.9:40000 -> 198.18.0.1:30080'
+//	go run ./examples/demo --cluster-cidr 198.18.0.0/20 --explain 'tcp 198.18.1.50:40000 -> 198.19.0.10:80 from pod'
+//	go build -o demo ./examples/demo && sudo ./demo --manifests examples/demo/manifests --backend nftables --live --explain 'tcp 198.18.250.9:40000 -> 198.18.100.1:30080'
 package main
 
 import (

@@ -12,21 +12,23 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/examples/internal/proxy"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
-func main() {
-	proxy.Main(proxy.Mode{
-		Name: "iptables",
-		Render: func(w io.Writer, rs *ruleset.Ruleset, _ *proxy.Options) error {
-			_, err := w.Write(iptables.Render(iptables.DefaultNames(), rs))
-			return err
-		},
-		NewBackend: func(family v1.IPFamily, _ *proxy.Options) (engine.Backend, error) {
-			return iptables.NewExecutor(iptables.ExecutorConfig{Family: family})
-		},
-	})
+func main() { proxy.Main(mode) }
+
+// mode is the iptables reference proxy.
+var mode = proxy.Mode{
+	Name: "iptables",
+	Render: func(w io.Writer, rs *ruleset.Ruleset, _ *proxy.Options) ([]svcproxy.Warning, error) {
+		_, err := w.Write(iptables.Render(iptables.DefaultNames(), rs))
+		return nil, err // iptables.Render writes every Service port
+	},
+	NewBackend: func(family v1.IPFamily, _ *proxy.Options) (engine.Backend, error) {
+		return iptables.NewExecutor(iptables.ExecutorConfig{Family: family})
+	},
 }

@@ -14,6 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/examples/internal/proxy"
 	"github.com/svcproxy/svcproxy/nftables"
@@ -21,32 +22,39 @@ import (
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
-func main() {
-	proxy.Main(proxy.Mode{
-		Name:       "nftables",
-		Render:     render,
-		NewBackend: newBackend,
-	})
+func main() { proxy.Main(mode) }
+
+// mode is the nftables reference proxy.
+var mode = proxy.Mode{
+	Name:       "nftables",
+	Render:     render,
+	NewBackend: newBackend,
 }
 
 // flatLayout reports whether the proxy's flags choose the flat layout
 // (proxy.ParseFlags accepts only "kube-proxy", "flat" and "").
 func flatLayout(opts *proxy.Options) bool { return opts.NFTablesLayout == "flat" }
 
-// render writes the nft script of a full sync of rs into no table: for the
-// flat layout, the one `nft -f` script that replaces its table.
-func render(w io.Writer, rs *ruleset.Ruleset, opts *proxy.Options) error {
+// render writes the nft script of a full sync of rs into no table (for the
+// flat layout, the one `nft -f` script that replaces its table) and returns
+// the render's warnings.
+func render(w io.Writer, rs *ruleset.Ruleset, opts *proxy.Options) ([]svcproxy.Warning, error) {
 	var script string
+	var warnings []svcproxy.Warning
 	if flatLayout(opts) {
-		_, script, _ = flat.Script(rs, flat.Options{})
+		var res flat.Result
+		_, script, res = flat.Script(rs, flat.Options{})
+		warnings = res.Warnings
 	} else {
+		var res nftables.Result
 		var err error
-		if script, _, err = nftables.Script(rs, nftables.Options{}); err != nil {
-			return err
+		if script, res, err = nftables.Script(rs, nftables.Options{}); err != nil {
+			return nil, err
 		}
+		warnings = res.Warnings
 	}
 	_, err := io.WriteString(w, script)
-	return err
+	return warnings, err
 }
 
 func newBackend(family v1.IPFamily, opts *proxy.Options) (engine.Backend, error) {

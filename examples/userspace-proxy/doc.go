@@ -1,6 +1,6 @@
 // Command userspace-proxy serves Kubernetes Services from user space: a
 // pure-Go L4 proxy for TCP and UDP built only on svcproxy's public packages:
-// a manifests.Watcher feeds a state.State, an engine.StateSource builds the
+// a manifests.Watcher feeds a state.State, a state.Builder builds the
 // Rulesets of both IP families from it, and the engine syncs the DataPlane,
 // the Backend of both, with them. It listens on every frontend the node serves (cluster IPs, external
 // and load-balancer IPs, node ports on the node's addresses) and forwards

@@ -71,20 +71,15 @@ func parseList[T any](flagName, s string, parse func(string) (T, error)) ([]T, e
 }
 
 // printPlan writes each frontend of rs and what happens to new flows to it
-// from outside the cluster and from the node (or, with cluster CIDRs, from a
-// pod), before any load-balancer source-range check.
+// from outside the cluster, from a pod and from the node (ruleset.Origins),
+// the load-balancer source-range firewall included.
 func printPlan(w io.Writer, rs *ruleset.Ruleset) {
 	routes, _ := frontends(rs)
 	for _, f := range slices.SortedFunc(maps.Keys(routes), ruleset.Frontend.Compare) {
 		r := routes[f]
 		fmt.Fprintf(w, "%s (%s of %s)\n", f, r.kind, r.svc.Name)
-		for _, origin := range []string{"outside", "the node"} {
-			d := rs.Decide(r.svc, r.kind, ruleset.Client{FromNode: origin == "the node"})
-			fmt.Fprintf(w, "  from %s: %s", origin, d.Verdict)
-			for _, c := range d.Targets {
-				fmt.Fprintf(w, " %s share %s", c.Endpoint, c.Share.RatString())
-			}
-			fmt.Fprintln(w)
+		for _, origin := range ruleset.Origins {
+			fmt.Fprintf(w, "  from %s: %s\n", origin, rs.Decide(r.svc, r.kind, rs.ClientOf(origin, nil)))
 		}
 	}
 }

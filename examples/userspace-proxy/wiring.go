@@ -31,7 +31,7 @@ var families = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
 // builds its Rulesets.
 type proxy struct {
 	state  *state.State
-	source *engine.StateSource
+	source engine.StateProvider
 	log    *slog.Logger
 	// reloads counts the manifest reloads applied; syncing is the count
 	// the state of the sync under way holds, said in its log line as the
@@ -48,8 +48,15 @@ func newProxy(nodeName string, nodeIPs []netip.Addr, clusterCIDRs []netip.Prefix
 		return nil, err
 	}
 	p := &proxy{state: st, log: log}
-	config := engine.ConfigFrom(ruleset.Config{NodePortAddresses: nodeIPs, ClusterCIDRs: clusterCIDRs})
-	p.source = engine.NewStateSource(st, config, p.warn)
+	config, err := state.ConfigFrom(ruleset.Config{NodePortAddresses: nodeIPs, ClusterCIDRs: clusterCIDRs})
+	if err != nil {
+		return nil, err
+	}
+	builder, err := state.NewBuilder(config)
+	if err != nil {
+		return nil, err
+	}
+	p.source = engine.StateProvider{State: st, Builder: builder, OnWarnings: p.warn}
 	return p, nil
 }
 
@@ -80,7 +87,7 @@ func (p *proxy) serve(w *manifests.Watcher, syncPeriod time.Duration) error {
 // apply replaces the State with the manifests read and logs what they warn
 // about.
 func (p *proxy) apply(m *manifests.Input) {
-	p.warn(append(m.Warnings, p.state.Replace(state.Objects{Services: m.Objects.Services, EndpointSlices: m.Objects.EndpointSlices, Nodes: m.Objects.Nodes})...))
+	p.warn(append(m.Warnings, p.state.Replace(*m.Objects)...))
 }
 
 func (p *proxy) warn(warnings []svcproxy.Warning) {

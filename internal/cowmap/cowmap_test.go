@@ -4,26 +4,37 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"k8s.io/apimachinery/pkg/types"
 	"pgregory.net/rapid"
 )
 
-func key(ns, name string) types.NamespacedName {
-	return types.NamespacedName{Namespace: ns, Name: name}
+// nsName is a namespace and name, ordered by namespace, then name: the
+// trackers' key.
+type nsName struct{ Namespace, Name string }
+
+func (a nsName) Compare(b nsName) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+func key(ns, name string) nsName {
+	return nsName{Namespace: ns, Name: name}
 }
 
 // contents lists every entry of m, checking that All visits each key once.
 func contents[V any](t interface {
 	Helper()
 	Fatalf(string, ...any)
-}, m Map[V]) map[types.NamespacedName]V {
+}, m Map[nsName, V]) map[nsName]V {
 	t.Helper()
-	out := map[types.NamespacedName]V{}
-	m.All(func(k types.NamespacedName, v V) bool {
+	out := map[nsName]V{}
+	m.All(func(k nsName, v V) bool {
 		if _, dup := out[k]; dup {
 			t.Fatalf("All visits %v twice", k)
 		}
@@ -34,14 +45,14 @@ func contents[V any](t interface {
 }
 
 func TestZeroMap(t *testing.T) {
-	var m Map[int]
+	var m Map[nsName, int]
 	if m.Len() != 0 {
 		t.Errorf("Len = %d", m.Len())
 	}
 	if v, ok := m.Get(key("a", "b")); ok || v != 0 {
 		t.Errorf("Get = %v, %v", v, ok)
 	}
-	m.All(func(types.NamespacedName, int) bool { t.Error("All visits an entry of the zero Map"); return true })
+	m.All(func(nsName, int) bool { t.Error("All visits an entry of the zero Map"); return true })
 	if n := m.Without(key("a", "b")); n.Len() != 0 {
 		t.Errorf("Without on zero Map: Len = %d", n.Len())
 	}
@@ -50,45 +61,51 @@ func TestZeroMap(t *testing.T) {
 func TestWithWithoutGet(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		ops  func(Map[string]) Map[string]
-		want map[types.NamespacedName]string
+		ops  func(Map[nsName, string]) Map[nsName, string]
+		want map[nsName]string
 	}{{
 		name: "add",
-		ops:  func(m Map[string]) Map[string] { return m.With(key("ns", "a"), "1").With(key("ns", "b"), "2") },
-		want: map[types.NamespacedName]string{key("ns", "a"): "1", key("ns", "b"): "2"},
+		ops: func(m Map[nsName, string]) Map[nsName, string] {
+			return m.With(key("ns", "a"), "1").With(key("ns", "b"), "2")
+		},
+		want: map[nsName]string{key("ns", "a"): "1", key("ns", "b"): "2"},
 	}, {
 		name: "replace keeps Len",
-		ops:  func(m Map[string]) Map[string] { return m.With(key("ns", "a"), "1").With(key("ns", "a"), "2") },
-		want: map[types.NamespacedName]string{key("ns", "a"): "2"},
+		ops: func(m Map[nsName, string]) Map[nsName, string] {
+			return m.With(key("ns", "a"), "1").With(key("ns", "a"), "2")
+		},
+		want: map[nsName]string{key("ns", "a"): "2"},
 	}, {
 		name: "remove",
-		ops: func(m Map[string]) Map[string] {
+		ops: func(m Map[nsName, string]) Map[nsName, string] {
 			return m.With(key("ns", "a"), "1").With(key("ns", "b"), "2").Without(key("ns", "a"))
 		},
-		want: map[types.NamespacedName]string{key("ns", "b"): "2"},
+		want: map[nsName]string{key("ns", "b"): "2"},
 	}, {
 		name: "remove missing is a no-op",
-		ops: func(m Map[string]) Map[string] {
+		ops: func(m Map[nsName, string]) Map[nsName, string] {
 			return m.With(key("ns", "a"), "1").Without(key("ns", "zz")).Without(key("ns", "zz"))
 		},
-		want: map[types.NamespacedName]string{key("ns", "a"): "1"},
+		want: map[nsName]string{key("ns", "a"): "1"},
 	}, {
 		name: "remove everything",
-		ops:  func(m Map[string]) Map[string] { return m.With(key("ns", "a"), "1").Without(key("ns", "a")) },
-		want: map[types.NamespacedName]string{},
+		ops: func(m Map[nsName, string]) Map[nsName, string] {
+			return m.With(key("ns", "a"), "1").Without(key("ns", "a"))
+		},
+		want: map[nsName]string{},
 	}, {
 		name: "namespace and name are not concatenated",
-		ops: func(m Map[string]) Map[string] {
+		ops: func(m Map[nsName, string]) Map[nsName, string] {
 			return m.With(key("ab", "c"), "1").With(key("a", "bc"), "2").With(key("a/b", "c"), "3").With(key("a", "b/c"), "4")
 		},
-		want: map[types.NamespacedName]string{key("ab", "c"): "1", key("a", "bc"): "2", key("a/b", "c"): "3", key("a", "b/c"): "4"},
+		want: map[nsName]string{key("ab", "c"): "1", key("a", "bc"): "2", key("a/b", "c"): "3", key("a", "b/c"): "4"},
 	}, {
 		name: "empty key",
-		ops:  func(m Map[string]) Map[string] { return m.With(key("", ""), "e") },
-		want: map[types.NamespacedName]string{key("", ""): "e"},
+		ops:  func(m Map[nsName, string]) Map[nsName, string] { return m.With(key("", ""), "e") },
+		want: map[nsName]string{key("", ""): "e"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := tc.ops(Map[string]{})
+			m := tc.ops(Map[nsName, string]{})
 			if m.Len() != len(tc.want) {
 				t.Errorf("Len = %d, want %d", m.Len(), len(tc.want))
 			}
@@ -106,7 +123,7 @@ func TestWithWithoutGet(t *testing.T) {
 
 func TestPersistence(t *testing.T) {
 	const n = 2000
-	versions := []Map[int]{{}}
+	versions := []Map[nsName, int]{{}}
 	for i := range n {
 		versions = append(versions, versions[len(versions)-1].With(key(fmt.Sprintf("ns%d", i%7), fmt.Sprintf("svc-%d", i)), i))
 	}
@@ -160,7 +177,7 @@ func TestPersistence(t *testing.T) {
 func checkTree[V any](t interface {
 	Helper()
 	Fatalf(string, ...any)
-}, m Map[V]) {
+}, m Map[nsName, V]) {
 	t.Helper()
 	if m.root == nil {
 		if m.length != 0 {
@@ -169,12 +186,12 @@ func checkTree[V any](t interface {
 		return
 	}
 	leafDepth, count := -1, 0
-	var walk func(n *node[V], depth int)
-	walk = func(n *node[V], depth int) {
+	var walk func(n *node[nsName, V], depth int)
+	walk = func(n *node[nsName, V], depth int) {
 		if len(n.keys) == 0 || len(n.keys) > maxNode {
 			t.Fatalf("node with %d keys", len(n.keys))
 		}
-		if !slices.IsSortedFunc(n.keys, Compare) || len(slices.CompactFunc(slices.Clone(n.keys), func(a, b types.NamespacedName) bool { return a == b })) != len(n.keys) {
+		if !slices.IsSortedFunc(n.keys, nsName.Compare) || len(slices.CompactFunc(slices.Clone(n.keys), func(a, b nsName) bool { return a == b })) != len(n.keys) {
 			t.Fatalf("keys not sorted and distinct: %v", n.keys)
 		}
 		if n.kids == nil {
@@ -205,10 +222,10 @@ func checkTree[V any](t interface {
 }
 
 // nodes are the nodes of the subtree n.
-func nodes[V any](n *node[V]) map[*node[V]]bool {
-	out := map[*node[V]]bool{}
-	var walk func(n *node[V])
-	walk = func(n *node[V]) {
+func nodes[V any](n *node[nsName, V]) map[*node[nsName, V]]bool {
+	out := map[*node[nsName, V]]bool{}
+	var walk func(n *node[nsName, V])
+	walk = func(n *node[nsName, V]) {
 		out[n] = true
 		for _, k := range n.kids {
 			walk(k)
@@ -222,9 +239,10 @@ func nodes[V any](n *node[V]) map[*node[V]]bool {
 
 // TestChangeCopiesOnePath checks that With and Without copy only the path
 // to the leaf they change: at 30,000 keys, a replaced value copies one
-// node per level and shares the others.
+// node per level and shares the others, and the new nodes share the old
+// ones' keys.
 func TestChangeCopiesOnePath(t *testing.T) {
-	var m Map[int]
+	var m Map[nsName, int]
 	for i := range 30000 {
 		m = m.With(key("ns", fmt.Sprintf("svc-%05d", i)), i)
 	}
@@ -234,19 +252,35 @@ func TestChangeCopiesOnePath(t *testing.T) {
 		depth++
 	}
 	before := nodes(m.root)
-	for _, next := range []Map[int]{
-		m.With(key("ns", "svc-00042"), -1),
-		m.Without(key("ns", "svc-00042")),
+	keyArrays := map[*nsName]bool{}
+	for n := range before {
+		keyArrays[&n.keys[0]] = true
+	}
+	for _, tc := range []struct {
+		name string
+		next Map[nsName, int]
+		// sharedKeys is the number of new nodes whose keys are an old
+		// node's.
+		sharedKeys int
+	}{
+		{"replaced value", m.With(key("ns", "svc-00042"), -1), depth + 1},
+		{"removed key", m.Without(key("ns", "svc-00042")), depth},
 	} {
-		checkTree(t, next)
-		fresh := 0
-		for n := range nodes(next.root) {
+		checkTree(t, tc.next)
+		fresh, shared := 0, 0
+		for n := range nodes(tc.next.root) {
 			if !before[n] {
 				fresh++
+				if keyArrays[&n.keys[0]] {
+					shared++
+				}
 			}
 		}
 		if fresh != depth+1 {
-			t.Errorf("a change made %d new nodes, want %d (one per level)", fresh, depth+1)
+			t.Errorf("%s: %d new nodes, want %d (one per level)", tc.name, fresh, depth+1)
+		}
+		if shared != tc.sharedKeys {
+			t.Errorf("%s: %d new nodes share old keys, want %d", tc.name, shared, tc.sharedKeys)
 		}
 	}
 }
@@ -254,17 +288,17 @@ func TestChangeCopiesOnePath(t *testing.T) {
 // TestAllInOrder checks that All and AllFrom yield in key order, AllFrom
 // from the first key not below its start, present or not.
 func TestAllInOrder(t *testing.T) {
-	var m Map[int]
-	var keys []types.NamespacedName
+	var m Map[nsName, int]
+	var keys []nsName
 	for i := range 2000 {
 		k := key(fmt.Sprintf("ns-%d", i%7), fmt.Sprintf("svc-%d", i))
 		keys = append(keys, k)
 		m = m.With(k, i)
 	}
-	slices.SortFunc(keys, Compare)
-	collect := func(from *types.NamespacedName) []types.NamespacedName {
-		var got []types.NamespacedName
-		yield := func(k types.NamespacedName, _ int) bool { got = append(got, k); return true }
+	slices.SortFunc(keys, nsName.Compare)
+	collect := func(from *nsName) []nsName {
+		var got []nsName
+		yield := func(k nsName, _ int) bool { got = append(got, k); return true }
 		if from == nil {
 			m.All(yield)
 		} else {
@@ -276,8 +310,8 @@ func TestAllInOrder(t *testing.T) {
 		t.Errorf("All (-want +got):\n%s", diff)
 	}
 	for _, tc := range []struct {
-		from types.NamespacedName
-		want []types.NamespacedName
+		from nsName
+		want []nsName
 	}{
 		{keys[0], keys},
 		{key("", ""), keys},
@@ -291,36 +325,51 @@ func TestAllInOrder(t *testing.T) {
 		}
 	}
 	calls := 0
-	m.AllFrom(keys[10], func(types.NamespacedName, int) bool { calls++; return calls < 3 })
+	m.AllFrom(keys[10], func(nsName, int) bool { calls++; return calls < 3 })
 	if calls != 3 {
 		t.Errorf("AllFrom called yield %d times after it returned false at 3", calls)
 	}
 }
 
 func TestAllStopsEarly(t *testing.T) {
-	var m Map[int]
+	var m Map[nsName, int]
 	for i := range 100 {
 		m = m.With(key("ns", fmt.Sprint(i)), i)
 	}
 	calls := 0
-	m.All(func(types.NamespacedName, int) bool { calls++; return calls < 3 })
+	m.All(func(nsName, int) bool { calls++; return calls < 3 })
 	if calls != 3 {
 		t.Errorf("All called yield %d times after it returned false at 3", calls)
 	}
 }
 
-// TestPropertyModel checks random With/Without sequences against Go maps,
+// TestPropertyModel checks random With/Without sequences, from a Map that
+// FromSorted made of random entries (sorted or not), against Go maps,
 // keeping every version and checking all of them at the end.
 func TestPropertyModel(t *testing.T) {
-	genKey := rapid.Custom(func(t *rapid.T) types.NamespacedName {
+	genKey := rapid.Custom(func(t *rapid.T) nsName {
 		return key(rapid.SampledFrom([]string{"", "a", "b", "kube-system"}).Draw(t, "ns"),
 			rapid.StringMatching(`[a-f]{0,3}`).Draw(t, "name"))
 	})
 	rapid.Check(t, func(t *rapid.T) {
-		m := Map[int]{}
-		model := map[types.NamespacedName]int{}
-		var versions []Map[int]
-		var models []map[types.NamespacedName]int
+		initial := rapid.SliceOf(genKey).Draw(t, "initial")
+		if rapid.Bool().Draw(t, "sort") {
+			slices.SortFunc(initial, nsName.Compare)
+			initial = slices.Compact(initial)
+		}
+		model := map[nsName]int{}
+		for i, k := range initial {
+			model[k] = -i
+		}
+		m := FromSorted(func(yield func(nsName, int) bool) {
+			for i, k := range initial {
+				if !yield(k, -i) {
+					return
+				}
+			}
+		})
+		versions := []Map[nsName, int]{m}
+		models := []map[nsName]int{maps.Clone(model)}
 		// Up to 600 changes of about 1,000 keys: trees of three levels,
 		// nodes that split and children that go.
 		for i, n := 0, rapid.IntRange(0, 600).Draw(t, "ops"); i < n; i++ {
@@ -352,6 +401,64 @@ func TestPropertyModel(t *testing.T) {
 	})
 }
 
+// TestFromSorted checks the Maps that FromSorted makes: of sorted entries,
+// in full leaves; of others, as With makes them.
+func TestFromSorted(t *testing.T) {
+	keys := func(n int) []nsName {
+		var out []nsName
+		for i := range n {
+			out = append(out, key("ns", fmt.Sprintf("svc-%05d", i)))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		keys   []nsName
+		leaves int // in a Map that FromSorted built whole; 0 when it fell back
+	}{
+		{"none", nil, 0},
+		{"one", keys(1), 1},
+		{"a full leaf", keys(maxNode), 1},
+		{"two levels", keys(maxNode + 1), 2},
+		{"three levels", keys(maxNode*maxNode + 1), maxNode + 1},
+		{"out of order", []nsName{key("b", "1"), key("a", "1"), key("c", "1")}, 0},
+		{"a key twice, the last value wins", []nsName{key("a", "1"), key("a", "1")}, 0},
+		{"out of order after a full leaf", append(keys(maxNode+3), key("a", "0")), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := FromSorted(func(yield func(nsName, int) bool) {
+				for i, k := range tc.keys {
+					if !yield(k, i) {
+						return
+					}
+				}
+			})
+			checkTree(t, m)
+			var want Map[nsName, int]
+			for i, k := range tc.keys {
+				want = want.With(k, i)
+			}
+			if diff := cmp.Diff(contents(t, want), contents(t, m)); diff != "" {
+				t.Errorf("FromSorted (-With +FromSorted):\n%s", diff)
+			}
+			if m.Len() != want.Len() {
+				t.Errorf("Len = %d, want %d", m.Len(), want.Len())
+			}
+			if tc.leaves > 0 {
+				leaves := 0
+				for n := range nodes(m.root) {
+					if n.kids == nil {
+						leaves++
+					}
+				}
+				if leaves != tc.leaves {
+					t.Errorf("%d leaves, want %d", leaves, tc.leaves)
+				}
+			}
+		})
+	}
+}
+
 // Property: Diff visits every key whose value differs between two Maps (one
 // made from the other, or both from a common one), each once, with the
 // right values, and nothing for a Map and itself.
@@ -359,12 +466,12 @@ func TestPropDiff(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		// A base of up to 1,500 keys (three levels), two Maps made from it
 		// by up to 30 changes each, among its keys and others.
-		nameOf := func(i int) types.NamespacedName { return key(fmt.Sprint("ns-", i%5), fmt.Sprint("svc-", i)) }
-		var base Map[int]
+		nameOf := func(i int) nsName { return key(fmt.Sprint("ns-", i%5), fmt.Sprint("svc-", i)) }
+		var base Map[nsName, int]
 		for i := range rapid.IntRange(0, 1500).Draw(t, "base") {
 			base = base.With(nameOf(i), 1)
 		}
-		apply := func(m Map[int], label string) (Map[int], map[types.NamespacedName]int) {
+		apply := func(m Map[nsName, int], label string) (Map[nsName, int], map[nsName]int) {
 			for range rapid.IntRange(0, 30).Draw(t, label+"-ops") {
 				k := nameOf(rapid.IntRange(0, 1600).Draw(t, label+"-key"))
 				if rapid.Bool().Draw(t, label+"-delete") {
@@ -373,14 +480,14 @@ func TestPropDiff(t *testing.T) {
 					m = m.With(k, rapid.IntRange(1, 3).Draw(t, label+"-value"))
 				}
 			}
-			want := map[types.NamespacedName]int{}
-			m.All(func(k types.NamespacedName, v int) bool { want[k] = v; return true })
+			want := map[nsName]int{}
+			m.All(func(k nsName, v int) bool { want[k] = v; return true })
 			return m, want
 		}
 		a, wantA := apply(base, "a")
 		b, wantB := apply(base, "b")
-		seen := map[types.NamespacedName]bool{}
-		a.Diff(b, func(k types.NamespacedName, before, after int) {
+		seen := map[nsName]bool{}
+		a.Diff(b, func(k nsName, before, after int) {
 			if seen[k] {
 				t.Fatalf("key %v visited twice", k)
 			}
@@ -399,6 +506,6 @@ func TestPropDiff(t *testing.T) {
 				t.Fatalf("key %v differs (%d, %d) but was not visited", k, wantA[k], wantB[k])
 			}
 		}
-		a.Diff(a, func(k types.NamespacedName, _, _ int) { t.Fatalf("Diff of a Map and itself visited %v", k) })
+		a.Diff(a, func(k nsName, _, _ int) { t.Fatalf("Diff of a Map and itself visited %v", k) })
 	})
 }

@@ -1,41 +1,45 @@
 package cowmap_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/svcproxy/svcproxy/internal/cowmap"
 )
 
+// key is a Journal's key in these tests.
+type key string
+
+func (a key) Compare(b key) int { return strings.Compare(string(a), string(b)) }
+
 func TestJournal(t *testing.T) {
-	a := types.NamespacedName{Namespace: "ns", Name: "a"}
-	b := types.NamespacedName{Namespace: "ns", Name: "b"}
+	a, b := key("a"), key("b")
 	type change struct{ Before, After int }
 	tests := []struct {
 		name    string
-		ops     func(j *cowmap.Journal[int])
+		ops     func(j *cowmap.Journal[key, int])
 		pending int
-		want    map[types.NamespacedName]change
+		want    map[key]change
 	}{
-		{"set", func(j *cowmap.Journal[int]) { j.Set(a, 1) }, 1, map[types.NamespacedName]change{a: {0, 1}}},
-		{"set then delete is forgotten", func(j *cowmap.Journal[int]) { j.Set(a, 1); j.Delete(a) }, 0, map[types.NamespacedName]change{}},
-		{"committed value set again is forgotten", func(j *cowmap.Journal[int]) { j.Set(b, 5); j.Set(b, 7); j.Set(b, 2) }, 0, map[types.NamespacedName]change{}},
-		{"delete of a committed key", func(j *cowmap.Journal[int]) { j.Delete(b) }, 1, map[types.NamespacedName]change{b: {2, 0}}},
-		{"delete of an unknown key", func(j *cowmap.Journal[int]) { j.Delete(a) }, 0, map[types.NamespacedName]change{}},
+		{"set", func(j *cowmap.Journal[key, int]) { j.Set(a, 1) }, 1, map[key]change{a: {0, 1}}},
+		{"set then delete is forgotten", func(j *cowmap.Journal[key, int]) { j.Set(a, 1); j.Delete(a) }, 0, map[key]change{}},
+		{"committed value set again is forgotten", func(j *cowmap.Journal[key, int]) { j.Set(b, 5); j.Set(b, 7); j.Set(b, 2) }, 0, map[key]change{}},
+		{"delete of a committed key", func(j *cowmap.Journal[key, int]) { j.Delete(b) }, 1, map[key]change{b: {2, 0}}},
+		{"delete of an unknown key", func(j *cowmap.Journal[key, int]) { j.Delete(a) }, 0, map[key]change{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			j := cowmap.NewJournal(func(x, y int) bool { return x == y })
+			j := cowmap.NewJournal[key](func(x, y int) bool { return x == y })
 			j.Set(b, 2)
-			j.Commit(func(types.NamespacedName, int, int) {})
+			j.Commit(func(key, int, int) {})
 			tt.ops(j)
 			if got := j.Pending(); got != tt.pending {
 				t.Errorf("Pending() = %d, want %d", got, tt.pending)
 			}
-			got := map[types.NamespacedName]change{}
-			m := j.Commit(func(key types.NamespacedName, before, after int) { got[key] = change{before, after} })
+			got := map[key]change{}
+			m := j.Commit(func(key key, before, after int) { got[key] = change{before, after} })
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("Commit changes (-want +got):\n%s", diff)
 			}
@@ -43,7 +47,7 @@ func TestJournal(t *testing.T) {
 				t.Errorf("after Commit: %d keys returned, %d current, %d pending", m.Len(), j.Current().Len(), j.Pending())
 			}
 			again := 0
-			j.Commit(func(types.NamespacedName, int, int) { again++ })
+			j.Commit(func(key, int, int) { again++ })
 			if again != 0 {
 				t.Errorf("a second Commit reported %d changes", again)
 			}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/nftables/flat"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/trace"
@@ -123,7 +124,8 @@ func TestKernelFlatAffinity(t *testing.T) {
 // elements over netlink.
 func resyncOverNetlink(t *testing.T, h *netns.Host, nft string, rs *ruleset.Ruleset) {
 	t.Helper()
-	_, load, _ := flat.Resync(rs, flat.Options{})
+	_, load, res := flat.Resync(rs, flat.Options{})
+	warnings.None(t, res.Warnings)
 	runScript(t, h.NS, nft, load.Definitions)
 	if err := h.Do(func() error {
 		n, err := flat.DialNetlink()
@@ -231,7 +233,8 @@ func TestKernelFlatAffinityTimeout(t *testing.T) {
 	w.add(svc("ns1", "sticky", "198.19.0.10", affinity(2)),
 		slice("ns1", "sticky", 8080, ep{ip: c.Pods[0].IPv4.String(), node: node}, ep{ip: c.Pods[1].IPv4.String(), node: node}))
 	tx := knftables.NewFake(knftables.IPv4Family, flat.DefaultTable).NewTransaction()
-	flat.Render(tx, w.build(), flat.Options{})
+	_, res := flat.Render(tx, w.build(), flat.Options{})
+	warnings.None(t, res.Warnings)
 	runScript(t, c.Node.NS, nft, tx.String())
 	defer runScript(t, c.Node.NS, nft, "delete table ip "+flat.DefaultTable+"\n")
 

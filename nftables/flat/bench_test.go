@@ -5,13 +5,18 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/nftables/flat"
 	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
+	"github.com/svcproxy/svcproxy/nftables/flat"
 )
 
 func BenchmarkRenderFlat(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		rs, _ := benchWorld(b, n)
+		// The loops render the same Ruleset again: check its warnings once.
+		_, _, res := flat.Script(rs, flat.Options{})
+		warnings.None(b, res.Warnings)
 		fake := knftables.NewFake(knftables.IPv4Family, flat.DefaultTable)
 		b.Run(fmt.Sprintf("knftables/%d", n), func(b *testing.B) {
 			for b.Loop() {

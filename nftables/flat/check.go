@@ -25,6 +25,9 @@ import (
 // Before the first Sync, or after a failed one, there is nothing to
 // compare and it returns "".
 func (e *Executor) CheckState(ctx context.Context) (string, error) {
+	if !e.made() {
+		return "", errNotMade
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.last == nil {

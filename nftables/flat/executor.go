@@ -84,6 +84,13 @@ type Executor struct {
 	deepSlice int
 }
 
+// errNotMade is the error of an Executor that NewExecutor did not make.
+var errNotMade = errors.New("nftables/flat: Executor not made by NewExecutor")
+
+// made reports whether NewExecutor made e: the methods of a nil or zero
+// Executor fail (RequestFullSync does nothing) and touch no kernel.
+func (e *Executor) made() bool { return e != nil && e.t != nil }
+
 // SyncDetails is what one sync did: the svcproxy.SyncResult that Sync
 // returns, and this backend's own account of it (Apply returns both).
 type SyncDetails struct {
@@ -145,6 +152,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 // network namespace of ExecutorConfig.NetNS. The tables stay as they are.
 // The next Sync is a full one, through nft only; with a NetNS it fails.
 func (e *Executor) Close() error {
+	if !e.made() {
+		return errNotMade
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.last, e.state = nil, nil
@@ -172,6 +182,9 @@ func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.Sync
 
 // Apply is Sync, and returns this backend's account of the sync too.
 func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails, error) {
+	if !e.made() {
+		return SyncDetails{}, errNotMade
+	}
 	if f := rs.Config().Family; f != e.cfg.Family {
 		return SyncDetails{}, fmt.Errorf("nftables: ruleset is %s, executor is %s", f, e.cfg.Family)
 	}
@@ -186,6 +199,9 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 // RequestFullSync makes the next Sync a full one, e.g. to repair a table
 // that something else changed.
 func (e *Executor) RequestFullSync() {
+	if !e.made() {
+		return
+	}
 	e.mu.Lock()
 	e.last = nil
 	e.mu.Unlock()
@@ -195,6 +211,9 @@ func (e *Executor) RequestFullSync() {
 // proxy runs one Executor per family, and either one cleans up both). The
 // next Sync is a full one.
 func (e *Executor) Cleanup(ctx context.Context) error {
+	if !e.made() {
+		return errNotMade
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.last, e.state = nil, nil

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/nftables/flat"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -138,7 +139,8 @@ func TestFlatElements(t *testing.T) {
 		slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.65.2", node: "node-b"}),
 		svc("ns1", "empty", "198.19.0.11"),
 	)
-	_, script, _ := flat.Script(w.build(), flat.Options{})
+	_, script, res := flat.Script(w.build(), flat.Options{})
+	warnings.None(t, res.Warnings)
 	const web, empty = `comment "ns1/web:p80/TCP"`, `comment "ns1/empty:p80/TCP"`
 	want := []string{
 		"add element ip svcproxy-flat cluster-cidrs { 198.18.64.0/18 }",
@@ -174,7 +176,8 @@ func TestFlatChangesTouchElementsOnly(t *testing.T) {
 	w.add(svc("ns1", "a", "198.19.0.10"), slice("ns1", "a", 8080, ep{ip: "198.18.64.2", node: node}),
 		svc("ns1", "b", "198.19.0.11"), slice("ns1", "b", 8080, ep{ip: "198.18.64.3", node: node}))
 	old := w.build()
-	st, _ := flat.Render(knftables.NewFake(knftables.IPv4Family, flat.DefaultTable).NewTransaction(), old, flat.Options{})
+	st, res := flat.Render(knftables.NewFake(knftables.IPv4Family, flat.DefaultTable).NewTransaction(), old, flat.Options{})
+	warnings.None(t, res.Warnings)
 
 	w.add(slice("ns1", "a", 8080, ep{ip: "198.18.65.2", node: "node-b"}))
 	next := w.update(old)
@@ -219,7 +222,8 @@ func TestFlatLongNamesFitComments(t *testing.T) {
 	ns, name := strings.Repeat("n", 63), strings.Repeat("s", 63)
 	w := newWorld(t, config4())
 	w.add(svc(ns, name, "198.19.0.10"), slice(ns, name, 8080, ep{ip: "198.18.64.2", node: node}))
-	_, script, _ := flat.Script(w.build(), flat.Options{})
+	_, script, res := flat.Script(w.build(), flat.Options{})
+	warnings.None(t, res.Warnings)
 	comments := regexp.MustCompile(`comment "([^"]*)"`).FindAllStringSubmatch(strings.Join(scriptLines(script, "add element "), "\n"), -1)
 	if len(comments) == 0 {
 		t.Fatalf("no element comments:\n%s", script)

@@ -1,6 +1,7 @@
 package flat
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/svcproxy/svcproxy/nftables/internal/model"
@@ -22,11 +23,22 @@ func DialNetlink() (*Netlink, error) {
 	return &Netlink{conn: c}, nil
 }
 
+// errNoNetlink is the error of a Netlink that DialNetlink did not make.
+var errNoNetlink = errors.New("nftables/flat: Netlink not made by DialNetlink")
+
 // Close closes the socket.
-func (n *Netlink) Close() error { return n.conn.Close() }
+func (n *Netlink) Close() error {
+	if n == nil || n.conn == nil {
+		return nil
+	}
+	return n.conn.Close()
+}
 
 // Apply sends ch, which must be ElementsOnly.
 func (n *Netlink) Apply(ch Changes) error {
+	if n == nil || n.conn == nil {
+		return errNoNetlink
+	}
 	if !ch.ElementsOnly {
 		return fmt.Errorf("flat nftables changes touch chains or sets: apply the transaction with nft")
 	}
@@ -37,6 +49,9 @@ func (n *Netlink) Apply(ch Changes) error {
 // Resync, after flushing the sets that hold them), and returns the
 // number of transactions it took.
 func (n *Netlink) Load(l Load) (int, error) {
+	if n == nil || n.conn == nil {
+		return 0, errNoNetlink
+	}
 	tx, _, err := n.load(l)
 	return tx, err
 }

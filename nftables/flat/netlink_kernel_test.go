@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/nftables/flat"
 )
 
@@ -84,15 +85,18 @@ func TestKernelFlatNetlinkMatchesNFT(t *testing.T) {
 		family := kfamily(rs.Config().Family)
 		opts := func(table string) flat.Options { return flat.Options{Table: table} }
 
-		stNL, load, _ := flat.FirstSync(rs, opts("viant"))
+		stNL, load, res := flat.FirstSync(rs, opts("viant"))
+		warnings.None(t, res.Warnings)
 		run(load.Definitions)
 		if _, err := nl.Load(load); err != nil {
 			t.Fatalf("netlink load: %v", err)
 		}
-		stScript, script, _ := flat.Script(rs, opts("script"))
+		stScript, script, res := flat.Script(rs, opts("script"))
+		warnings.None(t, res.Warnings)
 		run(script)
 		tx := knftables.NewFake(family, "knft").NewTransaction()
-		stKnft, _ := flat.Render(tx, rs, opts("knft"))
+		stKnft, res := flat.Render(tx, rs, opts("knft"))
+		warnings.None(t, res.Warnings)
 		run("add table " + string(family) + " knft\n" + tx.String())
 		compare := func(when string) {
 			t.Helper()
@@ -132,7 +136,8 @@ func TestKernelFlatNetlinkMatchesNFT(t *testing.T) {
 
 		// A resync of the changed tables back to rs: over netlink
 		// (Resync) into viant, by one nft -f into script.
-		_, resync, _ := flat.Resync(rs, opts("viant"))
+		_, resync, res := flat.Resync(rs, opts("viant"))
+		warnings.None(t, res.Warnings)
 		run(resync.Definitions)
 		if _, err := nl.Load(resync); err != nil {
 			t.Fatalf("netlink resync: %v", err)
@@ -160,7 +165,8 @@ func TestKernelFlatNetlinkRefused(t *testing.T) {
 	}
 	defer nl.Close()
 	w, _ := flatWorld(t, false)
-	_, load, _ := flat.FirstSync(w.build(), flat.Options{Table: "refused"})
+	_, load, res := flat.FirstSync(w.build(), flat.Options{Table: "refused"})
+	warnings.None(t, res.Warnings)
 	_, err := nl.Load(load)
 	if !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("load into no table: %v, want ENOENT", err)

@@ -9,7 +9,11 @@ const DefaultTable = "svcproxy-flat"
 
 // Options are the settings of a rendering that the Ruleset does not hold.
 type Options struct {
-	// Table is the name of the table; "" means DefaultTable.
+	// Table is the name of the table; "" means DefaultTable. As for
+	// nftables.Options.Table, a name must be an nft identifier that needs
+	// no quoting: a letter or '_', then letters, digits and '_', '-', '.'
+	// or '/', shorter than knftables.NameLengthMax; NewExecutor refuses
+	// any other.
 	Table string
 }
 

@@ -1,6 +1,7 @@
 package flat
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -35,8 +36,12 @@ type State struct {
 // operations (for knftables, its Fake and --dry-run): the table and its
 // chains and sets (added, then flushed), and every element. Into a table
 // that held another Ruleset it leaves the sets of endpoint counts no longer
-// in use, empty; Script replaces the table whole. It is pure.
+// in use, empty; Script replaces the table whole. It is pure. With a nil
+// tx it writes nothing, and returns no State.
 func Render(tx *knftables.Transaction, rs *ruleset.Ruleset, opts Options) (*State, Result) {
+	if tx == nil {
+		return nil, Result{}
+	}
 	st, t, res := flatTableIn(rs, opts, parallel.Ranges(rs.Len(), flatRangeMin), false)
 	for _, o := range t.Objects() {
 		tx.Add(o)
@@ -298,8 +303,11 @@ type Changes struct {
 // target group.
 // It returns svcproxy.ErrFullSyncNeeded when the Configs differ or st is nil.
 func RenderChanges(tx *knftables.Transaction, st *State, old, new *ruleset.Ruleset) (Changes, error) {
+	if tx == nil {
+		return Changes{}, errors.New("nftables/flat: nil Transaction")
+	}
 	ch := ruleset.Diff(old, new)
-	if st == nil || old == nil || ch.ConfigChanged {
+	if st == nil || st.r == nil || old == nil || ch.ConfigChanged {
 		return Changes{}, svcproxy.ErrFullSyncNeeded
 	}
 	var out Changes

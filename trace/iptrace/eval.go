@@ -95,6 +95,9 @@ type walker struct {
 // or split one flow between different results (forwarded and dropped, or
 // two Service ports), which an Outcome cannot say.
 func (r *Rules) Evaluate(p trace.Packet) (trace.Outcome, Path, error) {
+	if r == nil || r.tables == nil {
+		return trace.Outcome{}, nil, errors.New("iptrace: no rules: Parse makes them")
+	}
 	w := &walker{rules: r, budget: maxRules}
 	f := &flow{
 		proto:    strings.ToLower(string(p.Protocol)),

@@ -65,7 +65,7 @@ func packet(t *testing.T, s string) trace.Packet {
 
 // TestEvaluateKernelReadBack evaluates what iptables-save -c printed on
 // this project's test machine (iptables v1.8.9, nf_tables) after the
-// iptables reference proxy synced the demo manifests (node-a, 198.18.0.1,
+// iptables reference proxy synced the demo manifests (node-a, then 198.18.0.1,
 // no cluster CIDR, localhost node ports on) in a fresh network namespace:
 // the kernel's canonical forms (-d ADDR/32, --set-xmark, 11-decimal
 // probabilities, recent options reordered, REJECT --reject-with) and rule

@@ -114,10 +114,20 @@ func (e *element) matches(key []datum) bool {
 }
 
 // Family is the table's family, "ip" or "ip6"; Name its name.
-func (t *Table) Family() string { return t.family }
+func (t *Table) Family() string {
+	if t == nil {
+		return ""
+	}
+	return t.family
+}
 
 // Name is the table's name.
-func (t *Table) Name() string { return t.name }
+func (t *Table) Name() string {
+	if t == nil {
+		return ""
+	}
+	return t.name
+}
 
 // Parse reads one table of family ip or ip6 written either way nft writes
 // it:

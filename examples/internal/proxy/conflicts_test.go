@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -35,6 +36,7 @@ func TestNodePortConflicts(t *testing.T) {
 		rs, _ := builder.Build(ss, es)
 		return map[v1.IPFamily]*ruleset.Ruleset{v1.IPv4Protocol: rs}
 	}
+	must := warnings.Must(t)
 	var c nodePortConflicts
 	conflict := []string{`Service ns/b: nodePort 30080/TCP is also Service port ns/a:p's, which takes it: not served for port "p"`}
 	for _, step := range []struct {
@@ -47,7 +49,7 @@ func TestNodePortConflicts(t *testing.T) {
 		{svc("b", "198.19.0.2", 30081), nil},
 		{svc("b", "198.19.0.2", 30080), conflict},
 	} {
-		services.Update(step.svc)
+		must.Used(services.Update(step.svc))
 		var got []string
 		for _, w := range c.check(build()) {
 			got = append(got, w.String())

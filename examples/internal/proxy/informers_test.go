@@ -130,9 +130,9 @@ func TestInformersFollowServiceCIDRs(t *testing.T) {
 	if _, err := source.Watch(ctx, client, state, source.Options{OnChange: func() { changes <- struct{}{} }, OnWarnings: warn}); err != nil {
 		t.Fatal(err)
 	}
-	render := func(w io.Writer, rs *ruleset.Ruleset, _ *Options) error {
+	render := func(w io.Writer, rs *ruleset.Ruleset, _ *Options) ([]svcproxy.Warning, error) {
 		_, err := fmt.Fprint(w, rs.Config().ServiceCIDRs)
-		return err
+		return nil, err
 	}
 	flag := []netip.Prefix{netip.MustParsePrefix("198.19.200.0/24")}
 	p := &proxy{mode: Mode{Render: render}, opts: &Options{ServiceCIDRs: flag}, log: discardLogger()}

@@ -33,7 +33,7 @@ func (p *proxy) newEngine() (eng *engine.Engine, closeAll func(), err error) {
 		backends[f] = b
 	}
 	cfg := p.engineConfig(backends)
-	if cleaner, err = conntrack.NewNetlinkCleaner(nil); err != nil {
+	if cleaner, err = conntrack.NewNetlinkCleaner(conntrack.CleanerConfig{}); err != nil {
 		p.log.Warn("stale UDP conntrack entries will not be cleaned up", "err", err)
 	} else {
 		cfg.Conntrack = cleaner
@@ -66,7 +66,7 @@ func (p *proxy) desired(context.Context) (engine.Desired, error) {
 	p.metrics.endpointChangesPending.Set(float64(eps))
 	p.syncingReload = p.reloads.Load() // before the snapshot, which then holds that reload
 	snap := p.state.Snapshot()
-	desired, err := p.source.Build(snap)
+	desired, err := p.build(snap)
 	if err != nil {
 		return engine.Desired{}, err
 	}

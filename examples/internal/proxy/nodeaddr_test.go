@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -85,10 +86,11 @@ func TestBadNodeAddressIsAWarning(t *testing.T) {
 // TestNodeAddressesFollowTheNode: the NodePort addresses are the Node's
 // current ones; --node-ip overrides them.
 func TestNodeAddressesFollowTheNode(t *testing.T) {
+	must := warnings.Must(t)
 	a1, a2 := netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2")
 	backend := &fakeBackend{family: v1.IPv4Protocol}
 	p, eng := testProxy(t, backend)
-	p.state.UpdateService(service("a", "198.19.0.1"))
+	must.None(p.state.UpdateService(service("a", "198.19.0.1")))
 	for _, step := range []struct {
 		node    *v1.Node
 		nodeIPs []netip.Addr
@@ -99,7 +101,7 @@ func TestNodeAddressesFollowTheNode(t *testing.T) {
 		{node("fe80::1%eth0"), nil, nil},
 		{node("198.18.0.1"), []netip.Addr{a2}, []netip.Addr{a2}},
 	} {
-		p.state.UpdateNode(step.node)
+		_ = p.state.UpdateNode(step.node) // a zoned address warns: state's tests check that
 		p.opts.NodeIPs = step.nodeIPs
 		if err := eng.Sync(t.Context()); err != nil {
 			t.Fatal(err)

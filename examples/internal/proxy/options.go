@@ -47,6 +47,16 @@ type Options struct {
 	// ManifestMaxFileSize is the largest manifest file read, in bytes
 	// (manifests.Watcher.MaxFileSize); 0 or less means no limit.
 	ManifestMaxFileSize int64
+	// Cgroup and BPFPinPath are the eBPF proxy's: the cgroup v2 directory
+	// its programs attach to, and the bpffs directory where its maps and
+	// links are pinned ("": not pinned); only the eBPF proxy has the
+	// flags.
+	Cgroup     string
+	BPFPinPath string
+	// TCExternal and TCPods are the eBPF proxy's interfaces for its tc
+	// programs: those traffic from outside arrives on, those that lead to
+	// the endpoints.
+	TCExternal, TCPods []string
 }
 
 // ParseOptions parses the command line (without the program name).
@@ -79,6 +89,18 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 		fs.StringVar(&o.NFTablesLayout, "nftables-layout", "kube-proxy", "table layout: kube-proxy (kube-proxy's chains, table kube-proxy) or flat (sets and maps under a fixed number of rules, table svcproxy-flat)")
 	}
 	fs.Int64Var(&o.ManifestMaxFileSize, "manifest-max-file-size", manifests.DefaultMaxFileSize, "largest manifest file read, in bytes; a larger one is refused with an error (0: no limit)")
+	if name == "ebpf-proxy" {
+		fs.StringVar(&o.Cgroup, "cgroup", "", "cgroup v2 directory the programs attach to: the sockets of its processes are translated (a node passes the root of its cgroup v2 tree)")
+		fs.StringVar(&o.BPFPinPath, "bpf-pin-path", "/sys/fs/bpf/svcproxy", "bpffs directory where the maps and links are pinned, so that they outlive the proxy (\"\": not pinned, detached at exit)")
+		fs.Func("tc-external", "interfaces, comma-separated, on which traffic from outside arrives: with --tc-pods, tc programs translate it (IPv4)", func(v string) error {
+			o.TCExternal = strings.FieldsFunc(v, func(r rune) bool { return r == ',' })
+			return nil
+		})
+		fs.Func("tc-pods", "interfaces, comma-separated, that lead to the endpoints (see --tc-external)", func(v string) error {
+			o.TCPods = strings.FieldsFunc(v, func(r rune) bool { return r == ',' })
+			return nil
+		})
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

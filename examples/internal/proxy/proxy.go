@@ -33,8 +33,10 @@ type Mode struct {
 	// Name answers /proxyMode: "iptables" or "nftables".
 	Name string
 	// Render writes exactly what a full sync of rs with opts would apply,
-	// for --dry-run. It must need neither root nor the kernel.
-	Render func(w io.Writer, rs *ruleset.Ruleset, opts *Options) error
+	// for --dry-run, and returns the render's warnings (what it could not
+	// write), which --dry-run logs on stderr as a sync would. It must need
+	// neither root nor the kernel.
+	Render func(w io.Writer, rs *ruleset.Ruleset, opts *Options) ([]svcproxy.Warning, error)
 	// NewBackend makes the backend of one family, as opts say.
 	NewBackend func(family v1.IPFamily, opts *Options) (engine.Backend, error)
 }
@@ -130,7 +132,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitBadArgs
 		}
-		p.logWarnings(append(warnings, p.state.Replace(stateObjects(objs))...))
+		p.logWarnings(append(warnings, p.state.Replace(*objs)...))
 		return exitOK
 	}
 	p.reach = &reachability{log: p.log, now: time.Now}
@@ -200,6 +202,9 @@ func (p *proxy) waitForAPI(ctx context.Context, timeout time.Duration) error {
 // newState makes the proxy's State, for the IP families that the options
 // and the node's addresses (hints) give.
 func (p *proxy) newState(hints []netip.Addr) error {
+	if _, err := state.ConfigFrom(p.baseConfig()); err != nil {
+		return err // a configuration error, at start rather than at the first sync
+	}
 	st, err := state.New(p.opts.families(familyHints(hints)), p.opts.NodeName, servicemap.Filter{})
 	if err != nil {
 		return err
@@ -211,7 +216,17 @@ func (p *proxy) newState(hints []netip.Addr) error {
 // useState makes the proxy serve st.
 func (p *proxy) useState(st *state.State) {
 	p.state, p.families = st, st.Families()
-	p.source = engine.NewStateSource(st, p.rulesetConfig, p.logWarnings)
+	p.builder, _ = state.NewBuilder(p.rulesetConfig) // fails for a nil ConfigFunc only
+}
+
+// build builds the Rulesets of snap and logs the new build warnings.
+func (p *proxy) build(snap state.Snapshot) (engine.Desired, error) {
+	built, err := p.builder.Build(snap)
+	if err != nil {
+		return engine.Desired{}, err
+	}
+	p.logWarnings(built.Warnings)
+	return engine.Desired{Rulesets: built.Rulesets, Triggers: built.Triggers}, nil
 }
 
 func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) int {
@@ -249,8 +264,8 @@ type proxy struct {
 	// nowhere, as the engine's first sync reads the latest state.
 	eng atomic.Pointer[engine.Engine]
 
-	// source builds the Rulesets of the state.
-	source *engine.StateSource
+	// builder builds the Rulesets of the state.
+	builder *state.Builder
 
 	// What follows is used by the engine's goroutine only (its Source and
 	// OnSync).
@@ -301,7 +316,20 @@ func (p *proxy) allowLocalhostNodePorts() error {
 // rulesetConfig is the ruleset.Config of one family of snap, as the
 // options say.
 func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
-	cfg, err := engine.ConfigFrom(ruleset.Config{
+	config, err := state.ConfigFrom(p.baseConfig())
+	if err != nil {
+		return ruleset.Config{}, err
+	}
+	cfg, err := config(snap, fam)
+	if cfg.LocalhostNodePorts && fam.IPFamily == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
+		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+	}
+	return cfg, err
+}
+
+// baseConfig is the ruleset.Config of both families that the options give.
+func (p *proxy) baseConfig() ruleset.Config {
+	return ruleset.Config{
 		MasqueradeAll: p.opts.MasqueradeAll,
 		// Manifests come without the EndpointSlice controller: compute the
 		// hints trafficDistribution asks for.
@@ -312,22 +340,20 @@ func (p *proxy) rulesetConfig(snap state.Snapshot, fam state.Family) (ruleset.Co
 		AllowedExternalIPs:  p.opts.AllowedExternalIPs,
 		ServiceCIDRs:        p.opts.ServiceCIDRs,
 		NodePortAddresses:   p.opts.NodeIPs,
-	})(snap, fam)
-	if cfg.LocalhostNodePorts && fam.IPFamily == v1.IPv4Protocol && len(cfg.NodePortAddresses) > 0 {
-		cfg.NodePortAddresses = append(cfg.NodePortAddresses, netip.AddrFrom4([4]byte{127, 0, 0, 1}))
 	}
-	return cfg, err
 }
 
 func (p *proxy) dryRun(w io.Writer) error {
-	desired, err := p.source.Desired(context.Background())
+	desired, err := p.build(p.state.Snapshot())
 	if err != nil {
 		return err
 	}
 	for _, f := range p.families {
-		if err := p.mode.Render(w, desired.Rulesets[f], p.opts); err != nil {
+		warnings, err := p.mode.Render(w, desired.Rulesets[f], p.opts)
+		if err != nil {
 			return fmt.Errorf("render %s: %w", f, err)
 		}
+		p.logWarnings(warnings)
 	}
 	return nil
 }

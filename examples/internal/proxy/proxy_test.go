@@ -18,6 +18,7 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -31,12 +32,20 @@ type fakeBackend struct {
 	clean  int
 }
 
-// fakeRender writes one line per Service.
-func fakeRender(w io.Writer, rs *ruleset.Ruleset, _ *Options) error {
+// fakeRender writes one line per Service, and warns about each Service
+// port it does not write: those of Services called "unrenderable".
+func fakeRender(w io.Writer, rs *ruleset.Ruleset, _ *Options) ([]svcproxy.Warning, error) {
+	var warnings []svcproxy.Warning
 	for _, s := range rs.Services() {
-		fmt.Fprintf(w, "%s %s %s %s\n", rs.Config().Family, s.Name, s.ClusterIP, s.Internal)
+		if s.Name.Name == "unrenderable" {
+			warnings = append(warnings, svcproxy.Warning{Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name, Reason: "not rendered"})
+			continue
+		}
+		if _, err := fmt.Fprintf(w, "%s %s %s %s\n", rs.Config().Family, s.Name, s.ClusterIP, s.Internal); err != nil {
+			return nil, err
+		}
 	}
-	return nil
+	return warnings, nil
 }
 
 // Sync reports the first sync, and the one after a failure, as full.
@@ -121,6 +130,25 @@ func TestDryRunPrintsWhatWouldBeApplied(t *testing.T) {
 	}
 }
 
+// A dry run logs the render's warnings on stderr, as a sync would, and
+// prints the rules alone on stdout.
+func TestDryRunWarnsOnStderr(t *testing.T) {
+	unrenderable := strings.ReplaceAll(goodService, "name: good", "name: unrenderable")
+	unrenderable = strings.ReplaceAll(unrenderable, "198.19.0.1", "198.19.0.2")
+	dir := writeManifests(t, map[string]string{"good.yaml": goodService, "unrenderable.yaml": unrenderable})
+	var out, errs bytes.Buffer
+	code := Run(fakeMode(map[v1.IPFamily]*fakeBackend{}), []string{"--manifests", dir, "--node-name", "n1", "--ip-family", "ipv4", "--dry-run"}, &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr: %s", code, errs.String())
+	}
+	if want := "IPv4 ns/good:http 198.19.0.1 reject\n"; out.String() != want {
+		t.Errorf("dry run printed %q on stdout, want %q", out.String(), want)
+	}
+	if want := `level=WARN msg="Service ns/unrenderable: not rendered"`; !strings.Contains(errs.String(), want) {
+		t.Errorf("stderr %q does not log %q", errs.String(), want)
+	}
+}
+
 func TestBrokenFileIsOneLineErrorAndNothingApplied(t *testing.T) {
 	backends := map[v1.IPFamily]*fakeBackend{}
 	broken := goodService + "---\napiVersion: v1\nkind: Service\nmetadata: {namespace: ns, name: web}\nspec:\n  ports: [{port: eighty}]\n"
@@ -195,13 +223,14 @@ func testProxy(t *testing.T, backend *fakeBackend) (*proxy, *engine.Engine) {
 // TestFailedSyncLosesNoChange: the engine's retry of a failed sync applies
 // the proxy's state as it is then.
 func TestFailedSyncLosesNoChange(t *testing.T) {
+	must := warnings.Must(t)
 	backend := &fakeBackend{family: v1.IPv4Protocol, fails: 1}
 	p, eng := testProxy(t, backend)
-	p.state.UpdateService(service("a", "198.19.0.1"))
+	must.None(p.state.UpdateService(service("a", "198.19.0.1")))
 	if err := eng.Sync(context.Background()); err == nil {
 		t.Fatal("the injected failure was not reported")
 	}
-	p.state.UpdateService(service("b", "198.19.0.2"))
+	must.None(p.state.UpdateService(service("b", "198.19.0.2")))
 	if err := eng.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +247,7 @@ func TestFailedSyncLosesNoChange(t *testing.T) {
 // histograms, served from the proxy's registry, count the syncs that the
 // backends report as full and as incremental.
 func TestSyncDurationFullOrPartial(t *testing.T) {
+	must := warnings.Must(t)
 	backend := &fakeBackend{family: v1.IPv4Protocol}
 	p, eng := testProxy(t, backend)
 	count := func(name string) uint64 {
@@ -235,7 +265,7 @@ func TestSyncDurationFullOrPartial(t *testing.T) {
 		return 0
 	}
 	for i, want := range []struct{ full, partial uint64 }{{1, 0}, {1, 1}, {1, 2}} {
-		p.state.UpdateService(service(fmt.Sprint("s", i), fmt.Sprint("198.19.0.", i+1)))
+		must.None(p.state.UpdateService(service(fmt.Sprint("s", i), fmt.Sprint("198.19.0.", i+1))))
 		if err := eng.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}

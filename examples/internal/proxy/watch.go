@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/svcproxy/svcproxy/manifests"
-	"github.com/svcproxy/svcproxy/state"
 )
 
 const (
@@ -66,7 +65,7 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifests.Input) {
 	removed := removedServices(w.applied, in)
 	w.applied = in
 	p.metrics.manifestReloads.Inc()
-	warnings := p.state.Replace(stateObjects(in.Objects))
+	warnings := p.state.Replace(*in.Objects)
 	p.log.Info("manifests reloaded",
 		"services", fmt.Sprintf("%d → %d", before[0], after[0]),
 		"endpointSlices", fmt.Sprintf("%d → %d", before[1], after[1]),
@@ -94,9 +93,4 @@ func removedServices(before, after *manifests.Input) int {
 		}
 	}
 	return removed
-}
-
-// stateObjects are the objects of a manifests input, for State.Replace.
-func stateObjects(o *manifests.Objects) state.Objects {
-	return state.Objects{Services: o.Services, EndpointSlices: o.EndpointSlices, Nodes: o.Nodes}
 }

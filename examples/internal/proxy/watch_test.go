@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 )
 
 // serviceDocs is n Service documents of a multi-document YAML file, each
@@ -59,7 +61,9 @@ func TestWatchAppliesSettledFilesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.applied = in
-	p.state.Replace(stateObjects(in.Objects))
+	// The file has no Node: Replace warns about that, once.
+	ws := p.state.Replace(*in.Objects)
+	warnings.Check(t, "Node", "", "n1", ws, []string{"no Node of this name among the objects"})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -140,6 +141,7 @@ func TestBuildsCleanly(t *testing.T) {
 }
 
 func testBuildsCleanly(t *testing.T, s scalegen.Spec) {
+	must := warnings.Must(t)
 	n := s.Services
 	ss, es := scaleworld.Snapshots(s)
 	if ss.Len() != n {
@@ -183,10 +185,11 @@ func testBuildsCleanly(t *testing.T, s scalegen.Spec) {
 		}
 	}
 	svcs, eps := scaleworld.Trackers(s)
-	eps.Update(s.ChangedSlice(i, 1))
+	must.Used(eps.Update(s.ChangedSlice(i, 1)))
 	ss2, _ := svcs.Snapshot()
 	es2, _ := eps.Snapshot()
-	rs2, _ := b.Build(ss2, es2)
+	rs2, ws := b.Build(ss2, es2)
+	must.None(ws)
 	ch := ruleset.Diff(rs, rs2)
 	if len(ch.Changed) != 1 || ch.Changed[0] != s.PortName(i) || len(ch.Added)+len(ch.Removed) != 0 {
 		t.Errorf("Diff after ChangedSlice(%d): %+v", i, ch)

@@ -10,43 +10,48 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
 )
 
-// A StateSource builds the Rulesets of a State for an Engine: the
-// ConfigFunc completes each family's Config from the Snapshot (the node,
-// its addresses), and each build warning is reported once, however many
-// syncs follow.
-func ExampleStateSource() {
+// A StateProvider has a state.Builder build the Rulesets of a State for an
+// Engine: the ConfigFunc completes each family's Config from the Snapshot
+// (the node, its addresses), and each build warning is reported once,
+// however many syncs follow.
+func ExampleStateProvider() {
+	must := warnings.Must(warnings.Example)
 	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol}, "node-a", servicemap.Filter{})
 	if err != nil {
 		panic(err)
 	}
-	st.UpdateService(&v1.Service{
+	must.None(st.UpdateService(&v1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
 		Spec: v1.ServiceSpec{
 			ClusterIP: "198.19.0.10", ClusterIPs: []string{"198.19.0.10"}, ExternalIPs: []string{"198.19.1.1"},
 			Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}},
 		},
+	}))
+	config, err := state.ConfigFrom(ruleset.Config{
+		RestrictExternalIPs: true,
+		AllowedExternalIPs:  []netip.Prefix{netip.MustParsePrefix("198.19.2.0/24")},
 	})
-	config := func(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
-		return ruleset.Config{
-			Node:                snap.Node,
-			NodePortAddresses:   fam.NodeAddresses,
-			RestrictExternalIPs: true,
-			AllowedExternalIPs:  []netip.Prefix{netip.MustParsePrefix("198.19.2.0/24")},
-		}, nil
+	if err != nil {
+		panic(err)
 	}
-	source := engine.NewStateSource(st, config, func(ws []svcproxy.Warning) {
+	builder, err := state.NewBuilder(config)
+	if err != nil {
+		panic(err)
+	}
+	provider := engine.StateProvider{State: st, Builder: builder, OnWarnings: func(ws []svcproxy.Warning) {
 		for _, w := range ws {
 			fmt.Println("warning:", w)
 		}
-	})
+	}}
 	e, err := engine.New(engine.Config{
 		Backends: map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: &printBackend{}},
-		Provider: source,
+		Provider: provider,
 	})
 	if err != nil {
 		panic(err)

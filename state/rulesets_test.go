@@ -1,7 +1,6 @@
-package engine_test
+package state_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -15,9 +14,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/affinity"
-	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/state"
@@ -56,7 +54,8 @@ func testSlice(service string, addrs ...string) *discovery.EndpointSlice {
 	if netip.MustParseAddr(addrs[0]).Is6() {
 		es.AddressType = discovery.AddressTypeIPv6
 	}
-	es.Name = service + "-" + string(es.AddressType)
+	// A lower-case name: "IPv4" is not valid in one.
+	es.Name = service + map[discovery.AddressType]string{discovery.AddressTypeIPv4: "-ipv4", discovery.AddressTypeIPv6: "-ipv6"}[es.AddressType]
 	for _, a := range addrs {
 		es.Endpoints = append(es.Endpoints, discovery.Endpoint{Addresses: []string{a}, NodeName: &node,
 			Conditions: discovery.EndpointConditions{Ready: &ready}})
@@ -72,7 +71,7 @@ var (
 
 // testConfig is a ConfigFunc whose Config the test changes: it gives
 // *base with the Snapshot's node and node addresses, or *err.
-func testConfig(base *ruleset.Config, err *error) engine.ConfigFunc {
+func testConfig(base *ruleset.Config, err *error) state.ConfigFunc {
 	return func(snap state.Snapshot, fam state.Family) (ruleset.Config, error) {
 		cfg := *base
 		cfg.Node, cfg.NodePortAddresses = snap.Node, fam.NodeAddresses
@@ -96,15 +95,16 @@ func newTestState(t *testing.T) *state.State {
 	return st
 }
 
-// TestStateSourceEqualsBuild: after every step, each family's Ruleset
+// TestBuilderEqualsBuild: after every step, each family's Ruleset
 // equals Build's from the same Snapshot and Config; a Service that did not
 // change is the same *Service as in the previous sync (Update, not Build),
 // unless the Config changed.
-func TestStateSourceEqualsBuild(t *testing.T) {
+func TestBuilderEqualsBuild(t *testing.T) {
+	must := warnings.Must(t)
 	st := newTestState(t)
 	base, cfgErr := ruleset.Config{}, error(nil)
-	src := engine.NewStateSource(st, testConfig(&base, &cfgErr), nil)
-	var prev engine.Desired
+	src := newBuilder(t, testConfig(&base, &cfgErr))
+	var prev state.Built
 	for _, step := range []struct {
 		name   string
 		change func()
@@ -112,21 +112,21 @@ func TestStateSourceEqualsBuild(t *testing.T) {
 		shared bool
 	}{
 		{"first", func() {
-			st.UpdateService(testService("web", webIPs))
-			st.UpdateService(testService("db", dbIPs))
-			st.UpdateSlice(testSlice("web", "198.18.64.1"))
+			must.None(st.UpdateService(testService("web", webIPs)))
+			must.None(st.UpdateService(testService("db", dbIPs)))
+			must.None(st.UpdateSlice(testSlice("web", "198.18.64.1")))
 		}, false},
-		{"endpoints of web change", func() { st.UpdateSlice(testSlice("web", "198.18.64.1", "198.18.64.2")) }, true},
-		{"web gets IPv6 endpoints", func() { st.UpdateSlice(testSlice("web", "2001:db8:64::1")) }, true},
+		{"endpoints of web change", func() { must.None(st.UpdateSlice(testSlice("web", "198.18.64.1", "198.18.64.2"))) }, true},
+		{"web gets IPv6 endpoints", func() { must.None(st.UpdateSlice(testSlice("web", "2001:db8:64::1"))) }, true},
 		{"web is deleted", func() { st.DeleteService("ns", "web") }, true},
 		{"nothing", func() {}, true},
 		{"Config: masquerade all", func() { base.MasqueradeAll = true }, false},
-		{"web comes back", func() { st.UpdateService(testService("web", webIPs)) }, true},
+		{"web comes back", func() { must.None(st.UpdateService(testService("web", webIPs))) }, true},
 		{"the Node gets a zone and addresses: Config changes", func() {
-			st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
-				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "198.18.0.1"}}}})
+			must.None(st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
+				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "198.18.0.1"}}}}))
 		}, false},
-		{"db changes", func() { st.UpdateService(testService("db", dbIPs, "198.19.2.1", "2001:db8:2::1")) }, false},
+		{"db changes", func() { must.None(st.UpdateService(testService("db", dbIPs, "198.19.2.1", "2001:db8:2::1"))) }, false},
 	} {
 		step.change()
 		snap := st.Snapshot()
@@ -141,15 +141,16 @@ func TestStateSourceEqualsBuild(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, _ := b.Build(fam.Services, fam.Endpoints)
+			want, ws := b.Build(fam.Services, fam.Endpoints)
+			warnings.None(t, ws)
 			rs := got.Rulesets[fam.IPFamily]
 			if diff := cmp.Diff(values(want.Services()), values(rs.Services()), serviceOpts); diff != "" {
-				t.Errorf("%s, %s: Ruleset (-Build +StateSource):\n%s", step.name, fam.IPFamily, diff)
+				t.Errorf("%s, %s: Ruleset (-ruleset.Builder.Build +Builder):\n%s", step.name, fam.IPFamily, diff)
 			}
 			if ch := ruleset.Diff(want, rs); !ch.Empty() {
 				t.Errorf("%s, %s: differs from Build: %+v", step.name, fam.IPFamily, ch)
 			}
-			if step.shared != (service(rs, "db") == service(prev.Rulesets[fam.IPFamily], "db")) {
+			if step.shared != (portOf(rs, "db") == portOf(prev.Rulesets[fam.IPFamily], "db")) {
 				t.Errorf("%s, %s: ns/db shared with the previous sync: %v, want %v", step.name, fam.IPFamily, !step.shared, step.shared)
 			}
 		}
@@ -157,16 +158,8 @@ func TestStateSourceEqualsBuild(t *testing.T) {
 	}
 }
 
-func values(ss []*ruleset.Service) []ruleset.Service {
-	out := make([]ruleset.Service, len(ss))
-	for i, s := range ss {
-		out[i] = *s
-	}
-	return out
-}
-
-// service is the Service ns/name:p of rs, nil when there is none.
-func service(rs *ruleset.Ruleset, name string) *ruleset.Service {
+// portOf is the Service ns/name:p of rs, nil when there is none.
+func portOf(rs *ruleset.Ruleset, name string) *ruleset.Service {
 	if rs == nil {
 		return nil
 	}
@@ -174,25 +167,18 @@ func service(rs *ruleset.Ruleset, name string) *ruleset.Service {
 	return s
 }
 
-// TestStateSourceWarnings: a build warning is reported once while the
+// TestBuilderWarnings: a build warning is reported once while the
 // Service and the Config keep giving it, and again once it went away and
 // came back; a build that fails reports nothing.
-func TestStateSourceWarnings(t *testing.T) {
+func TestBuilderWarnings(t *testing.T) {
+	must := warnings.Must(t)
 	st := newTestState(t)
 	base, cfgErr := ruleset.Config{RestrictExternalIPs: true, AllowedExternalIPs: allowed}, error(nil)
-	var got []string
-	src := engine.NewStateSource(st, testConfig(&base, &cfgErr), func(ws []svcproxy.Warning) {
-		if len(ws) == 0 {
-			t.Error("OnWarnings called with no warning")
-		}
-		for _, w := range ws {
-			got = append(got, w.String())
-		}
-	})
+	src := newBuilder(t, testConfig(&base, &cfgErr))
 	v4Bad := "Service ns/web: externalIP 198.19.1.1 is not allowed: not served"
 	v6Bad := "Service ns/web: externalIP 2001:db8:1::1 is not allowed: not served"
 	web := func(externalIPs ...string) func() {
-		return func() { st.UpdateService(testService("web", webIPs, externalIPs...)) }
+		return func() { must.None(st.UpdateService(testService("web", webIPs, externalIPs...))) }
 	}
 	for _, step := range []struct {
 		name   string
@@ -202,8 +188,8 @@ func TestStateSourceWarnings(t *testing.T) {
 	}{
 		{"bad externalIPs of both families", web("198.19.1.1", "2001:db8:1::1"), false, []string{v4Bad, v6Bad}},
 		{"nothing", func() {}, false, nil},
-		{"web's endpoints change", func() { st.UpdateSlice(testSlice("web", "198.18.64.1")) }, false, nil},
-		{"another Service", func() { st.UpdateService(testService("db", dbIPs)) }, false, nil},
+		{"web's endpoints change", func() { must.None(st.UpdateSlice(testSlice("web", "198.18.64.1"))) }, false, nil},
+		{"another Service", func() { must.None(st.UpdateService(testService("db", dbIPs))) }, false, nil},
 		{"web changes, its bad IPs stay", web("198.19.1.1", "2001:db8:1::1", "198.19.2.1"), false, nil},
 		{"the Config changes, the bad IPs stay bad", func() { base.MasqueradeAll = true }, false, nil},
 		{"the IPv6 one is fixed", web("198.19.1.1"), false, nil},
@@ -215,60 +201,62 @@ func TestStateSourceWarnings(t *testing.T) {
 		{"the Config works again", func() { cfgErr = nil }, false, []string{v4Bad}},
 	} {
 		step.change()
-		got = nil
-		_, err := src.Desired(context.Background())
+		built, err := src.Build(st.Snapshot())
 		if (err != nil) != step.failed {
 			t.Fatalf("%s: error %v, want failure %v", step.name, err, step.failed)
 		}
+		got := strings(built.Warnings)
 		if diff := cmp.Diff(step.want, got, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("%s: warnings reported (-want +got):\n%s", step.name, diff)
 		}
 	}
 }
 
-// TestStateSourceFailedBuild: a build that fails returns an error naming
+// TestBuilderFailedBuild: a build that fails returns an error naming
 // the family and builds nothing: the trigger times of its Snapshot go with
 // the next build that succeeds, which is still an Update from the last
 // success.
-func TestStateSourceFailedBuild(t *testing.T) {
+func TestBuilderFailedBuild(t *testing.T) {
+	must := warnings.Must(t)
 	st := newTestState(t)
 	base, cfgErr := ruleset.Config{}, error(nil)
-	src := engine.NewStateSource(st, testConfig(&base, &cfgErr), nil)
-	st.UpdateService(testService("db", dbIPs))
-	first, err := src.Desired(context.Background())
+	src := newBuilder(t, testConfig(&base, &cfgErr))
+	must.None(st.UpdateService(testService("db", dbIPs)))
+	first, err := src.Build(st.Snapshot())
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	es := testSlice("web", "198.18.64.1")
 	es.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: at.Format(time.RFC3339)}
-	st.UpdateService(testService("web", webIPs))
-	st.UpdateSlice(es)
+	must.None(st.UpdateService(testService("web", webIPs)))
+	must.None(st.UpdateSlice(es))
 	cfgErr = errors.New("no Config")
-	if _, err := src.Desired(context.Background()); err == nil || !errors.Is(err, cfgErr) {
-		t.Fatalf("Desired with a failing ConfigFunc: error %v, want one that wraps %v", err, cfgErr)
-	} else if want := fmt.Sprintf("ruleset config of %s: no Config", v1.IPv4Protocol); err.Error() != want {
+	if _, err := src.Build(st.Snapshot()); err == nil || !errors.Is(err, cfgErr) {
+		t.Fatalf("Build with a failing ConfigFunc: error %v, want one that wraps %v", err, cfgErr)
+	} else if want := fmt.Sprintf("building the %s Ruleset: no Config", v1.IPv4Protocol); err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
 	}
 	cfgErr = nil
 	for i, want := range [][]time.Time{{at}, nil} {
-		d, err := src.Desired(context.Background())
+		d, err := src.Build(st.Snapshot())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if diff := cmp.Diff(want, d.Triggers, cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("build %d after the failure: Triggers (-want +got):\n%s", i+1, diff)
 		}
-		if service(d.Rulesets[v1.IPv4Protocol], "web") == nil {
+		if portOf(d.Rulesets[v1.IPv4Protocol], "web") == nil {
 			t.Errorf("build %d after the failure: no ns/web", i+1)
 		}
-		if service(d.Rulesets[v1.IPv4Protocol], "db") != service(first.Rulesets[v1.IPv4Protocol], "db") {
+		if portOf(d.Rulesets[v1.IPv4Protocol], "db") != portOf(first.Rulesets[v1.IPv4Protocol], "db") {
 			t.Errorf("build %d after the failure: ns/db was rebuilt, want it shared with the last success", i+1)
 		}
 	}
 }
 
 func TestConfigFrom(t *testing.T) {
+	must := warnings.Must(t)
 	addrs := func(ss ...string) []netip.Addr {
 		var out []netip.Addr
 		for _, s := range ss {
@@ -284,11 +272,11 @@ func TestConfigFrom(t *testing.T) {
 		return out
 	}
 	st := newTestState(t)
-	st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
+	must.None(st.UpdateNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{v1.LabelTopologyZone: "z"}},
 		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
-			{Type: v1.NodeInternalIP, Address: "198.18.0.1"}, {Type: v1.NodeInternalIP, Address: "2001:db8::1"}}}})
-	st.UpdateServiceCIDR(&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "c"},
-		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"198.19.0.0/24", "2001:db8:19::/112"}}})
+			{Type: v1.NodeInternalIP, Address: "198.18.0.1"}, {Type: v1.NodeInternalIP, Address: "2001:db8::1"}}}}))
+	must.None(st.UpdateServiceCIDR(&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "c"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"198.19.0.0/24", "2001:db8:19::/112"}}}))
 	snap := st.Snapshot()
 	dual := ruleset.Config{
 		MasqueradeAll: true, RestrictExternalIPs: true, ComputeHints: true,
@@ -324,7 +312,11 @@ func TestConfigFrom(t *testing.T) {
 		}},
 	} {
 		fam, _ := snap.Family(tt.family)
-		got, err := engine.ConfigFrom(tt.base)(snap, fam)
+		config, err := state.ConfigFrom(tt.base)
+		if err != nil {
+			t.Fatalf("%s: ConfigFrom: %v", tt.name, err)
+		}
+		got, err := config(snap, fam)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
@@ -334,5 +326,41 @@ func TestConfigFrom(t *testing.T) {
 	}
 	if diff := cmp.Diff(addrs("2001:db8::2", "198.18.0.2"), dual.NodePortAddresses, serviceOpts); diff != "" {
 		t.Errorf("ConfigFrom changed its base (-before +after):\n%s", diff)
+	}
+}
+
+func newBuilder(t *testing.T, config state.ConfigFunc) *state.Builder {
+	t.Helper()
+	b, err := state.NewBuilder(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestConfigFromChecksBase: a base Config that no family's Config could
+// be is refused at once, as a configuration error.
+func TestConfigFromChecksBase(t *testing.T) {
+	for _, base := range []ruleset.Config{
+		{MasqueradeMark: 3},
+		{ClusterCIDRs: []netip.Prefix{{}}},
+		{NodePortAddresses: []netip.Addr{netip.MustParseAddr("fe80::1%eth0")}},
+	} {
+		if _, err := state.ConfigFrom(base); !errors.Is(err, ruleset.ErrConfig) {
+			t.Errorf("ConfigFrom(%+v): error %v, want one that wraps ruleset.ErrConfig", base, err)
+		}
+	}
+}
+
+// TestBuilderNotMade: a nil or zero Builder, or one without a ConfigFunc,
+// is an error, not a panic.
+func TestBuilderNotMade(t *testing.T) {
+	if _, err := state.NewBuilder(nil); err == nil {
+		t.Error("NewBuilder(nil): no error")
+	}
+	for _, b := range []*state.Builder{nil, {}} {
+		if _, err := b.Build(state.Snapshot{}); err == nil {
+			t.Errorf("Build on %#v: no error", b)
+		}
 	}
 }

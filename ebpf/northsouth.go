@@ -1,0 +1,228 @@
+package ebpf
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/maglev"
+	"github.com/svcproxy/svcproxy/ruleset"
+)
+
+// ExtValue is a value of the svcp_ext map of bpf/tc.c (struct ext_value):
+// what a flow arriving from outside at an external frontend meets. With
+// no flag it goes to the backend that Maglev table ID gives its flow
+// hash, its source masqueraded to Masq unless that is zero.
+type ExtValue struct {
+	ID    uint32
+	Flags uint32
+	Masq  [4]byte
+	// Firewall is the key of the frontend's source ranges in Ranges
+	// (with FlagFirewall).
+	Firewall uint32
+}
+
+// MaglevKey is a key of the svcp_maglev map: entry Index of table ID.
+type MaglevKey struct {
+	ID    uint32
+	Index uint32
+}
+
+// RangeKey is a key of the svcp_ranges LPM trie: source prefix Addr/n of
+// the firewall ID, as Prefixlen 32+n.
+type RangeKey struct {
+	Prefixlen uint32
+	ID        uint32
+	Addr      [4]byte
+}
+
+// NorthSouth is the contents of the maps of the tc programs (bpf/tc.c),
+// which translate IPv4 flows that arrive from outside at node ports,
+// external IPs and load-balancer IPs.
+type NorthSouth struct {
+	Ext    map[ServiceKey]ExtValue
+	Maglev map[MaglevKey]BackendValue
+	Ranges map[RangeKey]uint8
+	// Size is the size of every Maglev table.
+	Size int
+}
+
+// RenderNorthSouth computes the tc maps of rs, an IPv4 Ruleset whose
+// socket maps c holds (its group IDs name the Maglev tables), with Maglev
+// tables of size entries (maglev.DefaultSize for 0). For each external
+// frontend a Service port owns, it holds what a flow from outside the
+// cluster meets (ruleset.Ruleset.Decide for an arriving source outside
+// the pod network): the Maglev table of its External route's targets,
+// masquerading to the first of Config.NodePortAddresses where the Service
+// masquerades external traffic (kept when there is none), or a flag: rejected and dropped
+// flows are both dropped (the tc path sends no TCP reset or ICMP error),
+// and a load-balancer IP with source ranges lets only them through (and
+// its own load-balancer IPs, where FirewallAllowsNode says so). An IPv6
+// Ruleset gives no elements: the tc slice is IPv4 only.
+func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, error) {
+	if size == 0 {
+		size = maglev.DefaultSize
+	}
+	ns := &NorthSouth{Ext: map[ServiceKey]ExtValue{}, Maglev: map[MaglevKey]BackendValue{}, Ranges: map[RangeKey]uint8{}, Size: size}
+	if rs == nil || c == nil || rs.Config().Family != v1.IPv4Protocol {
+		return ns, nil
+	}
+	var masq [4]byte
+	if i := slices.IndexFunc(rs.Config().NodePortAddresses, netip.Addr.Is4); i >= 0 {
+		masq = rs.Config().NodePortAddresses[i].As4()
+	}
+	tables := map[uint32]bool{}
+	for _, s := range rs.Services() {
+		p, ok := c.ports.Get(s.Name)
+		proto := protoOf(s.Name.Protocol)
+		if !ok || proto == 0 {
+			continue
+		}
+		for _, f := range s.Frontends() {
+			if f.Kind != ruleset.KindNodePort && f.Kind != ruleset.KindExternalIP && f.Kind != ruleset.KindLoadBalancerIP || !rs.Owns(s, f) {
+				continue
+			}
+			v, ok := extValue(s, f.Kind, p, masq)
+			if !ok {
+				continue
+			}
+			k := ServiceKey{Addr: AddrOf(f.Addr), Port: f.Port, Proto: proto}
+			if f.Kind == ruleset.KindNodePort {
+				k = NodePortKey(v1.IPv4Protocol, f.Port, proto)
+			}
+			ns.Ext[k] = v
+			if v.Flags&FlagFirewall != 0 {
+				ns.addRanges(s, v.Firewall)
+			}
+			if v.Flags&(FlagReject|FlagDrop) == 0 && !tables[v.ID] {
+				tables[v.ID] = true
+				targets := p.cluster
+				if v.ID == p.base+1 {
+					targets = p.local
+				}
+				if err := ns.addTable(v.ID, targets); err != nil {
+					return nil, fmt.Errorf("ebpf: Maglev table of %s: %w", s.Name, err)
+				}
+			}
+		}
+	}
+	return ns, nil
+}
+
+// extValue is the svcp_ext value of s's external frontends of kind, for a
+// flow arriving from outside the pod network: the External route, read
+// as ruleset.Ruleset.Decide reads it, masqueraded where
+// ExternalTraffic.Masquerade says. The firewall applies first, to the
+// flows that reach the Service's rules (ruleset.Service.Firewalled:
+// ExternalTraffic.Steered).
+func extValue(s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries, masq [4]byte) (ExtValue, bool) {
+	var v ExtValue
+	if kind == ruleset.KindLoadBalancerIP && s.ExternalTraffic.Steered && s.UsesFirewall() {
+		v.Flags, v.Firewall = FlagFirewall, p.base
+	}
+	sv, ok := routeValue(s.External, s, p, 0)
+	if !ok {
+		return ExtValue{}, false
+	}
+	v.Flags |= sv.Flags
+	if sv.Flags != 0 {
+		return v, true
+	}
+	v.ID = sv.ID
+	if s.ExternalTraffic.Masquerade {
+		v.Masq = masq
+	}
+	return v, true
+}
+
+// addRanges adds the source ranges of s (and, with FirewallAllowsNode, its
+// load-balancer IPs) under firewall id.
+func (ns *NorthSouth) addRanges(s *ruleset.Service, id uint32) {
+	for _, r := range s.LoadBalancerSourceRanges {
+		if r.Addr().Is4() {
+			ns.Ranges[RangeKey{Prefixlen: 32 + uint32(r.Bits()), ID: id, Addr: r.Masked().Addr().As4()}] = 1
+		}
+	}
+	if s.FirewallAllowsNode {
+		for _, ip := range s.LoadBalancerIPs {
+			if ip.Is4() {
+				ns.Ranges[RangeKey{Prefixlen: 64, ID: id, Addr: ip.As4()}] = 1
+			}
+		}
+	}
+}
+
+// addTable adds the Maglev table id of targets.
+func (ns *NorthSouth) addTable(id uint32, targets []netip.AddrPort) error {
+	tab, err := maglev.New(targets, ns.Size)
+	if err != nil {
+		return err
+	}
+	for i, e := range tab.Entries() {
+		at := tab.Targets()[e]
+		ns.Maglev[MaglevKey{id, uint32(i)}] = BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()}
+	}
+	return nil
+}
+
+// ExtTranslation is the model's answer for a flow arriving from outside.
+type ExtTranslation struct {
+	Verdict ruleset.Verdict
+	// Entries counts the Maglev table's entries per backend, and
+	// Masquerade is the address the source becomes (invalid: kept), when
+	// Verdict is VerdictForward.
+	Entries    map[netip.AddrPort]int
+	Masquerade netip.Addr
+}
+
+// Lookup is a model, in Go, of svcp_tc_in's lookups for a new flow from
+// src to dst with protocol proto, given the node's addresses (the socket
+// maps' node_addrs): the frontend at dst, else the node port when dst is
+// a node address; the source ranges; the reject and drop flags; the
+// Maglev table.
+func (ns *NorthSouth) Lookup(nodeAddrs map[Addr]uint8, proto uint8, src netip.Addr, dst netip.AddrPort) ExtTranslation {
+	if ns == nil || !dst.Addr().Unmap().Is4() {
+		return ExtTranslation{}
+	}
+	k := ServiceKey{Addr: AddrOf(dst.Addr()), Port: dst.Port(), Proto: proto}
+	v, ok := ns.Ext[k]
+	if !ok && nodeAddrs[k.Addr] != 0 {
+		v, ok = ns.Ext[NodePortKey(v1.IPv4Protocol, dst.Port(), proto)]
+	}
+	switch {
+	case !ok:
+		return ExtTranslation{}
+	case v.Flags&FlagFirewall != 0 && !ns.allowed(v.Firewall, src):
+		return ExtTranslation{Verdict: ruleset.VerdictFirewall}
+	case v.Flags&FlagReject != 0:
+		return ExtTranslation{Verdict: ruleset.VerdictReject}
+	case v.Flags&FlagDrop != 0:
+		return ExtTranslation{Verdict: ruleset.VerdictDrop}
+	}
+	t := ExtTranslation{Verdict: ruleset.VerdictForward, Entries: map[netip.AddrPort]int{}}
+	for i := range ns.Size {
+		if b, ok := ns.Maglev[MaglevKey{v.ID, uint32(i)}]; ok {
+			t.Entries[b.AddrPort()]++
+		}
+	}
+	if v.Masq != ([4]byte{}) {
+		t.Masquerade = netip.AddrFrom4(v.Masq)
+	}
+	return t
+}
+
+// allowed is the svcp_ranges lookup of src under firewall id.
+func (ns *NorthSouth) allowed(id uint32, src netip.Addr) bool {
+	for k := range ns.Ranges {
+		if k.ID != id {
+			continue
+		}
+		p := netip.PrefixFrom(netip.AddrFrom4(k.Addr), int(k.Prefixlen)-32)
+		if p.Contains(src.Unmap()) {
+			return true
+		}
+	}
+	return false
+}

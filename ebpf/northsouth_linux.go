@@ -1,0 +1,152 @@
+package ebpf
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"net"
+
+	cebpf "github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// NorthSouthConfig says where the tc programs (bpf/tc.c) attach: to the
+// ingress (TCX) of interfaces in one network namespace.
+type NorthSouthConfig struct {
+	// Namespace is the network namespace of the interfaces (a file such as
+	// /var/run/netns/NAME); "" is the executor's own.
+	Namespace string
+	// External are the interfaces on which traffic from outside the node
+	// arrives and its replies leave: svcp_tc_in on their ingress,
+	// svcp_tc_reply on their egress.
+	External []string
+	// Pods are the interfaces that lead to the backends (pods, and remote
+	// nodes): svcp_tc_masq on their egress, svcp_tc_unmasq on their
+	// ingress.
+	Pods []string
+	// MaglevSize is the size of every Maglev table (maglev.DefaultSize
+	// for 0).
+	MaglevSize int
+}
+
+// loadNorthSouth loads the tc programs, sharing svcp_node_addrs with the
+// socket programs, and attaches them.
+func (d *Dataplane) loadNorthSouth(objs *sockObjects) (*tcObjects, []link.Link, error) {
+	cfg := d.cfg.NorthSouth
+	spec, err := loadTc()
+	if err != nil {
+		return nil, nil, fmt.Errorf("ebpf: reading the tc programs: %w", err)
+	}
+	size := cfg.MaglevSize
+	if size == 0 {
+		size = 16381
+	}
+	if err := spec.Variables["maglev_size"].Set(uint32(size)); err != nil {
+		return nil, nil, fmt.Errorf("ebpf: Maglev size: %w", err)
+	}
+	tc := new(tcObjects)
+	if err := spec.LoadAndAssign(tc, &cebpf.CollectionOptions{MapReplacements: map[string]*cebpf.Map{"svcp_node_addrs": objs.SvcpNodeAddrs}}); err != nil {
+		return nil, nil, fmt.Errorf("ebpf: loading the tc programs: %w", err)
+	}
+	var links []link.Link
+	attach := func() error {
+		for _, set := range []struct {
+			names  []string
+			prog   *cebpf.Program
+			attach cebpf.AttachType
+		}{
+			{cfg.External, tc.SvcpTcIn, cebpf.AttachTCXIngress},
+			{cfg.External, tc.SvcpTcReply, cebpf.AttachTCXEgress},
+			{cfg.Pods, tc.SvcpTcMasq, cebpf.AttachTCXEgress},
+			{cfg.Pods, tc.SvcpTcUnmasq, cebpf.AttachTCXIngress},
+		} {
+			for _, name := range set.names {
+				iface, err := net.InterfaceByName(name)
+				if err != nil {
+					return err
+				}
+				l, err := link.AttachTCX(link.TCXOptions{Interface: iface.Index, Program: set.prog, Attach: set.attach})
+				if err != nil {
+					return fmt.Errorf("attaching to %s (%v): %w", name, set.attach, err)
+				}
+				links = append(links, l)
+			}
+		}
+		return nil
+	}
+	if cfg.Namespace == "" {
+		err = attach()
+	} else {
+		err = inNetns(cfg.Namespace, attach)
+	}
+	if err != nil {
+		for _, l := range links {
+			l.Close()
+		}
+		tc.Close()
+		return nil, nil, fmt.Errorf("ebpf: tc programs: %w", err)
+	}
+	return tc, links, nil
+}
+
+// readNorthSouth reads the tc maps back.
+func readNorthSouth(tc *tcObjects, size int) (*NorthSouth, error) {
+	ns := &NorthSouth{Ext: map[ServiceKey]ExtValue{}, Maglev: map[MaglevKey]BackendValue{}, Ranges: map[RangeKey]uint8{}, Size: size}
+	var sk ServiceKey
+	var ev ExtValue
+	it := tc.SvcpExt.Iterate()
+	for it.Next(&sk, &ev) {
+		ns.Ext[sk] = ev
+	}
+	errs := []error{it.Err()}
+	var mk MaglevKey
+	var bv BackendValue
+	it = tc.SvcpMaglev.Iterate()
+	for it.Next(&mk, &bv) {
+		ns.Maglev[mk] = bv
+	}
+	errs = append(errs, it.Err())
+	var rk RangeKey
+	var one uint8
+	it = tc.SvcpRanges.Iterate()
+	for it.Next(&rk, &one) {
+		ns.Ranges[rk] = one
+	}
+	errs = append(errs, it.Err())
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("ebpf: reading the tc maps: %w", err)
+	}
+	return ns, nil
+}
+
+// applyNorthSouth changes the tc maps from have to want: Maglev entries
+// and ranges written, frontends written and deleted, then the Maglev
+// entries and ranges no frontend needs deleted. It returns the number of
+// element changes.
+func applyNorthSouth(tc *tcObjects, have, want *NorthSouth) (int, error) {
+	putM, delM := diffMap(have.Maglev, want.Maglev, func(a, b MaglevKey) int {
+		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Index, b.Index))
+	})
+	putR, delR := diffMap(have.Ranges, want.Ranges, func(a, b RangeKey) int {
+		return cmp.Or(cmp.Compare(a.ID, b.ID), bytes.Compare(a.Addr[:], b.Addr[:]), cmp.Compare(a.Prefixlen, b.Prefixlen))
+	})
+	putE, delE := diffMap(have.Ext, want.Ext, compareServiceKey)
+	mk, mv := split(putM)
+	rk, rv := split(putR)
+	ek, ev := split(putE)
+	steps := []func() error{
+		func() error { return putAll(tc.SvcpMaglev, mk, mv) },
+		func() error { return putAll(tc.SvcpRanges, rk, rv) },
+		func() error { return putAll(tc.SvcpExt, ek, ev) },
+		func() error { return deleteAll(tc.SvcpExt, delE) },
+		func() error { return deleteAll(tc.SvcpMaglev, delM) },
+		func() error { return deleteEach(tc.SvcpRanges, delR) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	return len(putM) + len(delM) + len(putR) + len(delR) + len(putE) + len(delE), nil
+}

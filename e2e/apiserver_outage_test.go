@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,16 @@ import (
 	"github.com/svcproxy/svcproxy/internal/testkit/apiserver"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
+
+// outage is how long the API server stays away while the proxy runs in
+// TestAPIServerComesLater: $SVCPROXY_API_OUTAGE (a duration, for a
+// measurement), else 2 s.
+func outage() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("SVCPROXY_API_OUTAGE")); err == nil {
+		return d
+	}
+	return 2 * time.Second
+}
 
 // TestAPIServerComesLater: a proxy started while its API server is down
 // does not exit: it serves /healthz (503, nothing synced), logs once that
@@ -61,7 +72,7 @@ func TestAPIServerComesLater(t *testing.T) {
 		ac.api.StopAPIServer()
 		before := p.syncs()
 		p.waitSyncs(before + 1)
-		time.Sleep(2 * time.Second)
+		time.Sleep(outage())
 		if code := p.healthz(); code != 200 {
 			t.Errorf("/healthz during an outage: %d, want 200 (the rules are still checked)", code)
 		}
@@ -73,7 +84,7 @@ func TestAPIServerComesLater(t *testing.T) {
 		back := time.Now()
 		ac.put(slice("web", false, v1.ProtocolTCP, ready(ac.Cluster, p1)))
 		eventuallyReachesWithin(t, ac.Clients[0], web, 120*time.Second, p1)
-		t.Logf("outage while running: a change made once the API server was ready was applied %v later", time.Since(back).Round(time.Millisecond))
+		t.Logf("outage of %v while running: a change made once the API server was ready was applied %v later", outage(), time.Since(back).Round(time.Millisecond))
 		if n := strings.Count(p.log.String(), "API server reachable again"); n != 2 {
 			t.Errorf("%d \"reachable again\" lines after the second outage, want 2", n)
 		}

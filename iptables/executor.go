@@ -293,9 +293,9 @@ func (e *Executor) RequestFullSync() {
 // if one is missing, a full sync runs instead. If the partial restore
 // fails (a chain it jumps to is gone, for one) while ctx is not done, a
 // full sync runs right after it. Either way SyncDetails.Fallback says so.
-// The check does not look into the chains of unchanged ServicePorts: one emptied behind the
-// Executor's back, with the Canary rule left, stays empty until the next
-// full sync.
+// That check does not look into the chains of unchanged ServicePorts: one
+// emptied behind the Executor's back, with the Canary rule left, stays
+// empty until CheckState's deep check finds it and a full sync repairs it.
 //
 // After any failure the next Sync is a full one.
 func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {

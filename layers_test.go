@@ -71,6 +71,7 @@ var layers = map[string]int{
 	"examples/ebpf-proxy":      layerExamples,
 	"examples/userspace-proxy": layerExamples,
 	"e2e":                      layerExamples,
+	"e2e/differential":         layerExamples,
 	"bench":                    layerExamples,
 
 	// Test kits (imported by tests and bench only, never by a library

@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +92,48 @@ func TestAPIServerComesLater(t *testing.T) {
 			t.Errorf("%d \"reachable again\" lines after the second outage, want 2", n)
 		}
 	})
+}
+
+// TestKubeProxyOutageRecovery measures what TestAPIServerComesLater
+// measures of our proxies, for kube-proxy v1.37.2 itself (nftables mode):
+// how long after an outage of outage() a change made once the API server
+// is back takes to apply. It runs only with SVCPROXY_COMPARE_KUBE_PROXY=1.
+func TestKubeProxyOutageRecovery(t *testing.T) {
+	if os.Getenv("SVCPROXY_COMPARE_KUBE_PROXY") != "1" {
+		t.Skip("set SVCPROXY_COMPARE_KUBE_PROXY=1 to measure kube-proxy's recovery after an API outage")
+	}
+	bin := filepath.Join(os.Getenv(apiserver.EnvBinDir), "kube-proxy")
+	ac := newAPICluster(t, netns.ClusterSpec{Pods: 2}, apiserver.Options{})
+	ac.StartEcho(echoPort)
+	p0, p1 := ac.Pods[0], ac.Pods[1]
+	web := at(serviceIP(false, 61), 80)
+	ac.put(apiService("web", 61))
+	ac.put(slice("web", false, v1.ProtocolTCP, ready(ac.Cluster, p0)))
+	log := &logBuffer{}
+	cmd := ac.Node.Command(context.Background(), bin,
+		"--kubeconfig", ac.api.Kubeconfig(ac.api.Token(apiserver.AdminUser)),
+		"--hostname-override", nodeName, "--proxy-mode", "nftables",
+		"--cluster-cidr", netns.PodCIDR4.String()+","+netns.PodCIDR6.String(),
+		"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0", "--conntrack-tcp-timeout-close-wait", "0",
+		"--metrics-bind-address", netip.AddrPortFrom(ac.Node.IPv4, 10249).String(),
+		"--healthz-bind-address", netip.AddrPortFrom(ac.Node.IPv4, 10256).String())
+	cmd.Stdout, cmd.Stderr = log, log
+	proc, err := ac.Node.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		proc.Stop()
+		if t.Failed() {
+			t.Logf("kube-proxy output:\n%s", log.String())
+		}
+	})
+	eventuallyReachesWithin(t, ac.Clients[0], web, 60*time.Second, p0)
+	ac.api.StopAPIServer()
+	time.Sleep(outage())
+	ac.api.StartAPIServer()
+	back := time.Now()
+	ac.put(slice("web", false, v1.ProtocolTCP, ready(ac.Cluster, p1)))
+	eventuallyReachesWithin(t, ac.Clients[0], web, 180*time.Second, p1)
+	t.Logf("kube-proxy: outage of %v: a change made once the API server was ready was applied %v later", outage(), time.Since(back).Round(time.Millisecond))
 }

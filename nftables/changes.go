@@ -22,7 +22,10 @@ import (
 // was made from old by ruleset.Builder.Update: ruleset.Diff then follows the
 // Update's changes, and the owner of each element is the owner of its
 // frontend (ruleset.Ruleset.Owner). For unrelated Rulesets, Diff
-// compares every Service.
+// compares every Service. One exception to the time: when an endpoint on
+// this node starts or stops being a target of the changed ports, whether
+// another port still needs its hairpin-connections element takes one pass
+// over the new Ruleset.
 //
 // Chains that only the old state used are flushed and listed in
 // Result.Stale. deleteChains are chains that earlier transactions flushed as
@@ -75,7 +78,8 @@ type changeChunk struct {
 
 // chunks splits p into chunks of at most size changed ports, keeping the
 // ports that touch a common element together (a group larger than size is
-// a chunk of its own). Groups keep the name order of their first port,
+// a chunk of its own); the hairpin set's elements, which any number of
+// ports may share, do not join ports. Groups keep the name order of their first port,
 // ports and keys their order in p. It returns one chunk, all of p, when
 // size < 1 or p has no more than size ports.
 func (p *changePlan) chunks(size int) []changeChunk {
@@ -106,6 +110,17 @@ func (p *changePlan) chunks(size int) []changeChunk {
 		}
 	}
 	for _, k := range p.keys {
+		if k.in == inHairpin {
+			// Shared by ports in any chunks: added by the first
+			// transaction, deleted by the last, so that every port that
+			// needs one has it in between.
+			c := 0
+			if _, had := p.oldClaims[k]; had {
+				c = len(chunks) - 1
+			}
+			chunks[c].keys = append(chunks[c].keys, k)
+			continue
+		}
 		c := chunkOfGroup[groupOf(firstToucher[k])]
 		chunks[c].keys = append(chunks[c].keys, k)
 	}
@@ -130,6 +145,9 @@ func (p *changePlan) groups() (groupOf func(int) int, firstToucher map[elemKey]i
 	firstToucher = make(map[elemKey]int, len(p.keys))
 	for i, c := range p.changes {
 		for _, k := range c.keys {
+			if k.in == inHairpin {
+				continue // see chunks
+			}
 			first, ok := firstToucher[k]
 			if !ok {
 				firstToucher[k] = i
@@ -209,7 +227,65 @@ func planChanges(old, new *ruleset.Ruleset, opts Options, res *Result) (*changeP
 	}
 	p.oldClaims = owners(r, old, p.keys)
 	p.newClaims = owners(r, new, p.keys)
+	p.claimHairpin(old, names)
 	return p, nil
+}
+
+// claimHairpin claims the hairpin set's elements among p.keys in each
+// Ruleset: an element is in a table when any Service port needs it
+// (hairpinKeys). The changed ports are looked at in both Rulesets. The
+// others, the same in both, matter only for an element that the changed
+// ports need in one Ruleset and not in the other (an endpoint on this node
+// that comes or goes): only then are they read, in one pass over the new
+// Ruleset.
+func (p *changePlan) claimHairpin(old *ruleset.Ruleset, changed []servicemap.PortName) {
+	oldNeed, newNeed := map[elemKey]bool{}, map[elemKey]bool{}
+	isChanged := make(map[servicemap.PortName]bool, len(changed))
+	for _, name := range changed {
+		isChanged[name] = true
+		if !names.Safe(name) {
+			continue
+		}
+		if s, ok := old.Service(name); ok {
+			for _, k := range hairpinKeys(s) {
+				oldNeed[k] = true
+			}
+		}
+		if s, ok := p.new.Service(name); ok {
+			for _, k := range hairpinKeys(s) {
+				newNeed[k] = true
+			}
+		}
+	}
+	open := map[elemKey]bool{}
+	for _, k := range p.keys {
+		if k.in == inHairpin && oldNeed[k] != newNeed[k] {
+			open[k] = true
+		}
+	}
+	if len(open) > 0 {
+		for _, s := range p.new.Services() {
+			if isChanged[s.Name] || !names.Safe(s.Name) {
+				continue
+			}
+			for _, k := range hairpinKeys(s) {
+				if open[k] {
+					oldNeed[k], newNeed[k] = true, true
+				}
+			}
+		}
+	}
+	for _, k := range p.keys {
+		if k.in != inHairpin {
+			continue
+		}
+		if oldNeed[k] {
+			p.oldClaims[k] = claim{verdict: verdictHairpin}
+		}
+		if newNeed[k] {
+			p.newClaims[k] = claim{verdict: verdictHairpin}
+		}
+	}
 }
 
 // portChange works out the change of the port name.
@@ -224,6 +300,12 @@ func (p *changePlan) portChange(old *ruleset.Ruleset, name servicemap.PortName, 
 					seen[k] = true
 					c.keys = append(c.keys, k)
 				}
+			}
+		}
+		for _, k := range hairpinKeys(s) {
+			if !seen[k] {
+				seen[k] = true
+				c.keys = append(c.keys, k)
 			}
 		}
 	}

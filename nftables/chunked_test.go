@@ -74,10 +74,25 @@ func flushedChains(tx *knftables.Transaction) []string {
 	return names
 }
 
+// splitHairpin splits a canonical dump into its hairpin-connections
+// elements and the rest.
+func splitHairpin(dump string) (rest string, hairpin []string) {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(dump, "\n") {
+		if strings.HasPrefix(l, "add element ") && strings.Contains(l, " hairpin-connections { ") {
+			hairpin = append(hairpin, l)
+			continue
+		}
+		b.WriteString(l)
+	}
+	return b.String(), hairpin
+}
+
 // checkChunked applies the chunked changes from the table of old to that of
 // new one transaction at a time, and checks after each that the table is
 // the full render of old with the Service ports changed so far taken from
-// new (plus the chains flushed as stale so far), and at the end that it is
+// new (plus the chains flushed as stale so far; the hairpin set may hold
+// more, see below), and at the end that it is
 // the table RenderChanges' one transaction leaves. It returns the Service ports
 // of each transaction.
 func checkChunked(tb fataler, cfg ruleset.Config, old, new universe, chunk int) [][]servicemap.PortName {
@@ -121,8 +136,26 @@ func checkChunked(tb fataler, cfg ruleset.Config, old, new universe, chunk int) 
 			}
 		}
 		between := newWorld.partly(oldRS, changedSoFar)
-		if diff := cmp.Diff(fullDump(tb, between, opts, staleSoFar), canonical(chunked.Dump())); diff != "" {
+		wantRest, wantHairpin := splitHairpin(fullDump(tb, between, opts, staleSoFar))
+		gotRest, gotHairpin := splitHairpin(canonical(chunked.Dump()))
+		if diff := cmp.Diff(wantRest, gotRest); diff != "" {
 			tb.Fatalf("after transaction %d of %d (ports %v), the table is not old with the ports changed so far from new (-want +got):\n%s\n%s", i+1, len(txs), ports[i], diff, tx)
+		}
+		// The hairpin set's elements, which ports in several transactions
+		// may share, are added by the first and deleted by the last: in
+		// between, every one needed is there, and none that neither old
+		// nor new has.
+		_, oldHairpin := splitHairpin(fullDump(tb, oldRS, opts, nil))
+		_, newHairpin := splitHairpin(fullDump(tb, newRS, opts, nil))
+		for _, e := range wantHairpin {
+			if !slices.Contains(gotHairpin, e) {
+				tb.Fatalf("after transaction %d of %d (ports %v): %q missing\n%s", i+1, len(txs), ports[i], e, tx)
+			}
+		}
+		for _, e := range gotHairpin {
+			if !slices.Contains(oldHairpin, e) && !slices.Contains(newHairpin, e) {
+				tb.Fatalf("after transaction %d of %d (ports %v): %q in neither table\n%s", i+1, len(txs), ports[i], e, tx)
+			}
 		}
 	}
 	if diff := cmp.Diff(canonical(one.Dump()), canonical(chunked.Dump())); diff != "" {

@@ -1,6 +1,6 @@
 // Package nftables renders a ruleset.Ruleset as nftables rules, in
-// kube-proxy's nftables-mode layout, and applies them through
-// sigs.k8s.io/knftables.
+// kube-proxy's nftables-mode layout (that of kube-proxy 1.37), and applies
+// them through sigs.k8s.io/knftables.
 //
 // # Layout
 //
@@ -21,20 +21,31 @@
 //     connections to ports without endpoints; firewall-ips, which sends
 //     load-balancer traffic through a port's source-range firewall;
 //   - the sets cluster-ips (traffic to other ports of a cluster IP is
-//     rejected) and, when Config.NodePortAddresses is set, nodeport-ips;
-//   - per Service port the chains service-HASH-ns/name/proto/port (spread
-//     over the cluster targets with one "numgen random mod N vmap", or a
-//     plain goto when there is one),
-//     local-… (the node-local targets), external-… (NodePort, externalIP
+//     rejected; traffic to a cluster IP from outside the cluster CIDRs, or
+//     all of it with Config.MasqueradeAll, is marked for masquerade by one
+//     rule at the head of the services chain), hairpin-connections (address
+//     . address . protocol . port of every endpoint on this node that a
+//     Service port spreads traffic over) and, when Config.NodePortAddresses
+//     is set, nodeport-ips;
+//   - per Service port the chains service-HASH-ns/name/proto/port, which
+//     DNAT to the cluster targets ("dnat to ADDR:PORT" for one, "dnat ip
+//     addr . port to numgen random mod N map { … }" for more), local-… (the
+//     same for the node-local targets), external-… (NodePort, externalIP
 //     and load-balancer traffic: masquerade, or with
 //     externalTrafficPolicy Local keep the client address and short-circuit
 //     traffic from pods and from the node to the cluster targets),
-//     firewall-… (loadBalancerSourceRanges), and per endpoint
-//     endpoint-HASH-ns/name/proto/port__IP/port (hairpin masquerade, DNAT),
-//     with per-endpoint affinity-… sets (flags dynamic,timeout) for
-//     ClientIP affinity;
-//   - masquerading by a packet mark (mark-for-masquerade) and
-//     "masquerade fully-random" in nat-postrouting.
+//     firewall-… (loadBalancerSourceRanges); for ClientIP affinity only, the
+//     policy chains go to per-endpoint chains
+//     endpoint-HASH-ns/name/proto/port__IP/port (affinity update, DNAT),
+//     with per-endpoint affinity-… sets (flags dynamic,timeout);
+//   - masquerading in nat-postrouting: "masquerade fully-random" of what
+//     carries the masquerade mark ("mark set mark or MARK", inline where
+//     traffic is to be masqueraded), and of the DNATed connections in
+//     hairpin-connections: an endpoint on this node that reaches itself
+//     through a Service. (kube-proxy's iptables mode masquerades every
+//     endpoint's own traffic; its nftables mode, and this layout, do not
+//     masquerade a pod on another node that this node sends back to
+//     itself.)
 //
 // The names and hashes are kube-proxy's (see ServiceChainBase and
 // EndpointChainBase), so `nft list table ip kube-proxy` reads the same.

@@ -3,6 +3,7 @@ package nftables
 import (
 	"cmp"
 	"net/netip"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
@@ -21,6 +22,11 @@ const (
 	inNoEndpointServices
 	inNoEndpointNodePorts
 	inFirewallIPs
+	// inHairpin holds an endpoint on this node (address, protocol, port)
+	// that some Service port spreads traffic over: that the endpoint
+	// reaches itself through a Service is masqueraded. Unlike the others,
+	// its elements belong to no frontend, and many ports may need one.
+	inHairpin
 )
 
 // containerNames are the names of the containers in the table.
@@ -31,6 +37,7 @@ var containerNames = [...]string{
 	inNoEndpointServices:  mapNoEndpointServices,
 	inNoEndpointNodePorts: mapNoEndpointNodePorts,
 	inFirewallIPs:         mapFirewallIPs,
+	inHairpin:             setHairpin,
 }
 
 // elemKey is the key of one element in one map or set.
@@ -86,6 +93,9 @@ const (
 	verdictFirewall
 	verdictReject
 	verdictDrop
+	// verdictHairpin is an element of the hairpin set: a need that any
+	// number of Service ports share, not a claim of one.
+	verdictHairpin
 )
 
 // elements calls yield with each element that s puts in the maps and sets,
@@ -95,6 +105,9 @@ const (
 func (r *renderer) elements(s *ruleset.Service, yield func(elemKey, verdict, ruleset.FrontendKind)) {
 	proto := s.Name.Protocol
 	yield(elemKey{in: inClusterIPs, addr: s.ClusterIP}, verdictNone, ruleset.KindClusterAddress)
+	for _, k := range hairpinKeys(s) {
+		yield(k, verdictHairpin, ruleset.KindClusterAddress)
+	}
 	internal := elemKey{in: inServiceIPs, addr: s.ClusterIP, proto: proto, port: s.Port}
 	switch s.Internal {
 	case ruleset.RouteCluster:
@@ -144,6 +157,21 @@ func (r *renderer) elements(s *ruleset.Service, yield func(elemKey, verdict, rul
 	}
 }
 
+// hairpinKeys are the hairpin set's elements that s needs: its targets
+// that run on this node, each once.
+func hairpinKeys(s *ruleset.Service) []elemKey {
+	var keys []elemKey
+	for _, ts := range [2][]ruleset.Target{s.ClusterTargets, s.LocalTargets} {
+		for _, t := range ts {
+			k := elemKey{in: inHairpin, addr: t.Endpoint.Addr(), proto: s.Name.Protocol, port: t.Endpoint.Port()}
+			if t.Local && !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
 // routeVerdict is the verdict of a route that goes to no chain:
 // verdictReject, verdictDrop, or verdictNone for the others.
 func routeVerdict(route ruleset.Route) verdict {
@@ -159,7 +187,7 @@ func routeVerdict(route ruleset.Route) verdict {
 // elementBox holds an element with its key and verdict: one allocation.
 type elementBox struct {
 	elem    model.Element
-	key     [3]model.Datum
+	key     [4]model.Datum
 	verdict model.Verdict
 }
 
@@ -171,9 +199,12 @@ func (r *renderer) newElement(k elemKey) *elementBox {
 	case k.in == inClusterIPs:
 		b.key[0] = model.Addr(k.addr)
 		b.elem.Key = b.key[:1]
-	case k.addr.IsValid():
-		b.key = [3]model.Datum{model.Addr(k.addr), model.Proto(model.ProtoNumber(k.proto)), model.Port(k.port)}
+	case k.in == inHairpin:
+		b.key = [4]model.Datum{model.Addr(k.addr), model.Addr(k.addr), model.Proto(model.ProtoNumber(k.proto)), model.Port(k.port)}
 		b.elem.Key = b.key[:]
+	case k.addr.IsValid():
+		b.key = [4]model.Datum{model.Addr(k.addr), model.Proto(model.ProtoNumber(k.proto)), model.Port(k.port)}
+		b.elem.Key = b.key[:3]
 	default:
 		b.key[0], b.key[1] = model.Proto(model.ProtoNumber(k.proto)), model.Port(k.port)
 		b.elem.Key = b.key[:2]
@@ -184,7 +215,7 @@ func (r *renderer) newElement(k elemKey) *elementBox {
 // addElement adds the element of k that c claims.
 func (r *renderer) addElement(tx txWriter, k elemKey, c claim) {
 	b := r.newElement(k)
-	if k.in != inClusterIPs {
+	if isMap(k.in) {
 		b.verdict = elementVerdict(c)
 		b.elem.Verdict = &b.verdict
 	}
@@ -194,12 +225,15 @@ func (r *renderer) addElement(tx txWriter, k elemKey, c claim) {
 		name := c.owner.Name.String()
 		b.elem.Comment = name[:min(len(name), knftables.CommentLengthMax)]
 	}
-	tx.write(elementOp(opAdd, &b.elem, k.in != inClusterIPs))
+	tx.write(elementOp(opAdd, &b.elem, isMap(k.in)))
 }
+
+// isMap reports whether a container is a verdict map (not a set).
+func isMap(in container) bool { return in != inClusterIPs && in != inHairpin }
 
 // deleteElement deletes the element of k.
 func (r *renderer) deleteElement(tx txWriter, k elemKey) {
-	tx.write(elementOp(opDelete, &r.newElement(k).elem, k.in != inClusterIPs))
+	tx.write(elementOp(opDelete, &r.newElement(k).elem, isMap(k.in)))
 }
 
 // elementVerdict is the verdict of the map element that c claims.

@@ -76,21 +76,16 @@ func ExampleScript() {
 	grep(script, "default/web")
 	// Output:
 	// add chain ip kube-proxy service-SUSTUHLJ-default/web/tcp/http
-	// add chain ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080
-	// add chain ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080
-	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade
-	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 , 1 : goto endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 }
-	// add rule ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 ip saddr 198.18.64.2 jump mark-for-masquerade
-	// add rule ip kube-proxy endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 meta l4proto tcp dnat to 198.18.64.2:8080
-	// add rule ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 ip saddr 198.18.65.2 jump mark-for-masquerade
-	// add rule ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080 meta l4proto tcp dnat to 198.18.65.2:8080
+	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 198.18.64.2 . 8080 , 1 : 198.18.65.2 . 8080 }
 	// add element ip kube-proxy service-ips { 198.19.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
 }
 
-// RenderChanges writes only what an endpoint change touches: the Service's
-// chain, the new endpoint's chain, the stale one, flushed now and deleted
-// by a later transaction, and the Service's elements again (unchanged, so
-// that one deleted behind the proxy's back comes back).
+// RenderChanges writes only what an endpoint change touches: here the
+// Service's chain, which DNATs to its endpoints, and the Service's
+// elements again (unchanged, so that one deleted behind the proxy's back
+// comes back). (A chain that goes away,
+// an endpoint's of a ClientIP-affinity Service say, is flushed now, listed
+// as stale, and deleted by a later transaction.)
 func ExampleRenderChanges() {
 	before := exampleRuleset("198.18.64.2", "198.18.65.2")
 	after := exampleRuleset("198.18.64.2", "198.18.66.2")
@@ -104,15 +99,10 @@ func ExampleRenderChanges() {
 	fmt.Println("stale:", res.Stale)
 	// Output:
 	// flush chain ip kube-proxy service-SUSTUHLJ-default/web/tcp/http
-	// flush chain ip kube-proxy endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080
-	// add chain ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080
-	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http ip daddr 198.19.0.10 tcp dport 80 ip saddr != 198.18.64.0/18 jump mark-for-masquerade
-	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-GTGOUZNJ-default/web/tcp/http__198.18.64.2/8080 , 1 : goto endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 }
-	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 ip saddr 198.18.66.2 jump mark-for-masquerade
-	// add rule ip kube-proxy endpoint-RX74NZNE-default/web/tcp/http__198.18.66.2/8080 meta l4proto tcp dnat to 198.18.66.2:8080
+	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 198.18.64.2 . 8080 , 1 : 198.18.66.2 . 8080 }
 	// add element ip kube-proxy cluster-ips { 198.19.0.10 }
 	// add element ip kube-proxy service-ips { 198.19.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
-	// stale: [endpoint-AFVHHPGR-default/web/tcp/http__198.18.65.2/8080]
+	// stale: []
 }
 
 // An Executor applies Rulesets: a full sync first, then only the changes.
@@ -140,8 +130,8 @@ func ExampleExecutor() {
 		fmt.Printf("full=%v operations=%d\n", res.Full, res.Operations)
 	}
 	// Output:
-	// full=true operations=67
-	// full=false operations=8
+	// full=true operations=62
+	// full=false operations=4
 	// full=false operations=0
 }
 

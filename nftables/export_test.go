@@ -23,6 +23,9 @@ func CheckFrontends(rs *ruleset.Ruleset) error {
 	for _, s := range rs.Services() {
 		fs := s.Frontends()
 		r.elements(s, func(k elemKey, _ verdict, kind ruleset.FrontendKind) {
+			if k.in == inHairpin {
+				return // no frontend's: see changePlan.claimHairpin
+			}
 			f := k.frontend()
 			f.Kind = kind
 			if err == nil && !slices.Contains(fs, f) {

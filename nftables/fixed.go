@@ -28,7 +28,7 @@ var baseChains = [...]model.Chain{
 // fixedChains are the regular chains every table has.
 var fixedChains = []string{
 	chainServices, chainServiceEPCheck, chainNodePortEPCheck, chainClusterIPsCheck,
-	chainFirewallCheck, chainReject, chainMarkMasq, chainMasquerading,
+	chainFirewallCheck, chainReject, chainMasquerading,
 }
 
 // jumps are the rules of the base chains: jumps, of new connections only
@@ -53,7 +53,7 @@ var jumps = []struct {
 }
 
 func (r *renderer) fixedSetsAndMaps() []string {
-	names := []string{setClusterIPs, mapNoEndpointServices, mapNoEndpointNodePorts, mapFirewallIPs, mapServiceIPs, mapServiceNodePorts}
+	names := []string{setClusterIPs, setHairpin, mapNoEndpointServices, mapNoEndpointNodePorts, mapFirewallIPs, mapServiceIPs, mapServiceNodePorts}
 	if len(r.cfg.NodePortAddresses) > 0 {
 		names = append(names, setNodePortIPs)
 	}
@@ -111,6 +111,8 @@ func (r *renderer) addFixedContainers(tx txWriter, keepElements bool) {
 		}
 	}
 	add(&model.Set{Name: setClusterIPs, KeyType: r.addrType, Comment: "Active ClusterIPs"}, !keepElements)
+	add(&model.Set{Name: setHairpin, KeyType: []model.Type{r.addrType[0], r.addrType[0], model.TypeInetProto, model.TypeInetService},
+		Comment: "service hairpin connections"}, !keepElements)
 	if len(r.cfg.NodePortAddresses) > 0 {
 		add(&model.Set{Name: setNodePortIPs, KeyType: r.addrType, Comment: "IPs that accept NodePort traffic"}, true)
 	}
@@ -137,11 +139,12 @@ func (r *renderer) addFixedRules(tx txWriter) {
 		}
 	}
 
+	// Masquerade what is marked, and the connections of an endpoint on
+	// this node to itself through a Service (hairpin).
 	mark := r.cfg.Mark()
-	r.addRule(tx, chainMarkMasq, "", model.MarkOr{Bits: mark, Keywords: true})
-	r.addRule(tx, chainMasquerading, "", model.MarkClear{Bits: mark, Keywords: true}, model.Return)
-	r.addRule(tx, chainMasquerading, "", model.MarkXor{Bits: mark, Keywords: true})
-	r.addRule(tx, chainMasquerading, "", model.Masquerade{})
+	r.addRule(tx, chainMasquerading, "", model.MarkAny{Bits: mark}, model.MarkXor{Bits: mark, Keywords: true}, model.Masquerade{})
+	r.addRule(tx, chainMasquerading, "", model.CtDNAT{},
+		model.InSet{Key: []model.Expr{r.saddr, r.daddr, model.L4Proto, model.THDport}, Set: setHairpin}, model.Masquerade{})
 
 	r.addRule(tx, chainClusterIPsCheck, "Reject traffic to invalid ports of ClusterIPs",
 		model.InSet{Key: []model.Expr{r.daddr}, Set: setClusterIPs}, model.Reject)
@@ -158,6 +161,14 @@ func (r *renderer) addFixedRules(tx txWriter) {
 	frontend := []model.Expr{r.daddr, model.L4Proto, model.THDport}
 	r.addRule(tx, chainServiceEPCheck, "", model.VmapLookup{Key: frontend, Map: mapNoEndpointServices})
 	r.addRule(tx, chainFirewallCheck, "", model.VmapLookup{Key: frontend, Map: mapFirewallIPs})
+	toClusterIP := model.InSet{Key: []model.Expr{r.daddr}, Set: setClusterIPs}
+	switch {
+	case r.cfg.MasqueradeAll:
+		r.addRule(tx, chainServices, "masquerade all clusterIP traffic", toClusterIP, r.markMasq())
+	case len(r.podNets) > 0:
+		r.addRule(tx, chainServices, "masquerade clusterIP traffic from outside cluster",
+			toClusterIP, model.AddrIn{Field: r.saddr, Values: r.podNets, Neg: true}, r.markMasq())
+	}
 	r.addRule(tx, chainServices, "", model.VmapLookup{Key: frontend, Map: mapServiceIPs})
 }
 

@@ -21,9 +21,17 @@ func (r *renderer) parseElementKey(e *knftables.Element) (k elemKey, ok bool, er
 		return elemKey{}, false, nil
 	}
 	k.in = container(in)
-	addr, proto, port, err := parseKeyFields(e.Key, r.cfg.Family == v1.IPv6Protocol)
+	fields := e.Key
+	if k.in == inHairpin {
+		// ADDR . ADDR . PROTO . PORT, the address twice.
+		if len(fields) != 4 || fields[0] != fields[1] {
+			return elemKey{}, false, fmt.Errorf("nftables: element %q of %s: not one of ours", e.Key, name)
+		}
+		fields = fields[1:]
+	}
+	addr, proto, port, err := parseKeyFields(fields, r.cfg.Family == v1.IPv6Protocol)
 	nodePort := k.in == inServiceNodePorts || k.in == inNoEndpointNodePorts
-	if err != nil || (k.in == inClusterIPs) != (proto == "") || nodePort == addr.IsValid() {
+	if err != nil || (k.in == inClusterIPs) != (proto == "") || nodePort == addr.IsValid() || k.in == inHairpin && proto == "" {
 		return elemKey{}, false, fmt.Errorf("nftables: element %q of %s: not one of ours", e.Key, name)
 	}
 	k.addr, k.port = addr, port

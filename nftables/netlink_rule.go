@@ -22,6 +22,8 @@ import (
 //	numgen random mod N vmap { 0 : goto CHAIN , … } (NumgenGoto)
 //	update @SET { ip|ip6 saddr } (UpdateSet)
 //	dnat to ADDR:PORT (DNATTo)
+//	dnat ip|ip6 addr . port to numgen random mod N map { 0 : ADDR . PORT , … } (NumgenDNAT)
+//	mark set mark or BITS (MarkOr)
 //	jump CHAIN, goto CHAIN, drop, accept, return (Verdict)
 //
 // A verdict ends the rule. Any other statement, or an address of the other
@@ -72,6 +74,15 @@ func (enc encoder) statement(st model.Stmt) (exprs []nftnl.Expr, isVerdict bool,
 		exprs = []nftnl.Expr{load, nftnl.DynsetUpdate{Sreg: nftnl.Reg1, Set: st.Set}}
 	case model.DNATTo:
 		exprs, err = enc.dnat(st)
+	case model.NumgenDNAT:
+		exprs, err = enc.numgenDNAT(st)
+	case model.MarkOr:
+		exprs = []nftnl.Expr{
+			nftnl.Meta{Dreg: nftnl.Reg1, Key: nftnl.MetaMark},
+			nftnl.Bitwise{Sreg: nftnl.Reg1, Dreg: nftnl.Reg1,
+				Mask: binary.NativeEndian.AppendUint32(nil, ^st.Bits), Xor: binary.NativeEndian.AppendUint32(nil, st.Bits)},
+			nftnl.MetaSet{Key: nftnl.MetaMark, Sreg: nftnl.Reg1},
+		}
 	case model.Verdict:
 		var v nftnl.Verdict
 		v, err = netlinkVerdict(st)
@@ -309,5 +320,47 @@ func (enc encoder) numgenMap(st model.NumgenGoto) ([]nftnl.Expr, error) {
 	return []nftnl.Expr{
 		nftnl.Numgen{Dreg: nftnl.Reg1, Modulus: uint32(len(st.Chains))},
 		nftnl.Lookup{Sreg: nftnl.Reg1, Anonymous: &set, IsMap: true},
+	}, nil
+}
+
+// typeInetService is nft's inet_service data type; a concatenation's type
+// is its fields' types, 6 bits each, the first highest.
+const typeInetService = 13
+
+// udataNumgenDNATMap is the user data nft 1.0.6 stores with the anonymous
+// map of `dnat ip addr . port to numgen random mod N map { … }`: the key's
+// byte order host, the data's big endian, no data interval.
+var udataNumgenDNATMap = []byte{0, 4, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0, 6, 4, 0, 0, 0, 0}
+
+// numgenDNAT encodes `dnat ip|ip6 addr . port to numgen random mod N map
+// { 0 : ADDR . PORT , … }` as nft does: the number picks an element of an
+// anonymous map whose value, address then port (padded to 4 bytes), fills
+// register 1 and the next word, from which the DNAT takes them.
+func (enc encoder) numgenDNAT(st model.NumgenDNAT) ([]nftnl.Expr, error) {
+	if len(st.Targets) == 0 || (st.Family == model.IPv6) != enc.v6 {
+		return nil, fmt.Errorf("numgen dnat of %d targets in family %s", len(st.Targets), st.Family)
+	}
+	elems := make([]nftnl.Element, len(st.Targets))
+	for i, t := range st.Targets {
+		if !familyAddr(t.Addr(), enc.v6) {
+			return nil, fmt.Errorf("dnat to %s", t)
+		}
+		data := binary.BigEndian.AppendUint16(t.Addr().AsSlice(), t.Port())
+		elems[i] = nftnl.Element{Key: binary.NativeEndian.AppendUint32(nil, uint32(i)), Data: append(data, 0, 0)}
+	}
+	set := nftnl.Set{
+		Flags:   nftnl.SetAnonymous | nftnl.SetConstant | nftnl.SetMap,
+		KeyType: nftnl.TypeInteger, KeyLen: 4,
+		DataType: enc.addrType()<<6 | typeInetService, DataLen: uint32(enc.addrLen() + 4),
+		Userdata: udataNumgenDNATMap, Elements: elems,
+	}
+	portReg := uint32(nftnl.Reg32x01)
+	if enc.v6 {
+		portReg = nftnl.Reg2
+	}
+	return []nftnl.Expr{
+		nftnl.Numgen{Dreg: nftnl.Reg1, Modulus: uint32(len(st.Targets))},
+		nftnl.Lookup{Sreg: nftnl.Reg1, Anonymous: &set, IsMap: true, Dreg: nftnl.Reg1},
+		nftnl.DNAT{Family: enc.family, RegAddr: nftnl.Reg1, RegProto: portReg},
 	}, nil
 }

@@ -135,7 +135,7 @@ func TestEncodeRuleErrors(t *testing.T) {
 		stmts  []model.Stmt
 	}{
 		{v4, stmts(model.CtNew{}, model.Jump("firewall-check"))},
-		{v4, stmts(model.MarkOr{Bits: 0x4000})},
+		{v4, stmts(model.MarkXor{Bits: 0x4000})},
 		{v4, stmts(model.Masquerade{})},
 		{v4, stmts(model.Reject)},
 		{v4, stmts(model.Verdict{Kind: "continue"})},
@@ -425,6 +425,46 @@ func TestEncodeRuleStatements(t *testing.T) {
 		{v4, "ip saddr { 198.18.64.0/18 , 10.0.0.0/8 } goto service-x", stmts(anyOf(model.IPSaddr, false, "198.18.64.0/18", "10.0.0.0/8"), model.Goto("service-x")), append(
 			saddrSet(false, false, 0, ivEnd("0.0.0.0"), ivStart("10.0.0.0"), ivEnd("11.0.0.0"), ivStart("198.18.64.0"), ivEnd("198.18.128.0")),
 			nlVerdict(nftnl.VerdictGoto, "service-x"))},
+		// As `nft --debug=netlink` shows them: [ meta load mark => reg 1 ]
+		// [ bitwise reg 1 = ( reg 1 & 0xffffbfff ) ^ 0x00004000 ] [ meta
+		// set mark with reg 1 ].
+		{v4, "mark set mark or 0x00004000 goto a", stmts(model.MarkOr{Bits: 0x4000, Keywords: true}, model.Goto("a")), []nftnl.Expr{
+			nftnl.Meta{Dreg: nftnl.Reg1, Key: nftnl.MetaMark},
+			nftnl.Bitwise{Sreg: nftnl.Reg1, Dreg: nftnl.Reg1, Mask: binary.NativeEndian.AppendUint32(nil, 0xffffbfff), Xor: binary.NativeEndian.AppendUint32(nil, 0x4000)},
+			nftnl.MetaSet{Key: nftnl.MetaMark, Sreg: nftnl.Reg1},
+			nlVerdict(nftnl.VerdictGoto, "a"),
+		}},
+		// [ numgen reg 1 = random mod 2 ] [ lookup reg 1 set __map%d dreg 1 ]
+		// [ nat dnat ip addr_min reg 1 proto_min reg 9 ], the map's values
+		// the address and the port padded to 4 bytes (ip6: proto_min reg 2).
+		{v4, "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 198.18.64.2 . 8080 , 1 : 198.18.65.2 . 8080 }",
+			stmts(model.Equal{Field: model.L4Proto, Value: model.Proto(6)}, model.NumgenDNAT{Family: model.IPv4, Targets: []netip.AddrPort{netip.MustParseAddrPort("198.18.64.2:8080"), netip.MustParseAddrPort("198.18.65.2:8080")}}),
+			append(l4proto(6),
+				nftnl.Numgen{Dreg: nftnl.Reg1, Modulus: 2},
+				nftnl.Lookup{Sreg: nftnl.Reg1, IsMap: true, Dreg: nftnl.Reg1, Anonymous: &nftnl.Set{
+					Flags:   nftnl.SetAnonymous | nftnl.SetConstant | nftnl.SetMap,
+					KeyType: nftnl.TypeInteger, KeyLen: 4, DataType: 0x1cd, DataLen: 8,
+					Userdata: []byte{0, 4, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0, 6, 4, 0, 0, 0, 0},
+					Elements: []nftnl.Element{
+						{Key: binary.NativeEndian.AppendUint32(nil, 0), Data: []byte{198, 18, 64, 2, 0x1f, 0x90, 0, 0}},
+						{Key: binary.NativeEndian.AppendUint32(nil, 1), Data: []byte{198, 18, 65, 2, 0x1f, 0x90, 0, 0}},
+					},
+				}},
+				nftnl.DNAT{Family: nftnl.IPv4, RegAddr: nftnl.Reg1, RegProto: 9})},
+		{v6, "meta l4proto udp dnat ip6 addr . port to numgen random mod 2 map { 0 : 2001:db8::1 . 53 , 1 : 2001:db8::2 . 53 }",
+			stmts(model.Equal{Field: model.L4Proto, Value: model.Proto(17)}, model.NumgenDNAT{Family: model.IPv6, Targets: []netip.AddrPort{netip.MustParseAddrPort("[2001:db8::1]:53"), netip.MustParseAddrPort("[2001:db8::2]:53")}}),
+			append(l4proto(17),
+				nftnl.Numgen{Dreg: nftnl.Reg1, Modulus: 2},
+				nftnl.Lookup{Sreg: nftnl.Reg1, IsMap: true, Dreg: nftnl.Reg1, Anonymous: &nftnl.Set{
+					Flags:   nftnl.SetAnonymous | nftnl.SetConstant | nftnl.SetMap,
+					KeyType: nftnl.TypeInteger, KeyLen: 4, DataType: 0x20d, DataLen: 20,
+					Userdata: []byte{0, 4, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0, 6, 4, 0, 0, 0, 0},
+					Elements: []nftnl.Element{
+						{Key: binary.NativeEndian.AppendUint32(nil, 0), Data: append(nlAddr("2001:db8::1"), 0, 53, 0, 0)},
+						{Key: binary.NativeEndian.AppendUint32(nil, 1), Data: append(nlAddr("2001:db8::2"), 0, 53, 0, 0)},
+					},
+				}},
+				nftnl.DNAT{Family: nftnl.IPv6, RegAddr: nftnl.Reg1, RegProto: nftnl.Reg2})},
 		{v4, "jump a", stmts(model.Jump("a")), []nftnl.Expr{nlVerdict(nftnl.VerdictJump, "a")}},
 		{v4, "goto a", stmts(model.Goto("a")), []nftnl.Expr{nlVerdict(nftnl.VerdictGoto, "a")}},
 		{v4, "drop", stmts(model.Verdict{Kind: "drop"}), []nftnl.Expr{nlVerdict(nftnl.VerdictDrop, "")}},

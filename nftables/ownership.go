@@ -19,6 +19,9 @@ type claim struct {
 // same reports whether two claims render identical elements: the same
 // owner (by name: two Rulesets hold different copies) and verdict.
 func (c claim) same(o claim) bool {
+	if c.verdict == verdictHairpin || o.verdict == verdictHairpin {
+		return c.verdict == o.verdict
+	}
 	return c.verdict == o.verdict && c.owner.Name == o.owner.Name
 }
 
@@ -32,6 +35,9 @@ type claimedElem struct {
 // kind, in the table: whether s owns that frontend in rs
 // (ruleset.Ruleset.Owns).
 func owns(rs *ruleset.Ruleset, s *ruleset.Service, k elemKey, kind ruleset.FrontendKind) bool {
+	if k.in == inHairpin {
+		return true
+	}
 	f := k.frontend()
 	f.Kind = kind
 	return rs.Owns(s, f)
@@ -43,6 +49,9 @@ func owns(rs *ruleset.Ruleset, s *ruleset.Service, k elemKey, kind ruleset.Front
 func owners(r *renderer, rs *ruleset.Ruleset, keys []elemKey) map[elemKey]claim {
 	claims := make(map[elemKey]claim, len(keys))
 	for _, k := range keys {
+		if k.in == inHairpin {
+			continue // see changePlan.claimHairpin
+		}
 		s, kind, ok := rs.Owner(k.frontend())
 		if !ok || !names.Safe(s.Name) {
 			continue
@@ -71,7 +80,7 @@ func (r *renderer) elementVerdict(s *ruleset.Service, k elemKey, kind ruleset.Fr
 // frontend of kind, when another Service port of rs owns that frontend
 // (nothing for the cluster-ips set, which many ports share).
 func notOwnedWarning(rs *ruleset.Ruleset, s *ruleset.Service, k elemKey, kind ruleset.FrontendKind) (svcproxy.Warning, bool) {
-	if k.in == inClusterIPs {
+	if k.in == inClusterIPs || k.in == inHairpin {
 		return svcproxy.Warning{}, false
 	}
 	f := k.frontend()

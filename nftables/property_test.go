@@ -491,7 +491,7 @@ func TestExecutor(t *testing.T) {
 			// The chains left over are flushed ones, and only those.
 			var extra []string
 			for name, c := range fake.Table.Chains {
-				if len(c.Rules) == 0 && !slices.Contains([]string{"cluster-ips-check", "firewall-check", "nodeport-endpoints-check", "service-endpoints-check", "services", "masquerading", "mark-for-masquerade", "reject-chain"}, name) {
+				if len(c.Rules) == 0 && !slices.Contains([]string{"cluster-ips-check", "firewall-check", "nodeport-endpoints-check", "service-endpoints-check", "services", "masquerading", "reject-chain"}, name) {
 					extra = append(extra, name)
 				}
 			}

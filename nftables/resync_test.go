@@ -17,7 +17,7 @@ import (
 func elementsOf(t *rapid.T, fake *knftables.Fake, existing map[string][]string) []*knftables.Element {
 	var all []*knftables.Element
 	for kind, names := range map[string][]string{
-		"set": {"cluster-ips"},
+		"set": {"cluster-ips", "hairpin-connections"},
 		"map": {"service-ips", "service-nodeports", "no-endpoint-services", "no-endpoint-nodeports", "firewall-ips"},
 	} {
 		for _, name := range names {

@@ -16,15 +16,13 @@ type chainDef struct {
 	rules []ruleDef
 }
 
-// Statements that many rules share, boxed once.
-var (
-	jumpMarkMasq model.Stmt = model.Jump(chainMarkMasq)
-	l4protoMatch            = map[byte]model.Stmt{
-		6:   model.Equal{Field: model.L4Proto, Value: model.Proto(6)},
-		17:  model.Equal{Field: model.L4Proto, Value: model.Proto(17)},
-		132: model.Equal{Field: model.L4Proto, Value: model.Proto(132)},
-	}
-)
+// l4protoMatch are the boxed `meta l4proto` matches that DNAT rules
+// start with.
+var l4protoMatch = map[byte]model.Stmt{
+	6:   model.Equal{Field: model.L4Proto, Value: model.Proto(6)},
+	17:  model.Equal{Field: model.L4Proto, Value: model.Proto(17)},
+	132: model.Equal{Field: model.L4Proto, Value: model.Proto(132)},
+}
 
 // ruleDef is one rule: its statements and comment and, printed once, its
 // text.
@@ -98,22 +96,25 @@ func (r *renderer) affinitySets(s *ruleset.Service) []*model.Set {
 }
 
 // chains are the per-service and per-endpoint chains of s, with their
-// rules, following kube-proxy: the policy chains (cluster, then local),
-// the external and firewall chains, then one chain per endpoint.
+// rules, following kube-proxy 1.37: the policy chains (cluster, then
+// local), which DNAT, the external and firewall chains, then, for ClientIP
+// affinity only, one chain per endpoint.
 func (r *renderer) chains(s *ruleset.Service) []chainDef {
 	base := ServiceChainBase(s.Name)
 	chains := make([]chainDef, 0, 4+len(s.Endpoints))
-	masquerade := r.clusterIPMasquerade(s)
-	// The endpoints' chain-name bases, hashed once each.
-	endpointBases := make([]string, len(s.Endpoints))
-	for i := range s.Endpoints {
-		endpointBases[i] = EndpointChainBase(s.Name, s.Endpoints[i].AddrPort())
+	var endpointBases []string
+	if s.Affinity.Enabled() {
+		// The endpoints' chain-name bases, hashed once each.
+		endpointBases = make([]string, len(s.Endpoints))
+		for i := range s.Endpoints {
+			endpointBases[i] = EndpointChainBase(s.Name, s.Endpoints[i].AddrPort())
+		}
 	}
 	if len(s.ClusterTargets) > 0 {
-		chains = append(chains, r.policyChain(prefixService+base, s, endpointBases, s.ClusterTargets, masquerade, s.Internal == ruleset.RouteCluster))
+		chains = append(chains, r.policyChain(prefixService+base, s, endpointBases, s.ClusterTargets))
 	}
 	if len(s.LocalTargets) > 0 {
-		chains = append(chains, r.policyChain(prefixLocal+base, s, endpointBases, s.LocalTargets, masquerade, s.Internal == ruleset.RouteLocal))
+		chains = append(chains, r.policyChain(prefixLocal+base, s, endpointBases, s.LocalTargets))
 	}
 	if s.ExternalTraffic.Steered {
 		chains = append(chains, r.externalChain(s, base))
@@ -121,30 +122,15 @@ func (r *renderer) chains(s *ruleset.Service) []chainDef {
 	if s.UsesFirewall() {
 		chains = append(chains, r.firewallChain(s, base))
 	}
-	for i := range s.Endpoints {
+	for i := range endpointBases {
 		chains = append(chains, r.endpointChain(s, s.Endpoints[i].AddrPort(), endpointBases[i]))
 	}
 	return chains
 }
 
-// clusterIPMasquerade is the rule that masquerades traffic to the cluster
-// IP as the Service's ClusterIPMasquerade says (all of it, or what comes
-// from outside the pod network), in whichever policy chain internal traffic
-// reaches; external traffic reaches the same chains, hence the match on the
-// cluster IP. nil when nothing is masqueraded there.
-func (r *renderer) clusterIPMasquerade(s *ruleset.Service) []model.Stmt {
-	toClusterIP := []model.Stmt{
-		model.Equal{Field: r.daddr, Value: model.Addr(s.ClusterIP)},
-		model.DportEq{Proto: model.ProtoNumber(s.Name.Protocol), Port: s.Port},
-	}
-	switch s.ClusterIPMasquerade {
-	case ruleset.MasqueradeAll:
-		return append(toClusterIP, jumpMarkMasq)
-	case ruleset.MasqueradeOffCluster:
-		return append(toClusterIP, model.AddrIn{Field: r.saddr, Values: r.podNets, Neg: true}, jumpMarkMasq)
-	}
-	return nil
-}
+// markMasq sets the masquerade bit in the packet mark, as kube-proxy
+// writes it (`mark set mark or 0x00004000`).
+func (r *renderer) markMasq() model.Stmt { return model.MarkOr{Bits: r.cfg.Mark(), Keywords: true} }
 
 // externalChain is the chain of NodePort, externalIP and load-balancer
 // traffic, from the Service's ExternalTraffic: the short-circuit of pod
@@ -159,11 +145,11 @@ func (r *renderer) externalChain(s *ruleset.Service, base string) chainDef {
 		c.rules = append(c.rules, r.newRule("short-circuit pod traffic", model.AddrIn{Field: r.saddr, Values: r.podNets}, model.Goto(clusterChain)))
 	}
 	if ext.Masquerade {
-		c.rules = append(c.rules, r.newRule("", jumpMarkMasq))
+		c.rules = append(c.rules, r.newRule("masquerade", r.markMasq()))
 	}
 	if ext.ShortCircuit {
 		c.rules = append(c.rules,
-			r.newRule("masquerade local traffic", model.FibLocal{Saddr: true}, jumpMarkMasq),
+			r.newRule("masquerade local traffic", model.FibLocal{Saddr: true}, r.markMasq()),
 			r.newRule("short-circuit local traffic", model.FibLocal{Saddr: true}, model.Goto(clusterChain)))
 	}
 	switch s.External {
@@ -194,51 +180,43 @@ func (r *renderer) firewallChain(s *ruleset.Service, base string) chainDef {
 	}
 }
 
-// endpointChain is the chain of one endpoint, whose EndpointChainBase is
-// endpointBase: hairpin masquerade (a pod that reaches itself through the
-// Service), the affinity set's update, DNAT.
+// endpointChain is the chain of one endpoint of a ClientIP-affinity
+// Service port, whose EndpointChainBase is endpointBase: the affinity set's
+// update, DNAT.
 func (r *renderer) endpointChain(s *ruleset.Service, endpoint netip.AddrPort, endpointBase string) chainDef {
 	proto := model.ProtoNumber(s.Name.Protocol)
-	c := chainDef{decl: model.Chain{Name: prefixEndpoint + endpointBase}, rules: make([]ruleDef, 0, 3)}
-	// The statements of all the chain's rules share one array.
-	stmts := append(make([]model.Stmt, 0, 5), model.Equal{Field: r.saddr, Value: model.Addr(endpoint.Addr())}, jumpMarkMasq)
-	c.rules = append(c.rules, r.newRule("", stmts[0:2:2]...))
-	if s.Affinity.Enabled() {
-		stmts = append(stmts, model.UpdateSet{Set: prefixAffinity + endpointBase, Field: r.saddr})
-		c.rules = append(c.rules, r.newRule("", stmts[2:3:3]...))
-	}
-	n := len(stmts)
-	stmts = append(stmts, l4protoMatch[proto], model.DNATTo{To: endpoint})
-	c.rules = append(c.rules, r.newRule("", stmts[n:n+2:n+2]...))
-	return c
+	return chainDef{decl: model.Chain{Name: prefixEndpoint + endpointBase}, rules: []ruleDef{
+		r.newRule("", model.UpdateSet{Set: prefixAffinity + endpointBase, Field: r.saddr}),
+		r.newRule("", l4protoMatch[proto], model.DNATTo{To: endpoint}),
+	}}
 }
 
-// policyChain spreads traffic over targets: clients with affinity go back
-// to their endpoint, the others to one picked at random. endpointBases
-// are the EndpointChainBase of each of s.Endpoints; masquerade is the
-// rule that internal traffic reaching this chain starts with, if any.
-func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []string, targets []ruleset.Target, masquerade []model.Stmt, internal bool) chainDef {
+// policyChain spreads traffic over targets. Without affinity it DNATs
+// there itself: to the one target, or to one picked at random through an
+// anonymous map. With ClientIP affinity, clients with affinity go back to
+// their endpoint's chain, the others to one picked at random; endpointBases
+// are then the EndpointChainBase of each of s.Endpoints.
+func (r *renderer) policyChain(name string, s *ruleset.Service, endpointBases []string, targets []ruleset.Target) chainDef {
 	c := chainDef{decl: model.Chain{Name: name}}
-	if internal && masquerade != nil {
-		c.rules = append(c.rules, r.newRule("", masquerade...))
+	if !s.Affinity.Enabled() {
+		proto := l4protoMatch[model.ProtoNumber(s.Name.Protocol)]
+		if len(targets) == 1 {
+			// One target: no map to insert, as kube-proxy writes it.
+			c.rules = append(c.rules, r.newRule("", proto, model.DNATTo{To: targets[0].Endpoint}))
+			return c
+		}
+		to := make([]netip.AddrPort, len(targets))
+		for i, t := range targets {
+			to[i] = t.Endpoint
+		}
+		c.rules = append(c.rules, r.newRule("", proto, model.NumgenDNAT{Family: r.tableRef.Family, Targets: to}))
+		return c
 	}
-	targetBases := make([]string, len(targets))
 	targetChains := make([]string, len(targets))
 	for i, t := range targets {
-		targetBases[i] = endpointBase(s, endpointBases, t.Endpoint)
-		targetChains[i] = prefixEndpoint + targetBases[i]
-	}
-	if s.Affinity.Enabled() {
-		for i := range targets {
-			set := prefixAffinity + targetBases[i]
-			c.rules = append(c.rules, r.newRule("", model.InSet{Key: []model.Expr{r.saddr}, Set: set}, model.Goto(targetChains[i])))
-		}
-	}
-	if len(targets) == 1 {
-		// No choice to make: a plain goto spares the kernel an
-		// anonymous verdict map.
-		c.rules = append(c.rules, r.newRule("", model.Goto(targetChains[0])))
-		return c
+		base := endpointBase(s, endpointBases, t.Endpoint)
+		targetChains[i] = prefixEndpoint + base
+		c.rules = append(c.rules, r.newRule("", model.InSet{Key: []model.Expr{r.saddr}, Set: prefixAffinity + base}, model.Goto(targetChains[i])))
 	}
 	c.rules = append(c.rules, r.newRule("", model.NumgenGoto{Chains: targetChains}))
 	return c

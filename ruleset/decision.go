@@ -301,7 +301,9 @@ type ExternalTraffic struct {
 //     targets, then flows from the node go there too, masqueraded. Every
 //     other flow takes the External route, masqueraded when
 //     ExternalTraffic.Masquerade is set.
-//   - A flow to a target that is its own source is masqueraded (hairpin).
+//   - A flow to a target that is its own source is masqueraded (hairpin),
+//     as kube-proxy's iptables mode does; its nftables mode masquerades
+//     only a target on this node (trace.Options.HairpinLocalOnly).
 //
 // The kind must be one that s has (its cluster IP, node port, one of its
 // external or load-balancer IPs); VerdictNotServed says it has none, or

@@ -94,13 +94,30 @@ type Options struct {
 	// forwards (kube-proxy's iptables mode: "block incoming localnet
 	// connections", in KUBE-FIREWALL on input and output).
 	LocalnetGuard bool
+	// HairpinLocalOnly masquerades a flow that reaches its own source
+	// (hairpin) only when that endpoint, with the flow's protocol, is a
+	// target on this node (ruleset.Target's Local) of some Service port of
+	// the Ruleset: kube-proxy's nftables mode masquerades the DNATed
+	// connections in its hairpin-connections set (address . address .
+	// protocol . port), which holds this node's endpoints, where the
+	// iptables mode marks every endpoint's own traffic in the endpoint's
+	// chain (what ruleset.Ruleset.Decide says). A pod elsewhere that this
+	// node sends back to itself keeps its source.
+	HairpinLocalOnly bool
+	// MasqueradeClusterAddresses masquerades, as the Service ports'
+	// ClusterIPMasquerade says, every forwarded flow to an address that is
+	// a cluster IP, whatever its port and the frontend that takes it (an
+	// external IP of another port at that address, say): kube-proxy's
+	// nftables mode marks them in its services chain before the lookup
+	// ("masquerade clusterIP traffic from outside cluster").
+	MasqueradeClusterAddresses bool
 }
 
 var (
 	// IPTablesMode is kube-proxy's iptables mode.
 	IPTablesMode = Options{ArrivingRejectsOnly: true, NodePortRejectsOnAllAddresses: true, LocalnetGuard: true}
 	// NFTablesMode is kube-proxy's nftables mode.
-	NFTablesMode = Options{RejectUnknownPorts: true, DropUnallocated: true, FirewallFirst: true}
+	NFTablesMode = Options{RejectUnknownPorts: true, DropUnallocated: true, FirewallFirst: true, HairpinLocalOnly: true, MasqueradeClusterAddresses: true}
 )
 
 // Outcome is where a packet goes.
@@ -164,6 +181,12 @@ func decide(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 	case ruleset.VerdictForward:
 		out.Verdict = ruleset.VerdictForward
 		out.Targets, out.Masquerade, out.ShortCircuit, out.Affinity = d.Targets, d.Masquerade, d.ShortCircuit, s.Affinity
+		if opts.MasqueradeClusterAddresses && masqueradedClusterAddress(rs, p) {
+			out.Masquerade = true
+		}
+		if opts.HairpinLocalOnly || out.Masquerade != d.Masquerade {
+			out.Targets = masquerades(rs, s, d, out.Masquerade, src.Addr, opts.HairpinLocalOnly)
+		}
 		return out
 	default:
 		return Outcome{}
@@ -172,6 +195,52 @@ func decide(rs *ruleset.Ruleset, p Packet, opts Options) Outcome {
 		return Outcome{}
 	}
 	return out
+}
+
+// masquerades is d's targets, each masqueraded when masq is set or for
+// hairpin from src: as d says, or, with localOnly, when the target is a
+// target on this node of some port of rs with s's protocol.
+func masquerades(rs *ruleset.Ruleset, s *ruleset.Service, d ruleset.Decision, masq bool, src netip.Addr, localOnly bool) []ruleset.Choice {
+	cs := slices.Clone(d.Targets)
+	for i := range cs {
+		hairpin := cs[i].Masquerade && !d.Masquerade
+		if localOnly {
+			hairpin = cs[i].Endpoint.Addr() == src && localTarget(rs, s.Name.Protocol, cs[i].Endpoint)
+		}
+		cs[i].Masquerade = masq || hairpin
+	}
+	return cs
+}
+
+// localTarget reports whether ep, with protocol proto, is a target on this
+// node of some Service port of rs.
+func localTarget(rs *ruleset.Ruleset, proto v1.Protocol, ep netip.AddrPort) bool {
+	for _, s := range rs.Services() {
+		if s.Name.Protocol != proto {
+			continue
+		}
+		for _, ts := range [2][]ruleset.Target{s.ClusterTargets, s.LocalTargets} {
+			for _, t := range ts {
+				if t.Local && t.Endpoint == ep {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// masqueradedClusterAddress reports whether p goes to a cluster IP and
+// the Config masquerades such traffic from p's source.
+func masqueradedClusterAddress(rs *ruleset.Ruleset, p Packet) bool {
+	if _, _, ok := rs.Owner(ruleset.Frontend{Kind: ruleset.KindClusterAddress, Addr: p.Dst.Addr()}); !ok {
+		return false
+	}
+	cfg := rs.Config()
+	if cfg.MasqueradeAll {
+		return true
+	}
+	return len(cfg.ClusterCIDRs) > 0 && !slices.ContainsFunc(cfg.ClusterCIDRs, func(c netip.Prefix) bool { return c.Contains(p.Src.Addr()) })
 }
 
 // nodePortRefusal is the reject or drop of the owner of p's node port when

@@ -30,14 +30,14 @@ func TestExplainDesired(t *testing.T) {
 		{"cluster IP from a pod, nftables", "nftables", "tcp 198.18.1.50:40000 -> 198.19.0.10:80 from pod", []string{
 			"nftables, desired rules:\n  forwarded through the cluster IP of demo/web:http\n  -> 198.18.1.11:8080, share 1/2\n  -> 198.18.2.12:8080, share 1/2\n  decided by:\n",
 			"    prerouting services: ip daddr . meta l4proto . th dport vmap @service-ips [service-ips 198.19.0.10 . tcp . 80 : goto service-AXK6CI2C-demo/web/tcp/http]\n",
-			"    prerouting endpoint-IANGHFLA-demo/web/tcp/http__198.18.2.12/8080: meta l4proto tcp dnat to 198.18.2.12:8080\n",
+			"    prerouting service-AXK6CI2C-demo/web/tcp/http: meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 198.18.1.11 . 8080, 1 : 198.18.2.12 . 8080 } [ 1 : 198.18.2.12 . 8080] (share 1/2)\n",
 			"  the tracer agrees\n",
 		}},
 		// The node's address is outside the cluster CIDR: its flows to a
 		// cluster IP are masqueraded, as those from off the cluster are.
 		{"cluster IP from the node, masqueraded", "nftables", "tcp 198.18.100.1:40000 -> 198.19.0.10:80 from node", []string{
 			"  -> 198.18.1.11:8080, share 1/2, masqueraded\n",
-			"ip saddr != 198.18.1.0/24 jump mark-for-masquerade\n",
+			"ip daddr @cluster-ips ip saddr != 198.18.1.0/24 mark set mark or 0x00004000 comment \"masquerade clusterIP traffic from outside cluster\" [cluster-ips 198.19.0.10]\n",
 			"  the tracer agrees\n",
 		}},
 		{"node port from outside, iptables", "iptables", "tcp 198.18.250.9:40000 -> 198.18.100.1:30080 from outside", []string{

@@ -58,9 +58,13 @@ type useKeys struct {
 	v6 []v6Key
 }
 
-// addTargets appends the keys of the targets' addresses.
-func (k *useKeys) addTargets(targets []ruleset.Target) {
+// addLocalTargets appends the keys of the addresses of the targets that
+// run on this node.
+func (k *useKeys) addLocalTargets(targets []ruleset.Target) {
 	for i := range targets {
+		if !targets[i].Local {
+			continue
+		}
 		if a := targets[i].Endpoint.Addr(); a.Is4() {
 			k.v4 = append(k.v4, v4Key(a))
 		} else {

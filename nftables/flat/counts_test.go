@@ -14,7 +14,7 @@ import (
 func targetsAt(addrs []netip.Addr) []ruleset.Target {
 	out := make([]ruleset.Target, len(addrs))
 	for i, a := range addrs {
-		out[i] = ruleset.Target{Endpoint: netip.AddrPortFrom(a, 80)}
+		out[i] = ruleset.Target{Endpoint: netip.AddrPortFrom(a, 80), Local: true}
 	}
 	return out
 }
@@ -45,8 +45,8 @@ func TestAddrCountsAsMap(t *testing.T) {
 		// sorted apart and merged.
 		cut := rapid.IntRange(0, len(initial)).Draw(t, "cut")
 		var a, b useKeys
-		a.addTargets(targetsAt(initial[:cut]))
-		b.addTargets(targetsAt(initial[cut:]))
+		a.addLocalTargets(targetsAt(initial[:cut]))
+		b.addLocalTargets(targetsAt(initial[cut:]))
 		a.sort()
 		b.sort()
 		c := countSorted(a.merge(b))

@@ -143,8 +143,10 @@ func portComments(svcs []*ruleset.Service) portCommentList {
 	return portCommentList{b.String(), ends}
 }
 
-// addHairpin appends the addresses of the target lists of s that p's
-// frontends use to p's hairpin addresses (or their keys to hairpinKeys).
+// addHairpin appends the addresses of the targets on this node of the
+// target lists of s that p's frontends use to p's hairpin addresses (or
+// their keys to hairpinKeys): as in kube-proxy 1.37's nftables mode, only
+// an endpoint on this node that reaches itself is masqueraded.
 func (p *flatPort) addHairpin(s *ruleset.Service) {
 	for _, l := range []struct {
 		used    bool
@@ -153,10 +155,12 @@ func (p *flatPort) addHairpin(s *ruleset.Service) {
 		switch {
 		case !l.used:
 		case p.hairpinKeys != nil:
-			p.hairpinKeys.addTargets(l.targets)
+			p.hairpinKeys.addLocalTargets(l.targets)
 		default:
 			for _, t := range l.targets {
-				p.hairpin = append(p.hairpin, t.Endpoint.Addr())
+				if t.Local {
+					p.hairpin = append(p.hairpin, t.Endpoint.Addr())
+				}
 			}
 		}
 	}

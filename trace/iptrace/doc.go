@@ -34,6 +34,8 @@
 //   - -m conntrack [!] --ctstate: a new flow is NEW, and DNAT once a DNAT
 //     rule translated it; never ESTABLISHED, RELATED, INVALID, UNTRACKED or
 //     SNAT.
+//   - -m nfacct --nfacct-name N (kube-proxy counts the INVALID packets it
+//     drops with it): it only counts, and always matches.
 //   - -m mark [!] --mark V[/M], and -j MARK --set-xmark, --set-mark,
 //     --or-mark, --xor-mark and --and-mark.
 //   - -j ACCEPT, DROP, REJECT [--reject-with T], RETURN, DNAT

@@ -56,6 +56,7 @@ func TestParseRestoreSemantics(t *testing.T) {
 		{"a chain declared again is flushed", "*nat\n:KUBE-SVC-A - [0:0]\nCOMMIT\n", "not a Service"},
 		{"-F flushes", "*nat\n-F KUBE-SERVICES\nCOMMIT\n", "not a Service"},
 		{"-I inserts first", "*nat\n-I KUBE-SERVICES -p tcp -j ACCEPT\nCOMMIT\n", "not a Service"},
+		{"nfacct only counts: it matches", "*nat\n-I PREROUTING -m nfacct --nfacct-name  pkts -j ACCEPT\nCOMMIT\n", "not a Service"},
 		{"-I at a position", "*nat\n-I KUBE-SERVICES 2 -p tcp -j ACCEPT\nCOMMIT\n", "forwarded ns/a:p/TCP (cluster IP) 198.18.1.1:8080 1.000"},
 		{"-X of a flushed chain nothing jumps to", "*nat\n:KUBE-OLD - [0:0]\n-X KUBE-OLD\nCOMMIT\n", "forwarded ns/a:p/TCP (cluster IP) 198.18.1.1:8080 1.000"},
 		{"counters before a rule", "*filter\n[12:345] -A FORWARD -j DROP\nCOMMIT\n", "dropped"},

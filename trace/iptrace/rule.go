@@ -68,6 +68,8 @@ var optionModule = map[string]string{
 	"--seconds": "recent", "--reap": "recent", "--rsource": "recent",
 	"--ctstate": "conntrack",
 	"--mark":    "mark",
+	// nfacct only counts the packets it sees: it always matches.
+	"--nfacct-name": "nfacct",
 }
 
 // knownModules are the match modules Evaluate models, each with its bit in
@@ -75,6 +77,7 @@ var optionModule = map[string]string{
 var knownModules = map[string]uint16{
 	"comment": 1 << 0, "tcp": 1 << 1, "udp": 1 << 2, "sctp": 1 << 3, "addrtype": 1 << 4,
 	"statistic": 1 << 5, "recent": 1 << 6, "conntrack": 1 << 7, "mark": 1 << 8,
+	"nfacct": 1 << 9,
 }
 
 // ruleParser holds the state of parsing one rule.
@@ -234,6 +237,9 @@ func (rp *ruleParser) moduleOption(mod, opt string, neg bool) error {
 		return rp.recentOption(opt)
 	case "conntrack":
 		return rp.ctstate(neg)
+	case "nfacct":
+		_, err := rp.next("an accounting object's name")
+		return err
 	}
 	return rp.markMatch(neg)
 }

@@ -90,6 +90,9 @@ func (p *ruleParser) dnatMap() error {
 		}
 		p.i++
 	}
+	if p.peek(0).is("map") && p.peek(1).is("{") {
+		return p.anonymousDNATMap(e)
+	}
 	name, err := p.mapName()
 	if err != nil {
 		return err
@@ -104,6 +107,33 @@ func (p *ruleParser) dnatMap() error {
 			return err
 		}
 	}
+	p.r.exprs = append(p.r.exprs, e)
+	return nil
+}
+
+// anonymousDNATMap reads "map { KEY : ADDR . PORT, ... }" at p.i, after
+// the key's selectors (in e): kube-proxy's nftables mode writes a Service's
+// endpoints so, keyed by "numgen random mod N", with no endpoint chains
+// when no ClientIP affinity applies.
+func (p *ruleParser) anonymousDNATMap(e expr) error {
+	p.i++
+	keys := make([]dataType, len(e.sels))
+	for i, s := range e.sels {
+		keys[i] = s.typ
+	}
+	addr := typeIPv4
+	if p.family == "ip6" {
+		addr = typeIPv6
+	}
+	inside, rest, err := braced(p.toks[p.i:])
+	if err != nil {
+		return err
+	}
+	e.set = &set{keys: keys, isMap: true, values: []dataType{addr, typePort}}
+	if err := e.set.changeElements(p.toks[p.i], inside, true); err != nil {
+		return err
+	}
+	p.i = len(p.toks) - len(rest)
 	p.r.exprs = append(p.r.exprs, e)
 	return nil
 }

@@ -31,7 +31,9 @@
 // local` (Packet.ToNode or loopback, before DNAT), `numgen random mod N`
 // (each value an exact 1/N share, in a verdict map's key or in a data
 // map's key: `dnat ip to ip daddr . th dport . numgen random mod N map
-// @targets`), `update @set { ip saddr }` (affinity), the flat layout's
+// @targets`, or in an anonymous data map's, as kube-proxy 1.37 writes a
+// Service port's endpoints: `dnat ip to numgen random mod N map { 0 :
+// ADDR . PORT, … }`), `update @set { ip saddr }` (affinity), the flat layout's
 // affinity map (`dnat ip to ip saddr . ip daddr . meta l4proto . th dport
 // map @affinity-tcp`; in IPv6, `jhash … mod N seed S` as the kernel
 // hashes and `dnat ip6 to K map @a : K2 map @p`; and after DNAT `ct

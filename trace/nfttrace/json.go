@@ -408,11 +408,19 @@ func jsonDNAT(b map[string]any) (string, error) {
 }
 
 // jsonDNATMap writes "dnat FAMILY to KEY map @MAP" from the address of a
-// dnat statement, {"map": {"key": KEY, "data": "@MAP"}}.
+// dnat statement, {"map": {"key": KEY, "data": "@MAP"}}, or "dnat FAMILY
+// to KEY map { … }" from an anonymous map's, {"map": {"key": KEY, "data":
+// {"set": [[K, V], …]}}}.
 func jsonDNATMap(family any, addr map[string]any) (string, error) {
 	m, _ := addr["map"].(map[string]any)
 	data, _ := m["data"].(string)
-	if m == nil || len(addr) != 1 || !strings.HasPrefix(data, "@") {
+	if anon, ok := m["data"].(map[string]any); ok && m != nil && len(addr) == 1 && anon["set"] != nil {
+		text, err := jsonValue(anon)
+		if err != nil {
+			return "", err
+		}
+		data = text
+	} else if m == nil || len(addr) != 1 || !strings.HasPrefix(data, "@") {
 		return "", fmt.Errorf("dnat to %v", addr)
 	}
 	key, err := jsonValue(m["key"])

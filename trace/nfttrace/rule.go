@@ -397,11 +397,14 @@ func (p *ruleParser) ct() error {
 }
 
 // dnat reads "dnat [ip|ip6] to ADDR[:PORT]" or "dnat [ip|ip6] to
-// SELECTORS map @MAP".
+// SELECTORS map @MAP|{ … }"; kube-proxy's script writes "dnat ip addr .
+// port to", which nft lists as "dnat ip to".
 func (p *ruleParser) dnat() error {
 	p.i++
 	if (p.peek(0).is("ip") || p.peek(0).is("ip6")) && p.peek(1).is("to") {
 		p.i++
+	} else if (p.peek(0).is("ip") || p.peek(0).is("ip6")) && p.peek(1).is("addr") && p.peek(2).is(".") && p.peek(3).is("port") && p.peek(4).is("to") {
+		p.i += 4
 	}
 	if !p.peek(0).is("to") {
 		return fmt.Errorf("dnat without \"to\"")

@@ -11,8 +11,8 @@ import (
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
-// EnvBinDir names the directory that holds the kube-apiserver and etcd
-// binaries, as e2e/apiserver/build.sh prints it.
+// EnvBinDir names the directory that holds the kube-apiserver, kube-proxy
+// and etcd binaries, as e2e/apiserver/build.sh prints it.
 const EnvBinDir = "SVCPROXY_APISERVER_BIN_DIR"
 
 // binaries are the paths of the servers' executables.
@@ -29,6 +29,21 @@ func Require(t testing.TB) {
 	findBinaries(t)
 }
 
+// KubeProxy returns the path of the kube-proxy binary in
+// $SVCPROXY_APISERVER_BIN_DIR (built from the release svcproxy tracks,
+// svcproxy.KubeProxyVersion), for tests that run the real kube-proxy
+// beside ours. Like Require, it skips t when the binary is missing, or
+// fails t under SVCPROXY_E2E=required.
+func KubeProxy(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv(EnvBinDir)
+	bin := filepath.Join(dir, "kube-proxy")
+	if problem := notExecutable(dir, bin); problem != "" {
+		skipOrFail(t, "kube-proxy", problem)
+	}
+	return bin
+}
+
 // findBinaries returns the executables in $SVCPROXY_APISERVER_BIN_DIR. When
 // the variable is unset or a binary is missing, it skips t with how to build
 // them, or fails t under SVCPROXY_E2E=required.
@@ -36,26 +51,35 @@ func findBinaries(t testing.TB) binaries {
 	t.Helper()
 	dir := os.Getenv(EnvBinDir)
 	b := binaries{etcd: filepath.Join(dir, "etcd"), apiserver: filepath.Join(dir, "kube-apiserver")}
-	var problem string
-	switch {
-	case dir == "":
-		problem = EnvBinDir + " is not set"
-	default:
-		for _, bin := range []string{b.etcd, b.apiserver} {
-			if info, err := os.Stat(bin); err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
-				problem = fmt.Sprintf("%s is not an executable (%s=%s)", bin, EnvBinDir, dir)
-				break
-			}
+	for _, bin := range []string{b.etcd, b.apiserver} {
+		if problem := notExecutable(dir, bin); problem != "" {
+			skipOrFail(t, "kube-apiserver and etcd", problem)
+			break
 		}
 	}
-	if problem == "" {
-		return b
+	return b
+}
+
+// notExecutable says what is wrong with bin, one of the binaries in dir
+// ($SVCPROXY_APISERVER_BIN_DIR), or returns "".
+func notExecutable(dir, bin string) string {
+	if dir == "" {
+		return EnvBinDir + " is not set"
 	}
-	msg := "API-server test needs kube-apiserver and etcd: " + problem +
+	if info, err := os.Stat(bin); err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
+		return fmt.Sprintf("%s is not an executable (%s=%s)", bin, EnvBinDir, dir)
+	}
+	return ""
+}
+
+// skipOrFail skips t, saying which binaries it needs, why they are missing
+// and how to build them; under SVCPROXY_E2E=required it fails t instead.
+func skipOrFail(t testing.TB, needs, problem string) {
+	t.Helper()
+	msg := "API-server test needs " + needs + ": " + problem +
 		"; build them with `export " + EnvBinDir + "=$(e2e/apiserver/build.sh)` (a cold build takes tens of minutes)"
 	if os.Getenv(netns.EnvRequired) == "required" {
 		t.Fatalf("%s (%s=required, so this fails instead of skipping)", msg, netns.EnvRequired)
 	}
 	t.Skipf("%s; skipping (set %s=required to fail instead)", msg, netns.EnvRequired)
-	return b
 }

@@ -103,6 +103,12 @@ func (s MarkClear) String() string {
 	return fmt.Sprintf("meta mark & %#08x == 0", s.Bits)
 }
 
+// MarkAny matches packets that carry any of Bits in their mark
+// (`mark and 0x00004000 != 0`).
+type MarkAny struct{ Bits uint32 }
+
+func (s MarkAny) String() string { return fmt.Sprintf("mark and %#08x != 0", s.Bits) }
+
 // MarkOr sets Bits in the packet mark. With Keywords it prints as
 // `mark set mark or 0x004000`.
 type MarkOr struct {
@@ -266,6 +272,32 @@ type DNATTo struct{ To netip.AddrPort }
 func (s DNATTo) String() string { return string(s.appendText(nil)) }
 
 func (s DNATTo) appendText(b []byte) []byte { return s.To.AppendTo(append(b, "dnat to "...)) }
+
+// NumgenDNAT rewrites the destination address and port to one of Targets,
+// picked at random, each with the same chance, through an anonymous map
+// (`dnat ip addr . port to numgen random mod 2 map { 0 : 198.18.64.2 .
+// 8080 , 1 : 198.18.65.2 . 8080 }`).
+type NumgenDNAT struct {
+	Family  Family
+	Targets []netip.AddrPort
+}
+
+func (s NumgenDNAT) String() string { return string(s.appendText(nil)) }
+
+func (s NumgenDNAT) appendText(b []byte) []byte {
+	b = append(append(append(b, "dnat "...), s.Family.String()...), " addr . port to numgen random mod "...)
+	b = strconv.AppendInt(b, int64(len(s.Targets)), 10)
+	b = append(b, " map {"...)
+	for i, t := range s.Targets {
+		if i > 0 {
+			b = append(b, " ,"...)
+		}
+		b = strconv.AppendInt(append(b, ' '), int64(i), 10)
+		b = t.Addr().AppendTo(append(b, " : "...))
+		b = strconv.AppendUint(append(b, " . "...), uint64(t.Port()), 10)
+	}
+	return append(b, " }"...)
+}
 
 // VmapLookup looks Key up in the verdict map Map and applies the verdict
 // of the element it finds (`ip daddr . meta l4proto . th dport vmap @m`);

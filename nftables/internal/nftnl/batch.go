@@ -134,6 +134,8 @@ type Element struct {
 	Key []byte
 	// Verdict is the element's data in a verdict map; nil in a set.
 	Verdict *Verdict
+	// Data is the element's value in a data map; nil otherwise.
+	Data []byte
 	// IntervalEnd marks the end of an interval in an interval set.
 	IntervalEnd bool
 	// IntervalOpen marks the start of an interval that runs to the last
@@ -152,6 +154,8 @@ type Set struct {
 	KeyType  uint32
 	KeyLen   uint32
 	DataType uint32 // with SetMap
+	// DataLen is the length of a data map's values; 0 for a verdict map.
+	DataLen uint32
 	// TimeoutMS is the default element timeout, with SetTimeout.
 	TimeoutMS uint64
 	// Userdata is what nft stores with the set (byte order, typeof);
@@ -289,7 +293,7 @@ func (b *Batch) newSet(s Set) (string, uint32) {
 		a.u32(attrSetKeyLen, s.KeyLen)
 		if s.Flags&SetMap != 0 {
 			a.u32(attrSetDataType, s.DataType)
-			a.u32(attrSetDataLen, 0)
+			a.u32(attrSetDataLen, s.DataLen)
 		}
 		a.u32(attrSetID, id)
 		if s.Flags&SetTimeout != 0 && s.TimeoutMS != 0 {
@@ -352,6 +356,9 @@ func (b *Batch) elements(typ, flags uint16, what, set string, id uint32, elems [
 					a.data(attrElemKey, e.Key)
 					if e.Verdict != nil {
 						a.nest(attrElemData, func(a *attrs) { a.verdict(*e.Verdict) })
+					}
+					if e.Data != nil {
+						a.data(attrElemData, e.Data)
 					}
 					switch {
 					case e.Comment != "":

@@ -6,12 +6,14 @@ type Expr interface {
 	encode(*attrs)
 }
 
-// Registers: the verdict register and the first two 16-byte data
-// registers, the ones nft uses for these rules.
+// Registers: the verdict register, the first two 16-byte data registers
+// and the second 4-byte one (the second word of Reg1), the ones nft uses
+// for these rules.
 const (
 	RegVerdict = 0
 	Reg1       = 1
 	Reg2       = 2
+	Reg32x01   = 9
 )
 
 // Payload bases.
@@ -52,8 +54,11 @@ func (e Cmp) encode(a *attrs) {
 	a.data(3, e.Data)
 }
 
-// MetaL4Proto is the meta key of the transport protocol.
-const MetaL4Proto = 16
+// Meta keys: the packet mark and the transport protocol.
+const (
+	MetaMark    = 3
+	MetaL4Proto = 16
+)
 
 // Meta loads packet metadata into a register.
 type Meta struct {
@@ -64,6 +69,17 @@ func (Meta) name() string { return "meta" }
 func (e Meta) encode(a *attrs) {
 	a.u32(2, e.Key)
 	a.u32(1, e.Dreg)
+}
+
+// MetaSet sets packet metadata from a register.
+type MetaSet struct {
+	Key, Sreg uint32
+}
+
+func (MetaSet) name() string { return "meta" }
+func (e MetaSet) encode(a *attrs) {
+	a.u32(2, e.Key)
+	a.u32(3, e.Sreg)
 }
 
 // Immediate loads data into a register.
@@ -89,7 +105,8 @@ func (e VerdictExpr) encode(a *attrs) {
 }
 
 // Lookup looks a register up in a set: a match (inverted with Invert), or
-// with IsMap the map's verdict. The set is a named one (Set) or an
+// with IsMap the map's value, into Dreg (RegVerdict, 0, for a verdict
+// map). The set is a named one (Set) or an
 // anonymous one that the rule carries (Anonymous), which Batch.AddRule
 // creates.
 type Lookup struct {
@@ -98,6 +115,7 @@ type Lookup struct {
 	Anonymous *Set
 	Invert    bool
 	IsMap     bool
+	Dreg      uint32
 	// setID refers to a set created in the same batch.
 	setID uint32
 }
@@ -107,7 +125,7 @@ func (e Lookup) encode(a *attrs) {
 	a.str(1, e.Set)
 	a.u32(2, e.Sreg)
 	if e.IsMap {
-		a.u32(3, RegVerdict)
+		a.u32(3, e.Dreg)
 	}
 	if e.setID != 0 {
 		a.u32(4, e.setID)
@@ -172,10 +190,11 @@ func (e DNAT) encode(a *attrs) {
 	a.u32(7, 2) // NF_NAT_RANGE_PROTO_SPECIFIED
 }
 
-// Bitwise masks a register: dreg = (sreg & Mask) ^ 0.
+// Bitwise masks a register: dreg = (sreg & Mask) ^ Xor (zeros when
+// Xor is nil).
 type Bitwise struct {
 	Sreg, Dreg uint32
-	Mask       []byte
+	Mask, Xor  []byte
 }
 
 func (Bitwise) name() string { return "bitwise" }
@@ -184,5 +203,9 @@ func (e Bitwise) encode(a *attrs) {
 	a.u32(2, e.Dreg)
 	a.u32(3, uint32(len(e.Mask)))
 	a.data(4, e.Mask)
-	a.data(5, make([]byte, len(e.Mask)))
+	xor := e.Xor
+	if xor == nil {
+		xor = make([]byte, len(e.Mask))
+	}
+	a.data(5, xor)
 }

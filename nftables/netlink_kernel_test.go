@@ -295,7 +295,7 @@ func TestKernelCheckState(t *testing.T) {
 
 // TestKernelDeepCheck: over netlink, CheckState finds what the cheap check
 // does not read, each broken behind the Executor's back: a Service port's
-// chain flushed, one of its rules deleted, its map element deleted, the
+// chain flushed, its map element deleted, the
 // whole map flushed, an endpoint chain (of a ClientIP-affinity Service)
 // flushed; a full sync repairs each.
 // And an incremental sync of the Service port brings back its element

@@ -136,7 +136,8 @@ func (k *fakeKernel) Run(_ context.Context, cmd Command) error {
 		return nil
 	}
 	if cmd.Name == strings.TrimSuffix(restore, "-restore")+"-save" && len(cmd.Args) == 0 {
-		for _, table := range []string{"filter", "nat"} {
+		// Every table the kernel holds, as iptables-save writes them.
+		for _, table := range slices.Sorted(maps.Keys(k.tables)) {
 			fmt.Fprintf(out, "*%s\n", table)
 			k.save(table, out)
 			fmt.Fprintln(out, "COMMIT")

@@ -159,13 +159,19 @@ const convergeTimeout = 30 * time.Second
 // a row from d to addr all succeed and reach exactly pods.
 func eventuallyReaches(t *testing.T, d dialer, addr netip.AddrPort, pods ...*netns.Host) {
 	t.Helper()
+	eventuallyReachesWithin(t, d, addr, convergeTimeout, pods...)
+}
+
+// eventuallyReachesWithin is eventuallyReaches waiting at most timeout.
+func eventuallyReachesWithin(t *testing.T, d dialer, addr netip.AddrPort, timeout time.Duration, pods ...*netns.Host) {
+	t.Helper()
 	var want []string
 	for _, p := range pods {
 		want = append(want, p.Label)
 	}
 	slices.Sort(want)
 	var last string
-	waitFor(t, fmt.Sprintf("connections to %s to reach exactly %v", addr, want), func() (bool, string) {
+	waitForWithin(t, timeout, fmt.Sprintf("connections to %s to reach exactly %v", addr, want), func() (bool, string) {
 		counts := map[string]int{}
 		for range 20 {
 			r, err := d.TCP(addr, connectTimeout)
@@ -196,14 +202,20 @@ func eventuallyFails(t *testing.T, d dialer, addr netip.AddrPort, want error) {
 // otherwise.
 func waitFor(t *testing.T, what string, check func() (done bool, report string)) {
 	t.Helper()
-	deadline := time.Now().Add(convergeTimeout)
+	waitForWithin(t, convergeTimeout, what, check)
+}
+
+// waitForWithin is waitFor waiting at most timeout.
+func waitForWithin(t *testing.T, timeout time.Duration, what string, check func() (done bool, report string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		done, report := check()
 		if done {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s; last: %s", convergeTimeout, what, report)
+			t.Fatalf("waited %v for %s; last: %s", timeout, what, report)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -199,6 +199,9 @@ type proxySetup struct {
 	// kubeconfig, when set, makes the proxy watch that API server instead
 	// of reading manifests (objs and node are then not used).
 	kubeconfig string
+	// noWait returns as soon as the proxy runs, without waiting for its
+	// first sync.
+	noWait bool
 }
 
 // startProxyWith is startProxy with the changes of setup.
@@ -244,7 +247,9 @@ func startProxyWith(t *testing.T, c *netns.Cluster, backend string, setup proxyS
 			t.Logf("kernel state of the node:\n%s", p.kernelState())
 		}
 	})
-	p.waitSyncs(1)
+	if !setup.noWait {
+		p.waitSyncs(1)
+	}
 	return p
 }
 

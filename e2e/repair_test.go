@@ -145,6 +145,21 @@ func (p *proxy) waitPeriodicSync() {
 // healthz is the status code of the proxy's /healthz, asked from the node.
 func (p *proxy) healthz() int {
 	p.t.Helper()
+	code, err := p.healthzAnswer()
+	if err != nil {
+		p.t.Fatalf("/healthz: %v", err)
+	}
+	return code
+}
+
+// healthzOrZero is healthz, 0 when it does not answer.
+func (p *proxy) healthzOrZero() int {
+	code, _ := p.healthzAnswer()
+	return code
+}
+
+// healthzAnswer asks the proxy's /healthz from the node.
+func (p *proxy) healthzAnswer() (int, error) {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		DialContext: func(_ context.Context, _, addr string) (net.Conn, error) {
 			return p.node.Dial("tcp", netip.AddrPort{}, netip.MustParseAddrPort(addr), 2*time.Second)
@@ -152,8 +167,8 @@ func (p *proxy) healthz() int {
 	}}
 	resp, err := client.Get("http://" + netip.AddrPortFrom(p.node.IPv4, 10256).String() + "/healthz")
 	if err != nil {
-		p.t.Fatalf("/healthz: %v", err)
+		return 0, err
 	}
 	resp.Body.Close()
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }

@@ -11,8 +11,9 @@
 //     pending or running become one later sync, which applies the latest
 //     state; two syncs never start closer than Config.MinSyncPeriod;
 //   - repair: every Config.SyncPeriod a periodic sync first asks each
-//     Backend to check its state cheaply (Backend.CheckState) and makes the
-//     sync of each family where something is missing a full one; every
+//     Backend to check its state (Backend.CheckState), at a bounded cost,
+//     and makes the sync of each family where something differs a full
+//     one, /healthz failing from then until it succeeds; every
 //     Config.FullSyncPeriod the periodic sync is full in every family,
 //     rewriting what no check reads;
 //   - retries: a sync that fails is retried after a back-off that doubles

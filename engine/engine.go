@@ -60,7 +60,7 @@ type Config struct {
 	ConntrackSCTP bool
 	// Registerer, when not nil, gets the engine's metrics: kube-proxy's
 	// kubeproxy_sync_proxy_rules_* and kubeproxy_network_programming_*
-	// ones and svcproxy_sync_drift_repairs_total and
+	// ones and svcproxy_sync_drift_repairs_total (by family) and
 	// svcproxy_sync_periodic_full_total.
 	Registerer prometheus.Registerer
 	// OnSync, when not nil, is called after every sync, from the goroutine
@@ -133,6 +133,8 @@ type Engine struct {
 	healthMu    sync.Mutex
 	lastSuccess time.Time
 	failing     bool
+	// synced is true from the first successful sync.
+	synced bool
 }
 
 // New returns an Engine for cfg. Its metrics are registered with
@@ -177,6 +179,9 @@ func New(cfg Config) (*Engine, error) {
 		cfg: cfg, clock: cfg.Clock, metrics: newMetrics(),
 		families: slices.Sorted(maps.Keys(cfg.Backends)),
 		cleaned:  map[v1.IPFamily]*ruleset.Ruleset{},
+	}
+	for _, f := range e.families {
+		e.metrics.driftRepairs.WithLabelValues(string(f)) // exported at 0 from the start
 	}
 	if cfg.Registerer != nil {
 		if err := e.metrics.register(cfg.Registerer); err != nil {
@@ -316,7 +321,7 @@ func (e *Engine) checkState(ctx context.Context, ev *SyncEvent) {
 		}
 		ev.Drift[f] = missing
 		e.setHealth(true, time.Time{}) // missing until the repair succeeds
-		e.metrics.driftRepairs.Inc()
+		e.metrics.driftRepairs.WithLabelValues(string(f)).Inc()
 		e.cfg.Backends[f].RequestFullSync()
 	}
 }

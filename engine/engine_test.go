@@ -101,15 +101,21 @@ func TestConntrackCleanupRetried(t *testing.T) {
 
 // TestPeriodicSyncRepairsDrift: a periodic sync that finds a family's state
 // changed makes its sync full, reports it, and the engine is unhealthy from
-// the check until a sync succeeds; without drift a periodic sync is not
+// the check until a sync succeeds (and before the first); without drift a periodic sync is not
 // full, and once FullSyncPeriod has passed it is, whatever the check finds.
 func TestPeriodicSyncRepairsDrift(t *testing.T) {
 	w := newWorld(t)
 	w.addUDPService("dns", "198.19.0.10", "198.18.64.2")
 	e, b, clock, events := newTestEngine(t, w, nil)
 	ctx := context.Background()
+	if h := e.Health(); h.Healthy {
+		t.Errorf("health before the first sync: %+v; want unhealthy", h)
+	}
 	if err := e.Sync(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if h := e.Health(); !h.Healthy {
+		t.Errorf("health after the first sync: %+v; want healthy", h)
 	}
 	clock.advance(30 * time.Second)
 	if _, err := e.run(ctx, true); err != nil {

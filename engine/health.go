@@ -17,8 +17,10 @@ type Health struct {
 	Failing bool
 	// Now is when the health was read.
 	Now time.Time
-	// Healthy is true when the last success is younger than twice
-	// Config.SyncPeriod and the engine is not Failing.
+	// Healthy is true when a sync has succeeded, the last success is
+	// younger than twice Config.SyncPeriod and the engine is not Failing:
+	// before its first sync (a proxy waiting for its inputs) an engine is
+	// not healthy, as kube-proxy is not before it knows its Node.
 	Healthy bool
 }
 
@@ -30,9 +32,10 @@ func (e *Engine) Health() Health {
 	}
 	e.healthMu.Lock()
 	h := Health{LastSuccess: e.lastSuccess, Failing: e.failing}
+	synced := e.synced
 	e.healthMu.Unlock()
 	h.Now = e.clock.Now()
-	h.Healthy = h.Now.Sub(h.LastSuccess) < 2*e.cfg.SyncPeriod && !h.Failing
+	h.Healthy = synced && h.Now.Sub(h.LastSuccess) < 2*e.cfg.SyncPeriod && !h.Failing
 	return h
 }
 
@@ -43,7 +46,7 @@ func (e *Engine) setHealth(failing bool, success time.Time) {
 	defer e.healthMu.Unlock()
 	e.failing = failing
 	if !success.IsZero() {
-		e.lastSuccess = success
+		e.lastSuccess, e.synced = success, true
 	}
 }
 

@@ -16,9 +16,10 @@ type metrics struct {
 	programmingDuration prometheus.Histogram
 	syncFailures        prometheus.Counter
 	// periodicFullSyncs counts the syncs that Config.FullSyncPeriod forced
-	// to be full; driftRepairs the full syncs of a family whose state the
-	// periodic check found changed.
-	periodicFullSyncs, driftRepairs prometheus.Counter
+	// to be full; driftRepairs, by family, the full syncs of a family
+	// whose state the periodic check found changed.
+	periodicFullSyncs prometheus.Counter
+	driftRepairs      *prometheus.CounterVec
 }
 
 // syncHistogram is one of kube-proxy's sync latency histograms.
@@ -62,7 +63,10 @@ func newMetrics() *metrics {
 		}),
 		syncFailures:      counter("kubeproxy", "sync_proxy_rules_failures_total", "Syncs that failed to apply the rules"),
 		periodicFullSyncs: counter("svcproxy", "sync_periodic_full_total", "Syncs made full once a full sync period, to rewrite everything"),
-		driftRepairs:      counter("svcproxy", "sync_drift_repairs_total", "Full syncs of a family whose rules the periodic check found changed behind the proxy's back"),
+		driftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "svcproxy", Name: "sync_drift_repairs_total",
+			Help: "Full syncs of a family whose rules the periodic check found changed behind the proxy's back",
+		}, []string{"family"}),
 	}
 }
 

@@ -48,7 +48,9 @@ func ExampleNodePortServers() {
 	rs, ws := builder.Build(svcs, eps)
 	must.None(ws)
 
-	servers := healthcheck.NewNodePortServers(false)
+	// A proxy passes its health (engine.Engine.Health().Healthy): while
+	// it is false, every port answers 503. nil: always healthy.
+	servers := healthcheck.NewNodePortServers(false, nil)
 	defer servers.Close()
 	report := servers.Update(map[v1.IPFamily]*ruleset.Ruleset{v1.IPv4Protocol: rs}, []netip.Addr{netip.MustParseAddr("127.0.0.1")})
 	fmt.Println("not served:", report.Warnings, report.Errors)

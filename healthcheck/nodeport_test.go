@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -96,7 +97,7 @@ func TestHealthServersFollowRulesets(t *testing.T) {
 	must := warnings.Must(t)
 	port := freeLoopbackPort(t)
 	src := newRulesetSource(t)
-	h := NewNodePortServers(false)
+	h := NewNodePortServers(false, nil)
 	defer h.Close()
 
 	must.Used(src.services.Update(service("plain", "198.19.0.2")))
@@ -121,12 +122,13 @@ func TestHealthServersFollowRulesets(t *testing.T) {
 // TestHealthServersListenOnNodeAddressesOnly: a health check node port
 // answers on the node's addresses and nowhere else (Linux routes all of
 // 127.0.0.0/8 to lo, so 127.0.0.2 is a local address too), and moves when
-// the addresses change.
+// the addresses change; with none, it answers on every address, as
+// kube-proxy's do when no node address matches.
 func TestHealthServersListenOnNodeAddressesOnly(t *testing.T) {
 	must := warnings.Must(t)
 	port := freeLoopbackPort(t)
 	src := newRulesetSource(t)
-	h := NewNodePortServers(false)
+	h := NewNodePortServers(false, nil)
 	defer h.Close()
 	must.Used(src.services.Update(localLB("lb", "198.19.0.1", port)))
 	rulesets := src.build()
@@ -139,7 +141,8 @@ func TestHealthServersListenOnNodeAddressesOnly(t *testing.T) {
 		{[]netip.Addr{one}, map[netip.Addr]bool{one: true, two: false}},
 		{[]netip.Addr{two}, map[netip.Addr]bool{one: false, two: true}},
 		{[]netip.Addr{one, two}, map[netip.Addr]bool{one: true, two: true}},
-		{nil, map[netip.Addr]bool{one: false, two: false}},
+		{nil, map[netip.Addr]bool{one: true, two: true}},
+		{[]netip.Addr{one}, map[netip.Addr]bool{one: true, two: false}},
 	} {
 		h.Update(rulesets, tt.addrs)
 		for a, want := range tt.listening {
@@ -158,14 +161,16 @@ func TestHealthServersStoppedAcceptNothing(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	port := freeLoopbackPort(t)
 	src := newRulesetSource(t)
-	h := NewNodePortServers(false)
+	h := NewNodePortServers(false, nil)
 	defer h.Close()
 	must.Used(src.services.Update(localLB("lb", "198.19.0.1", port)))
 	rulesets := src.build()
+	src.services.Delete("ns", "lb")
+	none := src.build()
 	addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))
 	for i := range 20 {
 		h.Update(rulesets, []netip.Addr{addr.Addr()})
-		h.Update(rulesets, nil)
+		h.Update(none, []netip.Addr{addr.Addr()})
 		if answers(t, addr) {
 			t.Fatalf("round %d: %s answers after its server was stopped", i, addr)
 		}
@@ -212,7 +217,7 @@ func TestHealthCheckNodePortRange(t *testing.T) {
 			i++
 			must.Used(src.services.Update(localLB(name, netip.AddrFrom4([4]byte{198, 19, 0, byte(i)}).String(), port)))
 		}
-		h := NewNodePortServers(tt.checkRange)
+		h := NewNodePortServers(tt.checkRange, nil)
 		rulesets := src.build()
 		var warnings []string
 		for range 2 { // warned once, not every sync
@@ -239,35 +244,102 @@ func update(t *testing.T, h *NodePortServers, rulesets map[v1.IPFamily]*ruleset.
 	}
 }
 
-// TestNoAddressReported: a server with no address to listen on is
-// reported, with the Service and port.
-func TestNoAddressReported(t *testing.T) {
-	must := warnings.Must(t)
-	src := newRulesetSource(t)
-	h := NewNodePortServers(false)
-	defer h.Close()
-	must.Used(src.services.Update(localLB("lb", "198.19.0.1", 30001)))
-	r := h.Update(src.build(), nil)
-	if len(r.Errors) != 1 || !errors.Is(r.Errors[0], ErrNoAddress) {
-		t.Fatalf("Update without addresses: %+v; want ErrNoAddress", r)
-	}
-}
-
 // TestHandlerAnswers: 200 with the local endpoint count when the node has
-// local endpoints, 503 otherwise, in kube-proxy's JSON.
+// local endpoints and the proxy is healthy, 503 otherwise, in kube-proxy's
+// JSON with serviceProxyHealthy saying the proxy's health.
 func TestHandlerAnswers(t *testing.T) {
-	h := NewNodePortServers(false)
-	h.servers[30256] = &healthServer{local: 2}
-	h.servers[30257] = &healthServer{local: 0}
-	for port, want := range map[uint16]int{30256: 200, 30257: 503} {
+	for _, tt := range []struct {
+		local   int
+		healthy bool
+		code    int
+	}{
+		{2, true, 200},
+		{0, true, 503},
+		{2, false, 503},
+		{0, false, 503},
+	} {
+		h := NewNodePortServers(false, func() bool { return tt.healthy })
+		h.servers[30256] = &healthServer{local: tt.local}
 		rec := httptest.NewRecorder()
-		h.handler(port).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-		var body struct{ LocalEndpoints int }
+		h.handler(30256).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		var body struct {
+			LocalEndpoints      int
+			ServiceProxyHealthy bool
+		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 			t.Fatal(err)
 		}
-		if rec.Code != want || body.LocalEndpoints != h.servers[port].local {
-			t.Errorf("port %d: %d %+v, want %d with %d local endpoints", port, rec.Code, body, want, h.servers[port].local)
+		if rec.Code != tt.code || body.LocalEndpoints != tt.local || body.ServiceProxyHealthy != tt.healthy {
+			t.Errorf("%d local endpoints, healthy %v: %d %+v, want %d", tt.local, tt.healthy, rec.Code, body, tt.code)
 		}
+		if got := rec.Header().Get("X-Load-Balancing-Endpoint-Weight"); got != strconv.Itoa(tt.local) {
+			t.Errorf("%d local endpoints: weight header %q", tt.local, got)
+		}
+	}
+}
+
+// TestBusyPortRetried: a port another socket holds is reported as unbound
+// by every Update, and served by the first Update after it is freed.
+func TestBusyPortRetried(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	port := int32(busy.Addr().(*net.TCPAddr).Port)
+	must := warnings.Must(t)
+	src := newRulesetSource(t)
+	h := NewNodePortServers(false, nil)
+	defer h.Close()
+	must.Used(src.services.Update(localLB("lb", "198.19.0.1", port)))
+	rulesets := src.build()
+	for range 2 {
+		r := h.Update(rulesets, loopback)
+		if r.Unbound != 1 || r.Serving != 0 || len(r.Errors) != 1 || !errors.Is(r.Errors[0], syscall.EADDRINUSE) {
+			t.Fatalf("Update with the port busy: %+v", r)
+		}
+	}
+	busy.Close()
+	r := h.Update(rulesets, loopback)
+	if r.Unbound != 0 || r.Serving != 1 || len(r.Errors) != 0 {
+		t.Fatalf("Update with the port free: %+v", r)
+	}
+	if !answers(t, netip.AddrPortFrom(loopback[0], uint16(port))) {
+		t.Fatalf("port %d not served once free", port)
+	}
+}
+
+// TestConflictingPorts: a healthCheckNodePort shared by two Services is
+// served for the first in name order, one that is another Service's
+// nodePort is not served; each conflict is warned about once.
+func TestConflictingPorts(t *testing.T) {
+	src := newRulesetSource(t)
+	b := localLB("b", "198.19.0.2", 30100)
+	b.Spec.Ports[0].NodePort = 30081
+	a := localLB("a", "198.19.0.1", 30100)
+	c := localLB("c", "198.19.0.3", 30081) // b's nodePort
+	c.Spec.Ports[0].NodePort = 30082
+	must := warnings.Must(t)
+	for _, svc := range []*v1.Service{b, a, c} {
+		must.Used(src.services.Update(svc))
+	}
+	h := NewNodePortServers(true, nil)
+	rulesets := src.build()
+	var warnings []string
+	for range 2 {
+		var report Report
+		want := h.wanted(rulesets, &report)
+		if len(want) != 1 || want[30100] == nil || want[30100].service.Name != "a" {
+			t.Fatalf("served %v, want 30100 for ns/a alone", want)
+		}
+		for _, w := range report.Warnings {
+			warnings = append(warnings, w.String())
+		}
+	}
+	if diff := cmp.Diff([]string{
+		"Service ns/b: healthCheckNodePort 30100 is also Service ns/a's, which comes first: not served for this one",
+		"Service ns/c: healthCheckNodePort 30081 is the nodePort of Service ns/b: not served",
+	}, warnings); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
 	}
 }

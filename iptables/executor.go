@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -27,6 +28,9 @@ type Command struct {
 	Stdin []byte
 	// Stdout receives the command's standard output (discarded when nil).
 	Stdout io.Writer
+	// CPU, when not nil, receives the CPU time (user and system) the
+	// command used, when the Runner can tell (ExecRunner can).
+	CPU *time.Duration
 }
 
 func (c Command) String() string { return strings.Join(append([]string{c.Name}, c.Args...), " ") }
@@ -97,7 +101,11 @@ func (r ExecRunner) Run(ctx context.Context, cmd Command) error {
 	c.Stdout = cmd.Stdout
 	var stderr tailBuffer
 	c.Stderr = &stderr
-	if err := c.Run(); err != nil {
+	err := c.Run()
+	if cmd.CPU != nil && c.ProcessState != nil {
+		*cmd.CPU = c.ProcessState.UserTime() + c.ProcessState.SystemTime()
+	}
+	if err != nil {
 		code := -1
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
@@ -151,6 +159,7 @@ type Executor struct {
 	netns        *netnsrun.Namespace // ExecutorConfig.NetNS, or nil
 	restoreTool  string              // iptables-restore or ip6tables-restore
 	iptablesTool string              // iptables or ip6tables
+	saveTool     string              // iptables-save or ip6tables-save
 
 	check stateCheck
 
@@ -160,6 +169,13 @@ type Executor struct {
 	mu       sync.Mutex
 	last     *ruleset.Ruleset // the last Ruleset synced successfully
 	needFull bool
+	// want is the digest of what a full sync of wantFor leaves, for the
+	// deep check, which next runs no sooner than deepDue.
+	want    *tablesDigest
+	wantFor *ruleset.Ruleset
+	deepDue time.Time
+	// lastDeepCost is what the last deep check cost (see deepCheck).
+	lastDeepCost time.Duration
 }
 
 // errNotMade is the error of an Executor that NewExecutor did not make.
@@ -174,9 +190,9 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true, deleteChunk: deleteChunk}
 	switch cfg.Family {
 	case v1.IPv4Protocol:
-		e.restoreTool, e.iptablesTool = "iptables-restore", "iptables"
+		e.restoreTool, e.iptablesTool, e.saveTool = "iptables-restore", "iptables", "iptables-save"
 	case v1.IPv6Protocol:
-		e.restoreTool, e.iptablesTool = "ip6tables-restore", "ip6tables"
+		e.restoreTool, e.iptablesTool, e.saveTool = "ip6tables-restore", "ip6tables", "ip6tables-save"
 	default:
 		return nil, fmt.Errorf("iptables executor: unknown IP family %q", cfg.Family)
 	}
@@ -277,9 +293,9 @@ func (e *Executor) RequestFullSync() {
 // if one is missing, a full sync runs instead. If the partial restore
 // fails (a chain it jumps to is gone, for one) while ctx is not done, a
 // full sync runs right after it. Either way SyncDetails.Fallback says so.
-// The check does not look into the chains of unchanged ServicePorts: one emptied behind the
-// Executor's back, with the jumps left, stays empty until the next
-// full sync.
+// That check does not look into the chains of unchanged ServicePorts: one
+// emptied behind the Executor's back, with the jumps left, stays empty
+// until CheckState's deep check finds it and a full sync repairs it.
 //
 // After any failure the next Sync is a full one.
 func (e *Executor) Sync(ctx context.Context, rs *ruleset.Ruleset) (svcproxy.SyncResult, error) {

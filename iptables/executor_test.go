@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -134,7 +135,36 @@ func (k *fakeKernel) Run(_ context.Context, cmd Command) error {
 		}
 		return nil
 	}
+	if cmd.Name == strings.TrimSuffix(restore, "-restore")+"-save" && len(cmd.Args) == 0 {
+		// Every table the kernel holds, as iptables-save writes them.
+		for _, table := range slices.Sorted(maps.Keys(k.tables)) {
+			fmt.Fprintf(out, "*%s\n", table)
+			k.save(table, out)
+			fmt.Fprintln(out, "COMMIT")
+		}
+		return nil
+	}
 	return k.fail(cmd, -1, "unknown command")
+}
+
+// save writes the chains and rules of table as iptables-save does: the
+// chains, then the rules, the built-in chains' first.
+func (k *fakeKernel) save(table string, w io.Writer) {
+	for _, c := range k.tables.chainsOf(table) {
+		fmt.Fprintf(w, ":%s - [0:0]\n", c)
+	}
+	for _, key := range slices.Sorted(maps.Keys(k.builtin)) {
+		if t, chain, _ := strings.Cut(key, "/"); t == table {
+			for _, r := range k.builtin[key] {
+				fmt.Fprintf(w, "-A %s %s\n", chain, r)
+			}
+		}
+	}
+	for _, c := range k.tables.chainsOf(table) {
+		for _, r := range k.tables[table][c] {
+			fmt.Fprintf(w, "-A %s %s\n", c, r)
+		}
+	}
 }
 
 // builtinChains are the built-in chains the Executor's jumps start from.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -26,6 +27,11 @@ type Input struct {
 	PerFile map[string]int
 }
 
+// DefaultMaxFileSize is the largest manifest file a Watcher reads when
+// its MaxFileSize is 0: 64 MiB, several times the manifests of 10,000
+// Services with 10 endpoints each.
+const DefaultMaxFileSize = 64 << 20
+
 // Watcher decides when the manifests at a path have changed and settled,
 // and reads them. It is not safe for concurrent use.
 //
@@ -35,11 +41,23 @@ type Input struct {
 // interval: a file being written (an editor saving, cp, a script writing
 // one document after the other) changes its size or modification time at
 // each write, so it is read only once its writer has paused for longer
-// than the settle interval. Read reads and hashes the contents and parses
-// them only when they differ from the previous Read's, so that a file
-// touched or rewritten unchanged gives nothing to apply, and the same
-// broken contents give their error once.
+// than the settle interval. A writer that may pause longer, or stop
+// half-way, must write a file of another name (one Files does not list,
+// such as web.yaml.tmp) in the same directory and rename it over the
+// manifest: rename is atomic, and the Watcher then sees the old file or
+// the new one whole, never a part.
+//
+// Read reads, hashes and parses only the files whose size or modification
+// time changed since the previous Read (the others' objects are kept), and
+// gives nothing to apply when no file's contents differ, so that a file
+// touched or rewritten unchanged gives nothing, and the same broken
+// contents give their error once. A file larger than MaxFileSize is an
+// error naming it and its size, found before it is read.
 type Watcher struct {
+	// MaxFileSize is the size in bytes above which a file is refused; 0
+	// means DefaultMaxFileSize, a negative size no limit.
+	MaxFileSize int64
+
 	path   string
 	settle time.Duration
 
@@ -50,6 +68,17 @@ type Watcher struct {
 	readOnce  bool      // read holds a signature
 	hashOnce  bool      // hash holds the contents of a previous Read
 	hash      [32]byte  // the contents of the previous Read
+	// files is what the previous Read found in each file, by path.
+	files map[string]*fileRead
+}
+
+// fileRead is what one Read found in one file.
+type fileRead struct {
+	stat     string   // its size and modification time
+	hash     [32]byte // its contents
+	objs     *state.Objects
+	warnings []svcproxy.Warning
+	err      error // why it could not be parsed; objs is nil then
 }
 
 // NewWatcher returns a Watcher of the file or directory at path (read as
@@ -77,8 +106,9 @@ func (w *Watcher) Poll(now time.Time) bool {
 	return (!w.readOnce || sig != w.read) && now.Sub(w.seenSince) >= w.settle
 }
 
-// Read reads and parses the manifests, whether or not Poll said so. It
-// returns a nil Input and no error when their contents (file names and
+// Read reads and parses the manifests, whether or not Poll said so: the
+// files whose size or modification time changed since the previous Read.
+// It returns a nil Input and no error when their contents (file names and
 // bytes) are those of the previous Read, whether that one succeeded or
 // failed: a touched file gives nothing new, and broken contents give
 // their error once. An error names the file and, where it can, the object,
@@ -95,40 +125,98 @@ func (w *Watcher) Read() (*Input, error) {
 	if err != nil {
 		return nil, err
 	}
-	contents := make([][]byte, len(files))
+	reads := make(map[string]*fileRead, len(files))
 	h := sha256.New()
-	for i, f := range files {
-		if contents[i], err = os.ReadFile(f); err != nil {
+	var firstErr error
+	for _, f := range files {
+		r, err := w.readFile(f)
+		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(h, "%s\x00%d\x00", f, len(contents[i]))
-		h.Write(contents[i])
+		reads[f] = r
+		fmt.Fprintf(h, "%s\x00", f)
+		h.Write(r.hash[:])
+		if r.err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("%s: %w", filepath.Base(f), r.err)
+		}
 	}
+	w.files = reads
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	if w.hashOnce && sum == w.hash {
 		return nil, nil
 	}
 	w.hash, w.hashOnce = sum, true
-	return parseFiles(files, contents)
-}
-
-// parseFiles parses the contents of each of files into one Input.
-func parseFiles(files []string, contents [][]byte) (*Input, error) {
+	if firstErr != nil {
+		return nil, firstErr
+	}
 	in := &Input{Objects: &state.Objects{}, PerFile: map[string]int{}}
-	for i, f := range files {
-		objs, warnings, err := Parse(contents[i])
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Base(f), err)
-		}
-		in.Objects.Services = append(in.Objects.Services, objs.Services...)
-		in.Objects.EndpointSlices = append(in.Objects.EndpointSlices, objs.EndpointSlices...)
-		in.Objects.Nodes = append(in.Objects.Nodes, objs.Nodes...)
-		in.Objects.ServiceCIDRs = append(in.Objects.ServiceCIDRs, objs.ServiceCIDRs...)
-		in.Warnings = append(in.Warnings, warnings...)
-		in.PerFile[filepath.Base(f)] = len(objs.Services) + len(objs.EndpointSlices) + len(objs.Nodes) + len(objs.ServiceCIDRs)
+	for _, f := range files {
+		r := reads[f]
+		in.Objects.Services = append(in.Objects.Services, r.objs.Services...)
+		in.Objects.EndpointSlices = append(in.Objects.EndpointSlices, r.objs.EndpointSlices...)
+		in.Objects.Nodes = append(in.Objects.Nodes, r.objs.Nodes...)
+		in.Objects.ServiceCIDRs = append(in.Objects.ServiceCIDRs, r.objs.ServiceCIDRs...)
+		in.Warnings = append(in.Warnings, r.warnings...)
+		in.PerFile[filepath.Base(f)] = len(r.objs.Services) + len(r.objs.EndpointSlices) + len(r.objs.Nodes) + len(r.objs.ServiceCIDRs)
 	}
 	return in, nil
+}
+
+// readFile returns what file f holds: the previous Read's when its size
+// and modification time are the same, else what it holds now, parsed
+// only when its contents changed. The error is one that stops the Read
+// (f cannot be read, or is too large); one of parsing is in the result.
+func (w *Watcher) readFile(f string) (*fileRead, error) {
+	info, err := os.Stat(f)
+	if err != nil {
+		return nil, err
+	}
+	limit := w.MaxFileSize
+	if limit == 0 {
+		limit = DefaultMaxFileSize
+	}
+	if limit > 0 && info.Size() > limit {
+		return nil, fmt.Errorf("%s: %d bytes, more than the limit of %d: not read", filepath.Base(f), info.Size(), limit)
+	}
+	stat := fmt.Sprintf("%d %d", info.Size(), info.ModTime().UnixNano())
+	prev := w.files[f]
+	if prev != nil && prev.stat == stat {
+		return prev, nil
+	}
+	data, err := readLimited(f, limit)
+	if err != nil {
+		return nil, err
+	}
+	r := &fileRead{stat: stat, hash: sha256.Sum256(data)}
+	if prev != nil && prev.hash == r.hash {
+		r.objs, r.warnings, r.err = prev.objs, prev.warnings, prev.err
+		return r, nil
+	}
+	r.objs, r.warnings, r.err = Parse(data)
+	return r, nil
+}
+
+// readLimited reads file f, failing when it holds more than limit bytes
+// (no limit when negative): it may have grown since it was stated.
+func readLimited(f string, limit int64) ([]byte, error) {
+	file, err := os.Open(f)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	var r io.Reader = file
+	if limit > 0 {
+		r = io.LimitReader(file, limit+1)
+	}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	if limit > 0 && int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: more than the limit of %d bytes: not read", filepath.Base(f), limit)
+	}
+	return data, nil
 }
 
 // Watch polls the manifests every poll interval, on the wall clock, until

@@ -254,3 +254,58 @@ func TestWatch(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
+
+// TestWatcherParsesChangedFilesOnly: a Read after one file of a directory
+// changed keeps the objects of the others as they were (the same
+// pointers: not parsed again) and has the changed file's new ones.
+func TestWatcherParsesChangedFilesOnly(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	for path, contents := range map[string]string{a: strings.Join(serviceDocs(0, 2), ""), b: strings.Join(serviceDocs(2, 2), "")} {
+		if err := os.WriteFile(path, []byte(contents), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := manifests.NewWatcher(dir, 0)
+	first, err := w.Read()
+	if err != nil || first == nil || len(first.Objects.Services) != 4 {
+		t.Fatalf("first Read: %+v, %v", first, err)
+	}
+	if err := os.WriteFile(b, []byte(strings.Join(serviceDocs(2, 3), "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next, err := w.Read()
+	if err != nil || next == nil || len(next.Objects.Services) != 5 {
+		t.Fatalf("Read after b.yaml changed: %+v, %v", next, err)
+	}
+	for i := range 2 {
+		if next.Objects.Services[i] != first.Objects.Services[i] {
+			t.Errorf("Service %s of the unchanged a.yaml was parsed again", next.Objects.Services[i].Name)
+		}
+	}
+	if next.Objects.Services[2] == first.Objects.Services[2] {
+		t.Error("the changed b.yaml was not parsed again")
+	}
+}
+
+// TestWatcherMaxFileSize: a file larger than MaxFileSize is a one-line
+// error naming it and its size, and its objects are not applied; once
+// within the limit it is read.
+func TestWatcherMaxFileSize(t *testing.T) {
+	contents := strings.Join(serviceDocs(0, 10), "")
+	path := watchedFile(t, contents)
+	w := manifests.NewWatcher(path, 0)
+	w.MaxFileSize = int64(len(contents)) - 1
+	in, err := w.Read()
+	want := fmt.Sprintf("services.yaml: %d bytes, more than the limit of %d: not read", len(contents), len(contents)-1)
+	if in != nil || err == nil || err.Error() != want {
+		t.Fatalf("Read of a file 1 byte too large: %v, %v; want the error %q", in, err, want)
+	}
+	if err := os.WriteFile(path, []byte(contents+"\n"), 0o644); err != nil { // a new size, so that it is read again
+		t.Fatal(err)
+	}
+	w.MaxFileSize = int64(len(contents)) + 1
+	if in, err := w.Read(); err != nil || in == nil || len(in.Objects.Services) != 10 {
+		t.Fatalf("Read within the limit: %v, %v", in, err)
+	}
+}

@@ -430,13 +430,13 @@ func (p *changePlan) addNewObjects(tx txWriter, c *portChange, res *Result) {
 	}
 }
 
-// addChangedElements adds the elements of keys that are new or whose owner
-// or verdict changes.
+// addChangedElements adds every element of keys that the new state has,
+// also those that do not change: adding an element the table holds is no
+// error, and one that something deleted behind the Executor's back comes
+// back with the first change of its Service port.
 func (p *changePlan) addChangedElements(tx txWriter, keys []elemKey) {
 	for _, k := range keys {
-		o, hadOld := p.oldClaims[k]
-		n, hasNew := p.newClaims[k]
-		if hasNew && !(hadOld && o.same(n)) {
+		if n, hasNew := p.newClaims[k]; hasNew {
 			p.r.addElement(tx, k, n)
 		}
 	}

@@ -2,19 +2,24 @@ package nftables
 
 import (
 	"context"
+
+	"github.com/svcproxy/svcproxy/nftables/internal/nftexec"
+	"github.com/svcproxy/svcproxy/ruleset"
 )
 
 // CheckState compares the table in the kernel with what the last Ruleset
-// applied left there, cheaply. Over netlink (ExecutorConfig.Netlink) it
-// checks that every fixed and base chain is there and holds rules (a
-// flushed one has none), with one dump per chain that the kernel filters to
-// that chain. Without netlink it checks by name, through nft's listing,
-// that the fixed and base chains and the fixed sets and maps are there. It
-// returns
-// what it found missing first, or "" when nothing is. It reads neither the
-// rules of the Service ports' chains nor the elements of the maps, whose
-// number grows with the table; a full sync, forced with RequestFullSync,
-// rewrites those.
+// applied left there. First, cheaply: over netlink
+// (ExecutorConfig.Netlink) that every fixed and base chain is there and
+// holds rules, with one dump per chain that the kernel filters to that
+// chain; without netlink, by name through nft's listing, that the fixed
+// and base chains and the fixed sets and maps are there. Then, over
+// netlink only, every object: every chain the Ruleset has, with its
+// number of rules (one dump of the table's rules, which reads each
+// rule's chain name only), and every set and map with its number of
+// elements (one dump each), but the affinity sets that the packet path
+// fills. A rule or element changed in place, its number kept, is not
+// found. It returns what it found first, or "" when nothing; a full
+// sync, forced with RequestFullSync, repairs it.
 //
 // Before the first Sync, or after a failed one, there is nothing to compare
 // and it returns "".
@@ -32,7 +37,84 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 		return "", err
 	}
 	fixed := append(fixedChains[:len(fixedChains):len(fixedChains)], baseChainNames()...)
-	return e.t.CheckNames(ctx, fixed, r.fixedSetsAndMaps())
+	if missing, err := e.t.CheckNames(ctx, fixed, r.fixedSetsAndMaps()); missing != "" || err != nil {
+		return missing, err
+	}
+	if e.t.NL == nil {
+		return "", nil
+	}
+	if e.expectedFor != e.last {
+		want, err := expected(e.last, e.cfg.Options)
+		if err != nil {
+			return "", err
+		}
+		e.expected, e.expectedFor = want, e.last
+	}
+	slice := e.deepSlice
+	e.deepSlice = (e.deepSlice + 1) % deepSlices
+	return e.t.DeepCheck(e.expected, slice, deepSlices)
+}
+
+// deepSlices is the number of checks that read every chain once between
+// them (nftexec.Table.DeepCheck): at a sync period of 30 s, a chain
+// changed behind the Executor's back is found within two periods.
+const deepSlices = 2
+
+// expected is what a full sync of rs into an empty table leaves there, as
+// DeepCheck compares it: the rules of every chain and the elements of
+// every set and map but the affinity sets.
+func expected(rs *ruleset.Ruleset, opts Options) (nftexec.Expected, error) {
+	r, err := newRenderer(rs.Config(), opts)
+	if err != nil {
+		return nftexec.Expected{}, err
+	}
+	rec := newRecorder(r)
+	none := func(string) bool { return false }
+	r.fixed(rec, none, false)
+	newFullState(r, rs, &Result{}, none, false).services(rec, rs.Services())
+	want := nftexec.Expected{Rules: map[string]int{}, Elements: map[string]int{}}
+	counted := map[string]bool{}
+	for _, o := range rec.ops {
+		switch o.kind {
+		case kindChain:
+			switch o.verb {
+			case opAdd:
+				want.Rules[o.chain.Name] += 0
+			case opFlush:
+				want.Rules[o.chain.Name] = 0
+			case opDelete:
+				delete(want.Rules, o.chain.Name)
+			}
+		case kindRule:
+			want.Rules[o.chain.Name]++
+		case kindSet, kindMap:
+			s := o.set
+			if s.Dynamic || s.Expiring || s.Timeout > 0 || s.Interval {
+				continue
+			}
+			switch o.verb {
+			case opAdd:
+				counted[s.Name] = true
+				want.Elements[s.Name] += 0
+			case opFlush:
+				want.Elements[s.Name] = 0
+			case opDelete:
+				counted[s.Name] = false
+				delete(want.Elements, s.Name)
+			}
+		case kindSetElement, kindMapElement:
+			if !counted[o.elem.Set] {
+				continue
+			}
+			if o.verb == opAdd {
+				want.Elements[o.elem.Set]++
+			} else {
+				want.Elements[o.elem.Set]--
+			}
+		}
+	}
+	want.Sort()
+	return want, nil
 }
 
 // baseChainNames are the names of the base chains.

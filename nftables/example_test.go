@@ -81,7 +81,9 @@ func ExampleScript() {
 }
 
 // RenderChanges writes only what an endpoint change touches: here the
-// Service's chain, which DNATs to its endpoints. (A chain that goes away,
+// Service's chain, which DNATs to its endpoints, and the Service's
+// elements again (unchanged, so that one deleted behind the proxy's back
+// comes back). (A chain that goes away,
 // an endpoint's of a ClientIP-affinity Service say, is flushed now, listed
 // as stale, and deleted by a later transaction.)
 func ExampleRenderChanges() {
@@ -98,6 +100,8 @@ func ExampleRenderChanges() {
 	// Output:
 	// flush chain ip kube-proxy service-SUSTUHLJ-default/web/tcp/http
 	// add rule ip kube-proxy service-SUSTUHLJ-default/web/tcp/http meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 198.18.64.2 . 8080 , 1 : 198.18.66.2 . 8080 }
+	// add element ip kube-proxy cluster-ips { 198.19.0.10 }
+	// add element ip kube-proxy service-ips { 198.19.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
 	// stale: []
 }
 
@@ -127,7 +131,7 @@ func ExampleExecutor() {
 	}
 	// Output:
 	// full=true operations=62
-	// full=false operations=2
+	// full=false operations=4
 	// full=false operations=0
 }
 

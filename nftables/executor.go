@@ -124,6 +124,12 @@ type Executor struct {
 	// stale holds the flushed chains waiting to be deleted, with the time
 	// they were flushed.
 	stale map[string]time.Time
+	// expected is what the deep check compares the table with: what a
+	// full sync of expectedFor leaves there.
+	expected    nftexec.Expected
+	expectedFor *ruleset.Ruleset
+	// deepSlice is the part of the chains the next check reads.
+	deepSlice int
 	// anonSeq makes the names of the anonymous sets of each netlink batch
 	// unique: it starts at a random number, so that another Executor of
 	// the same table, before or after this one, does not use them.

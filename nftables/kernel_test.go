@@ -221,9 +221,14 @@ func fullState(t *testing.T, ns *netns.NS, nft string, rs *ruleset.Ruleset, opts
 }
 
 // executorIn makes an Executor inside ns, so that its netlink socket (with
-// cfg.Netlink) is there, and closes it when the test ends.
+// cfg.Netlink) is there, and closes it when the test ends. Unless cfg names
+// another namespace, its nft runs in ns too (cfg.NetNS), so that no test can
+// reach the host's ruleset by forgetting ToolOnPath.
 func executorIn(t *testing.T, ns *netns.NS, cfg nftables.ExecutorConfig) *nftables.Executor {
 	t.Helper()
+	if cfg.NetNS == "" {
+		cfg.NetNS = filepath.Join("/run/netns", ns.Name)
+	}
 	var ex *nftables.Executor
 	if err := ns.Do(func() error {
 		var err error

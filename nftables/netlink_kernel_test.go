@@ -5,18 +5,21 @@ package nftables_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // TestNetlinkMatchesNFT: an Executor that applies incremental syncs over
@@ -287,5 +290,85 @@ func TestKernelCheckState(t *testing.T) {
 				sync()
 			}
 		})
+	}
+}
+
+// TestKernelDeepCheck: over netlink, CheckState finds what the cheap check
+// does not read, each broken behind the Executor's back: a Service port's
+// chain flushed, its map element deleted, the
+// whole map flushed, an endpoint chain (of a ClientIP-affinity Service)
+// flushed; a full sync repairs each.
+// And an incremental sync of the Service port brings back its element
+// deleted behind the Executor's back.
+func TestKernelDeepCheck(t *testing.T) {
+	netns.Require(t, "nft")
+	lab := netns.NewLab(t)
+	ns := lab.NewNS("deep")
+	nft := ns.ToolOnPath(t, "nft")
+	ctx := context.Background()
+	ex := executorIn(t, ns, nftables.ExecutorConfig{Family: config4().Family, Netlink: true})
+	w := newWorld(t, config4())
+	// ClientIP affinity, for endpoint chains (kube-proxy 1.37's layout has
+	// them for affinity only).
+	w.add(svc("ns1", "web", "198.19.0.10", affinity(60)), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.64.3", node: node}))
+	web := servicemap.PortName{Namespace: "ns1", Name: "web", Port: "p80", Protocol: v1.ProtocolTCP}
+	service := "service-" + nftables.ServiceChainBase(web)
+	endpoint := "endpoint-" + nftables.EndpointChainBase(web, netip.MustParseAddrPort("198.18.64.2:8080"))
+	element := "{ 198.19.0.10 . tcp . 80 }"
+	// check runs CheckState until it finds something, at most as many
+	// times as it takes to read every chain.
+	check := func() (string, error) {
+		for range 2 {
+			if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
+				return missing, err
+			}
+		}
+		return "", nil
+	}
+	sync := func(full bool) {
+		t.Helper()
+		if full {
+			ex.RequestFullSync()
+		}
+		if _, err := ex.Apply(ctx, w.build()); err != nil {
+			t.Fatal(err)
+		}
+		if missing, err := check(); missing != "" || err != nil {
+			t.Fatalf("after a sync: %q, %v", missing, err)
+		}
+	}
+	sync(true)
+	table := []string{"ip", nftables.DefaultTable}
+	for _, tt := range []struct {
+		change  []string
+		missing string
+	}{
+		{slices.Concat([]string{"flush", "chain"}, table, []string{service}), "chain " + service + " has 0 rules, want "},
+		{slices.Concat([]string{"flush", "chain"}, table, []string{endpoint}), "chain " + endpoint + " has 0 rules, want "},
+		{slices.Concat([]string{"delete", "element"}, table, []string{"service-ips", element}), "set or map service-ips has 0 elements, want 1"},
+		{slices.Concat([]string{"flush", "map"}, table, []string{"service-ips"}), "set or map service-ips has 0 elements, want 1"},
+		{slices.Concat([]string{"flush", "set"}, table, []string{"cluster-ips"}), "set or map cluster-ips has 0 elements, want 1"},
+	} {
+		if _, err := ns.Run(ctx, nft, tt.change...); err != nil {
+			t.Fatalf("nft %v: %v", tt.change, err)
+		}
+		if missing, err := check(); err != nil || !strings.HasPrefix(missing, tt.missing) {
+			t.Errorf("after nft %v: %q, %v; want %q…", tt.change, missing, err, tt.missing)
+		}
+		sync(true)
+	}
+
+	// The element deleted, then its Service port changes: the incremental
+	// sync adds it again.
+	if _, err := ns.Run(ctx, nft, slices.Concat([]string{"delete", "element"}, table, []string{"service-ips", element})...); err != nil {
+		t.Fatal(err)
+	}
+	w.add(slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.64.4", node: node}))
+	res, err := ex.Apply(ctx, w.build())
+	if err != nil || res.Full {
+		t.Fatalf("incremental sync: %+v, %v", res, err)
+	}
+	if missing, err := check(); missing != "" || err != nil {
+		t.Errorf("after the incremental sync of the changed Service port: %q, %v; want its element back", missing, err)
 	}
 }

@@ -6,7 +6,8 @@
 //
 // The informers call the State's event methods; nothing is logged. The
 // warnings of the events go to a callback, and every event asks for a sync
-// through another.
+// through another. Watch waits for the first lists; Start does not, so
+// that a proxy can start while the API server is away.
 package source
 
 import (
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -44,8 +46,12 @@ type Options struct {
 	// OnWarnings, if set, receives the warnings of an event (never an
 	// empty list): see state.State for when a warning is reported.
 	OnWarnings func([]svcproxy.Warning)
-	// SyncTimeout bounds the wait for the first lists; zero means
-	// DefaultSyncTimeout.
+	// OnError, if set, receives each failure of the discovery that
+	// precedes the informers (Start retries it); the informers' own
+	// failures are client-go's to retry.
+	OnError func(error)
+	// SyncTimeout bounds Watch's wait for the first lists; zero means
+	// DefaultSyncTimeout. Start does not wait.
 	SyncTimeout time.Duration
 }
 
@@ -53,43 +59,153 @@ type Options struct {
 // returns once their first lists have reached st, or with an error when
 // they could not be made or did not sync in time. It reports whether the
 // server serves networking.k8s.io/v1 ServiceCIDRs: when it does not, st
-// gets none and Watch does not watch them.
+// gets none and Watch does not watch them. It is Start, waiting at most
+// Options.SyncTimeout.
 func Watch(ctx context.Context, client kubernetes.Interface, st *state.State, opts Options) (serviceCIDRs bool, err error) {
+	w, err := Start(ctx, client, st, opts)
+	if err != nil {
+		return false, err
+	}
+	timeout := cmp.Or(opts.SyncTimeout, DefaultSyncTimeout)
+	select {
+	case <-w.Synced():
+		return w.ServiceCIDRs(), nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-time.After(timeout):
+		if err := w.LastError(); err != nil {
+			return false, fmt.Errorf("the first lists did not reach the State within %v: %w", timeout, err)
+		}
+		return false, fmt.Errorf("the first lists did not reach the State within %v", timeout)
+	}
+}
+
+// Watcher is a watch Start began: it runs until the context given to Start
+// is done.
+type Watcher struct {
+	synced       chan struct{}
+	serviceCIDRs bool
+	mu           sync.Mutex
+	lastErr      error
+}
+
+// Synced is closed once the first lists of every informer have reached
+// the State: from then on a Snapshot holds the cluster.
+// A nil Watcher is never synced.
+func (w *Watcher) Synced() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.synced
+}
+
+// ServiceCIDRs reports whether the server serves networking.k8s.io/v1
+// ServiceCIDRs (and they are watched); it is known once Synced is closed.
+func (w *Watcher) ServiceCIDRs() bool {
+	if w == nil {
+		return false
+	}
+	select {
+	case <-w.synced:
+		return w.serviceCIDRs
+	default:
+		return false
+	}
+}
+
+// LastError is the last error of the discovery that precedes the
+// informers, nil once it succeeded.
+func (w *Watcher) LastError() error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastErr
+}
+
+// Start begins to feed st from client until ctx is done, and returns at
+// once: the API server need not be reachable. In the background it asks
+// the server whether it serves ServiceCIDRs, retrying with a back-off of
+// 0.5 s doubling up to 8 s until it answers (each failure goes to
+// Options.OnError), then starts the informers, which list and watch again
+// on their own after any failure (client-go's back-off), and closes
+// Watcher.Synced once their first lists have reached st. It fails only on
+// a Filter that makes no label selector, or without a client or a State.
+func Start(ctx context.Context, client kubernetes.Interface, st *state.State, opts Options) (*Watcher, error) {
 	if client == nil || st == nil {
-		return false, errors.New("source: Watch needs a client and a State")
+		return nil, errors.New("source: Watch needs a client and a State")
 	}
 	selector, err := st.Filter().LabelSelector()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	serviceCIDRs, err = servesServiceCIDRs(client)
-	if err != nil {
-		return false, err
+	w := &Watcher{synced: make(chan struct{})}
+	go func() {
+		serviceCIDRs, ok := w.discover(ctx, client, opts)
+		if !ok {
+			return
+		}
+		w.serviceCIDRs = serviceCIDRs
+		if w.run(ctx, client, st, opts, selector.String()) {
+			close(w.synced)
+		}
+	}()
+	return w, nil
+}
+
+// discover asks the server whether it serves ServiceCIDRs until it
+// answers or ctx is done (ok false).
+func (w *Watcher) discover(ctx context.Context, client kubernetes.Interface, opts Options) (serviceCIDRs, ok bool) {
+	const first, most = 500 * time.Millisecond, 8 * time.Second
+	for wait := first; ; wait = min(2*wait, most) {
+		serviceCIDRs, err := servesServiceCIDRs(client)
+		w.mu.Lock()
+		w.lastErr = err
+		w.mu.Unlock()
+		if err == nil {
+			return serviceCIDRs, true
+		}
+		if opts.OnError != nil {
+			opts.OnError(err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, false
+		case <-t.C:
+		}
 	}
+}
+
+// run starts the informers and waits until their first lists have reached
+// st (true) or ctx is done (false).
+func (w *Watcher) run(ctx context.Context, client kubernetes.Interface, st *state.State, opts Options, selector string) bool {
 	const resync = 0 // a sync loop repairs on its own schedule
 	proxied := informers.NewSharedInformerFactoryWithOptions(client, resync,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
 	ownNode := informers.NewSharedInformerFactoryWithOptions(client, resync,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", st.NodeName()).String()
 		}))
 	cluster := informers.NewSharedInformerFactory(client, resync)
 
-	handlers, err := addHandlers(st, opts, proxied, ownNode, cluster, serviceCIDRs)
+	handlers, err := addHandlers(st, opts, proxied, ownNode, cluster, w.serviceCIDRs)
 	if err != nil {
-		return false, err
+		if opts.OnError != nil {
+			opts.OnError(err)
+		}
+		return false
 	}
 	factories := []informers.SharedInformerFactory{proxied, ownNode, cluster}
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}
-	timeout := cmp.Or(opts.SyncTimeout, DefaultSyncTimeout)
-	syncCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	for _, f := range factories {
-		for typ, ok := range f.WaitForCacheSync(syncCtx.Done()) {
+		for _, ok := range f.WaitForCacheSync(ctx.Done()) {
 			if !ok {
-				return false, fmt.Errorf("informer cache for %v did not sync within %v", typ, timeout)
+				return false
 			}
 		}
 	}
@@ -99,10 +215,7 @@ func Watch(ctx context.Context, client kubernetes.Interface, st *state.State, op
 	for i, h := range handlers {
 		delivered[i] = h.HasSynced
 	}
-	if !cache.WaitForCacheSync(syncCtx.Done(), delivered...) {
-		return false, fmt.Errorf("event handlers did not deliver the first lists within %v", timeout)
-	}
-	return serviceCIDRs, nil
+	return cache.WaitForCacheSync(ctx.Done(), delivered...)
 }
 
 // servesServiceCIDRs reports whether the server serves the ServiceCIDR

@@ -2,7 +2,9 @@ package source_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,5 +221,51 @@ func TestWatchBadProxyName(t *testing.T) {
 	}
 	if _, err := source.Watch(t.Context(), fake.NewClientset(), nil, source.Options{}); err == nil {
 		t.Error("Watch without a State succeeded")
+	}
+}
+
+// TestStartWithoutServer: Start returns at once while the server does not
+// answer, reports each failed attempt, and fills the State once it
+// answers.
+func TestStartWithoutServer(t *testing.T) {
+	client := fake.NewClientset(service("web", nil, "198.19.0.1"))
+	var mu sync.Mutex
+	down := 2
+	client.PrependReactor("get", "resource", func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down > 0 {
+			down--
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	st, err := state.New([]v1.IPFamily{v1.IPv4Protocol}, "n1", servicemap.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 10)
+	w, err := source.Start(t.Context(), client, st, source.Options{OnError: func(err error) { errs <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Synced():
+		t.Fatal("synced while the server does not answer")
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("OnError got %v", err)
+		}
+	}
+	select {
+	case <-w.Synced():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not synced 10 s after the server answers")
+	}
+	if len(errs) != 1 || w.LastError() != nil {
+		t.Errorf("%d more errors reported, last error %v; want 1, nil", len(errs), w.LastError())
+	}
+	if n := st.Snapshot().Families()[0].Services.Len(); n != 1 {
+		t.Errorf("%d Service ports in the State once synced, want 1", n)
 	}
 }

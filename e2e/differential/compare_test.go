@@ -4,6 +4,7 @@ package differential
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -166,10 +167,9 @@ func endpointAddrs(slices_ []*discovery.EndpointSlice, svc string, ipv6 bool) []
 }
 
 // endpointNodes reports which endpoint addresses of a Service in one
-// family are on this node, and whether an address is listed more than
-// once.
-func endpointNodes(slices_ []*discovery.EndpointSlice, svc string, ipv6 bool) (local map[netip.Addr]bool, duplicated bool) {
-	local = map[netip.Addr]bool{}
+// family are on this node, and which are listed more than once.
+func endpointNodes(slices_ []*discovery.EndpointSlice, svc string, ipv6 bool) (local, duplicated map[netip.Addr]bool) {
+	local, duplicated = map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	seen := map[netip.Addr]bool{}
 	for _, es := range slices_ {
 		if es.Labels[discovery.LabelServiceName] != svc || (es.AddressType == discovery.AddressTypeIPv6) != ipv6 {
@@ -180,7 +180,7 @@ func endpointNodes(slices_ []*discovery.EndpointSlice, svc string, ipv6 bool) (l
 			if err != nil {
 				continue
 			}
-			duplicated = duplicated || seen[a]
+			duplicated[a] = duplicated[a] || seen[a]
 			seen[a] = true
 			local[a] = local[a] || ep.NodeName != nil && *ep.NodeName == nodeName
 		}
@@ -201,7 +201,10 @@ type probe struct {
 	// (address, port and protocol).
 	shared bool
 	// duplicated: an endpoint address of the Service is listed more than
-	// once in its EndpointSlices of the family.
+	// once in its EndpointSlices of the family, or the source is a hairpin
+	// endpoint that some Service's slices list more than once (whether it
+	// is on this node, which decides its hairpin masquerade, then depends
+	// on which copy counts).
 	duplicated bool
 	// localElsewhere: the source is a hairpin endpoint that this Service's
 	// slices place on another node (or none) and another Service's slices
@@ -223,11 +226,14 @@ func probes(svcs []*v1.Service, eps []*discovery.EndpointSlice, ipv6 bool) []pro
 		dst   netip.AddrPort
 	}
 	claims := map[claim]int{}
-	anyLocal := map[netip.Addr]bool{}
+	anyLocal, anyDuplicated := map[netip.Addr]bool{}, map[netip.Addr]bool{}
 	for _, svc := range svcs {
-		local, _ := endpointNodes(eps, svc.Name, ipv6)
+		local, dup := endpointNodes(eps, svc.Name, ipv6)
 		for a, l := range local {
 			anyLocal[a] = anyLocal[a] || l
+		}
+		for a, d := range dup {
+			anyDuplicated[a] = anyDuplicated[a] || d
 		}
 		for proto, fs := range frontends(svc, ipv6) {
 			for _, f := range fs {
@@ -236,7 +242,8 @@ func probes(svcs []*v1.Service, eps []*discovery.EndpointSlice, ipv6 bool) []pro
 		}
 	}
 	for _, svc := range svcs {
-		local, duplicated := endpointNodes(eps, svc.Name, ipv6)
+		local, dup := endpointNodes(eps, svc.Name, ipv6)
+		duplicated := slices.Contains(slices.Collect(maps.Values(dup)), true)
 		srcs := sources(ipv6, endpointAddrs(eps, svc.Name, ipv6))
 		for proto, fs := range frontends(svc, ipv6) {
 			for _, f := range fs {
@@ -249,7 +256,8 @@ func probes(svcs []*v1.Service, eps []*discovery.EndpointSlice, ipv6 bool) []pro
 					for _, pr := range []v1.Protocol{proto, other[proto]} {
 						p := trace.Packet{Protocol: pr, Src: netip.AddrPortFrom(s.addr, 40000), Dst: f.dst, FromNode: s.fromNode, ToNode: f.toNode}
 						out = append(out, probe{service: svc.Namespace + "/" + svc.Name, front: f, src: s, packet: p,
-							srcLocal: s.name == "hairpin" && local[s.addr], shared: claims[claim{pr, f.dst}] > 1, duplicated: duplicated,
+							srcLocal: s.name == "hairpin" && local[s.addr], shared: claims[claim{pr, f.dst}] > 1,
+							duplicated:     duplicated || s.name == "hairpin" && anyDuplicated[s.addr],
 							localElsewhere: s.name == "hairpin" && !local[s.addr] && anyLocal[s.addr]})
 					}
 				}
@@ -286,7 +294,8 @@ var exclusions = []exclusion{
 		name: "one address listed twice in a Service's EndpointSlices",
 		reason: "kube-proxy keeps the copy it reads last unless that one is terminating (its result depends on the order " +
 			"of slices and endpoints, and is undefined for two non-terminating copies); we keep the best copy " +
-			"(non-terminating, ready, serving, with a node name), whatever the order",
+			"(non-terminating, ready, serving, with a node name), whatever the order; so the two may disagree on whether " +
+			"such an address is on this node, which decides its hairpin masquerade through every Service",
 		covers: func(_ string, p probe, _, _ trace.Outcome) bool { return p.duplicated },
 	},
 	{

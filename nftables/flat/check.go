@@ -1,18 +1,26 @@
 package flat
 
-import "context"
+import (
+	"context"
+
+	"github.com/svcproxy/svcproxy/nftables/internal/nftexec"
+	"github.com/svcproxy/svcproxy/ruleset"
+)
 
 // CheckState compares the table in the kernel with what the last Ruleset
-// applied left there, cheaply: the base chains and the fixed regular
-// chains, which always hold rules, and the fixed sets. Over netlink
-// (ExecutorConfig.Netlink) it checks that every one of those chains is
-// there and holds rules (a flushed one has none), with one dump per chain
-// that the kernel filters to that chain. Without netlink it checks by
-// name, through nft's listing, that the chains and sets are there. It
-// returns what it found missing first, or "" when nothing is. It reads
-// neither the elements of the sets and maps, whose number grows with the
-// table, nor the rules of the target groups; a full sync, forced with
-// RequestFullSync, rewrites those.
+// applied left there. First, cheaply: the base chains and the fixed
+// regular chains, which always hold rules, and the fixed sets; over
+// netlink (ExecutorConfig.Netlink) that every one of those chains is
+// there and holds rules, with one dump per chain that the kernel filters
+// to that chain; without netlink, by name through nft's listing, that the
+// chains and sets are there. Then, over netlink only, every object: every
+// chain (target groups included) with its number of rules (one dump per
+// chain), and every set and map with its number of elements
+// (one dump each), but the affinity maps that the packet path fills and
+// the interval sets, which the kernel may store as more elements. A rule
+// or element changed in place, its number kept, is not found. It returns
+// what it found first, or "" when nothing; a full sync, forced with
+// RequestFullSync, repairs it.
 //
 // Before the first Sync, or after a failed one, there is nothing to
 // compare and it returns "".
@@ -34,5 +42,45 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 	for _, s := range r.flatFixedSets() {
 		sets = append(sets, s.Name)
 	}
-	return e.t.CheckNames(ctx, chains, sets)
+	if missing, err := e.t.CheckNames(ctx, chains, sets); missing != "" || err != nil {
+		return missing, err
+	}
+	if e.t.NL == nil {
+		return "", nil
+	}
+	if e.expectedFor != e.last {
+		e.expected, e.expectedFor = expected(e.last, e.cfg.Options), e.last
+	}
+	slice := e.deepSlice
+	e.deepSlice = (e.deepSlice + 1) % deepSlices
+	return e.t.DeepCheck(e.expected, slice, deepSlices)
+}
+
+// deepSlices is the number of checks that read every chain once between
+// them (nftexec.Table.DeepCheck). The flat layout has few chains: one
+// check reads them all.
+const deepSlices = 1
+
+// expected is what the flat table of rs holds, as DeepCheck compares it:
+// the rules of every chain and the elements of every set and map but the
+// dynamic and interval ones.
+func expected(rs *ruleset.Ruleset, opts Options) nftexec.Expected {
+	_, t, _ := flatTable(rs, opts)
+	want := nftexec.Expected{Rules: map[string]int{}, Elements: map[string]int{}}
+	for _, c := range t.Chains {
+		want.Rules[c.Name] = len(c.Rules)
+	}
+	for _, s := range t.Sets {
+		if !s.Dynamic && !s.Expiring && s.Timeout == 0 && !s.Interval {
+			want.Elements[s.Name] = 0
+		}
+	}
+	for i := range t.Elements {
+		el := &t.Elements[i]
+		if _, ok := want.Elements[el.Set]; ok {
+			want.Elements[el.Set] += max(el.Rows, 1)
+		}
+	}
+	want.Sort()
+	return want
 }

@@ -76,6 +76,12 @@ type Executor struct {
 	state *State
 	// nl is the element socket of ExecutorConfig.Netlink, or nil.
 	nl *Netlink
+	// expected is what the deep check compares the table with: what a
+	// full sync of expectedFor leaves there.
+	expected    nftexec.Expected
+	expectedFor *ruleset.Ruleset
+	// deepSlice is the part of the chains the next check reads.
+	deepSlice int
 }
 
 // errNotMade is the error of an Executor that NewExecutor did not make.

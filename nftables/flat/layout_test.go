@@ -167,7 +167,9 @@ func TestFlatElements(t *testing.T) {
 }
 
 // TestFlatChangesTouchElementsOnly: a change that keeps every endpoint
-// count in use writes elements only, and only those of the changed port;
+// count in use writes elements only, and only those of the changed port
+// (all of them: the unchanged ones again, so that one deleted behind the
+// Executor's back comes back);
 // a change that brings a new count writes that count's set, map and the
 // rules of its group.
 func TestFlatChangesTouchElementsOnly(t *testing.T) {
@@ -189,6 +191,8 @@ func TestFlatChangesTouchElementsOnly(t *testing.T) {
 	want := []string{
 		"delete element ip svcproxy-flat cluster-1-tcp-targets { 198.19.0.10 . tcp . 80 . 0 }",
 		"delete element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2 }",
+		"add element ip svcproxy-flat cluster-ips { 198.19.0.10 " + c + " }",
+		"add element ip svcproxy-flat cluster-1-tcp { 198.19.0.10 . tcp . 80 " + c + " }",
 		"add element ip svcproxy-flat cluster-1-tcp-targets { 198.19.0.10 . tcp . 80 . 0 " + c + " : 198.18.65.2 . 8080 }",
 		// No hairpin element for 198.18.65.2, which runs on node-b.
 	}

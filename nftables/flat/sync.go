@@ -389,13 +389,12 @@ func affectedPorts(old, new *ruleset.Ruleset, ch ruleset.Changes) []servicemap.P
 	return names
 }
 
-// elementDiff drops the elements that are deleted and added unchanged.
+// elementDiff drops from del the elements that are added unchanged, and
+// keeps every element of add: adding an element the table holds is no
+// error, and one that something deleted behind the Executor's back comes
+// back with the first change of its Service port.
 func elementDiff(del, add []model.Element) (d, a []model.Element) {
 	key := func(e model.Element) string { return fmt.Sprint(e.Set, e.Key, e.Value, e.Comment) }
-	inDel := make(map[string]bool, len(del))
-	for _, e := range del {
-		inDel[key(e)] = true
-	}
 	inAdd := make(map[string]bool, len(add))
 	for _, e := range add {
 		inAdd[key(e)] = true
@@ -405,12 +404,7 @@ func elementDiff(del, add []model.Element) (d, a []model.Element) {
 			d = append(d, e)
 		}
 	}
-	for _, e := range add {
-		if !inDel[key(e)] {
-			a = append(a, e)
-		}
-	}
-	return d, a
+	return d, add
 }
 
 // hairpinChanges adds the hairpin elements whose use began or ended.

@@ -94,6 +94,9 @@ func (p *proxy) onSync(ev engine.SyncEvent) {
 		p.log.Error("sync failed", "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start), "err", ev.Err)
 		return
 	}
+	if p.conflicts != nil {
+		p.logWarnings(p.conflicts.check(ev.Rulesets))
+	}
 	if p.health != nil {
 		report := p.health.Update(ev.Rulesets, p.nodePortAddrs)
 		for _, w := range report.Warnings {
@@ -102,6 +105,8 @@ func (p *proxy) onSync(ev engine.SyncEvent) {
 		for _, err := range report.Errors {
 			p.log.Error("health check node port not served (--node-ip, --nodeport-addresses)", "err", err)
 		}
+		p.metrics.healthPorts.WithLabelValues("serving").Set(float64(report.Serving))
+		p.metrics.healthPorts.WithLabelValues("unbound").Set(float64(report.Unbound))
 	}
 	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", ev.Full, "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start),
 		"manifestReload", p.syncingReload)

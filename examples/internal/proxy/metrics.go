@@ -14,6 +14,10 @@ type metrics struct {
 	// manifestErrors counts the reads of --manifests that failed;
 	// manifestReloads the ones applied.
 	manifestErrors, manifestReloads prometheus.Counter
+	// healthPorts counts the health check node ports by state: "serving"
+	// (on every address) or "unbound" (on one address at least, retried
+	// at each sync).
+	healthPorts *prometheus.GaugeVec
 }
 
 func gauge(name, help string) prometheus.Gauge {
@@ -34,6 +38,10 @@ func newMetrics() *metrics {
 			Help: "Changed manifests read and applied",
 		}),
 	}
-	m.registry.MustRegister(m.manifestErrors, m.manifestReloads, m.serviceChangesPending, m.endpointChangesPending)
+	m.healthPorts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: "svcproxy", Name: "health_check_node_ports",
+		Help: "Health check node ports by state: serving (on every address) or unbound (on one address at least; retried at each sync)",
+	}, []string{"state"})
+	m.registry.MustRegister(m.healthPorts, m.manifestErrors, m.manifestReloads, m.serviceChangesPending, m.endpointChangesPending)
 	return m
 }

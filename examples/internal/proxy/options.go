@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/conntrack"
+	"github.com/svcproxy/svcproxy/manifests"
 )
 
 // Options are the reference proxies' flags (see docs/reference-proxies.md).
@@ -61,6 +62,9 @@ type Options struct {
 	// NFTablesLayout is the nftables proxy's table layout: "kube-proxy"
 	// (the default) or "flat"; only the nftables proxy has the flag.
 	NFTablesLayout string
+	// ManifestMaxFileSize is the largest manifest file read, in bytes
+	// (manifests.Watcher.MaxFileSize); 0 or less means no limit.
+	ManifestMaxFileSize int64
 	// Cgroup and BPFPinPath are the eBPF proxy's: the cgroup v2 directory
 	// its programs attach to, and the bpffs directory where its maps and
 	// links are pinned ("": not pinned); only the eBPF proxy has the
@@ -102,6 +106,7 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if name == "nftables-proxy" {
 		fs.StringVar(&o.NFTablesLayout, "nftables-layout", "kube-proxy", "table layout: kube-proxy (kube-proxy's chains, table kube-proxy) or flat (sets and maps under a fixed number of rules, table svcproxy-flat)")
 	}
+	fs.Int64Var(&o.ManifestMaxFileSize, "manifest-max-file-size", manifests.DefaultMaxFileSize, "largest manifest file read, in bytes; a larger one is refused with an error (0: no limit)")
 	if name == "ebpf-proxy" {
 		fs.StringVar(&o.Cgroup, "cgroup", "", "cgroup v2 directory the programs attach to: the sockets of its processes are translated (a node passes the root of its cgroup v2 tree)")
 		fs.StringVar(&o.BPFPinPath, "bpf-pin-path", "/sys/fs/bpf/svcproxy", "bpffs directory where the maps and links are pinned, so that they outlive the proxy (\"\": not pinned, detached at exit)")

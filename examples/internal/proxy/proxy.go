@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,6 +77,12 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	if code := p.start(ctx, stderr); code != exitOK {
 		return code
 	}
+	if opts.DryRun || opts.Once {
+		if err := p.waitForAPI(ctx, source.DefaultSyncTimeout); err != nil {
+			fmt.Fprintln(stderr, "error:", err)
+			return exitFailed
+		}
+	}
 	if opts.DryRun {
 		if err := p.dryRun(stdout); err != nil {
 			fmt.Fprintln(stderr, "error:", err)
@@ -110,6 +117,10 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 	opts := p.opts
 	if opts.Manifests != "" {
 		p.watcher = newManifestWatcher(opts.Manifests, manifestSettle)
+		p.watcher.MaxFileSize = opts.ManifestMaxFileSize
+		if p.watcher.MaxFileSize <= 0 {
+			p.watcher.MaxFileSize = -1 // no limit
+		}
 		in, err := p.watcher.Read()
 		if err != nil {
 			fmt.Fprintf(stderr, "bad manifests: %v\n", err)
@@ -128,14 +139,17 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 		p.logWarnings(append(warnings, p.state.Replace(*objs)...))
 		return exitOK
 	}
-	client, err := clientFromKubeconfig(opts.Kubeconfig)
+	p.reach = &reachability{log: p.log, now: time.Now}
+	client, err := clientFromKubeconfig(opts.Kubeconfig, p.reach)
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitBadArgs
 	}
 	hints := opts.NodeIPs
 	if len(hints) == 0 {
-		node, err := client.CoreV1().Nodes().Get(ctx, opts.NodeName, metav1.GetOptions{})
+		getCtx, cancel := context.WithTimeout(ctx, nodeGetTimeout)
+		node, err := client.CoreV1().Nodes().Get(getCtx, opts.NodeName, metav1.GetOptions{})
+		cancel()
 		if err != nil {
 			p.log.Warn("cannot read this node's addresses", "node", opts.NodeName, "err", err)
 		} else {
@@ -146,15 +160,47 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitBadArgs
 	}
-	serviceCIDRs, err := source.Watch(ctx, client, p.state, source.Options{OnChange: p.request, OnWarnings: p.logWarnings})
+	p.api, err = source.Start(ctx, client, p.state, source.Options{OnChange: p.request, OnWarnings: p.logWarnings})
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
-		return exitFailed
-	}
-	if !serviceCIDRs {
-		p.log.Info("the API server serves no networking.k8s.io/v1 ServiceCIDRs: the Service CIDRs are --service-cluster-ip-range's alone")
+		return exitBadArgs
 	}
 	return exitOK
+}
+
+// nodeGetTimeout bounds the read of this node's addresses at start, so
+// that an API server that does not answer does not hold the start up.
+const nodeGetTimeout = 10 * time.Second
+
+// waitForAPI waits until the API server's first lists have reached the
+// state (at once with --manifests), or at most timeout (0: until ctx is
+// done). It logs once that it waits, and what the server serves.
+func (p *proxy) waitForAPI(ctx context.Context, timeout time.Duration) error {
+	if p.api == nil {
+		return nil
+	}
+	select {
+	case <-p.api.Synced():
+	default:
+		p.log.Info("waiting for the API server's first lists before the first sync; the rules in the kernel stay as they are")
+		var expired <-chan time.Time
+		if timeout > 0 {
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-p.api.Synced():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-expired:
+			return fmt.Errorf("the API server's first lists did not arrive within %v", timeout)
+		}
+	}
+	if !p.api.ServiceCIDRs() {
+		p.log.Info("the API server serves no networking.k8s.io/v1 ServiceCIDRs: the Service CIDRs are --service-cluster-ip-range's alone")
+	}
+	return nil
 }
 
 // newState makes the proxy's State, for the IP families that the options
@@ -215,6 +261,10 @@ type proxy struct {
 	families []v1.IPFamily
 	// watcher reads the --manifests; nil with --kubeconfig.
 	watcher *manifestWatcher
+	// api watches the --kubeconfig's API server, and reach logs when it
+	// goes away and comes back; nil with --manifests.
+	api   *source.Watcher
+	reach *reachability
 	// engine syncs the backends once made; requests made before go
 	// nowhere, as the engine's first sync reads the latest state.
 	eng atomic.Pointer[engine.Engine]
@@ -241,6 +291,9 @@ type proxy struct {
 	reloads atomic.Int64
 	// health serves the health check node ports; nil but in watch mode.
 	health *healthcheck.NodePortServers
+	// conflicts warns about node ports shared in the manifests; nil with
+	// --kubeconfig, whose API server refuses them.
+	conflicts *nodePortConflicts
 }
 
 // request asks the engine for a sync: the state changed.
@@ -324,7 +377,7 @@ func (p *proxy) logWarnings(warnings []svcproxy.Warning) {
 // serve runs the engine, the file watcher and the HTTP servers until ctx
 // is done.
 func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
-	p.health = healthcheck.NewNodePortServers(p.opts.Manifests != "")
+	p.health = healthcheck.NewNodePortServers(p.opts.Manifests != "", func() bool { return eng.Health().Healthy })
 	defer p.health.Close()
 	servers, err := p.startServers(eng)
 	if err != nil {
@@ -337,7 +390,12 @@ func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
 		}
 	}()
 	if p.watcher != nil {
+		p.conflicts = &nodePortConflicts{}
 		go p.watch(ctx, p.watcher, manifestPoll)
+	}
+	if err := p.waitForAPI(ctx, 0); err != nil {
+		p.log.Info("stopping before the first sync: the rules stay in the kernel")
+		return exitOK
 	}
 	eng.Run(ctx)
 	p.log.Info("stopping: the rules stay in the kernel")

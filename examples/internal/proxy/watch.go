@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/svcproxy/svcproxy/manifests"
 )
 
@@ -60,6 +62,7 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifests.Input) {
 		p.log.Warn("manifest file lost most of its objects; applying it as it is", "file", loss)
 	}
 	before, after := inputCounts(w.applied), inputCounts(in)
+	removed := removedServices(w.applied, in)
 	w.applied = in
 	p.metrics.manifestReloads.Inc()
 	warnings := p.state.Replace(*in.Objects)
@@ -67,7 +70,27 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifests.Input) {
 		"services", fmt.Sprintf("%d → %d", before[0], after[0]),
 		"endpointSlices", fmt.Sprintf("%d → %d", before[1], after[1]),
 		"nodes", fmt.Sprintf("%d → %d", before[2], after[2]),
+		"servicesRemoved", removed,
 		"manifestReload", p.reloads.Add(1))
 	p.logWarnings(append(in.Warnings, warnings...))
 	p.request()
+}
+
+// removedServices is the number of Services (by namespace and name) of
+// before that after does not hold.
+func removedServices(before, after *manifests.Input) int {
+	if before == nil {
+		return 0
+	}
+	kept := make(map[types.NamespacedName]bool, len(after.Objects.Services))
+	for _, s := range after.Objects.Services {
+		kept[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = true
+	}
+	removed := 0
+	for _, s := range before.Objects.Services {
+		if !kept[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] {
+			removed++
+		}
+	}
+	return removed
 }

@@ -103,6 +103,9 @@ func TestWatchAppliesSettledFilesOnly(t *testing.T) {
 	if !strings.Contains(logs.String(), `level=WARN msg="manifest file lost most of its objects; applying it as it is" file="services.yaml: 21 → 0 objects"`) {
 		t.Errorf("no warning naming the emptied file:\n%s", logs.String())
 	}
+	if !strings.Contains(logs.String(), `services="21 → 0" endpointSlices="0 → 0" nodes="0 → 0" servicesRemoved=21`) {
+		t.Errorf("no reload log with the Services removed:\n%s", logs.String())
+	}
 
 	if err := os.WriteFile(path, []byte("kind: ["), 0o644); err != nil {
 		t.Fatal(err)
@@ -110,6 +113,7 @@ func TestWatchAppliesSettledFilesOnly(t *testing.T) {
 	waitFor(t, 3*time.Second, "the broken file counted", func() bool {
 		return counterValue(t, p.metrics, "svcproxy_manifest_errors_total") == 1
 	})
+
 	if got := counterValue(t, p.metrics, "svcproxy_manifest_reloads_total"); got != 2 {
 		t.Errorf("svcproxy_manifest_reloads_total = %v, want 2", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"syscall"
 
@@ -215,4 +216,74 @@ func Cleanup(ctx context.Context, table string, open func(knftables.Family, stri
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Expected is what a table must hold, as DeepCheck compares it.
+type Expected struct {
+	// Rules is the number of rules of every chain the table must have.
+	Rules map[string]int
+	// Elements is the number of elements of the sets and maps whose
+	// elements only the executor writes (not the dynamic ones the packet
+	// path fills, nor interval sets, which the kernel may store as more
+	// elements).
+	Elements map[string]int
+	// order is the names of Rules, sorted (Sort).
+	order []string
+}
+
+// Sort records the order DeepCheck reads the chains in; call it once
+// Rules is filled.
+func (w *Expected) Sort() { w.order = slices.Sorted(maps.Keys(w.Rules)) }
+
+// chains are the names of w.Rules, sorted.
+func (w Expected) chains() []string {
+	if len(w.order) == len(w.Rules) {
+		return w.order
+	}
+	return slices.Sorted(maps.Keys(w.Rules))
+}
+
+// DeepCheck compares part of the table with want over netlink: the
+// chains of want.Rules whose index in name order is slice modulo slices,
+// each with its number of rules (one dump per chain, which the kernel
+// filters to the chain and reads only the rules' chain names of), and
+// every set and map of want.Elements with its number of elements (one
+// dump each). Called with slice 0 to of−1 in turn, it compares every
+// object in of calls; a dump of the whole table's rules would cost the
+// kernel time quadratic in their number. It returns the first difference
+// in name order: a chain missing or with another number of rules, a set
+// or map missing or with another number of elements; "" when there is
+// none, and without a netlink socket (it does not check then). Chains and
+// sets want does not name are not looked at.
+func (t *Table) DeepCheck(want Expected, slice, of int) (string, error) {
+	if t.NL == nil {
+		return "", nil
+	}
+	family := t.nlFamily()
+	for i, c := range want.chains() {
+		if of > 1 && i%of != slice {
+			continue
+		}
+		n, err := t.NL.RuleCount(family, t.Name, c)
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			return "chain " + c + " is missing (or table " + t.Name + ")", nil
+		case err != nil:
+			return "", fmt.Errorf("nftables: checking the table: %w", err)
+		case n != want.Rules[c]:
+			return fmt.Sprintf("chain %s has %d rules, want %d", c, n, want.Rules[c]), nil
+		}
+	}
+	for _, s := range slices.Sorted(maps.Keys(want.Elements)) {
+		n, err := t.NL.ElementCount(family, t.Name, s)
+		switch {
+		case errors.Is(err, syscall.ENOENT):
+			return "set or map " + s + " is missing (or table " + t.Name + ")", nil
+		case err != nil:
+			return "", fmt.Errorf("nftables: checking the table: %w", err)
+		case n != want.Elements[s]:
+			return fmt.Sprintf("set or map %s has %d elements, want %d", s, n, want.Elements[s]), nil
+		}
+	}
+	return "", nil
 }

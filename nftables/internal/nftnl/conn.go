@@ -14,6 +14,8 @@ import (
 type Conn struct {
 	fd  int
 	seq uint32
+	// rb is the buffer dumps are read into, made by the first.
+	rb []byte
 }
 
 // Dial opens a netfilter netlink socket in the calling thread's network

@@ -61,17 +61,28 @@ func (c *Conn) ListNames(family Family, table string) (Names, error) {
 
 // RuleCount counts the rules of one chain by a netlink dump that the kernel
 // filters to that chain: its cost does not grow with the rest of the table.
+// It reads each rule's table and chain names only.
 func (c *Conn) RuleCount(family Family, table, chain string) (int, error) {
 	n := 0
-	err := c.dump(msgGetRule, family, func(a *attrs) {
+	err := c.dumpCounting(msgGetRule, family, func(a *attrs) {
 		a.str(attrRuleTable, table)
 		a.str(attrRuleChain, chain)
-	}, func(as map[uint16][]byte) {
-		t, _ := cString(as[attrRuleTable])
-		ch, _ := cString(as[attrRuleChain])
-		if t == table && ch == chain {
-			n++
+	}, func() { n = 0 }, func(b []byte) error {
+		var t, ch []byte
+		walkAttrs(b, func(typ uint16, v []byte) {
+			switch typ {
+			case attrRuleTable:
+				t = v
+			case attrRuleChain:
+				ch = v
+			}
+		})
+		if tn, ok := cString(t); ok && tn == table {
+			if cn, ok := cString(ch); ok && cn == chain {
+				n++
+			}
 		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("nftnl: listing the rules of %s %s: %w", table, chain, err)
@@ -109,31 +120,53 @@ func (c *Conn) dump(typ uint16, family Family, filter func(*attrs), each func(ma
 }
 
 func (c *Conn) dumpOnce(typ uint16, family Family, filter func(*attrs)) ([]map[uint16][]byte, error) {
+	var objects []map[uint16][]byte
+	err := c.dumpEach(typ, family, filter, func(b []byte) error {
+		// b points into the read buffer, which the next read reuses.
+		o, err := topLevel(bytes.Clone(b))
+		if err != nil {
+			return err
+		}
+		objects = append(objects, o)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return objects, nil
+}
+
+// dumpEach sends one dump request and calls each with the attributes of
+// every object the kernel returns, which are valid only during the call;
+// errDumpInterrupted when the table changed during the dump.
+func (c *Conn) dumpEach(typ uint16, family Family, filter func(*attrs), each func([]byte) error) error {
 	a := &attrs{buf: []byte{byte(family), 0, 0, 0}}
 	filter(a)
 	req := c.frame(nil, unix.NFNL_SUBSYS_NFTABLES<<8|typ, flagRequest|unix.NLM_F_DUMP, a.buf)
 	seq := c.seq
 	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, err
+		return err
 	}
 	tv := unix.NsecToTimeval(dumpTimeout.Nanoseconds())
 	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return nil, err
+		return err
 	}
-	var objects []map[uint16][]byte
 	interrupted := false
-	rb := make([]byte, 1<<20)
+	if c.rb == nil {
+		c.rb = make([]byte, 1<<20)
+	}
+	rb := c.rb
 	for {
 		n, _, err := unix.Recvfrom(c.fd, rb, 0)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		msgs, err := syscall.ParseNetlinkMessage(rb[:n])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, m := range msgs {
 			if m.Header.Seq != seq {
@@ -145,13 +178,13 @@ func (c *Conn) dumpOnce(typ uint16, family Family, filter func(*attrs)) ([]map[u
 			switch m.Header.Type {
 			case unix.NLMSG_DONE:
 				if interrupted {
-					return nil, errDumpInterrupted
+					return errDumpInterrupted
 				}
-				return objects, nil
+				return nil
 			case unix.NLMSG_ERROR:
 				if len(m.Data) >= 4 {
 					if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
-						return nil, syscall.Errno(-code)
+						return syscall.Errno(-code)
 					}
 				}
 				continue
@@ -159,12 +192,9 @@ func (c *Conn) dumpOnce(typ uint16, family Family, filter func(*attrs)) ([]map[u
 			if len(m.Data) < 4 {
 				continue
 			}
-			// m.Data points into rb, which the next read reuses.
-			o, err := topLevel(bytes.Clone(m.Data[4:]))
-			if err != nil {
-				return nil, err
+			if err := each(m.Data[4:]); err != nil {
+				return err
 			}
-			objects = append(objects, o)
 		}
 	}
 }

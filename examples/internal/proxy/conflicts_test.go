@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/warnings"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+)
+
+// TestNodePortConflicts: two Services with one nodePort are warned about
+// once, naming the one not served and the owner; a change that keeps the
+// conflict warns no more, and one that ends it and brings it back warns
+// again.
+func TestNodePortConflicts(t *testing.T) {
+	svc := func(name, ip string, nodePort int32) *v1.Service {
+		return &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ClusterIP: ip, ClusterIPs: []string{ip},
+				Ports: []v1.ServicePort{{Name: "p", Port: 80, NodePort: nodePort, Protocol: v1.ProtocolTCP}}},
+		}
+	}
+	services := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+	builder, err := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func() map[v1.IPFamily]*ruleset.Ruleset {
+		ss, _ := services.Snapshot()
+		es, _ := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{}).Snapshot()
+		rs, _ := builder.Build(ss, es)
+		return map[v1.IPFamily]*ruleset.Ruleset{v1.IPv4Protocol: rs}
+	}
+	must := warnings.Must(t)
+	var c nodePortConflicts
+	conflict := []string{`Service ns/b: nodePort 30080/TCP is also Service port ns/a:p's, which takes it: not served for port "p"`}
+	for _, step := range []struct {
+		svc  *v1.Service
+		want []string
+	}{
+		{svc("a", "198.19.0.1", 30080), nil},
+		{svc("b", "198.19.0.2", 30080), conflict},
+		{svc("c", "198.19.0.3", 30090), nil},
+		{svc("b", "198.19.0.2", 30081), nil},
+		{svc("b", "198.19.0.2", 30080), conflict},
+	} {
+		must.Used(services.Update(step.svc))
+		var got []string
+		for _, w := range c.check(build()) {
+			got = append(got, w.String())
+		}
+		if diff := cmp.Diff(step.want, got); diff != "" {
+			t.Errorf("after %s (nodePort %d): warnings (-want +got):\n%s", step.svc.Name, step.svc.Spec.Ports[0].NodePort, diff)
+		}
+	}
+}

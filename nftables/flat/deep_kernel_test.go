@@ -1,0 +1,97 @@
+//go:build linux
+
+package flat_test
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/nftables/flat"
+)
+
+// firstElement matches the first element of a set or map in nft's listing
+// (its key, without a comment or a map's value).
+var firstElement = regexp.MustCompile(`elements = \{ ([^,}:]*?)(?: comment "[^"]*")?(?: :[^,}]*)?\s*[,}\n]`)
+
+// TestKernelFlatDeepCheck: over netlink, CheckState finds what the cheap
+// check does not read, each broken behind the Executor's back: a target
+// group's chain flushed, an element of a targets map deleted, an element
+// of a frontend set deleted, a whole map flushed; a full sync repairs each.
+// And an incremental sync of the Service port brings back its element
+// deleted behind the Executor's back.
+func TestKernelFlatDeepCheck(t *testing.T) {
+	netns.Require(t, "nft")
+	lab := netns.NewLab(t)
+	ns := lab.NewNS("flatdeep")
+	ctx := context.Background()
+	cfg := config4()
+	ex, err := flat.NewExecutor(flat.ExecutorConfig{Family: cfg.Family, Netlink: true, NetNS: filepath.Join("/run/netns", ns.Name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ex.Close() })
+	w := newWorld(t, cfg)
+	w.add(svc("ns1", "web", "198.19.0.10"), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.64.3", node: node}))
+	sync := func() {
+		t.Helper()
+		ex.RequestFullSync()
+		if _, err := ex.Apply(ctx, w.build()); err != nil {
+			t.Fatal(err)
+		}
+		if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
+			t.Fatalf("after a full sync: %q, %v", missing, err)
+		}
+	}
+	sync()
+	first := func(kind, name string) string {
+		t.Helper()
+		out, err := ns.Run(ctx, "nft", "list", kind, "ip", flat.DefaultTable, name)
+		if err != nil {
+			t.Fatalf("nft list %s %s: %v", kind, name, err)
+		}
+		m := firstElement.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no element in %s %s:\n%s", kind, name, out)
+		}
+		return strings.TrimSpace(m[1])
+	}
+	for _, tt := range []struct {
+		name    string
+		change  func() []string
+		missing string
+	}{
+		{"group chain flushed", func() []string { return []string{"flush", "chain", "ip", flat.DefaultTable, "cluster"} }, "chain cluster has 0 rules"},
+		{"targets map element deleted", func() []string {
+			return []string{"delete", "element", "ip", flat.DefaultTable, "cluster-2-tcp-targets", "{ " + first("map", "cluster-2-tcp-targets") + " }"}
+		}, "set or map cluster-2-tcp-targets has 1 elements, want 2"},
+		{"frontend set element deleted", func() []string {
+			return []string{"delete", "element", "ip", flat.DefaultTable, "cluster-2-tcp", "{ " + first("set", "cluster-2-tcp") + " }"}
+		}, "set or map cluster-2-tcp has 0 elements, want 1"},
+		{"targets map flushed", func() []string { return []string{"flush", "map", "ip", flat.DefaultTable, "cluster-2-tcp-targets"} }, "set or map cluster-2-tcp-targets has 0 elements, want 2"},
+	} {
+		change := tt.change()
+		if out, err := ns.Run(ctx, "nft", change...); err != nil {
+			t.Fatalf("%s: nft %v: %v\n%s", tt.name, change, err, out)
+		}
+		if missing, err := ex.CheckState(ctx); err != nil || !strings.HasPrefix(missing, tt.missing) {
+			t.Errorf("%s: CheckState %q, %v; want %q…", tt.name, missing, err, tt.missing)
+		}
+		sync()
+	}
+
+	change := []string{"delete", "element", "ip", flat.DefaultTable, "cluster-2-tcp", "{ " + first("set", "cluster-2-tcp") + " }"}
+	if out, err := ns.Run(ctx, "nft", change...); err != nil {
+		t.Fatalf("nft %v: %v\n%s", change, err, out)
+	}
+	w.add(slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.64.4", node: node}))
+	if res, err := ex.Apply(ctx, w.build()); err != nil || res.Full {
+		t.Fatalf("incremental sync: %+v, %v", res, err)
+	}
+	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
+		t.Errorf("after the incremental sync of the changed Service port: %q, %v; want its element back", missing, err)
+	}
+}

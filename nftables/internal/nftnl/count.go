@@ -1,0 +1,78 @@
+package nftnl
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/svcproxy/svcproxy/nftables/internal/nlattr"
+)
+
+// Message types and attributes of the counting dumps.
+const (
+	msgGetSetElem = 13
+	// elemIntervalEnd is the flag (attrElemFlags) of the end of an
+	// interval.
+	elemIntervalEnd = 0x1
+)
+
+// ElementCount counts the elements of a set or map by a netlink dump,
+// without the ends of intervals (the kernel stores an interval of a
+// one-field interval set as two elements).
+func (c *Conn) ElementCount(family Family, table, set string) (int, error) {
+	n := 0
+	err := c.dumpCounting(msgGetSetElem, family, func(a *attrs) {
+		a.str(attrElemListTable, table)
+		a.str(attrElemListSet, set)
+	}, func() { n = 0 }, func(b []byte) error {
+		walkAttrs(b, func(typ uint16, v []byte) {
+			if typ != attrElemListElems {
+				return
+			}
+			walkAttrs(v, func(typ uint16, elem []byte) {
+				if typ != attrListElem {
+					return
+				}
+				var flags uint32
+				walkAttrs(elem, func(typ uint16, v []byte) {
+					if typ == attrElemFlags && len(v) == 4 {
+						flags = binary.BigEndian.Uint32(v)
+					}
+				})
+				if flags&elemIntervalEnd == 0 {
+					n++
+				}
+			})
+		})
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("nftnl: counting the elements of %s %s: %w", table, set, err)
+	}
+	return n, nil
+}
+
+// dumpCounting is dumpEach, retried a few times when the table changes
+// during the dump, with reset called before each attempt.
+func (c *Conn) dumpCounting(typ uint16, family Family, filter func(*attrs), reset func(), each func([]byte) error) error {
+	var err error
+	for range 3 {
+		reset()
+		if err = c.dumpEach(typ, family, filter, each); err != errDumpInterrupted {
+			return err
+		}
+	}
+	return err
+}
+
+// walkAttrs calls f with the type (without the nested flag) and value of each
+// attribute of b, stopping at the first malformed one.
+func walkAttrs(b []byte, f func(typ uint16, v []byte)) {
+	for len(b) >= 4 {
+		n := int(binary.NativeEndian.Uint16(b))
+		if n < 4 || n > len(b) {
+			return
+		}
+		f(binary.NativeEndian.Uint16(b[2:])&^nlattr.Nested, b[4:n])
+		b = b[min(len(b), (n+3)&^3):]
+	}
+}

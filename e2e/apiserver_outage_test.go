@@ -64,7 +64,7 @@ func TestAPIServerComesLater(t *testing.T) {
 		waitForWithin(t, 60*time.Second, "the first sync once the API server is up", func() (bool, string) { return p.syncs() > 0, p.log.String() })
 		t.Logf("start during an outage: first sync %v after the API server was started, %v after it was ready",
 			time.Since(up).Round(time.Millisecond), time.Since(isReady).Round(time.Millisecond))
-		eventuallyReaches(t, ac.Clients[0], web, p0)
+		eventuallyReaches(t, p.inside(ac.Clients[0]), web, p0)
 		if code := p.healthz(); code != 200 {
 			t.Errorf("/healthz after the first sync: %d, want 200", code)
 		}
@@ -79,14 +79,14 @@ func TestAPIServerComesLater(t *testing.T) {
 		if code := p.healthz(); code != 200 {
 			t.Errorf("/healthz during an outage: %d, want 200 (the rules are still checked)", code)
 		}
-		expectOnly(t, spread(t, ac.Clients[0], web, 5), p0)
+		expectOnly(t, spread(t, p.inside(ac.Clients[0]), web, 5), p0)
 		if n := strings.Count(p.log.String(), "API server unreachable"); n != 2 {
 			t.Errorf("%d unreachable lines after the second outage, want 2", n)
 		}
 		ac.api.StartAPIServer()
 		back := time.Now()
 		ac.put(slice("web", false, v1.ProtocolTCP, ready(ac.Cluster, p1)))
-		eventuallyReachesWithin(t, ac.Clients[0], web, 120*time.Second, p1)
+		eventuallyReachesWithin(t, p.inside(ac.Clients[0]), web, 120*time.Second, p1)
 		t.Logf("outage of %v while running: a change made once the API server was ready was applied %v later", outage(), time.Since(back).Round(time.Millisecond))
 		if n := strings.Count(p.log.String(), "API server reachable again"); n != 2 {
 			t.Errorf("%d \"reachable again\" lines after the second outage, want 2", n)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,19 +28,18 @@ import (
 // TestLatencyAgainstKubeProxy compares, in one run, the network-programming
 // latency of the iptables reference proxy with that of the real kube-proxy
 // (svcproxy.KubeProxyVersion, in iptables mode) against the same
-// kube-apiserver: for each in turn, kubeProxyChanges EndpointSlice changes,
-// each a random 0 to 1.5 s after the last (so that some come right after a
-// sync or a periodic check), with nanosecond trigger times, --sync-period 2s
-// and --min-sync-period 1s (kube-proxy's iptables.syncPeriod and
-// minSyncPeriod), and the p50 and p99 of
-// kubeproxy_network_programming_duration_seconds over them. It fails when
-// our p99 is beyond the bucket after the one that holds kube-proxy's (the
-// buckets, 0.25 s, 0.5 s, 1 s, 2 s, …, are the comparison's resolution:
-// with 20 changes, one change that took just over the 1 s min-sync-period
-// puts the p99 in the bucket up to 2 s). kube-proxy 1.37 has no periodic
-// sync but an hourly one (its syncPeriod is its retry interval and the
-// period of its canary check); ours checks every sync-period, which
-// must not delay the changes.
+// kube-apiserver: for each in turn, the same kubeProxyChanges EndpointSlice
+// changes, each a random 0 to 1.5 s after the last (so that some come right
+// after a sync or a periodic check), with nanosecond trigger times,
+// --sync-period 2s and --min-sync-period 1s (kube-proxy's iptables.syncPeriod
+// and minSyncPeriod). Each change is timed from the API write to its
+// endpoint's rule in the kernel by the kernel poller (pollInterval: a
+// resolution of a few milliseconds), and the p50 and p99 of
+// kubeproxy_network_programming_duration_seconds over them are logged. It
+// fails when our polled p99 is more than kubeProxyP99Margin beyond
+// kube-proxy's. kube-proxy 1.37 has no periodic sync but an hourly one (its
+// syncPeriod is its retry interval and the period of its canary check);
+// ours checks every sync-period, which must not delay the changes.
 //
 //	export SVCPROXY_APISERVER_BIN_DIR=$(e2e/apiserver/build.sh)
 //	SVCPROXY_E2E=required go test -tags scale ./e2e/ -run LatencyAgainstKubeProxy -v
@@ -49,7 +49,8 @@ func TestLatencyAgainstKubeProxy(t *testing.T) {
 	c := netns.NewCluster(t, netns.ClusterSpec{})
 	api := apiserver.Start(t, c.Node.NS, c.Node.IPv4, apiserver.Options{ServiceCIDRs: latencyServiceCIDR, Users: []string{proxyUser}})
 	client := api.Client()
-	spec := scalegen.Spec{Services: kubeProxyChanges + 2}
+	spec := scalegen.Spec{Services: 4 * kubeProxyChanges}
+	script, _, warm := versusScript(spec, kubeProxyChanges)
 	createScaleObjects(t, client, spec)
 	// kube-proxy waits for its Node to have addresses.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -66,7 +67,7 @@ func TestLatencyAgainstKubeProxy(t *testing.T) {
 	metricsURL := fmt.Sprintf("http://%s/metrics", netip.AddrPortFrom(c.Node.IPv4, metricsPort))
 	metrics := metricsClient(c.Node.NS)
 
-	p99 := map[string]histogram{}
+	polled := map[string][]time.Duration{}
 	for version, name := range []string{"svcproxy-iptables", "kube-proxy-iptables"} {
 		p := &proxy{t: t, backend: name, node: c.Node, log: &logBuffer{}}
 		var cmd []string
@@ -92,8 +93,13 @@ func TestLatencyAgainstKubeProxy(t *testing.T) {
 		})
 		// Changes before the first sync are not observed (by either).
 		waitMetrics(t, metrics, metricsURL, name+"'s first sync", lastSyncLine)
+		check, err := iptablesKernelCheck(c.Node.NS, spec, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		poll := startPoller(check)
 		// The warm-up change: the first sync is done once it is observed.
-		es := withTriggerTime(spec.ChangedSlice(spec.Services-1, version+1), time.Now(), time.RFC3339Nano)
+		es := withTriggerTime(spec.ChangedSlice(warm, version+1), time.Now(), time.RFC3339Nano)
 		es.APIVersion, es.Kind = "discovery.k8s.io/v1", "EndpointSlice"
 		if err := apply(client, es); err != nil {
 			t.Fatal(err)
@@ -104,23 +110,35 @@ func TestLatencyAgainstKubeProxy(t *testing.T) {
 			t.Fatalf("%s: the warm-up change (trigger time %s) was not observed: %+v\n%s", name, es.Annotations[v1.EndpointsLastChangeTriggerTime], h, lastLines(p.log.String(), 40))
 		}
 		before := waitSettled(t, metrics, metricsURL, 30*time.Second)
-		rng := rand.New(rand.NewPCG(uint64(version), 29))
-		for i := 1; i <= kubeProxyChanges; i++ {
+		rng := rand.New(rand.NewPCG(1, 29)) // the same script for both
+		for k, i := range script {
 			time.Sleep(time.Duration(rng.Int64N(int64(1500 * time.Millisecond))))
-			es := withTriggerTime(spec.ChangedSlice(i, version+1), time.Now(), time.RFC3339Nano)
-			es.APIVersion, es.Kind = "discovery.k8s.io/v1", "EndpointSlice"
-			if err := apply(client, es); err != nil {
-				t.Fatalf("%s: change %d: %v", name, i, err)
+			made := time.Now()
+			poll.add(i, lastEndpoint(spec, i, version+1), made, "change")
+			if err := apply(client, changedSlice(spec, i, version+1, made)); err != nil {
+				t.Fatalf("%s: change %d: %v", name, k, err)
 			}
 		}
+		seen, left := poll.waitTagged("change", time.Minute)
+		if left > 0 {
+			t.Fatalf("%s: %d changes not in the kernel a minute after the last", name, left)
+		}
+		var ds []time.Duration
+		for _, s := range seen {
+			ds = append(ds, s.seen.Sub(s.since))
+		}
+		slices.Sort(ds)
+		polled[name] = ds
 		waitObservations(t, metrics, metricsURL, before.count+kubeProxyChanges, time.Minute)
 		delta := waitSettled(t, metrics, metricsURL, 30*time.Second).minus(before)
 		if delta.count != kubeProxyChanges {
 			t.Errorf("%s: %d observations for %d changes", name, delta.count, kubeProxyChanges)
 		}
-		p99[name] = delta
-		t.Logf("%s: %d changes, network-programming latency p50 %.3fs, p99 %.3fs (kube-proxy's buckets; within 1 s: %s)",
-			name, kubeProxyChanges, delta.quantile(0.5), delta.quantile(0.99), delta.fractionWithin(1))
+		rounds, reads, mean, perr := poll.cost()
+		poll.close()
+		t.Logf("%s: %d changes, API write → rule in the kernel (polled every %v) p50 %v, p99 %v, all %v; network-programming latency metric p50 %.3fs, p99 %.3fs (kube-proxy's buckets; within 1 s: %s); poller: %d reads in %d rounds, %v a read (last error %v)",
+			name, kubeProxyChanges, pollInterval, quantileOf(ds, 0.5), quantileOf(ds, 0.99), roundAll(ds),
+			delta.quantile(0.5), delta.quantile(0.99), delta.fractionWithin(1), reads, rounds, mean.Round(time.Microsecond), perr)
 		if err := proc.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -128,21 +146,25 @@ func TestLatencyAgainstKubeProxy(t *testing.T) {
 			cleanupWithin(t, c, "iptables", time.Minute)
 		}
 	}
-	ours, theirs := p99["svcproxy-iptables"].quantile(0.99), p99["kube-proxy-iptables"]
-	if limit := theirs.boundAfter(theirs.quantile(0.99)); ours > limit {
-		t.Errorf("p99 %.3fs, kube-proxy's %.3fs: beyond the next bucket's bound, %gs", ours, theirs.quantile(0.99), limit)
+	ours, theirs := quantileOf(polled["svcproxy-iptables"], 0.99), quantileOf(polled["kube-proxy-iptables"], 0.99)
+	t.Logf("polled p99: ours %v, kube-proxy's %v", ours, theirs)
+	if ours > theirs+kubeProxyP99Margin {
+		t.Errorf("API write → kernel p99 %v, kube-proxy's %v: more than %v beyond", ours, theirs, kubeProxyP99Margin)
 	}
 }
 
-// boundAfter is the upper bound of the bucket after the one that holds v:
-// one bucket more than v, the resolution of a comparison of quantiles.
-func (h histogram) boundAfter(v float64) float64 {
-	for i, b := range h.bounds {
-		if v <= b {
-			return h.bounds[min(i+1, len(h.bounds)-1)]
-		}
+// kubeProxyP99Margin is how far beyond kube-proxy's p99 ours may be in
+// TestLatencyAgainstKubeProxy (issue 29): well above the poll's
+// resolution, well below the min-sync-period.
+const kubeProxyP99Margin = 50 * time.Millisecond
+
+// roundAll is ds rounded to the millisecond.
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
 	}
-	return h.bounds[len(h.bounds)-1]
+	return out
 }
 
 // waitMetrics waits until the /metrics at url match re.

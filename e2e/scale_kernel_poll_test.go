@@ -18,9 +18,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/ebpf"
-	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/nftables/flat"
 )
@@ -256,7 +256,7 @@ const (
 	nftaListElem            = 1
 	nftaSetElemKey          = 1
 	nftaDataValue           = 1
-	nftaGenID          = 1
+	nftaGenID               = 1
 )
 
 // nftConn is a netfilter netlink socket in a namespace.

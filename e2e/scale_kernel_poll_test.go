@@ -33,9 +33,10 @@ import (
 //     NFT_MSG_GETGEN, the namespace's nf_tables generation, which every
 //     committed transaction (an iptables-restore, an nft transaction)
 //     increments; only when it changed are the changes still pending read
-//     back, each with one small targeted read (below). A change found then
-//     is dated at the poll that saw the new generation (it was committed
-//     within pollInterval before), or, when another commit came during the
+//     back, each with one small targeted read (below), and again at 5, 10,
+//     20, … ms after it, for settleWindow (the kernel bumps the generation
+//     before the commit's rules become visible). A change found is dated at
+//     the read that found it, or, when another commit came during the
 //     reads, at their end;
 //   - eBPF: every pollInterval, each pending change's Service looked up in
 //     the pinned maps (a few map lookups, microseconds).
@@ -81,9 +82,11 @@ type poller struct {
 	// duration: the poll's cost beyond the generation reads.
 	rounds, reads int
 	readTime      time.Duration
-	lastErr       error
-	stop          chan struct{}
-	stopped       chan struct{}
+	// late is the changes found on a re-read after a new generation.
+	late    int
+	lastErr error
+	stop    chan struct{}
+	stopped chan struct{}
 }
 
 func startPoller(check kernelCheck) *poller {
@@ -126,9 +129,36 @@ func (p *poller) waitTagged(tag string, timeout time.Duration) (seen []pending, 
 	}
 }
 
+// pendingTagged is the changes tagged tag still pending.
+func (p *poller) pendingTagged(tag string) []pending {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []pending
+	for _, w := range p.wait {
+		if w.tag == tag {
+			out = append(out, *w)
+		}
+	}
+	return out
+}
+
 // cost is the poller's content reads so far: rounds, reads, their mean
 // duration, and the last error met.
 func (p *poller) cost() (rounds, reads int, mean time.Duration, lastErr error) {
+	rounds, reads, mean, _, lastErr = p.stats()
+	return rounds, reads, mean, lastErr
+}
+
+// stats is cost and the changes found on a re-read after a new generation.
+func (p *poller) stats() (rounds, reads int, mean time.Duration, late int, lastErr error) {
+	p.mu.Lock()
+	late = p.late
+	p.mu.Unlock()
+	rounds, reads, mean, lastErr = p.costLocked()
+	return rounds, reads, mean, late, lastErr
+}
+
+func (p *poller) costLocked() (rounds, reads int, mean time.Duration, lastErr error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.reads > 0 {
@@ -149,6 +179,7 @@ func (p *poller) run() {
 	defer tick.Stop()
 	var last uint32
 	first := true
+	var changed, next time.Time // the last new generation; the next re-read
 	for {
 		select {
 		case <-p.stop:
@@ -160,26 +191,38 @@ func (p *poller) run() {
 			p.noteErr(err)
 			continue
 		}
-		if ok && !first && gen == last {
-			continue
-		}
-		observed := time.Now()
-		p.readPending(observed)
-		if ok {
+		now := time.Now()
+		switch {
+		case !ok:
+			p.readPending(now, false)
+		case first || gen != last:
+			p.readPending(now, false)
 			after, _, err := p.check.generation()
 			if err == nil && after != gen {
 				// A commit during the reads: what they found is dated at
 				// their end, and the next poll reads again.
-				p.redate(observed, time.Now())
+				p.redate(now, time.Now())
 				continue
 			}
 			last, first = gen, false
+			changed, next = now, now.Add(pollInterval)
+		case !changed.IsZero() && !now.Before(next) && now.Sub(changed) <= settleWindow:
+			// The kernel bumps the generation before a commit's rules
+			// become visible: re-read, at doubling intervals.
+			p.readPending(now, true)
+			next = now.Add(now.Sub(changed))
 		}
 	}
 }
 
-// readPending reads every pending change once and dates those found at.
-func (p *poller) readPending(at time.Time) {
+// settleWindow is how long after a new generation the poller re-reads the
+// changes still pending (at 5, 10, 20, … ms): a commit's rules become
+// visible some time after the generation it bumped shows.
+const settleWindow = 2 * time.Second
+
+// readPending reads every pending change once and dates those found at;
+// late counts them as found on a re-read.
+func (p *poller) readPending(at time.Time, late bool) {
 	p.mu.Lock()
 	wait := append([]*pending(nil), p.wait...)
 	p.mu.Unlock()
@@ -205,6 +248,9 @@ func (p *poller) readPending(at time.Time) {
 	defer p.mu.Unlock()
 	p.rounds++
 	p.reads += len(wait)
+	if late {
+		p.late += len(found)
+	}
 	p.readTime += took
 	if lastErr != nil {
 		p.lastErr = lastErr

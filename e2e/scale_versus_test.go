@@ -105,14 +105,19 @@ type versusResult struct {
 	startTimedOut bool
 	latencies     []time.Duration // per change: API write → seen in the kernel
 	unseen        int
-	metric        histogram // the changes' observations
-	cpuPer1000    float64   // seconds, children included
-	peak, rss     int64     // VmHWM and VmRSS at the end, KiB
-	pollRounds    int
-	pollReads     int
-	pollMean      time.Duration
-	pollLate      int // changes found on a re-read after a new generation
-	windowTaken   time.Duration
+	// periodicRuns are the durations of our proxy's periodic runs (state
+	// check, then sync) that ended after the script started;
+	// outsidePeriodic the latencies of the changes not written during one.
+	periodicRuns    []time.Duration
+	outsidePeriodic []time.Duration
+	metric          histogram // the changes' observations
+	cpuPer1000      float64   // seconds, children included
+	peak, rss       int64     // VmHWM and VmRSS at the end, KiB
+	pollRounds      int
+	pollReads       int
+	pollMean        time.Duration
+	pollLate        int // changes found on a re-read after a new generation
+	windowTaken     time.Duration
 }
 
 // TestVersusKubeProxyAtScale runs, one after another against one

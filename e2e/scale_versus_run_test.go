@@ -112,6 +112,12 @@ func runVersusMode(t *testing.T, r versusRun) versusResult {
 
 	metrics := metricsClient(ns)
 	waitMetrics(t, metrics, versusMetricsURL, m.name+"'s first sync", lastSyncLine)
+	if syncs := parseSyncs(p.log.String()); !m.kubeProxy && len(syncs) > 0 {
+		// Our first sync starts once the informers' initial lists are in.
+		res.afterLists = res.wholeState - syncs[0].start.Sub(start)
+		t.Logf("%s: the whole state in the kernel %v after the initial lists (the first sync's start, %v after the proxy's)",
+			m.name, res.afterLists.Round(time.Millisecond), syncs[0].start.Sub(start).Round(time.Millisecond))
+	}
 	// The warm-up change: the first sync's work is over once it is in.
 	poll.add(r.warm, lastEndpoint(r.spec, r.warm, r.version), time.Now(), "warm")
 	if err := apply(r.client, changedSlice(r.spec, r.warm, r.version, time.Now())); err != nil {
@@ -257,6 +263,12 @@ func versusTable(results []versusResult) string {
 			return "not within " + r.wholeState.String()
 		}
 		return seconds(r.wholeState)
+	})
+	row("whole state after the initial lists (the first sync's start)", func(r versusResult) string {
+		if r.mode.kubeProxy || r.startTimedOut {
+			return "—"
+		}
+		return seconds(r.afterLists)
 	})
 	row("API write → kernel, p50 / p99 (polled)", measured(func(r versusResult) string {
 		return seconds(quantileOf(r.latencies, 0.5)) + " / " + seconds(quantileOf(r.latencies, 0.99))

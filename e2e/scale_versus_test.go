@@ -103,8 +103,11 @@ type versusResult struct {
 	// startTimedOut: the whole state was not there within wholeState;
 	// nothing else was measured.
 	startTimedOut bool
-	latencies     []time.Duration // per change: API write → seen in the kernel
-	unseen        int
+	// afterLists is the whole state's time after our proxy's first sync
+	// started, which is when its informers' initial lists were in.
+	afterLists time.Duration
+	latencies  []time.Duration // per change: API write → seen in the kernel
+	unseen     int
 	// periodicRuns are the durations of our proxy's periodic runs (state
 	// check, then sync) that ended after the script started;
 	// outsidePeriodic the latencies of the changes not written during one.

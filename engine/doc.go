@@ -13,7 +13,9 @@
 //   - repair: every Config.SyncPeriod a periodic sync first asks each
 //     Backend to check its state (Backend.CheckState), at a bounded cost,
 //     and makes the sync of each family where something differs a full
-//     one, /healthz failing from then until it succeeds; every
+//     one, /healthz failing from then until it succeeds; while changes
+//     keep coming the check is put off, for at most three periods, so
+//     that it does not delay them; every
 //     Config.FullSyncPeriod the periodic sync is full in every family,
 //     rewriting what no check reads;
 //   - retries: a sync that fails is retried after a back-off that doubles

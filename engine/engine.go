@@ -38,8 +38,13 @@ type Config struct {
 	// SyncPeriod: this long after the end of the previous periodic sync, a
 	// periodic sync checks every Backend's state (Backend.CheckState),
 	// makes the next Sync of each family where something is missing a
-	// full one, and syncs. /healthz fails when the last success is older
-	// than twice this. 0 means DefaultSyncPeriod.
+	// full one, and syncs. While changes keep coming (a Request within
+	// the last second, or twice MinSyncPeriod when longer) the check is
+	// put off to a later periodic sync, for at most three periods: a
+	// check at 10,000 Services takes long enough to delay the changes
+	// that come during it. /healthz fails
+	// when the last success is older than twice this. 0 means
+	// DefaultSyncPeriod.
 	SyncPeriod time.Duration
 	// FullSyncPeriod: a periodic sync at least this long after the last
 	// forced one (or the engine's start) is full in every family, whatever
@@ -75,8 +80,10 @@ type SyncEvent struct {
 	// Start and End are when the sync started and ended.
 	Start, End time.Time
 	// Periodic is true for a periodic sync, and ForcedFull when
-	// FullSyncPeriod made it full in every family.
-	Periodic, ForcedFull bool
+	// FullSyncPeriod made it full in every family. CheckDeferred: the
+	// periodic sync put its check off, as changes were coming (see
+	// Config.SyncPeriod).
+	Periodic, ForcedFull, CheckDeferred bool
 	// Drift has, for each family whose state the periodic check found
 	// changed (and so synced fully), what was missing, or why the check
 	// failed.
@@ -122,6 +129,13 @@ type Engine struct {
 	runMu sync.Mutex
 	// lastForcedFull is when FullSyncPeriod last forced a full sync.
 	lastForcedFull time.Time
+	// checkOwed is when the periodic check now put off first came due;
+	// zero when none is owed.
+	checkOwed time.Time
+
+	// reqMu guards lastRequest, when Request was last called.
+	reqMu       sync.Mutex
+	lastRequest time.Time
 	// triggers are the change times not yet observed by a successful sync.
 	triggers []time.Time
 	// cleaned is, per family, the Ruleset that conntrack was last cleaned
@@ -199,6 +213,10 @@ func New(cfg Config) (*Engine, error) {
 // into one later sync.
 func (e *Engine) Request() {
 	if e.made() {
+		now := e.clock.Now()
+		e.reqMu.Lock()
+		e.lastRequest = now
+		e.reqMu.Unlock()
 		e.loop.request()
 	}
 }
@@ -280,7 +298,11 @@ func (e *Engine) runEvent(ctx context.Context, periodic bool) (again time.Durati
 	defer e.runMu.Unlock()
 	ev := SyncEvent{Start: e.clock.Now(), Periodic: periodic}
 	if periodic {
-		e.checkState(ctx, &ev)
+		if e.deferCheck(ev.Start) {
+			ev.CheckDeferred = true
+		} else {
+			e.checkState(ctx, &ev)
+		}
 	}
 	again = e.apply(ctx, &ev)
 	ev.End = e.clock.Now()
@@ -293,6 +315,39 @@ func (e *Engine) runEvent(ctx context.Context, periodic bool) (again time.Durati
 		e.cfg.OnSync(ev)
 	}
 	return again, checked, ev.Err
+}
+
+// Putting off the periodic check while changes come (Config.SyncPeriod).
+const (
+	// minCheckQuiet is the least time without a Request after which the
+	// data plane counts as quiet; twice MinSyncPeriod when longer.
+	minCheckQuiet = time.Second
+	// maxCheckDeferrals is how many periods a check may be put off: under
+	// a steady stream of changes it runs every maxCheckDeferrals+1
+	// periods.
+	maxCheckDeferrals = 3
+)
+
+// deferCheck reports whether the periodic sync starting at now puts its
+// check off: a Request came within the quiet time, and the check has not
+// been put off for maxCheckDeferrals periods already.
+func (e *Engine) deferCheck(now time.Time) bool {
+	e.reqMu.Lock()
+	last := e.lastRequest
+	e.reqMu.Unlock()
+	quiet := max(2*e.cfg.MinSyncPeriod, minCheckQuiet)
+	if last.IsZero() || now.Sub(last) >= quiet {
+		e.checkOwed = time.Time{}
+		return false
+	}
+	if e.checkOwed.IsZero() {
+		e.checkOwed = now
+	}
+	if now.Sub(e.checkOwed) >= maxCheckDeferrals*e.cfg.SyncPeriod {
+		e.checkOwed = time.Time{}
+		return false
+	}
+	return true
 }
 
 // checkState makes every family's next Sync a full one when FullSyncPeriod

@@ -359,3 +359,45 @@ func TestCheckIsNotASync(t *testing.T) {
 	clock.advance(DefaultFullSyncPeriod)
 	run("periodic run that forces a full sync", true, false, false)
 }
+
+// TestCheckPutOffWhileChangesCome: a periodic sync right after a Request
+// puts its check off, for at most three periods; a periodic sync after a
+// quiet second checks.
+func TestCheckPutOffWhileChangesCome(t *testing.T) {
+	w := newWorld(t)
+	w.addUDPService("dns", "198.19.0.10", "198.18.64.2")
+	e, b, clock, events := newTestEngine(t, w, nil)
+	ctx := context.Background()
+	if err := e.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	periodic := func(afterRequest bool) SyncEvent {
+		t.Helper()
+		b.mu.Lock()
+		b.missing = "chain KUBE-SERVICES" // what a check finds, until a sync
+		b.mu.Unlock()
+		clock.advance(30 * time.Second)
+		if afterRequest {
+			e.Request()
+			clock.advance(200 * time.Millisecond)
+		}
+		if _, err := e.run(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		return (*events)[len(*events)-1]
+	}
+	for i := range 3 {
+		if ev := periodic(true); !ev.CheckDeferred || len(ev.Drift) != 0 {
+			t.Errorf("periodic sync %d, 200 ms after a change: check put off %v, drift %v; want put off, no drift", i+1, ev.CheckDeferred, ev.Drift)
+		}
+	}
+	if ev := periodic(true); ev.CheckDeferred || ev.Drift[v1.IPv4Protocol] != "chain KUBE-SERVICES" {
+		t.Errorf("periodic sync after three put off: check put off %v, drift %v; want the check, and its drift", ev.CheckDeferred, ev.Drift)
+	}
+	if ev := periodic(true); !ev.CheckDeferred {
+		t.Error("the next period's check, right after a change, is not put off: the count of periods put off did not restart")
+	}
+	if ev := periodic(false); ev.CheckDeferred || ev.Drift[v1.IPv4Protocol] != "chain KUBE-SERVICES" {
+		t.Errorf("periodic sync 30 s after the last change: check put off %v, drift %v; want the check, and its drift", ev.CheckDeferred, ev.Drift)
+	}
+}

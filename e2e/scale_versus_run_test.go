@@ -112,12 +112,6 @@ func runVersusMode(t *testing.T, r versusRun) versusResult {
 
 	metrics := metricsClient(ns)
 	waitMetrics(t, metrics, versusMetricsURL, m.name+"'s first sync", lastSyncLine)
-	if syncs := parseSyncs(p.log.String()); !m.kubeProxy && len(syncs) > 0 {
-		// Our first sync starts once the informers' initial lists are in.
-		res.afterLists = res.wholeState - syncs[0].start.Sub(start)
-		t.Logf("%s: the whole state in the kernel %v after the initial lists (the first sync's start, %v after the proxy's)",
-			m.name, res.afterLists.Round(time.Millisecond), syncs[0].start.Sub(start).Round(time.Millisecond))
-	}
 	// The warm-up change: the first sync's work is over once it is in.
 	poll.add(r.warm, lastEndpoint(r.spec, r.warm, r.version), time.Now(), "warm")
 	if err := apply(r.client, changedSlice(r.spec, r.warm, r.version, time.Now())); err != nil {
@@ -127,6 +121,13 @@ func runVersusMode(t *testing.T, r versusRun) versusResult {
 		t.Fatalf("%s: the warm-up change not in the kernel within 5 minutes", m.name)
 	}
 	waitMetrics(t, metrics, versusMetricsURL, "the warm-up change to be observed", regexp.MustCompile(`(?m)^`+programmingMetric+`_count`))
+	if syncs := parseSyncs(p.log.String()); !m.kubeProxy && len(syncs) > 0 {
+		// Our first sync starts once the informers' initial lists are in
+		// (its synced line, logged after the metrics, is there by now).
+		res.afterLists = res.wholeState - syncs[0].start.Sub(start)
+		t.Logf("%s: the whole state in the kernel %v after the initial lists (the first sync's start, %v after the proxy's)",
+			m.name, res.afterLists.Round(time.Millisecond), syncs[0].start.Sub(start).Round(time.Millisecond))
+	}
 	before := waitSettled(t, metrics, versusMetricsURL, 60*time.Second)
 
 	cpu0 := procCPU(t, pid)

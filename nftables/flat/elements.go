@@ -79,7 +79,9 @@ func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs
 			continue
 		}
 		if !o.owns(s, f) {
-			warns = append(warns, r.warn(s, fmt.Sprintf("%v is served by another Service port", f)))
+			if owner, ok := o.otherOwner(s, f); ok {
+				warns = append(warns, r.warn(s, fmt.Sprintf("%v is also Service port %s's, which takes it: not served there", f, owner)))
+			}
 			continue
 		}
 		r.frontend(p, s, f, comment)

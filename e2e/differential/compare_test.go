@@ -287,10 +287,13 @@ type probe struct {
 	// packet's destination (address, port and protocol).
 	shared bool
 	// unordered: an endpoint of a Service port at the packet's
-	// destination, or, for hairpin, the source as an endpoint of the
-	// packet's protocol, is one whose copy kube-proxy keeps depends on the
-	// order of its map of slices (unorderedCopies).
+	// destination is one whose copy kube-proxy keeps depends on the order
+	// of its map of slices (unorderedCopies).
 	unordered bool
+	// unorderedHairpin: the source is, with the packet's protocol, such an
+	// endpoint of some Service port: whether it is in kube-proxy's
+	// nftables hairpin set depends on that order too.
+	unorderedHairpin bool
 }
 
 func (p probe) String() string {
@@ -331,12 +334,13 @@ func probes(svcs []*v1.Service, eps []*discovery.EndpointSlice, ipv6 bool) []pro
 					for _, pr := range []v1.Protocol{proto, other[proto]} {
 						p := trace.Packet{Protocol: pr, Src: netip.AddrPortFrom(s.addr, 40000), Dst: f.dst, FromNode: s.fromNode, ToNode: f.toNode}
 						owners := claims[claim{pr, f.dst}]
-						unordered := s.name == "hairpin" && unorderedHairpin[addrProto{s.addr, pr}]
+						unordered := false
 						for _, sp := range owners {
 							unordered = unordered || unorderedPorts[sp]
 						}
 						out = append(out, probe{service: svc.Namespace + "/" + svc.Name, front: f, src: s, packet: p,
-							shared: len(owners) > 1, unordered: unordered})
+							shared: len(owners) > 1, unordered: unordered,
+							unorderedHairpin: s.name == "hairpin" && unorderedHairpin[addrProto{s.addr, pr}]})
 					}
 				}
 			}
@@ -362,8 +366,8 @@ func comparable(o trace.Outcome) trace.Outcome {
 // by the test; no other difference is tolerated.
 type undefinedCase struct {
 	name, reason string
-	// covers reports whether p is a probe of this case.
-	covers func(p probe) bool
+	// covers reports whether p is a probe of this case in mode.
+	covers func(mode string, p probe) bool
 }
 
 // undefinedCases are kube-proxy's undefined cases the generated states
@@ -375,9 +379,9 @@ var undefinedCases = []undefinedCase{
 			"that is not terminating (the first when all are), reading the slices in the order of a Go map; " +
 			"where the copies it may keep differ (on this node or not, conditions, hints), its choice varies " +
 			"between runs. Ours reads the slices in name order (package endpoints), which is one of kube-proxy's " +
-			"orders. Covered: the probes of the Service ports with such an endpoint, and hairpin from such an " +
-			"address with the port's protocol (its element in the nftables hairpin set)",
-		covers: func(p probe) bool { return p.unordered },
+			"orders. Covered: the probes of the Service ports with such an endpoint, and in nftables mode hairpin " +
+			"from such an address with the port's protocol through any Service (its element in the hairpin set)",
+		covers: func(mode string, p probe) bool { return p.unordered || p.unorderedHairpin && mode != "iptables" },
 	},
 	{
 		name: "two Service ports with one frontend",
@@ -385,7 +389,7 @@ var undefinedCases = []undefinedCase{
 			"load-balancer IPs), which one kube-proxy's rules serve depends on the order it iterates its map of " +
 			"Service ports (iptables: the first rule written; nftables: the map element written last). Ours " +
 			"is fixed (ruleset.Ruleset.Owner) and named in a warning",
-		covers: func(p probe) bool { return p.shared },
+		covers: func(_ string, p probe) bool { return p.shared },
 	},
 }
 
@@ -411,7 +415,7 @@ type comparison struct {
 }
 
 // compare evaluates every probe under ref's and ours' rules of one family.
-func compare(ref, ours evaluator, ps []probe) comparison {
+func compare(mode string, ref, ours evaluator, ps []probe) comparison {
 	c := comparison{undefined: map[string]int{}, verdicts: map[string]int{}}
 	for _, p := range ps {
 		c.probes++
@@ -437,7 +441,7 @@ func compare(ref, ours evaluator, ps []probe) comparison {
 		if why == "" {
 			continue
 		}
-		if i := slices.IndexFunc(undefinedCases, func(u undefinedCase) bool { return rerr == nil && oerr == nil && u.covers(p) }); i >= 0 {
+		if i := slices.IndexFunc(undefinedCases, func(u undefinedCase) bool { return rerr == nil && oerr == nil && u.covers(mode, p) }); i >= 0 {
 			c.undefined[undefinedCases[i].name]++
 			continue
 		}

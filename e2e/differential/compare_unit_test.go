@@ -54,7 +54,7 @@ func TestCompareFindsDifferences(t *testing.T) {
 		{"another target", rules(to("198.18.64.2:8080", "198.18.66.2:8080")), len(ps) / 2}, // the TCP probes, not the UDP ones
 		{"no rules", rules(""), len(ps) / 2},
 	} {
-		c := compare(ref, tc.ours, ps)
+		c := compare("iptables", ref, tc.ours, ps)
 		if c.probes != len(ps) || len(c.differences) != tc.diffs {
 			t.Errorf("%s: %d probes, %d differences, want %d and %d: %v", tc.name, c.probes, len(c.differences), len(ps), tc.diffs, c.differences)
 		}
@@ -143,9 +143,9 @@ func TestUndefinedCases(t *testing.T) {
 		}
 		for _, p := range ps {
 			hairpinTCP := p.src.name == "hairpin" && p.src.addr == netip.MustParseAddr("198.18.64.2") && p.packet.Protocol == v1.ProtocolTCP
-			want := tc.unordered && (p.service == namespace+"/a" && p.packet.Protocol == v1.ProtocolTCP || hairpinTCP)
-			if p.unordered != want || p.shared {
-				t.Errorf("%s: probe %v: unordered %v, shared %v, want %v and false", tc.name, p, p.unordered, p.shared, want)
+			want := tc.unordered && p.service == namespace+"/a" && p.packet.Protocol == v1.ProtocolTCP
+			if p.unordered != want || p.unorderedHairpin != (tc.unordered && hairpinTCP) || p.shared {
+				t.Errorf("%s: probe %v: unordered %v, hairpin %v, shared %v, want %v, %v and false", tc.name, p, p.unordered, p.unorderedHairpin, p.shared, want, tc.unordered && hairpinTCP)
 			}
 		}
 	}
@@ -170,25 +170,28 @@ func TestUndefinedCases(t *testing.T) {
 		{"two Services, one external IP", []*v1.Service{ext("a", false), ext("b", false)}, true},
 	} {
 		for _, p := range probes(tc.svcs, nil, false) {
-			if want := tc.shared && p.packet.Protocol == v1.ProtocolTCP; p.shared != want || p.unordered {
+			if want := tc.shared && p.packet.Protocol == v1.ProtocolTCP; p.shared != want || p.unordered || p.unorderedHairpin {
 				t.Errorf("%s: probe %v: shared %v, unordered %v, want %v and false", tc.name, p, p.shared, p.unordered, want)
 			}
 		}
 	}
 
 	// Each case covers its own probes.
+	copies := []string{"copies of one endpoint in two slices, kept by map order"}
 	for _, tc := range []struct {
-		name string
-		p    probe
-		want []string
+		name, mode string
+		p          probe
+		want       []string
 	}{
-		{"unordered copies", probe{unordered: true}, []string{"copies of one endpoint in two slices, kept by map order"}},
-		{"shared frontend", probe{shared: true}, []string{"two Service ports with one frontend"}},
-		{"neither", probe{}, nil},
+		{"unordered copies", "iptables", probe{unordered: true}, copies},
+		{"hairpin of unordered copies, nftables", "nftables (flat layout)", probe{unorderedHairpin: true}, copies},
+		{"hairpin of unordered copies, iptables (no hairpin set)", "iptables", probe{unorderedHairpin: true}, nil},
+		{"shared frontend", "iptables", probe{shared: true}, []string{"two Service ports with one frontend"}},
+		{"neither", "nftables (kube-proxy layout)", probe{}, nil},
 	} {
 		var got []string
 		for _, u := range undefinedCases {
-			if u.covers(tc.p) {
+			if u.covers(tc.mode, tc.p) {
 				got = append(got, u.name)
 			}
 		}

@@ -145,7 +145,7 @@ func (w *world) run(t *testing.T, pairs []pair) {
 					rt.Fatalf("%s: our rules do not parse: %v\n%s", p.mode, err, ours)
 				}
 				ps := probes(stored, st.slices, ipv6)
-				c := compare(re, oe, ps)
+				c := compare(p.mode, re, oe, ps)
 				if index <= kernelStates {
 					sent, rep := sampleKernels(p, ps, re, oe)
 					sum[p.mode].kernel += sent

@@ -19,8 +19,9 @@
 // tolerated are in kube-proxy's undefined cases, where its outcome depends
 // on the order it iterates a Go map and so varies between its runs while
 // ours is fixed: copies of one endpoint in two slices of a Service port
-// that kube-proxy may keep either of (the probes of that port, and
-// hairpin from that address with the port's protocol), and a frontend
+// that kube-proxy may keep either of (the probes of that port, and in
+// nftables mode hairpin from that address with the port's protocol, its
+// element in the hairpin set), and a frontend
 // that Service ports of two Services claim (the probes to it). Each is
 // named, with its reason, in the test's undefinedCases, and the test
 // prints per mode the states and probes compared, the differences, the

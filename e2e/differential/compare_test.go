@@ -218,15 +218,19 @@ func copyOf(ep *discovery.Endpoint) endpointCopy {
 // the last copy that is not terminating, or the first when all are, so
 // the copies it may keep are the last non-terminating copy of each slice
 // that has one, or, when none has, the first copy of each slice. It
-// returns the Service ports with such an endpoint, and the address and
+// returns the Service ports with such an endpoint, the address and
 // protocol of each (the key of kube-proxy's nftables hairpin set, but for
-// the port).
-func unorderedCopies(eps []*discovery.EndpointSlice, ipv6 bool) (map[servicePort]bool, map[addrProto]bool) {
+// the port), and the Service ports with an endpoint listed more than once,
+// whether kube-proxy's choice depends on the order or not.
+func unorderedCopies(eps []*discovery.EndpointSlice, ipv6 bool) (ports map[servicePort]bool, hairpin map[addrProto]bool, listedTwice map[servicePort]bool) {
 	type key struct {
 		port servicePort
 		ep   netip.AddrPort
 	}
-	type candidates struct{ last, first map[string]endpointCopy }
+	type candidates struct {
+		last, first map[string]endpointCopy
+		copies      int
+	}
 	byKey := map[key]*candidates{}
 	for _, es := range eps {
 		if (es.AddressType == discovery.AddressTypeIPv6) != ipv6 {
@@ -249,10 +253,11 @@ func unorderedCopies(eps []*discovery.EndpointSlice, ipv6 bool) (map[servicePort
 				k := key{sp, netip.AddrPortFrom(a, uint16(*port.Port))}
 				c := byKey[k]
 				if c == nil {
-					c = &candidates{map[string]endpointCopy{}, map[string]endpointCopy{}}
+					c = &candidates{last: map[string]endpointCopy{}, first: map[string]endpointCopy{}}
 					byKey[k] = c
 				}
 				cp := copyOf(ep)
+				c.copies++
 				if _, ok := c.first[es.Name]; !ok {
 					c.first[es.Name] = cp
 				}
@@ -262,8 +267,9 @@ func unorderedCopies(eps []*discovery.EndpointSlice, ipv6 bool) (map[servicePort
 			}
 		}
 	}
-	ports, hairpin := map[servicePort]bool{}, map[addrProto]bool{}
+	ports, hairpin, listedTwice = map[servicePort]bool{}, map[addrProto]bool{}, map[servicePort]bool{}
 	for k, c := range byKey {
+		listedTwice[k.port] = listedTwice[k.port] || c.copies > 1
 		kept := c.last
 		if len(kept) == 0 {
 			kept = c.first
@@ -273,7 +279,7 @@ func unorderedCopies(eps []*discovery.EndpointSlice, ipv6 bool) (map[servicePort
 			hairpin[addrProto{k.ep.Addr(), k.port.protocol}] = true
 		}
 	}
-	return ports, hairpin
+	return ports, hairpin, listedTwice
 }
 
 // probe is one packet of a state, to be evaluated under both proxies'
@@ -294,6 +300,10 @@ type probe struct {
 	// endpoint of some Service port: whether it is in kube-proxy's
 	// nftables hairpin set depends on that order too.
 	unorderedHairpin bool
+	// listedTwice: a Service port at the packet's destination has an
+	// endpoint listed more than once in its slices (kube-proxy's choice
+	// of copy may or may not depend on its map order).
+	listedTwice bool
 }
 
 func (p probe) String() string {
@@ -320,7 +330,7 @@ func probes(svcs []*v1.Service, eps []*discovery.EndpointSlice, ipv6 bool) []pro
 			}
 		}
 	}
-	unorderedPorts, unorderedHairpin := unorderedCopies(eps, ipv6)
+	unorderedPorts, unorderedHairpin, listedTwice := unorderedCopies(eps, ipv6)
 	for _, svc := range svcs {
 		srcs := sources(ipv6, endpointAddrs(eps, svc.Name, ipv6))
 		for proto, fs := range frontends(svc, ipv6) {
@@ -334,12 +344,12 @@ func probes(svcs []*v1.Service, eps []*discovery.EndpointSlice, ipv6 bool) []pro
 					for _, pr := range []v1.Protocol{proto, other[proto]} {
 						p := trace.Packet{Protocol: pr, Src: netip.AddrPortFrom(s.addr, 40000), Dst: f.dst, FromNode: s.fromNode, ToNode: f.toNode}
 						owners := claims[claim{pr, f.dst}]
-						unordered := false
+						unordered, twice := false, false
 						for _, sp := range owners {
-							unordered = unordered || unorderedPorts[sp]
+							unordered, twice = unordered || unorderedPorts[sp], twice || listedTwice[sp]
 						}
 						out = append(out, probe{service: svc.Namespace + "/" + svc.Name, front: f, src: s, packet: p,
-							shared: len(owners) > 1, unordered: unordered,
+							shared: len(owners) > 1, unordered: unordered, listedTwice: twice,
 							unorderedHairpin: s.name == "hairpin" && unorderedHairpin[addrProto{s.addr, pr}]})
 					}
 				}
@@ -410,15 +420,30 @@ type comparison struct {
 	verdicts    map[string]int
 	differences []difference
 	// undefined counts the differences in each of kube-proxy's undefined
-	// cases (undefinedCases), by the case's name.
-	undefined map[string]int
+	// cases (undefinedCases), by the case's name; inCase, the probes of
+	// each case, whether their outcomes differ or not.
+	undefined, inCase map[string]int
+	// listedTwice counts the probes of Service ports with an endpoint
+	// listed more than once, of which deterministic are those outside
+	// every undefined case (they must agree).
+	listedTwice, listedTwiceDeterministic int
 }
 
 // compare evaluates every probe under ref's and ours' rules of one family.
 func compare(mode string, ref, ours evaluator, ps []probe) comparison {
-	c := comparison{undefined: map[string]int{}, verdicts: map[string]int{}}
+	c := comparison{undefined: map[string]int{}, inCase: map[string]int{}, verdicts: map[string]int{}}
 	for _, p := range ps {
 		c.probes++
+		covered := slices.IndexFunc(undefinedCases, func(u undefinedCase) bool { return u.covers(mode, p) })
+		if covered >= 0 {
+			c.inCase[undefinedCases[covered].name]++
+		}
+		if p.listedTwice {
+			c.listedTwice++
+			if covered < 0 {
+				c.listedTwiceDeterministic++
+			}
+		}
 		ro, rpath, rerr := ref.evaluate(p.packet)
 		oo, opath, oerr := ours.evaluate(p.packet)
 		v := ro.Verdict.String()
@@ -441,8 +466,8 @@ func compare(mode string, ref, ours evaluator, ps []probe) comparison {
 		if why == "" {
 			continue
 		}
-		if i := slices.IndexFunc(undefinedCases, func(u undefinedCase) bool { return rerr == nil && oerr == nil && u.covers(mode, p) }); i >= 0 {
-			c.undefined[undefinedCases[i].name]++
+		if covered >= 0 && rerr == nil && oerr == nil {
+			c.undefined[undefinedCases[covered].name]++
 			continue
 		}
 		d := difference{probe: p, ref: ro, ours: oo, why: why}

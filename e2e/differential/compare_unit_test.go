@@ -147,6 +147,9 @@ func TestUndefinedCases(t *testing.T) {
 			if p.unordered != want || p.unorderedHairpin != (tc.unordered && hairpinTCP) || p.shared {
 				t.Errorf("%s: probe %v: unordered %v, hairpin %v, shared %v, want %v, %v and false", tc.name, p, p.unordered, p.unorderedHairpin, p.shared, want, tc.unordered && hairpinTCP)
 			}
+			if twice := len(tc.copies) > 1 && p.service == namespace+"/a" && p.packet.Protocol == v1.ProtocolTCP; p.listedTwice != twice {
+				t.Errorf("%s: probe %v: listed twice %v, want %v", tc.name, p, p.listedTwice, twice)
+			}
 		}
 	}
 

@@ -94,9 +94,11 @@ func (w *world) putNode(zone string) {
 type totals struct {
 	states, probes int
 	// differences are the unexplained ones (each fails its state).
-	differences         int
-	kernel              int // probes also sent through both kernels
-	undefined, verdicts map[string]int
+	differences                 int
+	kernel                      int // probes also sent through both kernels
+	undefined, inCase, verdicts map[string]int
+	// listedTwice and listedTwiceDeterministic are comparison's.
+	listedTwice, listedTwiceDeterministic int
 }
 
 // run compares the pairs on generated states, one after another on the
@@ -109,7 +111,7 @@ func (w *world) run(t *testing.T, pairs []pair) {
 	}
 	sum := map[string]*totals{}
 	for _, p := range pairs {
-		sum[p.mode] = &totals{undefined: map[string]int{}, verdicts: map[string]int{}}
+		sum[p.mode] = &totals{undefined: map[string]int{}, inCase: map[string]int{}, verdicts: map[string]int{}}
 	}
 	var (
 		index    int
@@ -156,6 +158,11 @@ func (w *world) run(t *testing.T, pairs []pair) {
 				for name, n := range c.undefined {
 					s.undefined[name] += n
 				}
+				for name, n := range c.inCase {
+					s.inCase[name] += n
+				}
+				s.listedTwice += c.listedTwice
+				s.listedTwiceDeterministic += c.listedTwiceDeterministic
 				s.differences += len(c.differences)
 				for v, n := range c.verdicts {
 					s.verdicts[v] += n
@@ -187,8 +194,10 @@ func (w *world) run(t *testing.T, pairs []pair) {
 		t.Logf("%s: compared %d states, %d probes: %d differences, %d unexplained, %d in kube-proxy's undefined cases (kube-proxy's outcomes: %v); per state %v; %d probes also sent through both kernels",
 			p.mode, s.states, s.probes, s.differences+undefined, s.differences, undefined, s.verdicts, (elapsed / time.Duration(max(index, 1))).Round(time.Millisecond), s.kernel)
 		for _, u := range undefinedCases {
-			t.Logf("%s: %d probes differ in kube-proxy's undefined case %q", p.mode, s.undefined[u.name], u.name)
+			t.Logf("%s: kube-proxy's undefined case %q: %d probes, %d of them differ", p.mode, u.name, s.inCase[u.name], s.undefined[u.name])
 		}
+		t.Logf("%s: %d probes of Service ports with an endpoint listed twice, %d of them outside the undefined cases (all equal)",
+			p.mode, s.listedTwice, s.listedTwiceDeterministic)
 	}
 }
 

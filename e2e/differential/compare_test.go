@@ -376,8 +376,9 @@ func comparable(o trace.Outcome) trace.Outcome {
 // by the test; no other difference is tolerated.
 type undefinedCase struct {
 	name, reason string
-	// covers reports whether p is a probe of this case in mode.
-	covers func(mode string, p probe) bool
+	// covers reports whether p, whose outcomes are ref (kube-proxy's) and
+	// ours, is a probe of this case in mode.
+	covers func(mode string, p probe, ref, ours trace.Outcome) bool
 }
 
 // undefinedCases are kube-proxy's undefined cases the generated states
@@ -391,15 +392,18 @@ var undefinedCases = []undefinedCase{
 			"between runs. Ours reads the slices in name order (package endpoints), which is one of kube-proxy's " +
 			"orders. Covered: the probes of the Service ports with such an endpoint, and in nftables mode hairpin " +
 			"from such an address with the port's protocol through any Service (its element in the hairpin set)",
-		covers: func(mode string, p probe) bool { return p.unordered || p.unorderedHairpin && mode != "iptables" },
+		covers: func(mode string, p probe, _, _ trace.Outcome) bool {
+			return p.unordered || p.unorderedHairpin && mode != "iptables"
+		},
 	},
 	{
 		name: "two Service ports with one frontend",
 		reason: "when Service ports of two Services claim the same address, port and protocol (external or " +
 			"load-balancer IPs), which one kube-proxy's rules serve depends on the order it iterates its map of " +
 			"Service ports (iptables: the first rule written; nftables: the map element written last). Ours " +
-			"is fixed (ruleset.Ruleset.Owner) and named in a warning",
-		covers: func(_ string, p probe) bool { return p.shared },
+			"is fixed (ruleset.Ruleset.Owner) and named in a warning. Covered: the probes to such a frontend " +
+			"where the two proxies' rules name different Service ports (kube-proxy chose another)",
+		covers: func(_ string, p probe, ref, ours trace.Outcome) bool { return p.shared && ref.Service != ours.Service },
 	},
 }
 
@@ -434,7 +438,9 @@ func compare(mode string, ref, ours evaluator, ps []probe) comparison {
 	c := comparison{undefined: map[string]int{}, inCase: map[string]int{}, verdicts: map[string]int{}}
 	for _, p := range ps {
 		c.probes++
-		covered := slices.IndexFunc(undefinedCases, func(u undefinedCase) bool { return u.covers(mode, p) })
+		ro, rpath, rerr := ref.evaluate(p.packet)
+		oo, opath, oerr := ours.evaluate(p.packet)
+		covered := slices.IndexFunc(undefinedCases, func(u undefinedCase) bool { return u.covers(mode, p, ro, oo) })
 		if covered >= 0 {
 			c.inCase[undefinedCases[covered].name]++
 		}
@@ -444,8 +450,6 @@ func compare(mode string, ref, ours evaluator, ps []probe) comparison {
 				c.listedTwiceDeterministic++
 			}
 		}
-		ro, rpath, rerr := ref.evaluate(p.packet)
-		oo, opath, oerr := ours.evaluate(p.packet)
 		v := ro.Verdict.String()
 		if ro.Masquerade {
 			v += " masqueraded"

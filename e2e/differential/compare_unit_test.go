@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/trace"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -180,21 +183,27 @@ func TestUndefinedCases(t *testing.T) {
 	}
 
 	// Each case covers its own probes.
-	copies := []string{"copies of one endpoint in two slices, kept by map order"}
+	copies, shared := []string{"copies of one endpoint in two slices, kept by map order"}, []string{"two Service ports with one frontend"}
+	by := func(svc string) trace.Outcome {
+		return trace.Outcome{Verdict: ruleset.VerdictForward, Service: servicemap.PortName{Namespace: namespace, Name: svc, Port: "p0", Protocol: v1.ProtocolTCP}}
+	}
 	for _, tc := range []struct {
 		name, mode string
 		p          probe
+		ref, ours  trace.Outcome
 		want       []string
 	}{
-		{"unordered copies", "iptables", probe{unordered: true}, copies},
-		{"hairpin of unordered copies, nftables", "nftables (flat layout)", probe{unorderedHairpin: true}, copies},
-		{"hairpin of unordered copies, iptables (no hairpin set)", "iptables", probe{unorderedHairpin: true}, nil},
-		{"shared frontend", "iptables", probe{shared: true}, []string{"two Service ports with one frontend"}},
-		{"neither", "nftables (kube-proxy layout)", probe{}, nil},
+		{"unordered copies", "iptables", probe{unordered: true}, by("a"), by("a"), copies},
+		{"hairpin of unordered copies, nftables", "nftables (flat layout)", probe{unorderedHairpin: true}, by("a"), by("a"), copies},
+		{"hairpin of unordered copies, iptables (no hairpin set)", "iptables", probe{unorderedHairpin: true}, by("a"), by("a"), nil},
+		{"shared frontend, kube-proxy chose the other port", "iptables", probe{shared: true}, by("b"), by("a"), shared},
+		{"shared frontend, kube-proxy chose no port", "iptables", probe{shared: true}, trace.Outcome{}, by("a"), shared},
+		{"shared frontend, both chose one port", "iptables", probe{shared: true}, by("a"), by("a"), nil},
+		{"neither", "nftables (kube-proxy layout)", probe{}, by("b"), by("a"), nil},
 	} {
 		var got []string
 		for _, u := range undefinedCases {
-			if u.covers(tc.mode, tc.p) {
+			if u.covers(tc.mode, tc.p, tc.ref, tc.ours) {
 				got = append(got, u.name)
 			}
 		}

@@ -122,7 +122,9 @@ var drifts = map[string][]drift{
 // TestDriftFoundAndRepaired: each kind of object the proxy owns, broken
 // behind its back where the cheap checks do not look, is found by the
 // periodic check (logged, naming it), /healthz and a health check node
-// port answer 503 from then until the repair, and the Service is served
+// port answer 503 from then until the repair (the proxy logs its health
+// turning failing at the check and healthy once the repair is written,
+// before the drift line), and the Service is served
 // again within two sync-periods (nftables) or a bounded time (iptables,
 // whose deep check spaces itself by its cost: every period at this size).
 // What /healthz and the health check node port said while it was broken,
@@ -156,6 +158,7 @@ func TestDriftFoundAndRepaired(t *testing.T) {
 					t.Fatalf("%s: %v: %v\n%s", d.name, cmd, err, out)
 				}
 			}
+			logAt := len(p.log.String())
 			broken := time.Now()
 			if r, err := c.Clients[0].TCP(web, dropTimeout); err == nil && r.Identity == pod.Label {
 				t.Fatalf("%s: %s still served: the change did not break it", d.name, web)
@@ -188,6 +191,16 @@ func TestDriftFoundAndRepaired(t *testing.T) {
 				t.Errorf("%s: no drift log line", d.name)
 			} else if i := strings.LastIndex(log, "rules changed behind the proxy's back"); !strings.Contains(log[i:], d.found) {
 				t.Errorf("%s: the drift log line does not name %q: %s", d.name, d.found, strings.SplitN(log[i:], "\n", 2)[0])
+			}
+			// In the log, in this order: /healthz failing from the check
+			// that found it, healthy once the repair is written, then the
+			// drift line of the repairing sync.
+			after := p.log.String()[logAt:]
+			failing := strings.Index(after, `msg="health changed" healthy=false syncFailing=true`)
+			healthy := strings.Index(after, `msg="health changed" healthy=true syncFailing=false`)
+			found := strings.Index(after, "rules changed behind the proxy's back")
+			if failing < 0 || healthy < failing || found < healthy {
+				t.Errorf("%s: health changes and drift line at %d, %d, %d; want failing, then healthy, then the drift line:\n%s", d.name, failing, healthy, found, after)
 			}
 			waitHealth := time.Now().Add(2 * time.Second)
 			for p.healthzOrZero() != http.StatusOK && time.Now().Before(waitHealth) {

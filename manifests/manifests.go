@@ -59,17 +59,33 @@ func Load(path string) (*state.Objects, []svcproxy.Warning, error) {
 	objs := &state.Objects{}
 	var warnings []svcproxy.Warning
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		w, err := parseFile(objs, f, nil)
 		if err != nil {
 			return nil, nil, err
-		}
-		w, err := parse(objs, data)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", filepath.Base(f), err)
 		}
 		warnings = append(warnings, w...)
 	}
 	return objs, warnings, nil
+}
+
+// parseFile appends the objects of file f to o, reading it as a stream
+// (never whole), and everything it reads to read when not nil. An error
+// of parsing names the file.
+func parseFile(o *state.Objects, f string, read io.Writer) ([]svcproxy.Warning, error) {
+	file, err := os.Open(f)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	var r io.Reader = file
+	if read != nil {
+		r = io.TeeReader(file, read)
+	}
+	w, err := parse(o, r)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(f), err)
+	}
+	return w, nil
 }
 
 // Files lists the files that Load reads at path: path itself when it is
@@ -103,7 +119,7 @@ func Files(path string) ([]string, error) {
 // Parse reads the objects in data, one file's contents.
 func Parse(data []byte) (*state.Objects, []svcproxy.Warning, error) {
 	objs := &state.Objects{}
-	w, err := parse(objs, data)
+	w, err := parse(objs, bytes.NewReader(data))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -121,9 +137,11 @@ type header struct {
 	Items []json.RawMessage `json:"items"`
 }
 
-// parse appends the objects in data to o.
-func parse(o *state.Objects, data []byte) ([]svcproxy.Warning, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+// parse appends the objects that r holds, one file's contents, to o. It
+// reads one document at a time: what it holds at once beyond the objects
+// is one document and what that document makes.
+func parse(o *state.Objects, r io.Reader) ([]svcproxy.Warning, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReaderSize(r, 64<<10))
 	var warnings []svcproxy.Warning
 	for doc := 1; ; doc++ {
 		raw, err := reader.Read()

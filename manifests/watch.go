@@ -184,39 +184,90 @@ func (w *Watcher) readFile(f string) (*fileRead, error) {
 	if prev != nil && prev.stat == stat {
 		return prev, nil
 	}
-	data, err := readLimited(f, limit)
+	hash, err := hashFile(f, limit)
 	if err != nil {
 		return nil, err
 	}
-	r := &fileRead{stat: stat, hash: sha256.Sum256(data)}
-	if prev != nil && prev.hash == r.hash {
-		r.objs, r.warnings, r.err = prev.objs, prev.warnings, prev.err
-		return r, nil
+	if prev != nil && prev.hash == hash {
+		return &fileRead{stat: stat, hash: hash, objs: prev.objs, warnings: prev.warnings, err: prev.err}, nil
 	}
-	r.objs, r.warnings, r.err = Parse(data)
-	return r, nil
+	return parseWatched(f, stat, limit)
 }
 
-// readLimited reads file f, failing when it holds more than limit bytes
-// (no limit when negative): it may have grown since it was stated.
-func readLimited(f string, limit int64) ([]byte, error) {
+// hashFile hashes file f as it streams it, failing when it holds more
+// than limit bytes (no limit when negative): it may have grown since it
+// was stated.
+func hashFile(f string, limit int64) ([32]byte, error) {
+	file, err := os.Open(f)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	defer file.Close()
+	h := sha256.New()
+	if _, err := copyLimited(h, file, f, limit); err != nil {
+		return [32]byte{}, err
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum, nil
+}
+
+// parseWatched parses file f as a stream, a document at a time, and
+// hashes what it parsed: the whole file, also when parsing failed (the
+// error is in the result then). The error it returns stops the Read: f
+// cannot be read, or holds more than limit bytes.
+func parseWatched(f, stat string, limit int64) (*fileRead, error) {
 	file, err := os.Open(f)
 	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
-	var r io.Reader = file
-	if limit > 0 {
-		r = io.LimitReader(file, limit+1)
+	h := sha256.New()
+	counted := &countingWriter{w: h}
+	var in io.Reader = file
+	if limit >= 0 {
+		in = io.LimitReader(file, limit+1)
 	}
-	data, err := io.ReadAll(r)
-	if err != nil {
+	r := io.TeeReader(in, counted)
+	objs := &state.Objects{}
+	warnings, perr := parse(objs, r)
+	if _, err := io.Copy(io.Discard, r); err != nil {
 		return nil, err
 	}
-	if limit > 0 && int64(len(data)) > limit {
+	if limit >= 0 && counted.n > limit {
 		return nil, fmt.Errorf("%s: more than the limit of %d bytes: not read", filepath.Base(f), limit)
 	}
-	return data, nil
+	read := &fileRead{stat: stat, objs: objs, warnings: warnings}
+	if perr != nil {
+		read.objs, read.warnings, read.err = nil, nil, perr
+	}
+	h.Sum(read.hash[:0])
+	return read, nil
+}
+
+// copyLimited copies r to w, failing when r holds more than limit bytes
+// (no limit when negative); f names the file in that error.
+func copyLimited(w io.Writer, r io.Reader, f string, limit int64) (int64, error) {
+	if limit < 0 {
+		return io.Copy(w, r)
+	}
+	n, err := io.Copy(w, io.LimitReader(r, limit+1))
+	if err == nil && n > limit {
+		err = fmt.Errorf("%s: more than the limit of %d bytes: not read", filepath.Base(f), limit)
+	}
+	return n, err
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Watch polls the manifests every poll interval, on the wall clock, until

@@ -1,4 +1,4 @@
-package iptables
+package iptables_test
 
 import (
 	"bytes"
@@ -13,20 +13,20 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/engine"
+	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/ruleset"
-	"github.com/svcproxy/svcproxy/servicemap"
 )
 
-// repairWatch is a Runner over a fakeKernel that, at the first restore
+// repairWatch is a Runner over a FakeKernel that, at the first restore
 // that writes after armed is set (the repair), calls during.
 type repairWatch struct {
-	k      *fakeKernel
+	k      *iptables.FakeKernel
 	mu     sync.Mutex
 	armed  bool
 	during func()
 }
 
-func (r *repairWatch) Run(ctx context.Context, cmd Command) error {
+func (r *repairWatch) Run(ctx context.Context, cmd iptables.Command) error {
 	r.mu.Lock()
 	repair := r.armed && cmd.Name == "iptables-restore" && !bytes.Contains(cmd.Stdin, []byte("\n-C "))
 	if repair {
@@ -46,7 +46,7 @@ func (r *repairWatch) Run(ctx context.Context, cmd Command) error {
 // after the first sync, failing at the check, healthy after the repair,
 // and /healthz is 503 while the repair's iptables-restore runs.
 func TestHealthDuringRepair(t *testing.T) {
-	k := newFakeKernel(t, v1.IPv4Protocol)
+	k := iptables.NewFakeKernel(t)
 	type answer struct {
 		Code        int
 		SyncFailing bool
@@ -60,13 +60,11 @@ func TestHealthDuringRepair(t *testing.T) {
 		json.Unmarshal(rec.Body.Bytes(), &body)
 		duringRepair = answer{rec.Code, body.SyncFailing}
 	}}
-	ex, err := NewExecutor(ExecutorConfig{Family: v1.IPv4Protocol, Runner: watch})
+	ex, err := iptables.NewExecutor(iptables.ExecutorConfig{Family: v1.IPv4Protocol, Runner: watch})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := build(t, testConfig(),
-		service("ns1", "web", "198.19.0.10"),
-		slice("ns1", "web", "web-1", 8080, v1.ProtocolTCP, readyEPs(2, false)...))
+	rs := iptables.WebRuleset(t)
 	changes := make(chan engine.Health, 8)
 	eng, err = engine.New(engine.Config{
 		Backends: map[v1.IPFamily]engine.Backend{v1.IPv4Protocol: ex},
@@ -97,16 +95,12 @@ func TestHealthDuringRepair(t *testing.T) {
 		t.Fatalf("health at the first sync: %+v", h)
 	}
 
-	// Behind the Executor's back (its lock held, as no Runner call is then
-	// under way): the Service's chain flushed, the deep check due.
-	ex.mu.Lock()
-	web := servicemap.PortName{Namespace: "ns1", Name: "web", Port: "p80", Protocol: v1.ProtocolTCP}
-	k.tables["nat"][ex.names.ServiceChain(web)] = nil
-	ex.deepDue = time.Time{}
+	// Behind the Executor's back: the Service's chain flushed, the deep
+	// check due.
 	watch.mu.Lock()
 	watch.armed = true
 	watch.mu.Unlock()
-	ex.mu.Unlock()
+	iptables.FlushServiceChain(ex, k, iptables.Web)
 
 	if h := next("at the check"); !h.Failing || h.Healthy {
 		t.Errorf("health once the check found the drift: %+v; want failing", h)
@@ -117,9 +111,7 @@ func TestHealthDuringRepair(t *testing.T) {
 	if want := (answer{http.StatusServiceUnavailable, true}); duringRepair != want {
 		t.Errorf("/healthz during the repair's restore: %+v; want %+v", duringRepair, want)
 	}
-	ex.mu.Lock()
-	defer ex.mu.Unlock()
-	if len(k.tables["nat"][ex.names.ServiceChain(web)]) == 0 {
+	if iptables.ServiceChainRules(ex, k, iptables.Web) == 0 {
 		t.Error("the Service's chain was not repaired")
 	}
 }

@@ -114,7 +114,7 @@ var drifts = map[string][]drift{
 				"add", "element", "ip", "svcproxy-flat", "cluster-1-tcp-targets", "{ 198.19.0.90 . tcp . 80 . 0 : " + addr + " . 1 }"}}
 		}, "cluster-1-tcp-targets has elements other than those written"},
 		{"the cluster group chain's rules replaced", func(t *testing.T, n *netns.Host) [][]string {
-			return replaceRules(t, n, "svcproxy-flat", "cluster", regexp.MustCompile(`@cluster-1-tcp-targets`), "drop")
+			return replaceRules(t, n, "svcproxy-flat", "cluster", regexp.MustCompile(`@cluster-1-tcp-targets`), "ip daddr 198.19.0.90 drop")
 		}, "chain cluster has rules other than those written"},
 	},
 }

@@ -21,10 +21,9 @@ import (
 // the packet path fills, with its number of elements and their content
 // (one dump each, compared with a digest of the elements the Ruleset
 // has). A rule or element replaced by another is found as one added or
-// deleted. A chain the Executor did not read right after writing it (a
-// full sync of an existing table through nft in one transaction, when the
-// chunked one over netlink cannot run) is read by the first check that
-// reads it, which cannot tell a change made in between. It returns what
+// deleted. A chain the Executor could not read right after writing it is
+// read by the first check that reads it, which cannot tell a change made
+// in between. It returns what
 // it found first, or "" when nothing; a full sync, forced with
 // RequestFullSync, repairs it.
 //

@@ -79,6 +79,10 @@ type fileRead struct {
 	objs     *state.Objects
 	warnings []svcproxy.Warning
 	err      error // why it could not be parsed; objs is nil then
+	// docs is what each of its documents made, for the next parse of
+	// the file to reuse (parse); after an error, the last parse's that
+	// succeeded.
+	docs docCache
 }
 
 // NewWatcher returns a Watcher of the file or directory at path (read as
@@ -189,9 +193,13 @@ func (w *Watcher) readFile(f string) (*fileRead, error) {
 		return nil, err
 	}
 	if prev != nil && prev.hash == hash {
-		return &fileRead{stat: stat, hash: hash, objs: prev.objs, warnings: prev.warnings, err: prev.err}, nil
+		return &fileRead{stat: stat, hash: hash, objs: prev.objs, warnings: prev.warnings, err: prev.err, docs: prev.docs}, nil
 	}
-	return parseWatched(f, stat, limit)
+	var prevDocs docCache
+	if prev != nil {
+		prevDocs = prev.docs
+	}
+	return parseWatched(f, stat, limit, prevDocs)
 }
 
 // hashFile hashes file f as it streams it, failing when it holds more
@@ -214,9 +222,10 @@ func hashFile(f string, limit int64) ([32]byte, error) {
 
 // parseWatched parses file f as a stream, a document at a time, and
 // hashes what it parsed: the whole file, also when parsing failed (the
-// error is in the result then). The error it returns stops the Read: f
-// cannot be read, or holds more than limit bytes.
-func parseWatched(f, stat string, limit int64) (*fileRead, error) {
+// error is in the result then). A document that prevDocs, what the last
+// parse of f made, records is not decoded again. The error it returns
+// stops the Read: f cannot be read, or holds more than limit bytes.
+func parseWatched(f, stat string, limit int64, prevDocs docCache) (*fileRead, error) {
 	file, err := os.Open(f)
 	if err != nil {
 		return nil, err
@@ -229,17 +238,17 @@ func parseWatched(f, stat string, limit int64) (*fileRead, error) {
 		in = io.LimitReader(file, limit+1)
 	}
 	r := io.TeeReader(in, counted)
-	objs := &state.Objects{}
-	warnings, perr := parse(objs, r)
+	objs, docs := &state.Objects{}, docCache{}
+	warnings, perr := parse(objs, r, prevDocs, docs)
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return nil, err
 	}
 	if limit >= 0 && counted.n > limit {
 		return nil, fmt.Errorf("%s: more than the limit of %d bytes: not read", filepath.Base(f), limit)
 	}
-	read := &fileRead{stat: stat, objs: objs, warnings: warnings}
+	read := &fileRead{stat: stat, objs: objs, warnings: warnings, docs: docs}
 	if perr != nil {
-		read.objs, read.warnings, read.err = nil, nil, perr
+		read.objs, read.warnings, read.err, read.docs = nil, nil, perr, prevDocs
 	}
 	h.Sum(read.hash[:0])
 	return read, nil

@@ -48,7 +48,9 @@ const DefaultMaxFileSize = 64 << 20
 // the new one whole, never a part.
 //
 // Read reads, hashes and parses only the files whose size or modification
-// time changed since the previous Read (the others' objects are kept), and
+// time changed since the previous Read (the others' objects are kept), each
+// as a stream, a document at a time, decoding only the documents whose
+// bytes changed (the others' objects are kept too), and
 // gives nothing to apply when no file's contents differ, so that a file
 // touched or rewritten unchanged gives nothing, and the same broken
 // contents give their error once. A file larger than MaxFileSize is an

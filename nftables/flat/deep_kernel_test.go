@@ -24,7 +24,8 @@ var firstElement = regexp.MustCompile(`elements = \{ ([^,}:]*?)(?: comment "[^"]
 // kept, an element of a targets map pointed at another address and a rule
 // of a group chain replaced; a full sync repairs each.
 // And an incremental sync of the Service port brings back its element
-// deleted behind the Executor's back.
+// deleted behind the Executor's back, and a rule replaced in a group chain
+// that an incremental sync rewrote is found.
 func TestKernelFlatDeepCheck(t *testing.T) {
 	netns.Require(t, "nft")
 	lab := netns.NewLab(t)
@@ -103,6 +104,23 @@ func TestKernelFlatDeepCheck(t *testing.T) {
 	}
 	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
 		t.Errorf("after the incremental sync of the changed Service port: %q, %v; want its element back", missing, err)
+	}
+
+	// A third endpoint: a target group of 3 appears, the group chain is
+	// rewritten through nft; a rule of it replaced then is found.
+	w.add(slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.64.4", node: node}, ep{ip: "198.18.64.5", node: node}))
+	if res, err := ex.Apply(ctx, w.build()); err != nil || res.Full || res.Netlink {
+		t.Fatalf("incremental sync rewriting the group chain: %+v, %v", res, err)
+	}
+	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
+		t.Fatalf("after the group chain's rewrite: %q, %v", missing, err)
+	}
+	replace := []string{"replace", "rule", "ip", flat.DefaultTable, "cluster", "handle", lastHandle(t, ns, "cluster"), "counter", "drop"}
+	if out, err := ns.Run(ctx, "nft", replace...); err != nil {
+		t.Fatalf("nft %v: %v\n%s", replace, err, out)
+	}
+	if missing, err := ex.CheckState(ctx); err != nil || !strings.HasPrefix(missing, "chain cluster has rules other than those written") {
+		t.Errorf("a rule of the group chain an incremental sync rewrote, replaced: %q, %v", missing, err)
 	}
 }
 

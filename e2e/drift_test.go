@@ -15,16 +15,19 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
 // drift is one kind of object broken behind a proxy's back: break returns
 // the commands that break it in the node's namespace (found from what the
-// kernel holds), and found is a part of the drift log line's "missing".
+// kernel holds), found is a part of the drift log line's "missing", and
+// kind its "kind" (svcproxy.DriftKind, the drift metric's label).
 type drift struct {
 	name    string
 	breakIt func(t *testing.T, node *netns.Host) [][]string
 	found   string
+	kind    svcproxy.DriftKind
 }
 
 // kernelLine runs cmd in node's namespace and returns the submatches of
@@ -68,60 +71,60 @@ var drifts = map[string][]drift{
 		{"a Service's chain flushed", func(t *testing.T, n *netns.Host) [][]string {
 			chain := kernelLine(t, n, webJump, "iptables-save", "-t", "nat")[2]
 			return [][]string{{"iptables", "-w", "-t", "nat", "-F", chain}}
-		}, "KUBE-SVC-"},
+		}, "KUBE-SVC-", svcproxy.DriftRule},
 		{"a Service's jump and chain deleted", func(t *testing.T, n *netns.Host) [][]string {
 			m := kernelLine(t, n, webJump, "iptables-save", "-t", "nat")
 			return [][]string{
 				append([]string{"iptables", "-w", "-t", "nat", "-D", "KUBE-SERVICES"}, ruleArgs(m[1])...),
 				{"iptables", "-w", "-t", "nat", "-F", m[2]}, {"iptables", "-w", "-t", "nat", "-X", m[2]}}
-		}, "KUBE-S"},
+		}, "KUBE-S", svcproxy.DriftRule},
 	},
 	"nftables": {
 		{"a Service's chain flushed", func(t *testing.T, n *netns.Host) [][]string {
 			chain := kernelLine(t, n, webServiceChain, "nft", "list", "chains", "ip")[1]
 			return [][]string{{"nft", "flush", "chain", "ip", "kube-proxy", chain}}
-		}, "chain service-"},
+		}, "chain service-", svcproxy.DriftRule},
 		{"a service-ips element deleted", func(*testing.T, *netns.Host) [][]string {
 			return [][]string{{"nft", "delete", "element", "ip", "kube-proxy", "service-ips", "{ 198.19.0.90 . tcp . 80 }"}}
-		}, "service-ips"},
+		}, "service-ips", svcproxy.DriftElement},
 		{"the service-ips map flushed", func(*testing.T, *netns.Host) [][]string {
 			return [][]string{{"nft", "flush", "map", "ip", "kube-proxy", "service-ips"}}
-		}, "service-ips"},
+		}, "service-ips", svcproxy.DriftElement},
 		{"a service-ips element pointed at another Service's chain", func(t *testing.T, n *netns.Host) [][]string {
 			other := kernelLine(t, n, elsewhereServiceChain, "nft", "list", "chains", "ip")[1]
 			return [][]string{{"nft", "delete", "element", "ip", "kube-proxy", "service-ips", "{ 198.19.0.90 . tcp . 80 }", ";",
 				"add", "element", "ip", "kube-proxy", "service-ips", "{ 198.19.0.90 . tcp . 80 : goto " + other + " }"}}
-		}, "service-ips has elements other than those written"},
+		}, "service-ips has elements other than those written", svcproxy.DriftElement},
 		{"a rule of a Service's chain replaced", func(t *testing.T, n *netns.Host) [][]string {
 			chain := kernelLine(t, n, webServiceChain, "nft", "list", "chains", "ip")[1]
 			return replaceRules(t, n, "kube-proxy", chain, regexp.MustCompile(`numgen|dnat|goto `), "drop")
-		}, "has rules other than those written"},
+		}, "has rules other than those written", svcproxy.DriftRule},
 	},
 	"nftables-flat": {
 		{"the cluster group chain flushed", func(*testing.T, *netns.Host) [][]string {
 			return [][]string{{"nft", "flush", "chain", "ip", "svcproxy-flat", "cluster"}}
-		}, "chain cluster"},
+		}, "chain cluster", svcproxy.DriftRule},
 		{"a targets map element deleted", func(t *testing.T, n *netns.Host) [][]string {
 			key := kernelLine(t, n, firstElement, "nft", "list", "map", "ip", "svcproxy-flat", "cluster-1-tcp-targets")[1]
 			return [][]string{{"nft", "delete", "element", "ip", "svcproxy-flat", "cluster-1-tcp-targets", "{ " + strings.TrimSpace(key) + " }"}}
-		}, "cluster-1-tcp-targets"},
+		}, "cluster-1-tcp-targets", svcproxy.DriftElement},
 		{"a frontend set element deleted", func(*testing.T, *netns.Host) [][]string {
 			return [][]string{{"nft", "delete", "element", "ip", "svcproxy-flat", "cluster-1-tcp", "{ 198.19.0.90 . tcp . 80 }"}}
-		}, "cluster-1-tcp"},
+		}, "cluster-1-tcp", svcproxy.DriftElement},
 		{"a targets map element pointed at another port", func(t *testing.T, n *netns.Host) [][]string {
 			addr := kernelLine(t, n, webTarget, "nft", "list", "map", "ip", "svcproxy-flat", "cluster-1-tcp-targets")[1]
 			return [][]string{{"nft", "delete", "element", "ip", "svcproxy-flat", "cluster-1-tcp-targets", "{ 198.19.0.90 . tcp . 80 . 0 }", ";",
 				"add", "element", "ip", "svcproxy-flat", "cluster-1-tcp-targets", "{ 198.19.0.90 . tcp . 80 . 0 : " + addr + " . 1 }"}}
-		}, "cluster-1-tcp-targets has elements other than those written"},
+		}, "cluster-1-tcp-targets has elements other than those written", svcproxy.DriftElement},
 		{"the cluster group chain's rules replaced", func(t *testing.T, n *netns.Host) [][]string {
 			return replaceRules(t, n, "svcproxy-flat", "cluster", regexp.MustCompile(`@cluster-1-tcp-targets`), "ip daddr 198.19.0.90 drop")
-		}, "chain cluster has rules other than those written"},
+		}, "chain cluster has rules other than those written", svcproxy.DriftRule},
 	},
 }
 
 // TestDriftFoundAndRepaired: each kind of object the proxy owns, broken
 // behind its back where the cheap checks do not look, is found by the
-// periodic check (logged, naming it), /healthz and a health check node
+// periodic check (logged, naming it and its kind), /healthz and a health check node
 // port answer 503 from then until the repair (the proxy logs its health
 // turning failing at the check and healthy once the repair is written,
 // before the drift line), and the Service is served
@@ -189,8 +192,8 @@ func TestDriftFoundAndRepaired(t *testing.T) {
 			log := p.log.String()
 			if strings.Count(log, "rules changed behind the proxy's back") <= repairsBefore {
 				t.Errorf("%s: no drift log line", d.name)
-			} else if i := strings.LastIndex(log, "rules changed behind the proxy's back"); !strings.Contains(log[i:], d.found) {
-				t.Errorf("%s: the drift log line does not name %q: %s", d.name, d.found, strings.SplitN(log[i:], "\n", 2)[0])
+			} else if i := strings.LastIndex(log, "rules changed behind the proxy's back"); !strings.Contains(log[i:], d.found) || !strings.Contains(log[i:], " kind="+string(d.kind)+" ") {
+				t.Errorf("%s: the drift log line does not name %q of kind %q: %s", d.name, d.found, d.kind, strings.SplitN(log[i:], "\n", 2)[0])
 			}
 			// In the log, in this order: /healthz failing from the check
 			// that found it, healthy once the repair is written, then the

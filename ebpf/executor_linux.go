@@ -566,37 +566,37 @@ func (e *Executor) RequestFullSync() {
 }
 
 // CheckState reads the family's elements back from the maps and says
-// what differs from the last Sync ("" when nothing, and before the first
-// Sync).
-func (e *Executor) CheckState(ctx context.Context) (string, error) {
+// what differs from the last Sync, of kind svcproxy.DriftElement (the zero
+// Drift when nothing, and before the first Sync).
+func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 	if !e.made() {
-		return "", errNotMade
+		return svcproxy.Drift{}, errNotMade
 	}
 	if e.last == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	objs, err := e.dp.load()
 	if err != nil {
-		return "", err
+		return svcproxy.Drift{}, err
 	}
 	have, err := readMaps(objs, e.family)
 	if err != nil {
-		return "", err
+		return svcproxy.Drift{}, err
 	}
 	n := Diff(have, e.last.Maps()).Len()
 	if e.lastNS != nil {
 		ns, err := readNorthSouth(e.dp.tc, e.lastNS.Size)
 		if err != nil {
-			return "", err
+			return svcproxy.Drift{}, err
 		}
 		if !maps.Equal(ns.Ext, e.lastNS.Ext) || !maps.Equal(ns.Maglev, e.lastNS.Maglev) || !maps.Equal(ns.Ranges, e.lastNS.Ranges) {
 			n++
 		}
 	}
 	if n == 0 {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
-	return fmt.Sprintf("%d %s map elements (or tc maps) missing, different or extra", n, e.family), nil
+	return svcproxy.Drift{Kind: svcproxy.DriftElement, What: fmt.Sprintf("%d %s map elements (or tc maps) missing, different or extra", n, e.family)}, nil
 }
 
 // Cleanup removes the programs, links, pins and maps of both families

@@ -60,7 +60,7 @@ type Config struct {
 	ConntrackSCTP bool
 	// Registerer, when not nil, gets the engine's metrics: kube-proxy's
 	// kubeproxy_sync_proxy_rules_* and kubeproxy_network_programming_*
-	// ones and svcproxy_sync_drift_repairs_total (by family) and
+	// ones and svcproxy_sync_drift_repairs_total (by family and kind of drift) and
 	// svcproxy_sync_periodic_full_total.
 	Registerer prometheus.Registerer
 	// OnSync, when not nil, is called after every sync, from the goroutine
@@ -85,9 +85,9 @@ type SyncEvent struct {
 	// FullSyncPeriod made it full in every family.
 	Periodic, ForcedFull bool
 	// Drift has, for each family whose state the periodic check found
-	// changed (and so synced fully), what was missing, or why the check
-	// failed.
-	Drift map[v1.IPFamily]string
+	// changed (and so synced fully), what it found first, or, of Kind
+	// svcproxy.DriftCheckFailed, why the check failed.
+	Drift map[v1.IPFamily]svcproxy.Drift
 	// Rulesets is the state synced; nil when the Provider failed (a nil
 	// Ruleset reads as empty).
 	Rulesets map[v1.IPFamily]*ruleset.Ruleset
@@ -188,7 +188,9 @@ func New(cfg Config) (*Engine, error) {
 		cleaned:  map[v1.IPFamily]*ruleset.Ruleset{},
 	}
 	for _, f := range e.families {
-		e.metrics.driftRepairs.WithLabelValues(string(f)) // exported at 0 from the start
+		for _, k := range svcproxy.DriftKinds() {
+			e.metrics.driftRepairs.WithLabelValues(string(f), string(k)) // exported at 0 from the start
+		}
 	}
 	if cfg.Registerer != nil {
 		if err := e.metrics.register(cfg.Registerer); err != nil {
@@ -316,19 +318,22 @@ func (e *Engine) checkState(ctx context.Context, ev *SyncEvent) {
 		return
 	}
 	for _, f := range e.families {
-		missing, err := e.cfg.Backends[f].CheckState(ctx)
-		if missing == "" && err == nil {
+		drift, err := e.cfg.Backends[f].CheckState(ctx)
+		if !drift.Found() && err == nil {
 			continue
 		}
 		if err != nil {
-			missing = fmt.Sprintf("state check failed: %v", err)
+			drift = svcproxy.Drift{Kind: svcproxy.DriftCheckFailed, What: fmt.Sprintf("state check failed: %v", err)}
+		}
+		if !slices.Contains(svcproxy.DriftKinds(), drift.Kind) {
+			drift.Kind = svcproxy.DriftOther // the metric's labels stay bounded
 		}
 		if ev.Drift == nil {
-			ev.Drift = map[v1.IPFamily]string{}
+			ev.Drift = map[v1.IPFamily]svcproxy.Drift{}
 		}
-		ev.Drift[f] = missing
+		ev.Drift[f] = drift
 		e.setHealth(true, time.Time{}) // missing until the repair succeeds
-		e.metrics.driftRepairs.WithLabelValues(string(f)).Inc()
+		e.metrics.driftRepairs.WithLabelValues(string(f), string(drift.Kind)).Inc()
 		e.cfg.Backends[f].RequestFullSync()
 	}
 }

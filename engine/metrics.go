@@ -16,8 +16,8 @@ type metrics struct {
 	programmingDuration prometheus.Histogram
 	syncFailures        prometheus.Counter
 	// periodicFullSyncs counts the syncs that Config.FullSyncPeriod forced
-	// to be full; driftRepairs, by family, the full syncs of a family
-	// whose state the periodic check found changed.
+	// to be full; driftRepairs, by family and svcproxy.DriftKind, the full
+	// syncs of a family whose state the periodic check found changed.
 	periodicFullSyncs prometheus.Counter
 	driftRepairs      *prometheus.CounterVec
 }
@@ -66,7 +66,7 @@ func newMetrics() *metrics {
 		driftRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: "svcproxy", Name: "sync_drift_repairs_total",
 			Help: "Full syncs of a family whose rules the periodic check found changed behind the proxy's back",
-		}, []string{"family"}),
+		}, []string{"family", "kind"}),
 	}
 }
 

@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftexec"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -23,36 +24,46 @@ import (
 // has). A rule or element replaced by another is found as one added or
 // deleted. A chain the Executor could not read right after writing it is
 // read by the first check that reads it, which cannot tell a change made
-// in between. It returns what
-// it found first, or "" when nothing; a full sync, forced with
-// RequestFullSync, repairs it.
+// in between. It returns what it found first, classified (the table,
+// a chain, a set or a map missing; a chain's rules, among them the jumps
+// between the table's chains; a set's or map's elements), or the zero
+// Drift when nothing; a full sync, forced with RequestFullSync, repairs
+// it.
 //
 // Before the first Sync, or after a failed one, there is nothing to compare
-// and it returns "".
-func (e *Executor) CheckState(ctx context.Context) (string, error) {
+// and it returns the zero Drift.
+func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 	if !e.made() {
-		return "", errNotMade
+		return svcproxy.Drift{}, errNotMade
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.last == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	r, err := newRenderer(e.last.Config(), e.cfg.Options)
 	if err != nil {
-		return "", err
+		return svcproxy.Drift{}, err
 	}
 	fixed := append(fixedChains[:len(fixedChains):len(fixedChains)], baseChainNames()...)
-	if missing, err := e.t.CheckNames(ctx, fixed, r.fixedSetsAndMaps()); missing != "" || err != nil {
+	var sets, maps []string
+	for _, name := range r.fixedSetsAndMaps() {
+		if fixedKind(name) == "set" {
+			sets = append(sets, name)
+		} else {
+			maps = append(maps, name)
+		}
+	}
+	if missing, err := e.t.CheckNames(ctx, fixed, sets, maps); missing.Found() || err != nil {
 		return missing, err
 	}
 	if e.t.NL == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	if e.expectedFor != e.last {
 		want, err := expected(e.last, e.cfg.Options)
 		if err != nil {
-			return "", err
+			return svcproxy.Drift{}, err
 		}
 		e.expected, e.expectedFor = want, e.last
 	}
@@ -78,7 +89,7 @@ func expected(rs *ruleset.Ruleset, opts Options) (nftexec.Expected, error) {
 	none := func(string) bool { return false }
 	r.fixed(rec, none, false)
 	newFullState(r, rs, &Result{}, none, false).services(rec, rs.Services())
-	want := nftexec.Expected{Rules: map[string]int{}, Elements: map[string]nftnl.Digest{}}
+	want := nftexec.Expected{Rules: map[string]int{}, Elements: map[string]nftnl.Digest{}, Maps: map[string]bool{}}
 	counted := map[string]bool{}
 	for _, o := range rec.ops {
 		switch o.kind {
@@ -104,11 +115,13 @@ func expected(rs *ruleset.Ruleset, opts Options) (nftexec.Expected, error) {
 				if _, ok := want.Elements[s.Name]; !ok {
 					want.Elements[s.Name] = nftnl.Digest{}
 				}
+				want.Maps[s.Name] = o.kind == kindMap
 			case opFlush:
 				want.Elements[s.Name] = nftnl.Digest{}
 			case opDelete:
 				counted[s.Name] = false
 				delete(want.Elements, s.Name)
+				delete(want.Maps, s.Name)
 			}
 		case kindSetElement, kindMapElement:
 			if !counted[o.elem.Set] {

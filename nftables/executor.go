@@ -467,10 +467,7 @@ func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map
 	}
 	var elements []*knftables.Element
 	for _, name := range r.fixedSetsAndMaps() {
-		kind := "map"
-		if name == setClusterIPs || name == setNodePortIPs || name == setHairpin {
-			kind = "set"
-		}
+		kind := fixedKind(name)
 		if name == setNodePortIPs || !slices.Contains(existing[kind], name) {
 			continue
 		}

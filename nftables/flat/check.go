@@ -3,6 +3,7 @@ package flat
 import (
 	"context"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftexec"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -22,34 +23,41 @@ import (
 // may store as more elements, with its number of elements and their
 // content (one dump each, compared with a digest of the elements the
 // Ruleset has). A rule or element replaced by another is found as one
-// added or deleted. It returns what it found first, or "" when nothing; a
-// full sync, forced with RequestFullSync, repairs it.
+// added or deleted. It returns what it found first, classified (the
+// table, a chain, a set or a map missing; a chain's rules, among them the
+// jumps between the table's chains; a set's or map's elements), or the
+// zero Drift when nothing; a full sync, forced with RequestFullSync,
+// repairs it.
 //
 // Before the first Sync, or after a failed one, there is nothing to
-// compare and it returns "".
-func (e *Executor) CheckState(ctx context.Context) (string, error) {
+// compare and it returns the zero Drift.
+func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 	if !e.made() {
-		return "", errNotMade
+		return svcproxy.Drift{}, errNotMade
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.last == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	r := newFlatRenderer(e.last.Config(), e.cfg.Options)
 	var chains []string
 	for _, c := range append(r.flatBaseChains(), r.flatFixedChains()...) {
 		chains = append(chains, c.Name)
 	}
-	var sets []string
+	var sets, maps []string
 	for _, s := range r.flatFixedSets() {
-		sets = append(sets, s.Name)
+		if s.IsMap() {
+			maps = append(maps, s.Name)
+		} else {
+			sets = append(sets, s.Name)
+		}
 	}
-	if missing, err := e.t.CheckNames(ctx, chains, sets); missing != "" || err != nil {
+	if missing, err := e.t.CheckNames(ctx, chains, sets, maps); missing.Found() || err != nil {
 		return missing, err
 	}
 	if e.t.NL == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	if e.expectedFor != e.last {
 		e.expected, e.expectedFor = expected(e.last, e.cfg.Options), e.last
@@ -69,13 +77,14 @@ const deepSlices = 1
 // every set and map but the dynamic and interval ones.
 func expected(rs *ruleset.Ruleset, opts Options) nftexec.Expected {
 	_, t, _ := flatTable(rs, opts)
-	want := nftexec.Expected{Rules: map[string]int{}, Elements: map[string]nftnl.Digest{}}
+	want := nftexec.Expected{Rules: map[string]int{}, Elements: map[string]nftnl.Digest{}, Maps: map[string]bool{}}
 	for _, c := range t.Chains {
 		want.Rules[c.Name] = len(c.Rules)
 	}
 	for _, s := range t.Sets {
 		if !s.Dynamic && !s.Expiring && s.Timeout == 0 && !s.Interval {
 			want.Elements[s.Name] = nftnl.Digest{}
+			want.Maps[s.Name] = s.IsMap()
 		}
 	}
 	for i := range t.Elements {

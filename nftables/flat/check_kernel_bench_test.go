@@ -42,13 +42,13 @@ func BenchmarkKernelFlatCheckState(b *testing.B) {
 	if _, err := ex.Apply(ctx, rs); err != nil {
 		b.Fatal(err)
 	}
-	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-		b.Fatalf("CheckState: %q, %v", missing, err)
+	if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+		b.Fatalf("CheckState: %+v, %v", missing, err)
 	}
 	cpu := processCPU(b)
 	for b.Loop() {
-		if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-			b.Fatalf("CheckState: %q, %v", missing, err)
+		if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+			b.Fatalf("CheckState: %+v, %v", missing, err)
 		}
 	}
 	perCheck := (processCPU(b) - cpu) / time.Duration(b.N)

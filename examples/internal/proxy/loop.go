@@ -81,8 +81,8 @@ func (p *proxy) desired(context.Context) (engine.Desired, error) {
 // the Rulesets synced.
 func (p *proxy) onSync(ev engine.SyncEvent) {
 	for _, f := range p.families {
-		if missing, ok := ev.Drift[f]; ok {
-			p.log.Warn("rules changed behind the proxy's back: full sync", "family", f, "missing", missing)
+		if d, ok := ev.Drift[f]; ok {
+			p.log.Warn("rules changed behind the proxy's back: full sync", "family", f, "kind", d.Kind, "missing", d.What)
 		}
 		if c, ok := ev.Conntrack[f]; ok {
 			switch {

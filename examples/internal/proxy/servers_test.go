@@ -71,7 +71,7 @@ func TestServers(t *testing.T) {
 		"kubeproxy_sync_partial_proxy_rules_duration_seconds_bucket",
 		"kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.",
 		"kubeproxy_sync_proxy_rules_failures_total 0",
-		`svcproxy_sync_drift_repairs_total{family="IPv4"} 0`,
+		`svcproxy_sync_drift_repairs_total{family="IPv4",kind="chain"} 0`,
 		"svcproxy_sync_periodic_full_total 0",
 		"svcproxy_manifest_reloads_total 0",
 		"svcproxy_manifest_errors_total 0",

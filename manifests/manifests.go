@@ -28,7 +28,6 @@
 package manifests
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
@@ -37,13 +36,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/svcproxy/svcproxy"
@@ -139,14 +138,17 @@ type header struct {
 }
 
 // parse appends the objects that r holds, one file's contents, to o. It
-// reads one document at a time: what it holds at once beyond the objects
-// is one document and what that document makes. When next is not nil it
-// records there what each document made, by the hash of its bytes, and a
-// document that prev (which may be nil) records is not decoded again: its
-// objects, the same pointers, are appended.
+// reads one document at a time, into one buffer: what it holds at once
+// beyond the objects is one document and what that document makes. When
+// next is not nil it records there what each document made, by the hash of
+// its bytes, and a document that prev (which may be nil) records is not
+// decoded again: its objects, the same pointers, are appended. An
+// EndpointSlice that is decoded shares what it has equal with the one of
+// the same name prev holds (shareEndpointSlice).
 func parse(o *state.Objects, r io.Reader, prev, next docCache) ([]svcproxy.Warning, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReaderSize(r, 64<<10))
+	reader := newDocReader(r)
 	var warnings []svcproxy.Warning
+	var previous map[objectName]*discovery.EndpointSlice // prev's, once needed
 	for doc := 1; ; doc++ {
 		raw, err := reader.Read()
 		if errors.Is(err, io.EOF) {
@@ -173,6 +175,12 @@ func parse(o *state.Objects, r io.Reader, prev, next docCache) ([]svcproxy.Warni
 			if d.warnings, err = document(&d.objs, raw, doc); err != nil {
 				return nil, err
 			}
+			if len(d.objs.EndpointSlices) > 0 && previous == nil {
+				previous = prev.endpointSlices()
+			}
+			for _, es := range d.objs.EndpointSlices {
+				shareEndpointSlice(es, previous[objectName{es.Namespace, es.Name}])
+			}
 		}
 		next[key] = d
 		o.Services = append(o.Services, d.objs.Services...)
@@ -186,6 +194,55 @@ func parse(o *state.Objects, r io.Reader, prev, next docCache) ([]svcproxy.Warni
 // docCache is what the documents of a file made, by the hash of their
 // bytes (docKeyOf), for the next parse of the file to reuse.
 type docCache map[docKey]*docRead
+
+// objectName is an object's namespace and name.
+type objectName struct{ namespace, name string }
+
+// endpointSlices are the EndpointSlices that c's documents made, by
+// name.
+func (c docCache) endpointSlices() map[objectName]*discovery.EndpointSlice {
+	byName := map[objectName]*discovery.EndpointSlice{}
+	for _, d := range c {
+		for _, es := range d.objs.EndpointSlices {
+			byName[objectName{es.Namespace, es.Name}] = es
+		}
+	}
+	return byName
+}
+
+// shareEndpointSlice makes es, just decoded, share with old (which may be
+// nil), the EndpointSlice of the same namespace and name that the previous
+// parse of the file made, what it has equal to it: its name and namespace,
+// labels, annotations, address type and ports, and every endpoint equal to
+// old's at the same index. A slice with one endpoint changed then holds
+// little more than its list of endpoints and what changed, so that a
+// reload that changes every slice of a file does not hold each twice while
+// the previous objects are still in use. Parsed objects are never
+// modified, so sharing their parts is safe.
+func shareEndpointSlice(es, old *discovery.EndpointSlice) {
+	if old == nil {
+		return
+	}
+	m, om := &es.ObjectMeta, &old.ObjectMeta
+	m.Namespace, m.Name = om.Namespace, om.Name
+	if reflect.DeepEqual(m.Labels, om.Labels) {
+		m.Labels = om.Labels
+	}
+	if reflect.DeepEqual(m.Annotations, om.Annotations) {
+		m.Annotations = om.Annotations
+	}
+	if es.AddressType == old.AddressType {
+		es.AddressType = old.AddressType
+	}
+	if reflect.DeepEqual(es.Ports, old.Ports) {
+		es.Ports = old.Ports
+	}
+	for i := range min(len(es.Endpoints), len(old.Endpoints)) {
+		if reflect.DeepEqual(es.Endpoints[i], old.Endpoints[i]) {
+			es.Endpoints[i] = old.Endpoints[i]
+		}
+	}
+}
 
 // docKey is the first 16 bytes of the SHA-256 of a document.
 type docKey [16]byte

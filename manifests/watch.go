@@ -240,7 +240,7 @@ func parseWatched(f, stat string, limit int64, prevDocs docCache) (*fileRead, er
 		in = io.LimitReader(file, limit+1)
 	}
 	r := io.TeeReader(in, counted)
-	objs, docs := &state.Objects{}, docCache{}
+	objs, docs := &state.Objects{}, make(docCache, len(prevDocs))
 	warnings, perr := parse(objs, r, prevDocs, docs)
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		return nil, err

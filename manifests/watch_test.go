@@ -296,6 +296,68 @@ func TestWatcherParsesChangedFilesOnly(t *testing.T) {
 	}
 }
 
+// sliceDoc is an EndpointSlice document of Service web with an endpoint
+// on node-a at each of addrs.
+func sliceDoc(name string, addrs ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  namespace: ns\n  name: %s\n"+
+		"  labels: {kubernetes.io/service-name: web}\naddressType: IPv4\nports: [{name: p, port: 8080, protocol: TCP}]\nendpoints:\n", name)
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "- addresses: [%s]\n  conditions: {ready: true}\n  nodeName: node-a\n", a)
+	}
+	return b.String() + "---\n"
+}
+
+// TestWatcherSharesUnchangedParts: an EndpointSlice whose document changed
+// is decoded again, and holds what the Parse of the file holds, but shares
+// with the previous one of its name the parts that are equal (labels,
+// ports, each endpoint equal at the same index), and not the ones that
+// changed; another slice shares nothing with it.
+func TestWatcherSharesUnchangedParts(t *testing.T) {
+	before := sliceDoc("web-1", "198.18.64.2", "198.18.64.3") + sliceDoc("web-2", "198.18.64.4")
+	after := sliceDoc("web-1", "198.18.64.2", "198.18.64.9") + sliceDoc("web-2", "198.18.64.4", "198.18.64.5")
+	path := watchedFile(t, before)
+	w := manifests.NewWatcher(path, 0)
+	first, err := w.Read()
+	if err != nil || first == nil {
+		t.Fatalf("first Read: %+v, %v", first, err)
+	}
+	if err := os.WriteFile(path, []byte(after), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, time.Now(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	next, err := w.Read()
+	if err != nil || next == nil {
+		t.Fatalf("Read after the change: %+v, %v", next, err)
+	}
+	parsed, _, err := manifests.Parse([]byte(after))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(parsed.EndpointSlices, next.Objects.EndpointSlices); diff != "" {
+		t.Errorf("the Watcher's slices differ from Parse's (-Parse +Watcher):\n%s", diff)
+	}
+	old, now := first.Objects.EndpointSlices, next.Objects.EndpointSlices
+	for _, c := range []struct {
+		what       string
+		got, share bool
+	}{
+		{"web-1 is a new object", now[0] != old[0], true},
+		{"web-1's labels", fmt.Sprintf("%p", now[0].Labels) == fmt.Sprintf("%p", old[0].Labels), true},
+		{"web-1's ports", &now[0].Ports[0] == &old[0].Ports[0], true},
+		{"web-1's unchanged endpoint's node name", now[0].Endpoints[0].NodeName == old[0].Endpoints[0].NodeName, true},
+		{"web-1's changed endpoint's node name", now[0].Endpoints[1].NodeName == old[0].Endpoints[1].NodeName, false},
+		{"web-1's and web-2's first endpoint's node name", now[0].Endpoints[0].NodeName == now[1].Endpoints[0].NodeName, false},
+		{"web-2's unchanged endpoint's node name", now[1].Endpoints[0].NodeName == old[1].Endpoints[0].NodeName, true},
+	} {
+		if c.got != c.share {
+			t.Errorf("%s: shared %v, want %v", c.what, c.got, c.share)
+		}
+	}
+}
+
 // TestWatcherMaxFileSize: a file larger than MaxFileSize is a one-line
 // error naming it and its size, and its objects are not applied; once
 // within the limit it is read.

@@ -217,8 +217,8 @@ func (c docCache) endpointSlices() map[objectName]*discovery.EndpointSlice {
 // old's at the same index. A slice with one endpoint changed then holds
 // little more than its list of endpoints and what changed, so that a
 // reload that changes every slice of a file does not hold each twice while
-// the previous objects are still in use. Parsed objects are never
-// modified, so sharing their parts is safe.
+// the previous objects are still in use. A Watcher's objects are not to be
+// modified (Input), so sharing their parts is safe.
 func shareEndpointSlice(es, old *discovery.EndpointSlice) {
 	if old == nil {
 		return

@@ -17,7 +17,9 @@ import (
 	"github.com/svcproxy/svcproxy/state"
 )
 
-// Input is one read of a manifests path by a Watcher.
+// Input is one read of a manifests path by a Watcher. Its objects, and
+// parts of them, are shared with the Inputs of later Reads: the caller must
+// not modify them.
 type Input struct {
 	Objects  *state.Objects
 	Warnings []svcproxy.Warning
@@ -50,7 +52,8 @@ const DefaultMaxFileSize = 64 << 20
 // Read reads, hashes and parses only the files whose size or modification
 // time changed since the previous Read (the others' objects are kept), each
 // as a stream, a document at a time, decoding only the documents whose
-// bytes changed (the others' objects are kept too), and
+// bytes changed (the others' objects are kept too; a changed EndpointSlice
+// shares what it has equal with the one of its name it replaces), and
 // gives nothing to apply when no file's contents differ, so that a file
 // touched or rewritten unchanged gives nothing, and the same broken
 // contents give their error once. A file larger than MaxFileSize is an

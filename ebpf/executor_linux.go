@@ -41,7 +41,7 @@ type Config struct {
 	// pods' namespaces here: a socket iterator sees one namespace.
 	SocketNamespaces []string
 	// NorthSouth, when set, loads the tc programs too and attaches them
-	// as it says (IPv4 only; their links are not pinned).
+	// as it says (their links are not pinned).
 	NorthSouth *NorthSouthConfig
 }
 
@@ -490,12 +490,12 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 	return *details, nil
 }
 
-// syncNorthSouth makes the tc maps hold rs's north-south contents (IPv4,
-// with Config.NorthSouth): from the maps read back on a full sync, from
-// the last Sync's otherwise.
+// syncNorthSouth makes the tc maps hold rs's north-south contents (with
+// Config.NorthSouth): from the family's elements read back on a full
+// sync, from the last Sync's otherwise.
 func (e *Executor) syncNorthSouth(rs *ruleset.Ruleset, want *Contents, full bool, details *SyncDetails) error {
 	cfg := e.dp.cfg.NorthSouth
-	if cfg == nil || e.family != v1.IPv4Protocol {
+	if cfg == nil {
 		return nil
 	}
 	ns, err := RenderNorthSouth(rs, want, cfg.MaglevSize)
@@ -504,7 +504,7 @@ func (e *Executor) syncNorthSouth(rs *ruleset.Ruleset, want *Contents, full bool
 	}
 	have := e.lastNS
 	if full || have == nil {
-		if have, err = readNorthSouth(e.dp.tc, ns.Size); err != nil {
+		if have, err = readNorthSouth(e.dp.tc, e.family, ns.Size); err != nil {
 			return err
 		}
 	}
@@ -585,7 +585,7 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 	}
 	n := Diff(have, e.last.Maps()).Len()
 	if e.lastNS != nil {
-		ns, err := readNorthSouth(e.dp.tc, e.lastNS.Size)
+		ns, err := readNorthSouth(e.dp.tc, e.family, e.lastNS.Size)
 		if err != nil {
 			return "", err
 		}

@@ -14,11 +14,11 @@ import (
 // ExtValue is a value of the svcp_ext map of bpf/tc.c (struct ext_value):
 // what a flow arriving from outside at an external frontend meets. With
 // no flag it goes to the backend that Maglev table ID gives its flow
-// hash, its source masqueraded to Masq unless that is zero.
+// hash, its source masqueraded to Masq unless that is the zero Addr.
 type ExtValue struct {
 	ID    uint32
 	Flags uint32
-	Masq  [4]byte
+	Masq  Addr
 	// Firewall is the key of the frontend's source ranges in Ranges
 	// (with FlagFirewall).
 	Firewall uint32
@@ -31,16 +31,26 @@ type MaglevKey struct {
 }
 
 // RangeKey is a key of the svcp_ranges LPM trie: source prefix Addr/n of
-// the firewall ID, as Prefixlen 32+n.
+// the firewall ID, as Prefixlen 32+n with n counted in Addr's 16 bytes
+// (an IPv4 prefix /m has n = 96+m).
 type RangeKey struct {
 	Prefixlen uint32
 	ID        uint32
-	Addr      [4]byte
+	Addr      Addr
+}
+
+// rangeKeyOf is the key of source prefix p under firewall id.
+func rangeKeyOf(id uint32, p netip.Prefix) RangeKey {
+	c := cidrKeyOf(p)
+	return RangeKey{Prefixlen: 32 + c.Prefixlen, ID: id, Addr: c.Addr}
 }
 
 // NorthSouth is the contents of the maps of the tc programs (bpf/tc.c),
-// which translate IPv4 flows that arrive from outside at node ports,
-// external IPs and load-balancer IPs.
+// which translate flows that arrive from outside at node ports, external
+// IPs and load-balancer IPs, for one IP family: both families share the
+// maps, told apart by the family of the keys' addresses and by the group
+// IDs of the Maglev tables and source ranges (those of IPv6 have the
+// v6Group bit).
 type NorthSouth struct {
 	Ext    map[ServiceKey]ExtValue
 	Maglev map[MaglevKey]BackendValue
@@ -49,30 +59,31 @@ type NorthSouth struct {
 	Size int
 }
 
-// RenderNorthSouth computes the tc maps of rs, an IPv4 Ruleset whose
+// RenderNorthSouth computes the tc maps of rs, a Ruleset whose
 // socket maps c holds (its group IDs name the Maglev tables), with Maglev
 // tables of size entries (maglev.DefaultSize for 0). For each external
 // frontend a Service port owns, it holds what a flow from outside the
 // cluster meets (ruleset.Ruleset.Decide for an arriving source outside
 // the pod network): the Maglev table of its External route's targets,
-// masquerading to the first of Config.NodePortAddresses where the Service
-// masquerades external traffic (kept when there is none), or a flag
-// (rejected: a TCP SYN is answered with a reset, anything else dropped;
-// dropped), and a load-balancer IP with source ranges lets only them
-// through (and its own load-balancer IPs, where FirewallAllowsNode says
-// so). An IPv6
-// Ruleset gives no elements: the tc slice is IPv4 only.
+// masquerading to the first of Config.NodePortAddresses of the Ruleset's
+// family where the Service masquerades external traffic (kept when there
+// is none), or a flag (rejected: a TCP SYN is answered with a reset,
+// anything else with an ICMP or ICMPv6 port unreachable; dropped), and a
+// load-balancer IP with source ranges lets only them through (and its own
+// load-balancer IPs, where FirewallAllowsNode says so). IPv4 and IPv6
+// Rulesets share the maps: their keys do not collide.
 func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, error) {
 	if size == 0 {
 		size = maglev.DefaultSize
 	}
 	ns := &NorthSouth{Ext: map[ServiceKey]ExtValue{}, Maglev: map[MaglevKey]BackendValue{}, Ranges: map[RangeKey]uint8{}, Size: size}
-	if rs == nil || c == nil || rs.Config().Family != v1.IPv4Protocol {
+	if rs == nil || c == nil || c.family != rs.Config().Family {
 		return ns, nil
 	}
-	var masq [4]byte
-	if i := slices.IndexFunc(rs.Config().NodePortAddresses, netip.Addr.Is4); i >= 0 {
-		masq = rs.Config().NodePortAddresses[i].As4()
+	family := rs.Config().Family
+	var masq Addr
+	if i := slices.IndexFunc(rs.Config().NodePortAddresses, func(a netip.Addr) bool { return a.Is6() == (family == v1.IPv6Protocol) }); i >= 0 {
+		masq = AddrOf(rs.Config().NodePortAddresses[i])
 	}
 	tables := map[uint32]bool{}
 	for _, s := range rs.Services() {
@@ -91,7 +102,7 @@ func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, 
 			}
 			k := ServiceKey{Addr: AddrOf(f.Addr), Port: f.Port, Proto: proto}
 			if f.Kind == ruleset.KindNodePort {
-				k = NodePortKey(v1.IPv4Protocol, f.Port, proto)
+				k = NodePortKey(family, f.Port, proto)
 			}
 			ns.Ext[k] = v
 			if v.Flags&FlagFirewall != 0 {
@@ -118,7 +129,7 @@ func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, 
 // ExternalTraffic.Masquerade says. The firewall applies first, to the
 // flows that reach the Service's rules (ruleset.Service.Firewalled:
 // ExternalTraffic.Steered).
-func extValue(s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries, masq [4]byte) (ExtValue, bool) {
+func extValue(s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries, masq Addr) (ExtValue, bool) {
 	var v ExtValue
 	if kind == ruleset.KindLoadBalancerIP && s.ExternalTraffic.Steered && s.UsesFirewall() {
 		v.Flags, v.Firewall = FlagFirewall, p.base
@@ -141,15 +152,16 @@ func extValue(s *ruleset.Service, kind ruleset.FrontendKind, p *portEntries, mas
 // addRanges adds the source ranges of s (and, with FirewallAllowsNode, its
 // load-balancer IPs) under firewall id.
 func (ns *NorthSouth) addRanges(s *ruleset.Service, id uint32) {
+	v6 := id&v6Group != 0
 	for _, r := range s.LoadBalancerSourceRanges {
-		if r.Addr().Is4() {
-			ns.Ranges[RangeKey{Prefixlen: 32 + uint32(r.Bits()), ID: id, Addr: r.Masked().Addr().As4()}] = 1
+		if r.Addr().Is6() == v6 {
+			ns.Ranges[rangeKeyOf(id, r)] = 1
 		}
 	}
 	if s.FirewallAllowsNode {
 		for _, ip := range s.LoadBalancerIPs {
-			if ip.Is4() {
-				ns.Ranges[RangeKey{Prefixlen: 64, ID: id, Addr: ip.As4()}] = 1
+			if ip.Is6() == v6 {
+				ns.Ranges[rangeKeyOf(id, netip.PrefixFrom(ip, ip.BitLen()))] = 1
 			}
 		}
 	}
@@ -184,13 +196,17 @@ type ExtTranslation struct {
 // a node address; the source ranges; the reject and drop flags; the
 // Maglev table.
 func (ns *NorthSouth) Lookup(nodeAddrs map[Addr]uint8, proto uint8, src netip.Addr, dst netip.AddrPort) ExtTranslation {
-	if ns == nil || !dst.Addr().Unmap().Is4() {
+	if ns == nil || !dst.IsValid() {
 		return ExtTranslation{}
+	}
+	family := v1.IPv4Protocol
+	if dst.Addr().Unmap().Is6() {
+		family = v1.IPv6Protocol
 	}
 	k := ServiceKey{Addr: AddrOf(dst.Addr()), Port: dst.Port(), Proto: proto}
 	v, ok := ns.Ext[k]
 	if !ok && nodeAddrs[k.Addr] != 0 {
-		v, ok = ns.Ext[NodePortKey(v1.IPv4Protocol, dst.Port(), proto)]
+		v, ok = ns.Ext[NodePortKey(family, dst.Port(), proto)]
 	}
 	switch {
 	case !ok:
@@ -208,8 +224,8 @@ func (ns *NorthSouth) Lookup(nodeAddrs map[Addr]uint8, proto uint8, src netip.Ad
 			t.Entries[b.AddrPort()]++
 		}
 	}
-	if v.Masq != ([4]byte{}) {
-		t.Masquerade = netip.AddrFrom4(v.Masq)
+	if v.Masq != (Addr{}) {
+		t.Masquerade = v.Masq.Netip()
 	}
 	return t
 }
@@ -220,8 +236,8 @@ func (ns *NorthSouth) allowed(id uint32, src netip.Addr) bool {
 		if k.ID != id {
 			continue
 		}
-		p := netip.PrefixFrom(netip.AddrFrom4(k.Addr), int(k.Prefixlen)-32)
-		if p.Contains(src.Unmap()) {
+		p := netip.PrefixFrom(netip.AddrFrom16(k.Addr), int(k.Prefixlen)-32)
+		if p.Contains(netip.AddrFrom16(AddrOf(src))) {
 			return true
 		}
 	}

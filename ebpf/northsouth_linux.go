@@ -9,6 +9,7 @@ import (
 
 	cebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	v1 "k8s.io/api/core/v1"
 )
 
 // NorthSouthConfig says where the tc programs (bpf/tc.c) attach: to the
@@ -90,28 +91,35 @@ func (d *Dataplane) loadNorthSouth(objs *sockObjects) (*tcObjects, []link.Link, 
 	return tc, links, nil
 }
 
-// readNorthSouth reads the tc maps back.
-func readNorthSouth(tc *tcObjects, size int) (*NorthSouth, error) {
+// readNorthSouth reads the elements of family back from the tc maps.
+func readNorthSouth(tc *tcObjects, family v1.IPFamily, size int) (*NorthSouth, error) {
 	ns := &NorthSouth{Ext: map[ServiceKey]ExtValue{}, Maglev: map[MaglevKey]BackendValue{}, Ranges: map[RangeKey]uint8{}, Size: size}
+	v6 := family == v1.IPv6Protocol
 	var sk ServiceKey
 	var ev ExtValue
 	it := tc.SvcpExt.Iterate()
 	for it.Next(&sk, &ev) {
-		ns.Ext[sk] = ev
+		if ofFamily(sk.Addr, family) {
+			ns.Ext[sk] = ev
+		}
 	}
 	errs := []error{it.Err()}
 	var mk MaglevKey
 	var bv BackendValue
 	it = tc.SvcpMaglev.Iterate()
 	for it.Next(&mk, &bv) {
-		ns.Maglev[mk] = bv
+		if (mk.ID&v6Group != 0) == v6 {
+			ns.Maglev[mk] = bv
+		}
 	}
 	errs = append(errs, it.Err())
 	var rk RangeKey
 	var one uint8
 	it = tc.SvcpRanges.Iterate()
 	for it.Next(&rk, &one) {
-		ns.Ranges[rk] = one
+		if (rk.ID&v6Group != 0) == v6 {
+			ns.Ranges[rk] = one
+		}
 	}
 	errs = append(errs, it.Err())
 	if err := errors.Join(errs...); err != nil {

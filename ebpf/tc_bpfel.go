@@ -22,8 +22,8 @@ type tcBeValue struct {
 
 type tcCtKey struct {
 	_     structs.HostLayout
-	Saddr uint32
-	Daddr uint32
+	Saddr [4]uint32
+	Daddr [4]uint32
 	Sport uint16
 	Dport uint16
 	Proto uint8
@@ -32,18 +32,17 @@ type tcCtKey struct {
 
 type tcCtValue struct {
 	_     structs.HostLayout
-	Addr  uint32
+	Addr  [4]uint32
 	Port  uint16
 	Pad   uint16
-	Addr2 uint32
-	Pad2  uint32
+	Addr2 [4]uint32
 }
 
 type tcExtValue struct {
 	_     structs.HostLayout
 	Id    uint32
 	Flags uint32
-	Masq  uint32
+	Masq  [4]uint32
 	Fw    uint32
 }
 
@@ -57,7 +56,7 @@ type tcRangeKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Id        uint32
-	Addr      uint32
+	Addr      [4]uint32
 }
 
 type tcSvcKey struct {

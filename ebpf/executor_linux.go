@@ -455,6 +455,9 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 	want := Render(rs, e.last)
 	var ops Ops
 	var gone []BackendValue
+	var packed chunkWrites
+	slots := -1 // the backend slots written, when packed
+	current := func(ck chunkKey) (backendChunk, error) { return lookupChunk(objs, ck) }
 	if full {
 		have, err := readMaps(objs, e.family)
 		if err != nil {
@@ -462,21 +465,28 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 			return SyncDetails{}, err
 		}
 		if have.empty() {
-			ops = want.AllOps()
+			ops, packed, slots = want.allOps(true)
 		} else {
 			ops, gone = Diff(have, want.Maps()), goneEndpoints(e.last, have, want)
 		}
+		current = fromSlots(have.Backends)
 	} else {
 		ops = Changes(e.last, want)
 		for _, at := range GoneEndpoints(e.last, want) {
 			gone = append(gone, BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()})
 		}
 	}
-	if err := applyOps(objs, ops); err != nil {
+	if slots < 0 {
+		if packed, err = packBackends(ops.PutBackends, ops.DelBackends, current); err != nil {
+			e.last = nil
+			return SyncDetails{}, err
+		}
+	}
+	if err := applyOps(objs, ops, packed); err != nil {
 		e.last, e.full = nil, true
 		return SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}}, err
 	}
-	details := &SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}, Puts: puts(ops), Deletes: ops.Len() - puts(ops), GoneEndpoints: len(gone)}
+	details := &SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}, Puts: puts(ops) + max(slots, 0), Deletes: ops.Len() - puts(ops), GoneEndpoints: len(gone)}
 	if err := e.syncNorthSouth(rs, want, full, details); err != nil {
 		e.last, e.full = nil, true
 		return SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}}, err
@@ -634,12 +644,17 @@ func readMaps(o *sockObjects, family v1.IPFamily) (*Maps, error) {
 		}
 	}
 	errs = append(errs, it.Err())
-	var bk BackendKey
-	var bv BackendValue
+	var bk chunkKey
+	var chunk backendChunk
 	it = o.SvcpBackends.Iterate()
-	for it.Next(&bk, &bv) {
-		if (bk.ID&v6Group != 0) == (family == v1.IPv6Protocol) {
-			m.Backends[bk] = bv
+	for it.Next(&bk, &chunk) {
+		if (bk.ID&v6Group != 0) != (family == v1.IPv6Protocol) {
+			continue
+		}
+		for i, bv := range chunk {
+			if bv != (BackendValue{}) {
+				m.Backends[BackendKey{bk.ID, bk.Chunk*chunkSlots + uint32(i)}] = bv
+			}
 		}
 	}
 	errs = append(errs, it.Err())
@@ -741,19 +756,45 @@ func ones(n int) []uint8 {
 	return v
 }
 
-// applyOps applies ops in their order, stopping at the first failure: no
-// service is written before the backends it points at.
-func applyOps(o *sockObjects, ops Ops) error {
-	bk, bv := split(ops.PutBackends)
+// lookupChunk is the backends element ck, the zero chunk when there is
+// none.
+func lookupChunk(o *sockObjects, ck chunkKey) (backendChunk, error) {
+	var c backendChunk
+	if err := o.SvcpBackends.Lookup(ck, &c); err != nil && !errors.Is(err, cebpf.ErrKeyNotExist) {
+		return backendChunk{}, fmt.Errorf("ebpf: reading backends element %v: %w", ck, err)
+	}
+	return c, nil
+}
+
+// applyOps applies ops in their order, with w the backends map's element
+// changes that its backend slots make (packBackends), stopping at the
+// first failing step: no service is written before the backends it
+// points at, and no slot is cleared before the services stop pointing at
+// it. The writes before the services' (the backends and the sets) go on
+// two goroutines when they are many, as in a first sync.
+func applyOps(o *sockObjects, ops Ops, w chunkWrites) error {
 	sk, sv := split(ops.PutServices)
+	half := len(w.PutKeys) / 2
+	first := []func() error{
+		func() error { return putAll(o.SvcpBackends, w.PutKeys[:half], w.PutValues[:half]) },
+		func() error {
+			return errors.Join(putAll(o.SvcpNodeAddrs, ops.PutNodeAddrs, ones(len(ops.PutNodeAddrs))),
+				putAll(o.SvcpClusAddrs, ops.PutClusterAddrs, ones(len(ops.PutClusterAddrs))),
+				putAll(o.SvcpSvcCidrs, ops.PutServiceCIDRs, ones(len(ops.PutServiceCIDRs))),
+				putAll(o.SvcpBackends, w.PutKeys[half:], w.PutValues[half:]))
+		},
+	}
 	steps := []func() error{
-		func() error { return putAll(o.SvcpBackends, bk, bv) },
-		func() error { return putAll(o.SvcpNodeAddrs, ops.PutNodeAddrs, ones(len(ops.PutNodeAddrs))) },
-		func() error { return putAll(o.SvcpClusAddrs, ops.PutClusterAddrs, ones(len(ops.PutClusterAddrs))) },
-		func() error { return putAll(o.SvcpSvcCidrs, ops.PutServiceCIDRs, ones(len(ops.PutServiceCIDRs))) },
+		func() error {
+			if len(w.PutKeys)+len(ops.PutClusterAddrs) < concurrentMin {
+				return errors.Join(first[0](), first[1]())
+			}
+			return concurrently(first...)
+		},
 		func() error { return putAll(o.SvcpServices, sk, sv) },
 		func() error { return deleteAll(o.SvcpServices, ops.DelServices) },
-		func() error { return deleteAll(o.SvcpBackends, ops.DelBackends) },
+		func() error { return putAll(o.SvcpBackends, w.ClearKeys, w.ClearValues) },
+		func() error { return deleteAll(o.SvcpBackends, w.Delete) },
 		func() error { return deleteAll(o.SvcpNodeAddrs, ops.DelNodeAddrs) },
 		func() error { return deleteAll(o.SvcpClusAddrs, ops.DelClusterAddrs) },
 		func() error { return deleteEach(o.SvcpSvcCidrs, ops.DelServiceCIDRs) },
@@ -764,4 +805,19 @@ func applyOps(o *sockObjects, ops Ops) error {
 		}
 	}
 	return nil
+}
+
+// concurrentMin is the fewest elements applyOps writes on two goroutines.
+const concurrentMin = 8192
+
+// concurrently runs fns each on a goroutine of its own and returns their
+// errors joined.
+func concurrently(fns ...func() error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(fns))
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

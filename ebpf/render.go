@@ -205,7 +205,11 @@ func fromCounts[K interface {
 	comparable
 	cowmap.Key[K]
 }](counts map[K]int) cowmap.Map[K, int] {
-	keys := slices.SortedFunc(maps.Keys(counts), K.Compare)
+	keys := make([]K, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, K.Compare)
 	vals := make([]int, len(keys))
 	for i, k := range keys {
 		vals[i] = counts[k]

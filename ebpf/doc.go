@@ -50,7 +50,9 @@
 // Local; loadBalancerSourceRanges are enforced; replies are translated
 // back. Both families share the maps (16-byte addresses, IPv4 in its
 // IPv4-mapped form), and each Executor syncs and checks its own family's
-// elements. Flows are tracked in BPF LRU hash tables
+// elements. Packets the programs do not parse pass untranslated: IPv4
+// with options or fragmented, IPv6 with extension headers, protocols
+// other than TCP and UDP. Flows are tracked in BPF LRU hash tables
 // of the programs' own rather than in the kernel's conntrack through its
 // kfuncs: the node's netfilter stays untouched, the tables need no
 // netfilter module, and a flow's state is a lookup away in every program

@@ -76,8 +76,13 @@
 // namespace on the node was refused only when its SYN was retransmitted,
 // 1 s later, with a plain nftables reject too). Unlike the kernel's own
 // ICMP errors these are not rate-limited. The flows kube-proxy drops are
-// dropped. The links are not pinned. Health check node ports are served
-// by the proxy's own servers (package healthcheck), which tc leaves alone.
+// dropped. The links are not pinned. The Maglev map holds 4,194,304
+// entries, shared by both families: with the default table size of
+// 16,381 that is 256 tables (about one per NodePort or LoadBalancer
+// Service port), so a node with more such ports needs a smaller
+// NorthSouthConfig.MaglevSize (1,021: 4,108 tables); a sync that
+// overflows it fails. Health check node ports are served by the proxy's
+// own servers (package healthcheck), which tc leaves alone.
 //
 // # What holds at the socket, and what does not
 //

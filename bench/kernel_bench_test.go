@@ -77,12 +77,13 @@ func BenchmarkScaleKernel(b *testing.B) {
 // changeKinds are the incremental syncs each backend is timed on.
 var changeKinds = []string{"change", "add", "remove"}
 
-// change makes one change of kind to w: a Service's endpoints (every
-// call another version), a Service added, the last added removed.
+// change makes one change of kind to w: the endpoints of a TCP ClusterIP
+// Service (index mod 100 = 50; every call another version), a Service
+// added, the last added removed.
 func change(w *scaleworld.World, n int, kind string, version int) {
 	switch kind {
 	case "change":
-		w.ChangeEndpoints(n/2, version)
+		w.ChangeEndpoints(n/2+50, version)
 	case "add":
 		w.AddService()
 	case "remove":

@@ -62,8 +62,8 @@
 // translated flow with its tuple), and that two clients with the same
 // source port masqueraded to one backend collide (kube-proxy's masquerade
 // picks another port). Measured under load: a new TCP connection through
-// a node port took 318 µs against 306 µs to a pod directly (medians of
-// 200, TestKernelNorthSouth). A flow to a frontend without endpoints is
+// an IPv4 node port took 255 µs against 236 µs to a pod directly (medians
+// of 200, TestKernelNorthSouth). A flow to a frontend without endpoints is
 // refused as kube-proxy's reject (iptables REJECT, nftables reject)
 // refuses it: the program turns the packet into an ICMP port unreachable
 // (type 3 code 3) or ICMPv6 port unreachable (type 1 code 4) quoting it,

@@ -76,13 +76,15 @@
 // namespace on the node was refused only when its SYN was retransmitted,
 // 1 s later, with a plain nftables reject too). Unlike the kernel's own
 // ICMP errors these are not rate-limited. The flows kube-proxy drops are
-// dropped. The links are not pinned. The Maglev map holds 4,194,304
-// entries, shared by both families: with the default table size of
-// 16,381 that is 256 tables (about one per NodePort or LoadBalancer
-// Service port), so a node with more such ports needs a smaller
-// NorthSouthConfig.MaglevSize (1,021: 4,108 tables); a sync that
-// overflows it fails. Health check node ports are served by the proxy's
-// own servers (package healthcheck), which tc leaves alone.
+// dropped. The links are not pinned. A Maglev table is one element of
+// 32 KiB (MaglevTable: up to MaglevMax entries of 2 bytes), whose entries
+// are slots of the group with the table's ID in the socket programs'
+// backends map, which the tc programs share: a change of a Service's
+// endpoints rewrites its table whole, after the slots are written and
+// before the slots it no longer names are cleared, and the map holds
+// 65,536 tables (about one per NodePort or LoadBalancer Service port and
+// family). Health check node ports are served by the proxy's own servers
+// (package healthcheck), which tc leaves alone.
 //
 // # What holds at the socket, and what does not
 //

@@ -482,12 +482,11 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 			return SyncDetails{}, err
 		}
 	}
-	if err := applyOps(objs, ops, packed); err != nil {
-		e.last, e.full = nil, true
-		return SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}}, err
-	}
 	details := &SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}, Puts: puts(ops) + max(slots, 0), Deletes: ops.Len() - puts(ops), GoneEndpoints: len(gone)}
-	if err := e.syncNorthSouth(rs, want, full, details); err != nil {
+	// The tc maps change once the backends they point at are written and
+	// before the slots they stop pointing at are cleared.
+	if err := applyOps(objs, ops, packed, func() error { return e.syncNorthSouth(rs, want, full, details) }); err != nil {
+		e.lastNS = nil
 		e.last, e.full = nil, true
 		return SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}}, err
 	}
@@ -599,7 +598,8 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if !maps.Equal(ns.Ext, e.lastNS.Ext) || !maps.Equal(ns.Maglev, e.lastNS.Maglev) || !maps.Equal(ns.Ranges, e.lastNS.Ranges) {
+		sameTable := func(a, b *MaglevTable) bool { return *a == *b }
+		if !maps.Equal(ns.Ext, e.lastNS.Ext) || !maps.EqualFunc(ns.Maglev, e.lastNS.Maglev, sameTable) || !maps.Equal(ns.Ranges, e.lastNS.Ranges) {
 			n++
 		}
 	}
@@ -770,9 +770,10 @@ func lookupChunk(o *sockObjects, ck chunkKey) (backendChunk, error) {
 // changes that its backend slots make (packBackends), stopping at the
 // first failing step: no service is written before the backends it
 // points at, and no slot is cleared before the services stop pointing at
-// it. The writes before the services' (the backends and the sets) go on
-// two goroutines when they are many, as in a first sync.
-func applyOps(o *sockObjects, ops Ops, w chunkWrites) error {
+// it; between runs after the services' changes, before the slots are
+// cleared. The writes before the services' (the backends and the sets) go
+// on two goroutines when they are many, as in a first sync.
+func applyOps(o *sockObjects, ops Ops, w chunkWrites, between func() error) error {
 	sk, sv := split(ops.PutServices)
 	half := len(w.PutKeys) / 2
 	first := []func() error{
@@ -793,6 +794,7 @@ func applyOps(o *sockObjects, ops Ops, w chunkWrites) error {
 		},
 		func() error { return putAll(o.SvcpServices, sk, sv) },
 		func() error { return deleteAll(o.SvcpServices, ops.DelServices) },
+		between,
 		func() error { return putAll(o.SvcpBackends, w.ClearKeys, w.ClearValues) },
 		func() error { return deleteAll(o.SvcpBackends, w.Delete) },
 		func() error { return deleteAll(o.SvcpNodeAddrs, ops.DelNodeAddrs) },

@@ -41,8 +41,9 @@ func TestKernelNorthSouth(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	exec := map[bool]*ebpf.Executor{false: dp.Executor(v1.IPv4Protocol), true: dp.Executor(v1.IPv6Protocol)}
 	for _, v6 := range []bool{false, true} {
-		res, err := syncNorthSouth(l, dp, v6)
+		res, err := syncNorthSouth(l, exec[v6], v6, 0, 1, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,11 +54,32 @@ func TestKernelNorthSouth(t *testing.T) {
 	}
 	// Each family's sync left the other's elements alone.
 	for _, v6 := range []bool{false, true} {
-		if diff, err := dp.Executor(family(v6)).CheckState(context.Background()); err != nil || diff != "" {
-			t.Errorf("%s: a fresh executor's check: %q %v", family(v6), diff, err)
+		if diff, err := exec[v6].CheckState(context.Background()); err != nil || diff != "" {
+			t.Errorf("%s: check: %q %v", family(v6), diff, err)
 		}
 	}
 	client := l.c.Clients[0]
+	// An incremental sync that takes pod2 away: the Maglev tables, whose
+	// entries are slots of the socket programs' groups, follow, and the
+	// check finds the maps as the sync left them.
+	res, err := syncNorthSouth(l, exec[false], false, 0, 1)
+	if err != nil || res.Full {
+		t.Fatalf("incremental sync: full %v, %v", res.Full, err)
+	}
+	seen := map[string]int{}
+	for range 30 {
+		r, err := client.TCP(netip.MustParseAddrPort("198.18.0.1:30081"), 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[r.Identity]++
+	}
+	if seen["pod0"] == 0 || seen["pod1"] == 0 || seen["pod0"]+seen["pod1"] != 30 {
+		t.Errorf("after pod2 left: %v, want pod0 and pod1 only", seen)
+	}
+	if diff, err := exec[false].CheckState(context.Background()); err != nil || diff != "" {
+		t.Errorf("check after the incremental sync: %q %v", diff, err)
+	}
 	// The cost of translation and flow tracking at tc: a new TCP connection
 	// (handshake and the echo's first line) through an eTP Cluster node
 	// port against one to a pod directly, medians of 200, alternating.
@@ -81,8 +103,9 @@ func TestKernelNorthSouth(t *testing.T) {
 	t.Logf("new TCP connection: through tc %v, to a pod directly %v (medians of 200)", through[100], direct[100])
 }
 
-// syncNorthSouth syncs the north-south test's Services of one family.
-func syncNorthSouth(l *lab, dp *ebpf.Dataplane, v6 bool) (ebpf.SyncDetails, error) {
+// syncNorthSouth syncs the north-south test's Services of one family,
+// the pods given serving those with every pod.
+func syncNorthSouth(l *lab, e *ebpf.Executor, v6 bool, pods ...int) (ebpf.SyncDetails, error) {
 	c := func(a string) string { return conv(a, v6) }
 	nodePort := func(port int32, etp v1.ServiceExternalTrafficPolicy) func(*v1.Service) {
 		return func(s *v1.Service) {
@@ -98,7 +121,7 @@ func syncNorthSouth(l *lab, dp *ebpf.Dataplane, v6 bool) (ebpf.SyncDetails, erro
 			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: c(ip)}}
 		}
 	}
-	all := l.podEPs(v6, "node-a", 0, 1, 2)
+	all := l.podEPs(v6, "node-a", pods...)
 	objs := []any{
 		service("local", c("198.19.0.20"), v1.ProtocolTCP, nodePort(30080, v1.ServiceExternalTrafficPolicyLocal)),
 		slice("local", v1.ProtocolTCP, append(l.podEPs(v6, "node-a", 0), l.podEPs(v6, "node-b", 1)...)...),
@@ -118,7 +141,7 @@ func syncNorthSouth(l *lab, dp *ebpf.Dataplane, v6 bool) (ebpf.SyncDetails, erro
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	return dp.Executor(family(v6)).Apply(ctx, buildRuleset(l.t, l, objs...))
+	return e.Apply(ctx, buildRuleset(l.t, l, objs...))
 }
 
 // northSouth checks the flows of syncNorthSouth's Services of one family

@@ -24,11 +24,16 @@ type ExtValue struct {
 	Firewall uint32
 }
 
-// MaglevKey is a key of the svcp_maglev map: entry Index of table ID.
-type MaglevKey struct {
-	ID    uint32
-	Index uint32
-}
+// MaglevMax is the largest Maglev table the tc programs hold
+// (MAGLEV_MAX of bpf/tc.c): maglev.DefaultSize.
+const MaglevMax = maglev.DefaultSize
+
+// MaglevTable is a value of the svcp_maglev map (struct mg_table of
+// bpf/tc.c), whose key is the table's ID, the group ID of its targets:
+// entry i is the slot, in that group of the backends map (the socket
+// programs', shared), of the backend that flows hashed to i reach. The
+// first NorthSouth.Size entries are used.
+type MaglevTable [MaglevMax]uint16
 
 // RangeKey is a key of the svcp_ranges LPM trie: source prefix Addr/n of
 // the firewall ID, as Prefixlen 32+n with n counted in Addr's 16 bytes
@@ -53,15 +58,21 @@ func rangeKeyOf(id uint32, p netip.Prefix) RangeKey {
 // v6Group bit).
 type NorthSouth struct {
 	Ext    map[ServiceKey]ExtValue
-	Maglev map[MaglevKey]BackendValue
+	Maglev map[uint32]*MaglevTable
 	Ranges map[RangeKey]uint8
 	// Size is the size of every Maglev table.
 	Size int
 }
 
+// newNorthSouth returns empty NorthSouth contents with tables of size.
+func newNorthSouth(size int) *NorthSouth {
+	return &NorthSouth{Ext: map[ServiceKey]ExtValue{}, Maglev: map[uint32]*MaglevTable{}, Ranges: map[RangeKey]uint8{}, Size: size}
+}
+
 // RenderNorthSouth computes the tc maps of rs, a Ruleset whose
-// socket maps c holds (its group IDs name the Maglev tables), with Maglev
-// tables of size entries (maglev.DefaultSize for 0). For each external
+// socket maps c holds (its group IDs name the Maglev tables, whose
+// entries are slots of its groups), with Maglev tables of size entries (a
+// prime up to MaglevMax; maglev.DefaultSize for 0). For each external
 // frontend a Service port owns, it holds what a flow from outside the
 // cluster meets (ruleset.Ruleset.Decide for an arriving source outside
 // the pod network): the Maglev table of its External route's targets,
@@ -76,7 +87,10 @@ func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, 
 	if size == 0 {
 		size = maglev.DefaultSize
 	}
-	ns := &NorthSouth{Ext: map[ServiceKey]ExtValue{}, Maglev: map[MaglevKey]BackendValue{}, Ranges: map[RangeKey]uint8{}, Size: size}
+	if size > MaglevMax {
+		return nil, fmt.Errorf("ebpf: Maglev table size %d above %d", size, MaglevMax)
+	}
+	ns := newNorthSouth(size)
 	if rs == nil || c == nil || c.family != rs.Config().Family {
 		return ns, nil
 	}
@@ -167,16 +181,26 @@ func (ns *NorthSouth) addRanges(s *ruleset.Service, id uint32) {
 	}
 }
 
-// addTable adds the Maglev table id of targets.
-func (ns *NorthSouth) addTable(id uint32, targets []netip.AddrPort) error {
-	tab, err := maglev.New(targets, ns.Size)
+// addTable adds the Maglev table id of slots, the targets of group id in
+// slot order.
+func (ns *NorthSouth) addTable(id uint32, slots []netip.AddrPort) error {
+	if len(slots) > 1<<16 {
+		return fmt.Errorf("%d targets: a table holds slots up to %d", len(slots), 1<<16)
+	}
+	tab, err := maglev.New(slots, ns.Size)
 	if err != nil {
 		return err
 	}
-	for i, e := range tab.Entries() {
-		at := tab.Targets()[e]
-		ns.Maglev[MaglevKey{id, uint32(i)}] = BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()}
+	slotOf := make(map[netip.AddrPort]uint16, len(slots))
+	for i, at := range slots {
+		slotOf[netip.AddrPortFrom(at.Addr().Unmap(), at.Port())] = uint16(i)
 	}
+	targets := tab.Targets()
+	t := new(MaglevTable)
+	for i, e := range tab.Entries() {
+		t[i] = slotOf[targets[e]]
+	}
+	ns.Maglev[id] = t
 	return nil
 }
 
@@ -191,12 +215,13 @@ type ExtTranslation struct {
 }
 
 // Lookup is a model, in Go, of svcp_tc_in's lookups for a new flow from
-// src to dst with protocol proto, given the node's addresses (the socket
-// maps' node_addrs): the frontend at dst, else the node port when dst is
-// a node address; the source ranges; the reject and drop flags; the
-// Maglev table.
-func (ns *NorthSouth) Lookup(nodeAddrs map[Addr]uint8, proto uint8, src netip.Addr, dst netip.AddrPort) ExtTranslation {
-	if ns == nil || !dst.IsValid() {
+// src to dst with protocol proto, given the socket maps m, whose
+// node_addrs and backends the tc programs share: the frontend at dst,
+// else the node port when dst is a node address; the source ranges; the
+// reject and drop flags; the Maglev table and the backends in the slots
+// it names.
+func (ns *NorthSouth) Lookup(m *Maps, proto uint8, src netip.Addr, dst netip.AddrPort) ExtTranslation {
+	if ns == nil || m == nil || !dst.IsValid() {
 		return ExtTranslation{}
 	}
 	family := v1.IPv4Protocol
@@ -205,7 +230,7 @@ func (ns *NorthSouth) Lookup(nodeAddrs map[Addr]uint8, proto uint8, src netip.Ad
 	}
 	k := ServiceKey{Addr: AddrOf(dst.Addr()), Port: dst.Port(), Proto: proto}
 	v, ok := ns.Ext[k]
-	if !ok && nodeAddrs[k.Addr] != 0 {
+	if !ok && m.NodeAddrs[k.Addr] != 0 {
 		v, ok = ns.Ext[NodePortKey(family, dst.Port(), proto)]
 	}
 	switch {
@@ -219,9 +244,11 @@ func (ns *NorthSouth) Lookup(nodeAddrs map[Addr]uint8, proto uint8, src netip.Ad
 		return ExtTranslation{Verdict: ruleset.VerdictDrop}
 	}
 	t := ExtTranslation{Verdict: ruleset.VerdictForward, Entries: map[netip.AddrPort]int{}}
-	for i := range ns.Size {
-		if b, ok := ns.Maglev[MaglevKey{v.ID, uint32(i)}]; ok {
-			t.Entries[b.AddrPort()]++
+	if tab := ns.Maglev[v.ID]; tab != nil {
+		for _, slot := range tab[:min(ns.Size, MaglevMax)] {
+			if b, ok := m.Backends[BackendKey{v.ID, uint32(slot)}]; ok {
+				t.Entries[b.AddrPort()]++
+			}
 		}
 	}
 	if v.Masq != (Addr{}) {

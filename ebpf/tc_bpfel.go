@@ -13,11 +13,20 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type tcBeValue struct {
-	_    structs.HostLayout
-	Addr [4]uint32
-	Port uint16
-	Pad  uint16
+type tcBeChunk struct {
+	_  structs.HostLayout
+	Be [8]struct {
+		_    structs.HostLayout
+		Addr [4]uint32
+		Port uint16
+		Pad  uint16
+	}
+}
+
+type tcBeKey struct {
+	_     structs.HostLayout
+	Id    uint32
+	Chunk uint32
 }
 
 type tcCtKey struct {
@@ -46,10 +55,9 @@ type tcExtValue struct {
 	Fw    uint32
 }
 
-type tcMgKey struct {
-	_   structs.HostLayout
-	Id  uint32
-	Idx uint32
+type tcMgTable struct {
+	_    structs.HostLayout
+	Slot [16381]uint16
 }
 
 type tcRangeKey struct {
@@ -71,6 +79,7 @@ type tcSvcKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	tcMapSvcpBackends  = "svcp_backends"
 	tcMapSvcpCtFwd     = "svcp_ct_fwd"
 	tcMapSvcpCtMasq    = "svcp_ct_masq"
 	tcMapSvcpCtRev     = "svcp_ct_rev"
@@ -138,6 +147,7 @@ type tcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcMapSpecs struct {
+	SvcpBackends  *ebpf.MapSpec `ebpf:"svcp_backends"`
 	SvcpCtFwd     *ebpf.MapSpec `ebpf:"svcp_ct_fwd"`
 	SvcpCtMasq    *ebpf.MapSpec `ebpf:"svcp_ct_masq"`
 	SvcpCtRev     *ebpf.MapSpec `ebpf:"svcp_ct_rev"`
@@ -175,6 +185,7 @@ func (o *tcObjects) Close() error {
 //
 // It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcMaps struct {
+	SvcpBackends  *ebpf.Map `ebpf:"svcp_backends"`
 	SvcpCtFwd     *ebpf.Map `ebpf:"svcp_ct_fwd"`
 	SvcpCtMasq    *ebpf.Map `ebpf:"svcp_ct_masq"`
 	SvcpCtRev     *ebpf.Map `ebpf:"svcp_ct_rev"`
@@ -187,6 +198,7 @@ type tcMaps struct {
 
 func (m *tcMaps) Close() error {
 	return _TcClose(
+		m.SvcpBackends,
 		m.SvcpCtFwd,
 		m.SvcpCtMasq,
 		m.SvcpCtRev,

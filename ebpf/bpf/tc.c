@@ -53,15 +53,32 @@ struct ext_value {
 	__u32 fw;      // the key of its source ranges in svcp_ranges
 };
 
-struct mg_key {
-	__u32 id;
-	__u32 idx;
-};
-
 struct be_value {
 	__u32 addr[4];
 	__u16 port;
 	__u16 pad;
+};
+
+// The backends of bpf/sock.c (the map is shared): a group's slots in
+// chunks of BE_CHUNK.
+#define BE_CHUNK 8
+
+struct be_key {
+	__u32 id;
+	__u32 chunk;
+};
+
+struct be_chunk {
+	struct be_value be[BE_CHUNK];
+};
+
+// A Maglev table: entry i is the slot, in the backends group of the
+// table's ID, of the backend that flows hashed to i reach. Its first
+// maglev_size entries are used.
+#define MAGLEV_MAX 16381
+
+struct mg_table {
+	__u16 slot[MAGLEV_MAX];
 };
 
 struct ct_key {
@@ -112,10 +129,18 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1 << 22);
-	__type(key, struct mg_key);
-	__type(value, struct be_value);
+	__uint(max_entries, 1 << 16);
+	__type(key, __u32);
+	__type(value, struct mg_table);
 } svcp_maglev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1 << 19);
+	__type(key, struct be_key);
+	__type(value, struct be_chunk);
+} svcp_backends SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -471,9 +496,17 @@ int svcp_tc_in(struct __sk_buff *skb)
 			return reject(skb, &p);
 		if (v->flags & FLAG_DROP)
 			return TC_ACT_SHOT;
-		struct mg_key mk = {.id = v->id, .idx = flow_hash(k) % maglev_size};
-		struct be_value *be = bpf_map_lookup_elem(&svcp_maglev, &mk);
-		if (!be)
+		__u32 id = v->id, idx = flow_hash(k) % maglev_size;
+		struct mg_table *t = bpf_map_lookup_elem(&svcp_maglev, &id);
+		if (!t || idx >= MAGLEV_MAX)
+			return TC_ACT_SHOT;
+		__u16 slot = t->slot[idx];
+		struct be_key bk = {.id = id, .chunk = slot / BE_CHUNK};
+		struct be_chunk *c = bpf_map_lookup_elem(&svcp_backends, &bk);
+		if (!c)
+			return TC_ACT_SHOT;
+		struct be_value *be = &c->be[slot % BE_CHUNK];
+		if (be->port == 0)
 			return TC_ACT_SHOT;
 		fwd = (struct ct_value){.port = bpf_htons(be->port)};
 		__builtin_memcpy(fwd.addr, be->addr, 16);

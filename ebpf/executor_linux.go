@@ -507,7 +507,7 @@ func (e *Executor) syncNorthSouth(rs *ruleset.Ruleset, want *Contents, full bool
 	if cfg == nil {
 		return nil
 	}
-	ns, err := RenderNorthSouth(rs, want, cfg.MaglevSize)
+	ns, err := renderNorthSouth(rs, want, cfg.MaglevSize, e.lastNS)
 	if err != nil {
 		return err
 	}
@@ -598,7 +598,7 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		sameTable := func(a, b *MaglevTable) bool { return *a == *b }
+		sameTable := func(a, b *MaglevTable) bool { return a == b || *a == *b }
 		if !maps.Equal(ns.Ext, e.lastNS.Ext) || !maps.EqualFunc(ns.Maglev, e.lastNS.Maglev, sameTable) || !maps.Equal(ns.Ranges, e.lastNS.Ranges) {
 			n++
 		}

@@ -62,11 +62,14 @@ type NorthSouth struct {
 	Ranges map[RangeKey]uint8
 	// Size is the size of every Maglev table.
 	Size int
+	// slots are the slots each table was computed from.
+	slots map[uint32][]netip.AddrPort
 }
 
 // newNorthSouth returns empty NorthSouth contents with tables of size.
 func newNorthSouth(size int) *NorthSouth {
-	return &NorthSouth{Ext: map[ServiceKey]ExtValue{}, Maglev: map[uint32]*MaglevTable{}, Ranges: map[RangeKey]uint8{}, Size: size}
+	return &NorthSouth{Ext: map[ServiceKey]ExtValue{}, Maglev: map[uint32]*MaglevTable{}, Ranges: map[RangeKey]uint8{}, Size: size,
+		slots: map[uint32][]netip.AddrPort{}}
 }
 
 // RenderNorthSouth computes the tc maps of rs, a Ruleset whose
@@ -84,6 +87,14 @@ func newNorthSouth(size int) *NorthSouth {
 // load-balancer IPs, where FirewallAllowsNode says so). IPv4 and IPv6
 // Rulesets share the maps: their keys do not collide.
 func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, error) {
+	return renderNorthSouth(rs, c, size, nil)
+}
+
+// renderNorthSouth is RenderNorthSouth, taking from prev (the previous
+// sync's contents, or nil) each Maglev table whose slots are unchanged
+// rather than computing it again: a table of 16,381 entries costs about
+// 2 ms, 2.6 s for the 1,350 tables of 10,000 generated Services.
+func renderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int, prev *NorthSouth) (*NorthSouth, error) {
 	if size == 0 {
 		size = maglev.DefaultSize
 	}
@@ -128,7 +139,7 @@ func RenderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int) (*NorthSouth, 
 				if v.ID == p.base+1 {
 					targets = p.local
 				}
-				if err := ns.addTable(v.ID, targets); err != nil {
+				if err := ns.addTable(v.ID, targets, prev); err != nil {
 					return nil, fmt.Errorf("ebpf: Maglev table of %s: %w", s.Name, err)
 				}
 			}
@@ -182,8 +193,13 @@ func (ns *NorthSouth) addRanges(s *ruleset.Service, id uint32) {
 }
 
 // addTable adds the Maglev table id of slots, the targets of group id in
-// slot order.
-func (ns *NorthSouth) addTable(id uint32, slots []netip.AddrPort) error {
+// slot order: prev's when prev computed it of the same slots and size.
+func (ns *NorthSouth) addTable(id uint32, slots []netip.AddrPort, prev *NorthSouth) error {
+	ns.slots[id] = slots
+	if prev != nil && prev.Size == ns.Size && prev.Maglev[id] != nil && slices.Equal(prev.slots[id], slots) {
+		ns.Maglev[id] = prev.Maglev[id]
+		return nil
+	}
 	if len(slots) > 1<<16 {
 		return fmt.Errorf("%d targets: a table holds slots up to %d", len(slots), 1<<16)
 	}

@@ -145,7 +145,7 @@ func applyNorthSouth(tc *tcObjects, have, want *NorthSouth) (int, error) {
 	var mk []uint32
 	var mv []MaglevTable
 	for _, id := range slices.Sorted(maps.Keys(want.Maglev)) {
-		if t, ok := have.Maglev[id]; !ok || *t != *want.Maglev[id] {
+		if t, ok := have.Maglev[id]; !ok || t != want.Maglev[id] && *t != *want.Maglev[id] {
 			mk, mv = append(mk, id), append(mv, *want.Maglev[id])
 		}
 	}

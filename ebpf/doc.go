@@ -83,11 +83,12 @@
 // endpoints rewrites its table whole, after the slots are written and
 // before the slots it no longer names are cleared, and the map holds
 // 65,536 tables (about one per NodePort or LoadBalancer Service port and
-// family). A sync renders the north-south contents whole, computing again
-// only the tables whose slots changed (about 2 ms each at the default
-// size), and diffs them with the last: 10–45 ms at 10,000 generated
-// Services (1,350 tables), against 2.6 s with every table computed; it is
-// not yet incremental as the socket maps' syncs are. Health check node ports are served by the proxy's own servers
+// family). A sync that changes no port with a node port, external IP or
+// load-balancer IP leaves the tc maps alone; another renders the
+// north-south contents whole, computing again only the tables whose
+// slots changed (about 2 ms each at the default size), and diffs them
+// with the last: 10–45 ms at 10,000 generated Services (1,350 tables),
+// against 2.6 s with every table computed. Health check node ports are served by the proxy's own servers
 // (package healthcheck), which tc leaves alone.
 //
 // # What holds at the socket, and what does not

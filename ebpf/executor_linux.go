@@ -501,11 +501,15 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 
 // syncNorthSouth makes the tc maps hold rs's north-south contents (with
 // Config.NorthSouth): from the family's elements read back on a full
-// sync, from the last Sync's otherwise.
+// sync, from the last Sync's otherwise, and not at all when the sync
+// changes no port with an external frontend.
 func (e *Executor) syncNorthSouth(rs *ruleset.Ruleset, want *Contents, full bool, details *SyncDetails) error {
 	cfg := e.dp.cfg.NorthSouth
 	if cfg == nil {
 		return nil
+	}
+	if !full && e.lastNS != nil && want.externalUnchanged(e.last) {
+		return nil // no external frontend changed: nor did the tc maps
 	}
 	ns, err := renderNorthSouth(rs, want, cfg.MaglevSize, e.lastNS)
 	if err != nil {

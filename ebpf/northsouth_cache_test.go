@@ -49,3 +49,37 @@ func TestRenderNorthSouthReusesTables(t *testing.T) {
 		t.Errorf("%d tables reused, %d computed again of %d", reused, renewed, len(ns1.Maglev))
 	}
 }
+
+// A sync that changes only ClusterIP Services leaves the north-south
+// contents as they were, and externalUnchanged says so; one that changes
+// a NodePort Service does not.
+func TestExternalUnchanged(t *testing.T) {
+	const size = 251
+	w := scaleworld.New(scalegen.Spec{Services: 300})
+	w.Incremental = true
+	c1 := Render(w.Ruleset, nil)
+	ns1, err := RenderNorthSouth(w.Ruleset, c1, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1.externalUnchanged(nil) || Render(w.Ruleset, nil).externalUnchanged(c1) {
+		t.Error("a render from nothing reported as incremental")
+	}
+	w.ChangeEndpoints(150, 1) // i mod 100 = 50: a ClusterIP Service
+	c2 := Render(w.Ruleset, c1)
+	ns2, err := RenderNorthSouth(w.Ruleset, c2, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c2.externalUnchanged(c1) {
+		t.Error("a ClusterIP Service's change reported as touching external frontends")
+	}
+	if !maps.Equal(ns1.Ext, ns2.Ext) || !maps.Equal(ns1.Ranges, ns2.Ranges) ||
+		!maps.EqualFunc(ns1.Maglev, ns2.Maglev, func(a, b *MaglevTable) bool { return *a == *b }) {
+		t.Error("a ClusterIP Service's change changed the north-south contents")
+	}
+	w.ChangeEndpoints(110, 1) // a NodePort Service
+	if c3 := Render(w.Ruleset, c2); c3.externalUnchanged(c2) {
+		t.Error("a NodePort Service's change reported as touching no external frontend")
+	}
+}

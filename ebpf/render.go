@@ -38,6 +38,10 @@ type Contents struct {
 	endpoints cowmap.Map[netip.AddrPort, int]
 	nodeAddrs []netip.Addr
 	cidrs     []netip.Prefix
+	// touched are the ports re-rendered from the previous Contents,
+	// when incremental (else every port was).
+	incremental bool
+	touched     []servicemap.PortName
 	// next is the next group ID never given out; free are the IDs of
 	// ports gone, sorted, given out first.
 	next uint32
@@ -146,6 +150,7 @@ func Render(rs *ruleset.Ruleset, prev *Contents) *Contents {
 	if all {
 		c.renderAll(rs)
 	} else {
+		c.incremental, c.touched = true, touched
 		// Removals first, so that their IDs go to the additions.
 		for _, name := range touched {
 			if _, ok := rs.Service(name); !ok {
@@ -163,6 +168,38 @@ func Render(rs *ruleset.Ruleset, prev *Contents) *Contents {
 		c.free = nil
 	}
 	return c
+}
+
+// externalUnchanged reports whether c, rendered from prev, re-rendered
+// no port that has a node port, an external IP or a load-balancer IP,
+// before or after: then the north-south contents of the two are the same
+// (RenderNorthSouth reads only such ports, whose group IDs and slots are
+// unchanged). prev must be the Contents c was rendered from.
+func (c *Contents) externalUnchanged(prev *Contents) bool {
+	if c == nil || prev == nil || !c.incremental || prev.rs == nil {
+		return false
+	}
+	for _, name := range c.touched {
+		if hasExternal(prev.rs, name) || hasExternal(c.rs, name) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasExternal reports whether the port called name in rs has a node
+// port, an external IP or a load-balancer IP.
+func hasExternal(rs *ruleset.Ruleset, name servicemap.PortName) bool {
+	s, ok := rs.Service(name)
+	if !ok {
+		return false
+	}
+	for _, f := range s.Frontends() {
+		if f.Kind == ruleset.KindNodePort || f.Kind == ruleset.KindExternalIP || f.Kind == ruleset.KindLoadBalancerIP {
+			return true
+		}
+	}
+	return false
 }
 
 // renderAll renders every port of rs, keeping the IDs and slots of the

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svcproxy/svcproxy/iptables"
 )
 
 // metrics is the registry that /metrics serves, which the engine registers
@@ -44,4 +46,58 @@ func newMetrics() *metrics {
 	}, []string{"state"})
 	m.registry.MustRegister(m.healthPorts, m.manifestErrors, m.manifestReloads, m.serviceChangesPending, m.endpointChangesPending)
 	return m
+}
+
+// counterReader is a backend that reads kube-proxy's nfacct counters: the
+// iptables Executor with NFAcct.
+type counterReader interface {
+	Counter(name string) (uint64, error)
+	NFAcctErr() error
+}
+
+// nfacctMetrics are kube-proxy's iptables-mode metrics read from its
+// nfacct counters (iptables.Counters), under its names, without labels:
+// the counters belong to the network namespace, whatever the family.
+var nfacctMetrics = []struct{ counter, name, help string }{
+	{iptables.CounterInvalidDropped, "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+		"packets dropped by iptables to work around conntrack problems"},
+	{iptables.CounterLocalhostNodePorts, "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+		"Number of packets accepted on nodeports of loopback interface"},
+}
+
+// nfacctCollector exports one nfacct counter, read at each scrape; a
+// counter that cannot be read is left out of the scrape, as kube-proxy
+// does.
+type nfacctCollector struct {
+	desc    *prometheus.Desc
+	counter string
+	read    func(string) (uint64, error)
+}
+
+func (c nfacctCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c nfacctCollector) Collect(ch chan<- prometheus.Metric) {
+	if v, err := c.read(c.counter); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(v))
+	}
+}
+
+// registerCounters registers the nfacct metrics read from the first
+// backend (IPv4 first) that reads counters, when it can: like kube-proxy,
+// a kernel without nfnetlink_acct has no such metrics (which is logged).
+func (m *metrics) registerCounters(backends []any) error {
+	for _, b := range backends {
+		r, ok := b.(counterReader)
+		if !ok {
+			continue
+		}
+		if err := r.NFAcctErr(); err != nil {
+			return err
+		}
+		for _, nm := range nfacctMetrics {
+			m.registry.MustRegister(nfacctCollector{desc: prometheus.NewDesc(nm.name, nm.help, nil, nil), counter: nm.counter, read: r.Counter})
+		}
+		return nil
+	}
+	return nil
 }

@@ -39,7 +39,12 @@ type Options struct {
 	MasqueradeMark uint32
 	// Conntrack, when set (by --config or a --conntrack-* flag), is the
 	// conntrack table size and timeouts the proxy sets at start.
-	Conntrack      *conntrack.Sizing
+	Conntrack *conntrack.Sizing
+	// TCPBeLiberal is nf_conntrack_tcp_be_liberal as the proxy reads it
+	// at start, once Conntrack is applied, as kube-proxy does: when set,
+	// the iptables proxy does not drop INVALID packets. --dry-run, which
+	// reads no sysctl, takes Conntrack's.
+	TCPBeLiberal   bool
 	IPFamily       string
 	MasqueradeAll  bool
 	SyncPeriod     time.Duration

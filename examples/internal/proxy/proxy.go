@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/conntrack"
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/healthcheck"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -90,13 +92,16 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
+	// As kube-proxy: the conntrack settings first, then the backends,
+	// which follow nf_conntrack_tcp_be_liberal as they find it.
+	applyConntrackSizing(log, opts.Conntrack)
+	opts.TCPBeLiberal = readTCPBeLiberal(log)
 	eng, closeAll, err := p.newEngine()
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
 	}
 	defer closeAll()
-	applyConntrackSizing(log, opts.Conntrack)
 	if err := p.allowLocalhostNodePorts(); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
@@ -294,6 +299,10 @@ type proxy struct {
 	// conflicts warns about node ports shared in the manifests; nil with
 	// --kubeconfig, whose API server refuses them.
 	conflicts *nodePortConflicts
+	// backends are the engine's; counterErr is, per family, the nfacct
+	// error last logged (logCounterErrors).
+	backends   map[v1.IPFamily]engine.Backend
+	counterErr map[v1.IPFamily]string
 }
 
 // request asks the engine for a sync: the state changed.
@@ -353,7 +362,21 @@ func (p *proxy) baseConfig() ruleset.Config {
 	}
 }
 
+// readTCPBeLiberal reads nf_conntrack_tcp_be_liberal; unreadable, it is
+// taken as unset (kube-proxy's reading too).
+func readTCPBeLiberal(log *slog.Logger) bool {
+	v, err := conntrack.ReadSysctl(filepath.Join("/proc/sys", conntrack.SysctlTCPBeLiberal))
+	if err != nil {
+		return false
+	}
+	if v != 0 {
+		log.Info("nf_conntrack_tcp_be_liberal set, not installing DROP rules for INVALID packets")
+	}
+	return v != 0
+}
+
 func (p *proxy) dryRun(w io.Writer) error {
+	p.opts.TCPBeLiberal = p.opts.Conntrack != nil && p.opts.Conntrack.TCPBeLiberal
 	desired, err := p.build(p.state.Snapshot())
 	if err != nil {
 		return err

@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/iptables"
+)
+
+// kube-proxy's names of its nfacct metrics (pkg/proxy/metrics).
+const (
+	invalidMetric   = "kubeproxy_iptables_ct_state_invalid_dropped_packets_total"
+	localhostMetric = "kubeproxy_iptables_localhost_nodeports_accepted_packets_total"
+)
+
+// fakeCounters reads counters from a map; a name it lacks fails.
+type fakeCounters struct {
+	values map[string]uint64
+	err    error
+}
+
+func (f fakeCounters) Counter(name string) (uint64, error) {
+	v, ok := f.values[name]
+	if !ok {
+		return 0, errors.New("no such counter")
+	}
+	return v, nil
+}
+
+func (f fakeCounters) NFAcctErr() error { return f.err }
+
+// TestNFAcctMetrics: kube-proxy's two nfacct metrics, under its names and
+// without labels, read from the first backend that reads counters; a
+// counter that cannot be read is left out of the scrape, and a backend
+// without nfacct registers none.
+func TestNFAcctMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		backends []any
+		want     map[string]float64 // metric name → value
+		wantErr  bool
+	}{
+		{name: "both counters", backends: []any{"not a counter reader", fakeCounters{values: map[string]uint64{
+			iptables.CounterInvalidDropped: 3, iptables.CounterLocalhostNodePorts: 5}}},
+			want: map[string]float64{invalidMetric: 3, localhostMetric: 5}},
+		{name: "one unreadable", backends: []any{fakeCounters{values: map[string]uint64{iptables.CounterInvalidDropped: 0}}},
+			want: map[string]float64{invalidMetric: 0}},
+		{name: "no nfnetlink_acct", backends: []any{fakeCounters{err: errors.New("no nfnetlink_acct")}}, wantErr: true},
+		{name: "no counter reader", backends: []any{"nftables"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMetrics()
+			if err := m.registerCounters(tc.backends); (err != nil) != tc.wantErr {
+				t.Fatalf("registerCounters: %v; want an error: %v", err, tc.wantErr)
+			}
+			families, err := m.registry.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, f := range families {
+				if !strings.HasPrefix(f.GetName(), "kubeproxy_iptables_") {
+					continue
+				}
+				for _, m := range f.GetMetric() {
+					if len(m.GetLabel()) > 0 || m.GetCounter() == nil {
+						t.Errorf("%s: labels %v, counter %v; want a counter without labels", f.GetName(), m.GetLabel(), m.GetCounter())
+					}
+					got[f.GetName()] = m.GetCounter().GetValue()
+				}
+			}
+			if !maps.Equal(got, tc.want) && len(got)+len(tc.want) > 0 {
+				t.Errorf("metrics %v; want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -236,7 +236,7 @@ func (p *proxy) build(snap state.Snapshot) (engine.Desired, error) {
 		return engine.Desired{}, err
 	}
 	p.logWarnings(built.Warnings)
-	return engine.Desired{Rulesets: built.Rulesets, Triggers: built.Triggers}, nil
+	return engine.Desired{Rulesets: built.Rulesets, Triggers: built.Triggers, TriggersByFamily: built.TriggersByFamily}, nil
 }
 
 func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) int {

@@ -76,6 +76,14 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		log.Warn(n)
 	}
 	p := &proxy{mode: mode, opts: opts, log: log, metrics: newMetrics()}
+	if opts.ConfigFile != "" && !opts.DryRun && !opts.Once {
+		// From the start, as kube-proxy: a change while it starts counts.
+		if p.config, err = watchConfig(opts.ConfigFile); err != nil {
+			fmt.Fprintln(stderr, "error:", err)
+			return exitFailed
+		}
+		defer p.config.w.Close() // serve's watch closes it too
+	}
 	if code := p.start(ctx, stderr); code != exitOK {
 		return code
 	}
@@ -266,6 +274,8 @@ type proxy struct {
 	families []v1.IPFamily
 	// watcher reads the --manifests; nil with --kubeconfig.
 	watcher *manifestWatcher
+	// config watches the --config file; nil without one.
+	config *configWatcher
 	// api watches the --kubeconfig's API server, and reach logs when it
 	// goes away and comes back; nil with --manifests.
 	api   *source.Watcher
@@ -397,9 +407,15 @@ func (p *proxy) logWarnings(warnings []svcproxy.Warning) {
 	}
 }
 
-// serve runs the engine, the file watcher and the HTTP servers until ctx
-// is done.
+// serve runs the engine, the file watchers and the HTTP servers until ctx
+// is done, or until the --config file changes: then, as kube-proxy, it
+// exits with an error (exitFailed) and the rules stay.
 func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if p.config != nil {
+		go p.config.run(ctx, p.log, stop)
+	}
 	p.health = healthcheck.NewNodePortServers(p.opts.Manifests != "", func() bool { return eng.Health().Healthy })
 	defer p.health.Close()
 	servers, err := p.startServers(eng)
@@ -418,10 +434,20 @@ func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
 	}
 	if err := p.waitForAPI(ctx, 0); err != nil {
 		p.log.Info("stopping before the first sync: the rules stay in the kernel")
-		return exitOK
+		return stopCode(ctx)
 	}
 	eng.Run(ctx)
 	p.log.Info("stopping: the rules stay in the kernel")
+	return stopCode(ctx)
+}
+
+// stopCode is the exit code of a proxy whose ctx is done: exitFailed when
+// it was stopped by an error (the --config file changed), exitOK for a
+// signal.
+func stopCode(ctx context.Context) int {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return exitFailed
+	}
 	return exitOK
 }
 

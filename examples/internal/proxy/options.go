@@ -30,6 +30,9 @@ type Options struct {
 	// BindAddress is kube-proxy's --bind-address: when not unspecified,
 	// the node's primary address of its family.
 	BindAddress netip.Addr
+	// LogFormat is kube-proxy's logging format, "text" or "json"
+	// (--logging-format, or the --config file's logging.format).
+	LogFormat string
 	// ConfigFile is kube-proxy's --config, whose settings are in these
 	// Options; Notices are what to log about it at start.
 	ConfigFile string
@@ -125,10 +128,14 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 		})
 	}
 	kp := addKubeProxyFlags(fs)
+	logging := addLoggingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if err := kp.apply(fs, o, strings.TrimSuffix(name, "-proxy"), &clusterCIDRs); err != nil {
+		return nil, err
+	}
+	if err := logging.apply(fs, kp.fileLogging, o); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {

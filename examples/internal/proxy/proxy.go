@@ -57,7 +57,6 @@ func Main(mode Mode) {
 
 // Run runs a reference proxy and returns its exit code.
 func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	opts, err := ParseOptions(mode.Name+"-proxy", args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -66,6 +65,7 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitBadArgs
 	}
+	log := newLogger(opts.LogFormat, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

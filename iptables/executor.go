@@ -147,7 +147,7 @@ type ExecutorConfig struct {
 	// that the process itself stays in its own namespace.
 	NetNS string
 	// NFAcct makes the Executor keep kube-proxy's nfacct counters
-	// (Counters): it creates those missing over netlink (nfnetlink_acct),
+	// (CounterInvalidDropped, CounterLocalhostNodePorts): it creates those missing over netlink (nfnetlink_acct),
 	// in NetNS or else in the process's namespace (never in a Runner's:
 	// a prefix such as `ip netns exec` does not move them), at every
 	// full sync, and the rules count into those that exist. Where the
@@ -277,17 +277,12 @@ func (e *Executor) ensureCounters(k Kernel) Kernel {
 		return k
 	}
 	var errs []error
-	for _, name := range Counters {
+	for _, name := range nfacctCounters {
 		err := e.acct.Ensure(name)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		switch name {
-		case CounterInvalidDropped:
-			k.InvalidDroppedCounter = err == nil
-		case CounterLocalhostNodePorts:
-			k.LocalhostNodePortsCounter = err == nil
-		}
+		k = k.withCounter(name, err == nil)
 	}
 	e.acctErr = nil
 	if err := errors.Join(errs...); err != nil {
@@ -296,8 +291,8 @@ func (e *Executor) ensureCounters(k Kernel) Kernel {
 	return k
 }
 
-// Counter returns the number of packets the nfacct counter name (one of
-// Counters) has counted. It fails when the Executor has none
+// Counter returns the number of packets the nfacct counter name
+// (CounterInvalidDropped or CounterLocalhostNodePorts) has counted. It fails when the Executor has none
 // (ExecutorConfig.NFAcct off, or see NFAcctErr), or the kernel has no such
 // object.
 func (e *Executor) Counter(name string) (uint64, error) {
@@ -320,7 +315,7 @@ func (e *Executor) Counter(name string) (uint64, error) {
 	return c.Packets, nil
 }
 
-// NFAcctErr says why the rules do not count into every one of Counters
+// NFAcctErr says why the rules do not count into both nfacct counters
 // although ExecutorConfig.NFAcct asked for them (the kernel has no
 // nfnetlink_acct, or the last full sync could not make one); nil when
 // they do, or when NFAcct is off.

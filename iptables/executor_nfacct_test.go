@@ -95,8 +95,8 @@ func TestExecutorCounters(t *testing.T) {
 			if d := cmp.Diff(want, k.tables); d != "" {
 				t.Errorf("tables after the partial sync are not RenderFor(%+v)'s (-want +got):\n%s", tc.want, d)
 			}
-			if tc.acct != nil && tc.acct.ensured != len(Counters) {
-				t.Errorf("%d Ensure calls; want %d, at the full sync only", tc.acct.ensured, len(Counters))
+			if tc.acct != nil && tc.acct.ensured != len(nfacctCounters) {
+				t.Errorf("%d Ensure calls; want %d, at the full sync only", tc.acct.ensured, len(nfacctCounters))
 			}
 			n, err := e.Counter(CounterInvalidDropped)
 			if tc.want.InvalidDroppedCounter != (err == nil) || err == nil && n != 7 {

@@ -12,9 +12,9 @@ const (
 	CounterLocalhostNodePorts = "localhost_nps_accepted_pkts"
 )
 
-// Counters are kube-proxy's nfacct counters, in the order the Executor
+// nfacctCounters are kube-proxy's nfacct counters, in the order the Executor
 // creates them.
-var Counters = []string{CounterInvalidDropped, CounterLocalhostNodePorts}
+var nfacctCounters = [...]string{CounterInvalidDropped, CounterLocalhostNodePorts}
 
 // Kernel is what a render needs to know of the kernel its rules go to,
 // where kube-proxy's rules depend on it. The zero Kernel has no nfacct
@@ -34,15 +34,15 @@ type Kernel struct {
 	TCPBeLiberal bool
 }
 
-// has reports whether k has the counter name.
-func (k Kernel) has(name string) bool {
+// withCounter returns k with the counter name present or not.
+func (k Kernel) withCounter(name string, present bool) Kernel {
 	switch name {
 	case CounterInvalidDropped:
-		return k.InvalidDroppedCounter
+		k.InvalidDroppedCounter = present
 	case CounterLocalhostNodePorts:
-		return k.LocalhostNodePortsCounter
+		k.LocalhostNodePortsCounter = present
 	}
-	return false
+	return k
 }
 
 // nfacct writes the match that counts into the counter name.

@@ -50,7 +50,8 @@ func FromSlice(es *discovery.EndpointSlice, family v1.IPFamily, filter servicema
 
 // parse is FromSlice with the slice's ports in a list, for a non-nil es:
 // each port's endpoints in the slice's order, or sorted by address and
-// port when sorted is set (sorted once, before the copy for each port).
+// port when sorted is set (sorted once, before the copy for each port;
+// copies of one address in the slice's order).
 func parse(es *discovery.EndpointSlice, family v1.IPFamily, filter servicemap.Filter, sorted bool) (*tracked, string, []svcproxy.Warning) {
 	p := parser{es: es, report: svcproxy.Reporter{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name}, sorted: sorted}
 	t, skipped := p.parse(family, filter)
@@ -97,8 +98,9 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*tracked, 
 	eps := p.endpoints(family)
 	if p.sorted {
 		// Every copy below has one port, so it is then sorted by address
-		// and port.
-		slices.SortFunc(eps, func(a, b Endpoint) int { return a.Compare(&b) })
+		// and port. Stable: copies of one address keep the slice's order,
+		// which decides the copy that Merge keeps.
+		slices.SortStableFunc(eps, func(a, b Endpoint) int { return a.Compare(&b) })
 	}
 	for i := range es.Ports {
 		name, number, ok := p.port(&es.Ports[i])
@@ -214,10 +216,13 @@ func sortedSet(s []string) []string {
 }
 
 // Merge merges the parsed slices of one Service into the endpoints of each
-// port, deduplicated and sorted. The result does not depend on the order of
-// slices: of several copies of one address and port, the best by the
-// conditions (see preference) wins, then the copy from the slice whose name
-// sorts first, then the copy that sorts first by its remaining fields.
+// port, deduplicated and sorted. Of several copies of one address and port
+// it keeps the one kube-proxy keeps when it reads the slices in the order
+// of their names, each slice's endpoints in the slice's order: the last
+// copy that is not terminating, or the first copy when all are (see
+// pick). The result does not depend on the order of parsed; slices that
+// share a name (which one Service's cannot) are told apart by their
+// copies' fields.
 func Merge(parsed []*Slice) map[servicemap.PortName][]Endpoint {
 	copies := map[servicemap.PortName][]sourced{}
 	for _, s := range parsed {
@@ -232,10 +237,10 @@ func Merge(parsed []*Slice) map[servicemap.PortName][]Endpoint {
 }
 
 // appendSourced appends the copies of eps, from the slice named slice, to
-// dst.
+// dst, each with its index in eps.
 func appendSourced(dst []sourced, eps []Endpoint, slice string) []sourced {
-	for _, ep := range eps {
-		dst = append(dst, sourced{ep, slice})
+	for i, ep := range eps {
+		dst = append(dst, sourced{ep, slice, i})
 	}
 	return dst
 }
@@ -249,62 +254,75 @@ func dedupAll(copies map[servicemap.PortName][]sourced) map[servicemap.PortName]
 	return merged
 }
 
-// sourced is one copy of an endpoint and the name of the slice it came from.
+// sourced is one copy of an endpoint, the name of the slice it came from
+// and its index there (among copies of one address and port, the order of
+// indexes is the slice's order).
 type sourced struct {
 	ep    Endpoint
 	slice string
+	index int
 }
 
-// dedup sorts the copies by address and port, best copy first, and keeps
-// the first copy of each address and port. The order is total, so the
-// result does not depend on the order the copies came in.
+// dedup sorts the copies by address and port, then in the order kube-proxy
+// reads them (slice name, then index), and keeps one copy of each address
+// and port (pick). The order is total, so the result does not depend on
+// the order the copies came in.
 func dedup(cs []sourced) []Endpoint {
 	slices.SortFunc(cs, func(a, b sourced) int {
 		return cmp.Or(
 			a.ep.Compare(&b.ep),
-			preference(&a.ep, &b.ep),
 			strings.Compare(a.slice, b.slice),
+			cmp.Compare(a.index, b.index),
 			compareRest(&a.ep, &b.ep),
 		)
 	})
 	out := make([]Endpoint, 0, len(cs))
-	for i := range cs {
-		if n := len(out); n > 0 && out[n-1].AddrPort() == cs[i].ep.AddrPort() {
-			continue
+	for i := 0; i < len(cs); {
+		j := i + 1
+		for j < len(cs) && cs[j].ep.AddrPort() == cs[i].ep.AddrPort() {
+			j++
 		}
-		out = append(out, cs[i].ep)
+		out = append(out, cs[i+pick(cs[i:j])].ep)
+		i = j
 	}
 	return slices.Clip(out)
 }
 
-// preference is negative when copy a of an endpoint is better than copy b,
-// positive when it is worse: non-terminating beats terminating, then ready
-// beats not ready, serving beats not serving, and a copy with a node name
-// beats one without.
-func preference(a, b *Endpoint) int {
-	for _, pref := range [][2]bool{
-		{!a.Terminating, !b.Terminating},
-		{a.Ready, b.Ready},
-		{a.Serving, b.Serving},
-		{a.NodeName != "", b.NodeName != ""},
-	} {
-		if pref[0] != pref[1] {
-			if pref[0] {
-				return -1
-			}
-			return 1
+// pick returns the index of the copy of one address and port, among cs,
+// that kube-proxy keeps when it reads them in their order: the last copy
+// that is not terminating, or the first when all are (a pod that reuses
+// the address of a terminating one wins over it; of several copies that
+// are not terminating, the last read wins). kube-proxy reads the slices of
+// a Service in the order of a Go map, so where copies in different slices
+// differ, its choice varies between runs; Merge's fixed order is one of
+// kube-proxy's orders.
+func pick(cs []sourced) int {
+	i := 0
+	for j := range cs {
+		if !cs[j].ep.Terminating {
+			i = j
 		}
 	}
-	return 0
+	return i
 }
 
-// compareRest orders copies that preference and slice name cannot tell
-// apart by the fields preference does not look at.
+// compareRest orders copies that slice name and index cannot tell apart
+// (slices that share a name) by their other fields.
 func compareRest(a, b *Endpoint) int {
 	return cmp.Or(
+		cmp.Compare(boolInt(a.Terminating), boolInt(b.Terminating)),
+		cmp.Compare(boolInt(a.Ready), boolInt(b.Ready)),
+		cmp.Compare(boolInt(a.Serving), boolInt(b.Serving)),
 		strings.Compare(a.NodeName, b.NodeName),
 		strings.Compare(a.Zone, b.Zone),
 		slices.Compare(a.ZoneHints, b.ZoneHints),
 		slices.Compare(a.NodeHints, b.NodeHints),
 	)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

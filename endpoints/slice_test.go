@@ -2,6 +2,7 @@ package endpoints_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -303,64 +304,72 @@ func TestMerge(t *testing.T) {
 	}
 }
 
-// TestMergeDuplicates checks which copy of an endpoint listed in two slices
-// wins, in both slice orders and both name orders.
+// TestMergeDuplicates checks which copy of an endpoint listed more than
+// once wins: kube-proxy's rule (the last copy that is not terminating, or
+// the first when all are) with the slices read in name order and each
+// slice in its order, whatever order Merge and a Tracker get the slices
+// in. Each copy of 10.0.0.1 is told apart by its node.
 func TestMergeDuplicates(t *testing.T) {
 	type copy struct {
-		cond discovery.EndpointConditions
-		node string
+		slice, node string
+		cond        discovery.EndpointConditions
 	}
-	c := func(ready, serving, terminating bool, node string) copy {
-		return copy{discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating}, node}
-	}
+	ready := discovery.EndpointConditions{Ready: yes, Serving: yes, Terminating: no}
+	notReady := discovery.EndpointConditions{Ready: no, Serving: no, Terminating: no}
+	terminating := discovery.EndpointConditions{Ready: no, Serving: yes, Terminating: yes}
 	for _, tc := range []struct {
-		name          string
-		better, worse copy
+		name   string
+		copies []copy
+		want   string // the node of the copy kept
 	}{
-		{"non-terminating beats terminating", c(false, false, false, ""), c(true, true, true, "n1")},
-		{"ready beats not ready", c(true, true, false, ""), c(false, true, false, "n1")},
-		{"serving beats not serving", c(false, true, true, ""), c(false, false, true, "n1")},
-		{"known node beats unknown", c(true, true, false, "n1"), c(true, true, false, "")},
+		{"one slice: the last non-terminating copy, even not ready", []copy{{"web-a", "n1", ready}, {"web-a", "n2", notReady}}, "n2"},
+		{"one slice: a terminating copy does not replace", []copy{{"web-a", "n1", notReady}, {"web-a", "n2", terminating}}, "n1"},
+		{"one slice: a non-terminating copy replaces a terminating one", []copy{{"web-a", "n1", terminating}, {"web-a", "n2", notReady}}, "n2"},
+		{"one slice: all terminating, the first", []copy{{"web-a", "n1", terminating}, {"web-a", "n2", terminating}}, "n1"},
+		{"one slice: three copies", []copy{{"web-a", "n1", ready}, {"web-a", "n2", notReady}, {"web-a", "n3", terminating}}, "n2"},
+		{"two slices: the one named last", []copy{{"web-a", "n1", ready}, {"web-b", "n2", notReady}}, "n2"},
+		{"two slices: the non-terminating copy of the one named first", []copy{{"web-a", "n1", notReady}, {"web-b", "n2", terminating}}, "n1"},
+		{"two slices, all terminating: the one named first", []copy{{"web-a", "n1", terminating}, {"web-b", "n2", terminating}}, "n1"},
+		{"two slices: each slice in its order", []copy{{"web-a", "n1", terminating}, {"web-b", "n2", ready}, {"web-b", "n3", terminating}}, "n2"},
+		{"two slices: both orders within", []copy{{"web-a", "n1", ready}, {"web-a", "n2", terminating}, {"web-b", "n3", terminating}, {"web-b", "n4", notReady}}, "n4"},
 	} {
-		for _, betterFirst := range []bool{true, false} {
-			for _, betterNamedFirst := range []bool{true, false} {
-				names := [2]string{"web-a", "web-b"}
-				if !betterNamedFirst {
-					names[0], names[1] = names[1], names[0]
+		bySlice := map[string][]discovery.Endpoint{}
+		var names []string
+		for i, c := range tc.copies {
+			if _, ok := bySlice[c.slice]; !ok {
+				names = append(names, c.slice)
+				// Other addresses first, enough that sorting them is not an
+				// insertion sort: the copies keep their order through the
+				// Tracker's sort by address.
+				for k := range 40 {
+					bySlice[c.slice] = append(bySlice[c.slice], ep(fmt.Sprintf("10.0.1.%d", 40-k), nil, nil, nil))
 				}
-				sliceNamed := func(name string, cp copy) *endpoints.Slice {
-					e := discovery.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: cp.cond}
-					if cp.node != "" {
-						e.NodeName = ptr(cp.node)
-					}
-					return parse(t, slice(sliceName(name), eps(e)))
-				}
-				good, bad := sliceNamed(names[0], tc.better), sliceNamed(names[1], tc.worse)
-				in := []*endpoints.Slice{good, bad}
-				if !betterFirst {
-					in = []*endpoints.Slice{bad, good}
-				}
-				got := endpoints.Merge(in)[webHTTP]
-				wantEP := good.Ports[webHTTP][0]
-				if diff := cmp.Diff([]endpoints.Endpoint{wantEP}, got, cmpOpts); diff != "" {
-					t.Errorf("%s (better first=%v, better named first=%v) (-want +got):\n%s", tc.name, betterFirst, betterNamedFirst, diff)
+			}
+			e := discovery.Endpoint{Addresses: []string{"10.0.0.1"}, NodeName: ptr(c.node), Conditions: c.cond}
+			bySlice[c.slice] = append(bySlice[c.slice], e, ep(fmt.Sprintf("10.0.2.%d", i), nil, nil, nil))
+		}
+		for _, reversed := range []bool{false, true} {
+			order := slices.Clone(names)
+			if reversed {
+				slices.Reverse(order)
+			}
+			var in []*endpoints.Slice
+			tracker := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+			for _, name := range order {
+				es := slice(sliceName(name), eps(bySlice[name]...))
+				in = append(in, parse(t, es))
+				tracker.Update(es)
+			}
+			snap, _ := tracker.Snapshot()
+			for what, got := range map[string][]endpoints.Endpoint{"Merge": endpoints.Merge(in)[webHTTP], "Tracker": snap.Get(webHTTP)} {
+				if len(got) != 41+len(tc.copies) || got[0].NodeName != tc.want {
+					t.Errorf("%s, %s, slices %v: got %v, want the copy on %s", tc.name, what, order, got, tc.want)
 				}
 			}
 		}
 	}
 
-	// Otherwise equal copies: the slice whose name sorts first wins.
-	x := parse(t, slice(sliceName("web-x"), eps(onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-x"))))
-	y := parse(t, slice(sliceName("web-y"), eps(onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-y"))))
-	for _, in := range [][]*endpoints.Slice{{x, y}, {y, x}} {
-		got := endpoints.Merge(in)[webHTTP]
-		if diff := cmp.Diff([]endpoints.Endpoint{want("10.0.0.1", 8080, located("n1", "zone-x"))}, got, cmpOpts); diff != "" {
-			t.Errorf("tie (-want +got):\n%s", diff)
-		}
-	}
-
-	// Two copies within one slice, or slices that share a name: still
-	// independent of the order.
+	// Slices that share a name: still independent of the order.
 	one := parse(t, slice(eps(
 		onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-b"),
 		onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-a"),

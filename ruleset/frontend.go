@@ -131,9 +131,11 @@ func (s *Service) appendFrontends(dst []Frontend) []Frontend {
 //     filter hooks, which see the flow after the other port's DNAT.
 //  2. among those, the first in name order, and within one port its
 //     cluster IP before its external IPs before its load-balancer IPs.
-//     kube-proxy has no rule for this case (its iptables mode writes the
-//     rules in map order, its nftables mode fails the transaction on the
-//     duplicate map key); this one is svcproxy's.
+//     kube-proxy has no rule for this case: both its modes write the
+//     Service ports in the order of a Go map, its iptables mode serving
+//     the first rule written, its nftables mode the map element written
+//     last, so its choice varies between runs. This one is svcproxy's,
+//     and the reference proxies name both ports in a warning.
 //
 // It takes O(k log n) time for k Service ports at the destination.
 func (r *Ruleset) Owner(f Frontend) (owner *Service, kind FrontendKind, ok bool) {

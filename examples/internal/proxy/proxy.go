@@ -306,9 +306,9 @@ type proxy struct {
 	reloads atomic.Int64
 	// health serves the health check node ports; nil but in watch mode.
 	health *healthcheck.NodePortServers
-	// conflicts warns about node ports shared in the manifests; nil with
-	// --kubeconfig, whose API server refuses them.
-	conflicts *nodePortConflicts
+	// conflicts warns about frontends that Services share (node ports in
+	// the manifests, external and load-balancer IPs from either source).
+	conflicts *frontendConflicts
 	// backends are the engine's; counterErr is, per family, the nfacct
 	// error last logged (logCounterErrors).
 	backends   map[v1.IPFamily]engine.Backend
@@ -428,8 +428,8 @@ func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
 			s.Close()
 		}
 	}()
+	p.conflicts = &frontendConflicts{}
 	if p.watcher != nil {
-		p.conflicts = &nodePortConflicts{}
 		go p.watch(ctx, p.watcher, manifestPoll)
 	}
 	if err := p.waitForAPI(ctx, 0); err != nil {

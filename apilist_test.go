@@ -193,6 +193,7 @@ var apiTypes = []reflect.Type{
 	reflect.TypeFor[iptables.Kernel](),
 	reflect.TypeFor[iptables.Names](),
 	reflect.TypeFor[iptables.Runner](),
+	reflect.TypeFor[iptables.Stats](),
 	reflect.TypeFor[iptables.SyncDetails](),
 	reflect.TypeFor[iptrace.Path](),
 	reflect.TypeFor[iptrace.Rules](),

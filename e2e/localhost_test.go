@@ -45,6 +45,11 @@ func TestLocalhostNodePorts(t *testing.T) {
 		for _, want := range []string{
 			"\nkubeproxy_iptables_localhost_nodeports_accepted_packets_total 5\n",
 			"\nkubeproxy_iptables_ct_state_invalid_dropped_packets_total ",
+			// and kube-proxy's iptables-mode metrics with its labels
+			"\nkubeproxy_sync_proxy_rules_iptables_total{ip_family=\"IPv4\",table=\"nat\"} ",
+			"\nkubeproxy_sync_proxy_rules_iptables_last{ip_family=\"IPv6\",table=\"filter\"} ",
+			"\nkubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv4\"} 0\n",
+			"\nkubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv6\"} ",
 		} {
 			if !strings.Contains(scraped, want) {
 				t.Errorf("/metrics has no %q:\n%s", want, scraped)

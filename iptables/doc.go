@@ -88,7 +88,9 @@
 // nfacct, in the Executor's namespace), and renders for those that exist;
 // partial syncs and the state check follow what the last full sync
 // rendered. Executor.Counter reads a counter (kube-proxy's
-// kubeproxy_iptables_*_packets_total metrics). ExecutorConfig.TCPBeLiberal
+// kubeproxy_iptables_*_packets_total metrics); Executor.Stats counts the
+// rules each sync left and wrote, and the failed restores (kube-proxy's
+// kubeproxy_sync_proxy_rules_iptables_* metrics). ExecutorConfig.TCPBeLiberal
 // leaves the drop of INVALID packets out.
 //
 // A partial sync builds on what the last full sync left, so it first

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnsrun"
 	"github.com/svcproxy/svcproxy/internal/nfacct"
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // Command is one command an Executor runs.
@@ -201,6 +203,15 @@ type Executor struct {
 	// sync; partial syncs and the state check follow it.
 	kernel Kernel
 
+	// serviceRules are the rules of each ServicePort's own nat chains,
+	// as of the last successful sync, for Stats.
+	serviceRules map[servicemap.PortName]int
+
+	// statsMu guards stats, apart from mu so that reading them does not
+	// wait for a sync.
+	statsMu sync.Mutex
+	stats   Stats
+
 	// acctMu guards acct and acctErr, apart from mu so that reading a
 	// counter does not wait for a sync.
 	acctMu sync.Mutex
@@ -245,6 +256,87 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		e.dialAcct()
 	}
 	return e, nil
+}
+
+// Stats are what an Executor has counted, for kube-proxy's iptables-mode
+// metrics.
+type Stats struct {
+	// Rules are, by table ("filter", "nat"), the rules of the
+	// Executor's chains after the last successful sync (kube-proxy's
+	// sync_proxy_rules_iptables_total), and LastSync those that sync
+	// wrote (its sync_proxy_rules_iptables_last): a partial sync writes
+	// the top-level chains and the chains of the ServicePorts that
+	// changed. Both are nil before the first successful sync.
+	Rules, LastSync map[string]int
+	// RestoreFailures counts the iptables-restore runs of syncs that
+	// failed, full or partial (kube-proxy's
+	// sync_proxy_rules_iptables_restore_failures_total), and
+	// PartialRestoreFailures the partial ones among them (its
+	// sync_proxy_rules_iptables_partial_restore_failures_total).
+	RestoreFailures, PartialRestoreFailures int
+}
+
+// Stats returns what the Executor has counted so far.
+func (e *Executor) Stats() Stats {
+	if !e.made() {
+		return Stats{}
+	}
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	return Stats{Rules: maps.Clone(e.stats.Rules), LastSync: maps.Clone(e.stats.LastSync),
+		RestoreFailures: e.stats.RestoreFailures, PartialRestoreFailures: e.stats.PartialRestoreFailures}
+}
+
+// countRules counts, by table, the rules ("-A" lines) of restore input.
+func countRules(input []byte) map[string]int {
+	counts := map[string]int{"filter": 0, "nat": 0}
+	table := ""
+	for line := range bytes.Lines(input) {
+		switch {
+		case len(line) > 1 && line[0] == '*':
+			table = string(bytes.TrimSpace(line[1:]))
+		case bytes.HasPrefix(line, []byte("-A ")):
+			if _, ok := counts[table]; ok {
+				counts[table]++
+			}
+		}
+	}
+	return counts
+}
+
+// recordSync records the rules of a successful sync whose input was
+// input: written holds the rules of the ServicePorts it rewrote, removed
+// the ServicePorts gone (a full sync: all = true, written has them all).
+func (e *Executor) recordSync(input []byte, written map[servicemap.PortName]int, removed []servicemap.PortName, all bool) {
+	last := countRules(input)
+	if all || e.serviceRules == nil {
+		e.serviceRules = map[servicemap.PortName]int{}
+	}
+	topLevel := last["nat"]
+	for name, n := range written {
+		topLevel -= n
+		e.serviceRules[name] = n
+	}
+	for _, name := range removed {
+		delete(e.serviceRules, name)
+	}
+	total := map[string]int{"filter": last["filter"], "nat": topLevel}
+	for _, n := range e.serviceRules {
+		total["nat"] += n
+	}
+	e.statsMu.Lock()
+	e.stats.Rules, e.stats.LastSync = total, last
+	e.statsMu.Unlock()
+}
+
+// restoreFailed counts a failed restore, partial or not.
+func (e *Executor) restoreFailed(partial bool) {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	e.stats.RestoreFailures++
+	if partial {
+		e.stats.PartialRestoreFailures++
+	}
 }
 
 // dialAcct opens the nfacct socket in the Executor's namespace; when it
@@ -491,15 +583,20 @@ func (e *Executor) restoreCmd(input []byte, stdout io.Writer) Command {
 // full sync.
 func (e *Executor) syncPartial(ctx context.Context, rs *ruleset.Ruleset, ch ruleset.Changes) (SyncDetails, error) {
 	res := SyncDetails{Changes: ch}
-	input, err := RenderPartialFor(e.names, e.last, rs, ch, e.kernel)
+	written := map[servicemap.PortName]int{}
+	input, err := renderPartial(e.names, e.last, rs, ch, renderOptions{kernel: e.kernel, serviceRules: written})
 	if err != nil {
 		return res, err
 	}
 	res.InputBytes = len(input)
 	if err := e.runner.Run(ctx, e.restoreCmd(input, nil)); err != nil {
+		if ctx.Err() == nil {
+			e.restoreFailed(true)
+		}
 		return res, fmt.Errorf("partial sync: %w", err)
 	}
 	e.last = rs
+	e.recordSync(input, written, ch.Removed, false)
 	return res, nil
 }
 
@@ -517,13 +614,18 @@ func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset) (SyncDetai
 	if k := e.ensureCounters(e.kernel); k != e.kernel {
 		e.kernel, e.want = k, nil
 	}
-	input := renderFull(e.names, rs, renderOptions{stale: stale, listTables: true, canary: true, kernel: e.kernel})
+	written := map[servicemap.PortName]int{}
+	input := renderFull(e.names, rs, renderOptions{stale: stale, listTables: true, canary: true, kernel: e.kernel, serviceRules: written})
 	res.InputBytes = len(input)
 	listed := &chainLister{names: e.names}
 	if err := e.runner.Run(ctx, e.restoreCmd(input, listed)); err != nil {
 		e.fail()
+		if ctx.Err() == nil {
+			e.restoreFailed(false)
+		}
 		return res, fmt.Errorf("full sync: %w", err)
 	}
+	e.recordSync(input, written, nil, true)
 	// The rules are in; from now on a failure only needs the next sync
 	// to be full again.
 	e.last = rs

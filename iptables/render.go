@@ -67,6 +67,11 @@ func RenderPartial(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes) (
 // must be the one old was synced for: the rules of unchanged ServicePorts
 // are not rewritten.
 func RenderPartialFor(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes, k Kernel) ([]byte, error) {
+	return renderPartial(names, old, new, ch, renderOptions{kernel: k})
+}
+
+// renderPartial is RenderPartialFor with opts' kernel and serviceRules.
+func renderPartial(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes, opts renderOptions) ([]byte, error) {
 	if old == nil || ch.ConfigChanged {
 		return nil, svcproxy.ErrFullSyncNeeded
 	}
@@ -74,7 +79,7 @@ func RenderPartialFor(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes
 	r.owns = new.Owns
 	plans := r.plans(new.Services())
 	markRewritten(plans, slices.Concat(ch.Added, ch.Changed))
-	opts := renderOptions{stale: chainsGone(names, old, new, ch), kernel: k}
+	opts.stale = chainsGone(names, old, new, ch)
 	// A partial sync that re-declares many chains meets the same
 	// quadratic cost in iptables-nft as a full one; "-S" avoids it at the
 	// price of listing the tables, which only pays when the partial input

@@ -1,12 +1,14 @@
 package iptables
 
 import (
+	"bytes"
 	"net/netip"
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // renderOptions says what a render writes besides the top-level chains and
@@ -22,6 +24,9 @@ type renderOptions struct {
 	canary bool
 	// kernel is what the rules may use of the kernel.
 	kernel Kernel
+	// serviceRules, when not nil, receives the number of rules of each
+	// rewritten plan's own chains.
+	serviceRules map[servicemap.PortName]int
 }
 
 // renderer accumulates the text of one render.
@@ -259,7 +264,11 @@ func (r *renderer) natTable(plans []plan, opts renderOptions) {
 	}
 	for i := range plans {
 		if plans[i].rewrite {
+			start := len(r.b)
 			r.serviceChains(&plans[i])
+			if opts.serviceRules != nil {
+				opts.serviceRules[plans[i].service.Name] = bytes.Count(r.b[start:], []byte("\n"))
+			}
 		}
 	}
 	for _, c := range opts.stale {

@@ -40,6 +40,11 @@ func (p *proxy) newEngine() (eng *engine.Engine, closeAll func(), err error) {
 		p.log.Error("nfacct counters unavailable: the rules go without them and kube-proxy's kubeproxy_iptables_*_packets_total metrics are not exported", "err", err)
 	}
 	p.backends = backends
+	byFamily := map[string]any{}
+	for f, b := range backends {
+		byFamily[string(f)] = b
+	}
+	p.metrics.registerStats(byFamily)
 	p.counterErr = map[v1.IPFamily]string{}
 	for f, b := range backends {
 		if r, ok := b.(counterReader); ok && r.NFAcctErr() != nil {

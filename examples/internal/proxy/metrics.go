@@ -101,3 +101,66 @@ func (m *metrics) registerCounters(backends []any) error {
 	}
 	return nil
 }
+
+// statsReader is a backend that counts kube-proxy's iptables-mode
+// statistics: the iptables Executor.
+type statsReader interface {
+	Stats() iptables.Stats
+}
+
+// iptablesStats exports kube-proxy's iptables-mode metrics of the rules
+// and restores, with its table and ip_family labels, from each family's
+// statsReader, read at each scrape.
+type iptablesStats struct {
+	backends                                   map[string]statsReader // by IP family
+	total, last, restoreFailures, partialFails *prometheus.Desc
+}
+
+func newIPTablesStats(backends map[string]statsReader) *iptablesStats {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("kubeproxy_"+name, help, append(labels, "ip_family"), nil)
+	}
+	return &iptablesStats{
+		backends:        backends,
+		total:           desc("sync_proxy_rules_iptables_total", "Total number of iptables rules owned by kube-proxy", "table"),
+		last:            desc("sync_proxy_rules_iptables_last", "Number of iptables rules written by kube-proxy in last sync", "table"),
+		restoreFailures: desc("sync_proxy_rules_iptables_restore_failures_total", "Cumulative proxy iptables restore failures"),
+		partialFails:    desc("sync_proxy_rules_iptables_partial_restore_failures_total", "Cumulative proxy iptables partial restore failures"),
+	}
+}
+
+func (s *iptablesStats) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{s.total, s.last, s.restoreFailures, s.partialFails} {
+		ch <- d
+	}
+}
+
+func (s *iptablesStats) Collect(ch chan<- prometheus.Metric) {
+	for family, b := range s.backends {
+		st := b.Stats()
+		for _, table := range []string{"filter", "nat"} {
+			if n, ok := st.Rules[table]; ok {
+				ch <- prometheus.MustNewConstMetric(s.total, prometheus.GaugeValue, float64(n), table, family)
+			}
+			if n, ok := st.LastSync[table]; ok {
+				ch <- prometheus.MustNewConstMetric(s.last, prometheus.GaugeValue, float64(n), table, family)
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(s.restoreFailures, prometheus.CounterValue, float64(st.RestoreFailures), family)
+		ch <- prometheus.MustNewConstMetric(s.partialFails, prometheus.CounterValue, float64(st.PartialRestoreFailures), family)
+	}
+}
+
+// registerStats registers kube-proxy's iptables-mode statistics when the
+// backends count them.
+func (m *metrics) registerStats(backends map[string]any) {
+	readers := map[string]statsReader{}
+	for family, b := range backends {
+		if r, ok := b.(statsReader); ok {
+			readers[family] = r
+		}
+	}
+	if len(readers) > 0 {
+		m.registry.MustRegister(newIPTablesStats(readers))
+	}
+}

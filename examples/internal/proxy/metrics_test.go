@@ -77,3 +77,49 @@ func TestNFAcctMetrics(t *testing.T) {
 		})
 	}
 }
+
+type fakeStats iptables.Stats
+
+func (f fakeStats) Stats() iptables.Stats { return iptables.Stats(f) }
+
+// TestIPTablesStatsMetrics: kube-proxy's iptables-mode metrics of rules
+// and restores, with its labels (table, ip_family), per family; the rule
+// counts wait for a first sync.
+func TestIPTablesStatsMetrics(t *testing.T) {
+	m := newMetrics()
+	m.registerStats(map[string]any{
+		"IPv4":     fakeStats{Rules: map[string]int{"filter": 4, "nat": 40}, LastSync: map[string]int{"filter": 4, "nat": 12}, RestoreFailures: 2, PartialRestoreFailures: 1},
+		"IPv6":     fakeStats{},
+		"nftables": "not a stats reader",
+	})
+	families, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "kubeproxy_sync_proxy_rules_iptables_") {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range s.GetLabel() {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = s.GetGauge().GetValue() + s.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{
+		"kubeproxy_sync_proxy_rules_iptables_total,ip_family=IPv4,table=filter":             4,
+		"kubeproxy_sync_proxy_rules_iptables_total,ip_family=IPv4,table=nat":                40,
+		"kubeproxy_sync_proxy_rules_iptables_last,ip_family=IPv4,table=filter":              4,
+		"kubeproxy_sync_proxy_rules_iptables_last,ip_family=IPv4,table=nat":                 12,
+		"kubeproxy_sync_proxy_rules_iptables_restore_failures_total,ip_family=IPv4":         2,
+		"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total,ip_family=IPv4": 1,
+		"kubeproxy_sync_proxy_rules_iptables_restore_failures_total,ip_family=IPv6":         0,
+		"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total,ip_family=IPv6": 0,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("metrics %v\nwant %v", got, want)
+	}
+}

@@ -287,16 +287,19 @@ func (e *Executor) Stats() Stats {
 		RestoreFailures: e.stats.RestoreFailures, PartialRestoreFailures: e.stats.PartialRestoreFailures}
 }
 
-// countRules counts, by table, the rules ("-A" lines) of restore input.
+// countRules counts, by table, the rules ("-A" lines) of restore input,
+// whose tables each start with their "*table" line (as renders do).
 func countRules(input []byte) map[string]int {
 	counts := map[string]int{"filter": 0, "nat": 0}
-	table := ""
-	for line := range bytes.Lines(input) {
-		switch {
-		case len(line) > 1 && line[0] == '*':
-			table = string(bytes.TrimSpace(line[1:]))
-		case bytes.HasPrefix(line, []byte("-A ")):
-			if _, ok := counts[table]; ok {
+	for _, block := range bytes.SplitAfter(input, []byte("COMMIT\n")) {
+		name, rest, ok := bytes.Cut(block, []byte("\n"))
+		if !ok || len(name) < 2 || name[0] != '*' {
+			continue
+		}
+		table := string(name[1:])
+		if _, ours := counts[table]; ours {
+			counts[table] += bytes.Count(rest, []byte("\n-A "))
+			if bytes.HasPrefix(rest, []byte("-A ")) {
 				counts[table]++
 			}
 		}

@@ -71,3 +71,25 @@ func TestExecutorStats(t *testing.T) {
 		t.Errorf("failures counted: %d restores, %d partial; want 2 and 1", got.RestoreFailures, got.PartialRestoreFailures)
 	}
 }
+
+// TestCountRules counts the rules of every golden rendering as the restore
+// model holds them.
+func TestCountRules(t *testing.T) {
+	for _, sc := range scenarios {
+		text := sc.render(t)
+		m, err := applyRestore(newModel(), text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{}
+		for _, table := range []string{"filter", "nat"} {
+			want[table] = 0
+			for _, rules := range m[table] {
+				want[table] += len(rules)
+			}
+		}
+		if d := cmp.Diff(want, countRules(text)); d != "" {
+			t.Errorf("%s: rules by table (-model +countRules):\n%s", sc.name, d)
+		}
+	}
+}

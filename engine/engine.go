@@ -207,6 +207,10 @@ func New(cfg Config) (*Engine, error) {
 // into one later sync.
 func (e *Engine) Request() {
 	if e.made() {
+		now := float64(e.clock.Now().UnixNano()) / 1e9
+		for _, f := range e.families {
+			e.metrics.lastQueued.WithLabelValues(string(f)).Set(now)
+		}
 		e.loop.request()
 	}
 }

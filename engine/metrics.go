@@ -15,6 +15,7 @@ type metrics struct {
 	syncFullDuration    *prometheus.HistogramVec
 	syncPartialDuration *prometheus.HistogramVec
 	lastSync            *prometheus.GaugeVec
+	lastQueued          *prometheus.GaugeVec
 	programmingDuration *prometheus.HistogramVec
 	syncFailures        prometheus.Counter
 	// periodicFullSyncs counts the syncs that Config.FullSyncPeriod forced
@@ -61,6 +62,10 @@ func newMetrics() *metrics {
 			Subsystem: "kubeproxy", Name: "sync_proxy_rules_last_timestamp_seconds",
 			Help: "The last time proxy rules were successfully synced",
 		}, []string{familyLabel}),
+		lastQueued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Subsystem: "kubeproxy", Name: "sync_proxy_rules_last_queued_timestamp_seconds",
+			Help: "The last time a sync of proxy rules was queued",
+		}, []string{familyLabel}),
 		programmingDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: "kubeproxy", Name: "network_programming_duration_seconds",
 			Help:    "In Cluster Network Programming Latency in seconds",
@@ -86,7 +91,7 @@ func (m *metrics) exportFamily(f v1.IPFamily) {
 
 // register registers every metric with r, or none.
 func (m *metrics) register(r prometheus.Registerer) error {
-	all := []prometheus.Collector{m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync,
+	all := []prometheus.Collector{m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.lastQueued,
 		m.programmingDuration, m.syncFailures, m.periodicFullSyncs, m.driftRepairs}
 	for i, c := range all {
 		if err := r.Register(c); err != nil {

@@ -75,6 +75,13 @@ func TestMetricsByFamily(t *testing.T) {
 	if d := cmp.Diff(want, familySamples(t, reg)); d != "" {
 		t.Errorf("after both synced (-want +got):\n%s", d)
 	}
+	// A request queues a sync of every family.
+	e.Request()
+	want[`kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"}`] = 1
+	want[`kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv6"}`] = 1
+	if d := cmp.Diff(want, familySamples(t, reg)); d != "" {
+		t.Errorf("after a request (-want +got):\n%s", d)
+	}
 }
 
 // familySamples are the kube-proxy metrics of reg that carry ip_family,

@@ -112,6 +112,9 @@ func (p *proxy) onSync(ev engine.SyncEvent) {
 	if ev.Full {
 		p.logCounterErrors()
 	}
+	for f := range ev.Results {
+		p.metrics.recordNoLocalEndpoints(ev.Rulesets[f])
+	}
 	if ev.Err != nil {
 		p.log.Error("sync failed", "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start), "err", ev.Err)
 		return

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svcproxy/svcproxy/iptables"
+	"github.com/svcproxy/svcproxy/ruleset"
 )
 
 // metrics is the registry that /metrics serves, which the engine registers
@@ -20,6 +21,10 @@ type metrics struct {
 	// (on every address) or "unbound" (on one address at least, retried
 	// at each sync).
 	healthPorts *prometheus.GaugeVec
+	// noLocalEndpoints is kube-proxy's count, per family synced, of the
+	// Service ports whose traffic a Local policy drops for want of a
+	// local endpoint: "internal" (to the cluster IP) or "external".
+	noLocalEndpoints *prometheus.GaugeVec
 }
 
 func gauge(name, help string) prometheus.Gauge {
@@ -44,7 +49,11 @@ func newMetrics() *metrics {
 		Subsystem: "svcproxy", Name: "health_check_node_ports",
 		Help: "Health check node ports by state: serving (on every address) or unbound (on one address at least; retried at each sync)",
 	}, []string{"state"})
-	m.registry.MustRegister(m.healthPorts, m.manifestErrors, m.manifestReloads, m.serviceChangesPending, m.endpointChangesPending)
+	m.noLocalEndpoints = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Subsystem: "kubeproxy", Name: "sync_proxy_rules_no_local_endpoints_total",
+		Help: "Number of services with a Local traffic policy and no endpoints",
+	}, []string{"traffic_policy", "ip_family"})
+	m.registry.MustRegister(m.noLocalEndpoints, m.healthPorts, m.manifestErrors, m.manifestReloads, m.serviceChangesPending, m.endpointChangesPending)
 	return m
 }
 
@@ -163,4 +172,24 @@ func (m *metrics) registerStats(backends map[string]any) {
 	if len(readers) > 0 {
 		m.registry.MustRegister(newIPTablesStats(readers))
 	}
+}
+
+// recordNoLocalEndpoints sets the no-local-endpoints gauges of the family
+// of rs, as kube-proxy's proxier of that family does after each sync.
+func (m *metrics) recordNoLocalEndpoints(rs *ruleset.Ruleset) {
+	if rs == nil {
+		return
+	}
+	var internal, external int
+	for _, s := range rs.Services() {
+		if s.Internal == ruleset.RouteDrop {
+			internal++
+		}
+		if s.External == ruleset.RouteDrop {
+			external++
+		}
+	}
+	family := string(rs.Config().Family)
+	m.noLocalEndpoints.WithLabelValues("internal", family).Set(float64(internal))
+	m.noLocalEndpoints.WithLabelValues("external", family).Set(float64(external))
 }

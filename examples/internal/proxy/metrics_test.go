@@ -6,7 +6,14 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/svcproxy/svcproxy/internal/testkit/fixture"
 	"github.com/svcproxy/svcproxy/iptables"
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/topology"
 )
 
 // kube-proxy's names of its nfacct metrics (pkg/proxy/metrics).
@@ -122,4 +129,74 @@ func TestIPTablesStatsMetrics(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("metrics %v\nwant %v", got, want)
 	}
+}
+
+// TestNoLocalEndpointsMetric: kube-proxy's count, by policy and family, of
+// the Service ports whose traffic a Local policy drops for want of a local
+// endpoint; a port without any endpoint is rejected, not counted.
+func TestNoLocalEndpointsMetric(t *testing.T) {
+	local := v1.ServiceInternalTrafficPolicyLocal
+	svc := func(name, ip string, itpLocal, etpLocal bool) *v1.Service {
+		s := &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
+			Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ClusterIP: ip, ClusterIPs: []string{ip},
+				Ports: []v1.ServicePort{{Name: "p", Port: 80, NodePort: 30000 + int32(len(name)), Protocol: v1.ProtocolTCP}}},
+		}
+		if itpLocal {
+			s.Spec.InternalTrafficPolicy = &local
+		}
+		if etpLocal {
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		}
+		return s
+	}
+	remote := func(service string) *discovery.EndpointSlice {
+		ready, node, port := true, "n2", int32(8080)
+		return &discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "ns", Name: service + "-1", Labels: map[string]string{discovery.LabelServiceName: service}},
+			AddressType: discovery.AddressTypeIPv4,
+			Endpoints:   []discovery.Endpoint{{Addresses: []string{"198.18.64.2"}, Conditions: discovery.EndpointConditions{Ready: &ready}, NodeName: &node}},
+			Ports:       []discovery.EndpointPort{{Name: ptrTo("p"), Port: &port}},
+		}
+	}
+	rs := fixture.Ruleset(t, ruleset.Config{Family: v1.IPv4Protocol, Node: topology.Node{Name: "n1"}},
+		svc("a", "198.19.0.1", true, false), remote("a"), // internal: no local endpoint
+		svc("bb", "198.19.0.2", false, true), remote("bb"), // external
+		svc("ccc", "198.19.0.3", true, true), remote("ccc"), // both
+		svc("dddd", "198.19.0.4", true, true), // no endpoint at all: rejected
+	)
+	m := newMetrics()
+	m.recordNoLocalEndpoints(rs)
+	for policy, want := range map[string]float64{"internal": 2, "external": 2} {
+		if got := testGauge(t, m, "kubeproxy_sync_proxy_rules_no_local_endpoints_total", map[string]string{"traffic_policy": policy, "ip_family": "IPv4"}); got != want {
+			t.Errorf("%s: %v, want %v", policy, got, want)
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// testGauge is the value of the gauge name with labels in m's registry.
+func testGauge(t *testing.T, m *metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue next
+				}
+			}
+			return s.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s %v", name, labels)
+	return 0
 }

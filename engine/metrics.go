@@ -16,6 +16,10 @@ type metrics struct {
 	syncPartialDuration *prometheus.HistogramVec
 	lastSync            *prometheus.GaugeVec
 	lastQueued          *prometheus.GaugeVec
+	// conntrackDuration and conntrackDeleted are kube-proxy's conntrack
+	// reconciler metrics, for the cleanups the engine runs.
+	conntrackDuration   *prometheus.HistogramVec
+	conntrackDeleted    *prometheus.CounterVec
 	programmingDuration *prometheus.HistogramVec
 	syncFailures        prometheus.Counter
 	// periodicFullSyncs counts the syncs that Config.FullSyncPeriod forced
@@ -66,6 +70,11 @@ func newMetrics() *metrics {
 			Subsystem: "kubeproxy", Name: "sync_proxy_rules_last_queued_timestamp_seconds",
 			Help: "The last time a sync of proxy rules was queued",
 		}, []string{familyLabel}),
+		conntrackDuration: syncHistogram("conntrack_reconciler_sync_duration_seconds", "ReconcileConntrackFlowsLatency latency in seconds"),
+		conntrackDeleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubeproxy", Name: "conntrack_reconciler_deleted_entries_total",
+			Help: "Cumulative conntrack flows deleted by conntrack reconciler",
+		}, []string{familyLabel}),
 		programmingDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: "kubeproxy", Name: "network_programming_duration_seconds",
 			Help:    "In Cluster Network Programming Latency in seconds",
@@ -92,6 +101,7 @@ func (m *metrics) exportFamily(f v1.IPFamily) {
 // register registers every metric with r, or none.
 func (m *metrics) register(r prometheus.Registerer) error {
 	all := []prometheus.Collector{m.syncDuration, m.syncFullDuration, m.syncPartialDuration, m.lastSync, m.lastQueued,
+		m.conntrackDuration, m.conntrackDeleted,
 		m.programmingDuration, m.syncFailures, m.periodicFullSyncs, m.driftRepairs}
 	for i, c := range all {
 		if err := r.Register(c); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/conntrack"
 	"github.com/svcproxy/svcproxy/endpoints"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -108,4 +109,44 @@ func familySamples(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return got
+}
+
+// TestConntrackMetrics: kube-proxy's conntrack reconciler metrics, by
+// family: each cleanup the engine runs is timed, and the entries it
+// deleted are counted.
+func TestConntrackMetrics(t *testing.T) {
+	w := newWorld(t)
+	w.addUDPService("dns", "198.19.0.10", "198.18.64.2")
+	toDNS := udpFlow("198.19.0.10:53", "198.18.64.2:5353")
+	table := &conntrackTable{flows: map[conntrack.Flow]bool{toDNS: true}}
+	reg := prometheus.NewPedanticRegistry()
+	e, err := New(Config{Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: &fakeBackend{}}, Provider: w, Conntrack: table, Registerer: reg, Clock: newFakeClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := e.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.services.Delete("ns1", "dns")
+	if err := e.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := familySamples(t, reg)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == "kubeproxy_conntrack_reconciler_deleted_entries_total" {
+			m := mf.GetMetric()[0]
+			got[mf.GetName()+`{`+m.GetLabel()[0].GetName()+`="`+m.GetLabel()[0].GetValue()+`"}`] = m.GetCounter().GetValue()
+		}
+	}
+	if n := got[`kubeproxy_conntrack_reconciler_sync_duration_seconds{ip_family="IPv4"}`]; n < 1 {
+		t.Errorf("%v cleanups timed; want at least the one that deleted", n)
+	}
+	if n := got[`kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv4"}`]; n != 1 {
+		t.Errorf("%v entries counted as deleted; want 1", n)
+	}
 }

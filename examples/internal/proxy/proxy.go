@@ -103,7 +103,10 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 	// As kube-proxy: the conntrack settings first, then the backends,
 	// which follow nf_conntrack_tcp_be_liberal as they find it.
 	applyConntrackSizing(log, opts.Conntrack)
-	opts.TCPBeLiberal = readTCPBeLiberal(log)
+	opts.TCPBeLiberal = readTCPBeLiberal()
+	if opts.TCPBeLiberal && mode.Name == "iptables" {
+		log.Info("nf_conntrack_tcp_be_liberal set, not installing DROP rules for INVALID packets")
+	}
 	eng, closeAll, err := p.newEngine()
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
@@ -374,15 +377,9 @@ func (p *proxy) baseConfig() ruleset.Config {
 
 // readTCPBeLiberal reads nf_conntrack_tcp_be_liberal; unreadable, it is
 // taken as unset (kube-proxy's reading too).
-func readTCPBeLiberal(log *slog.Logger) bool {
+func readTCPBeLiberal() bool {
 	v, err := conntrack.ReadSysctl(filepath.Join("/proc/sys", conntrack.SysctlTCPBeLiberal))
-	if err != nil {
-		return false
-	}
-	if v != 0 {
-		log.Info("nf_conntrack_tcp_be_liberal set, not installing DROP rules for INVALID packets")
-	}
-	return v != 0
+	return err == nil && v != 0
 }
 
 func (p *proxy) dryRun(w io.Writer) error {

@@ -45,6 +45,9 @@ func (p *proxy) newEngine() (eng *engine.Engine, closeAll func(), err error) {
 		byFamily[string(f)] = b
 	}
 	p.metrics.registerStats(byFamily)
+	if p.mode.Name == "nftables" {
+		p.metrics.registerNFTablesFailures(p.families)
+	}
 	p.counterErr = map[v1.IPFamily]string{}
 	for f, b := range backends {
 		if r, ok := b.(counterReader); ok && r.NFAcctErr() != nil {
@@ -118,6 +121,7 @@ func (p *proxy) onSync(ev engine.SyncEvent) {
 	for f := range ev.Results {
 		p.metrics.recordNoLocalEndpoints(ev.Rulesets[f])
 	}
+	p.metrics.recordFailedFamilies(p.families, ev)
 	if ev.Err != nil {
 		p.log.Error("sync failed", "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start), "err", ev.Err)
 		return

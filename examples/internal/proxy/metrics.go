@@ -2,14 +2,17 @@ package proxy
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
 // metrics is the registry that /metrics serves, which the engine registers
 // its sync metrics with, and the proxy's own metrics: kube-proxy's
-// changes-pending gauges and svcproxy's manifest counters.
+// changes-pending gauges and per-mode metrics, and svcproxy's manifest
+// counters.
 type metrics struct {
 	registry               *prometheus.Registry
 	serviceChangesPending  prometheus.Gauge
@@ -25,6 +28,9 @@ type metrics struct {
 	// Service ports whose traffic a Local policy drops for want of a
 	// local endpoint: "internal" (to the cluster IP) or "external".
 	noLocalEndpoints *prometheus.GaugeVec
+	// nftablesSyncFailures is kube-proxy's nftables-mode count of the
+	// syncs of a family that failed; nil but for the nftables proxy.
+	nftablesSyncFailures *prometheus.CounterVec
 }
 
 func gauge(name, help string) prometheus.Gauge {
@@ -192,4 +198,30 @@ func (m *metrics) recordNoLocalEndpoints(rs *ruleset.Ruleset) {
 	family := string(rs.Config().Family)
 	m.noLocalEndpoints.WithLabelValues("internal", family).Set(float64(internal))
 	m.noLocalEndpoints.WithLabelValues("external", family).Set(float64(external))
+}
+
+// registerNFTablesFailures registers kube-proxy's nftables-mode count of
+// failed syncs, at zero for each of families.
+func (m *metrics) registerNFTablesFailures(families []v1.IPFamily) {
+	m.nftablesSyncFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Subsystem: "kubeproxy", Name: "sync_proxy_rules_nftables_sync_failures_total",
+		Help: "Cumulative proxy nftables sync failures",
+	}, []string{"ip_family"})
+	for _, f := range families {
+		m.nftablesSyncFailures.WithLabelValues(string(f))
+	}
+	m.registry.MustRegister(m.nftablesSyncFailures)
+}
+
+// recordFailedFamilies counts, for the nftables proxy, the families whose
+// backend did not sync although the state was built.
+func (m *metrics) recordFailedFamilies(families []v1.IPFamily, ev engine.SyncEvent) {
+	if m.nftablesSyncFailures == nil || ev.Rulesets == nil {
+		return
+	}
+	for _, f := range families {
+		if _, ok := ev.Results[f]; !ok {
+			m.nftablesSyncFailures.WithLabelValues(string(f)).Inc()
+		}
+	}
 }

@@ -10,6 +10,8 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/internal/testkit/fixture"
 	"github.com/svcproxy/svcproxy/iptables"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -199,4 +201,38 @@ func testGauge(t *testing.T, m *metrics, name string, labels map[string]string) 
 	}
 	t.Fatalf("no %s %v", name, labels)
 	return 0
+}
+
+// TestNFTablesSyncFailuresMetric: the nftables proxy counts, by family,
+// kube-proxy's failed nftables syncs: a family that did not sync while the
+// state was built; a failure to build the state is no backend's.
+func TestNFTablesSyncFailuresMetric(t *testing.T) {
+	m := newMetrics()
+	families := []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+	m.registerNFTablesFailures(families)
+	built := map[v1.IPFamily]*ruleset.Ruleset{}
+	for _, ev := range []engine.SyncEvent{
+		{Rulesets: built, Results: map[v1.IPFamily]svcproxy.SyncResult{v1.IPv4Protocol: {}}}, // IPv6 failed
+		{Rulesets: built, Results: map[v1.IPFamily]svcproxy.SyncResult{}},                    // both failed
+		{}, // the Provider failed
+	} {
+		m.recordFailedFamilies(families, ev)
+	}
+	families2, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families2 {
+		if f.GetName() == "kubeproxy_sync_proxy_rules_nftables_sync_failures_total" {
+			for _, s := range f.GetMetric() {
+				got[s.GetLabel()[0].GetValue()] = s.GetCounter().GetValue()
+			}
+		}
+	}
+	if want := map[string]float64{"IPv4": 1, "IPv6": 2}; !maps.Equal(got, want) {
+		t.Errorf("failures by family %v, want %v", got, want)
+	}
+	// The iptables proxy has no such metric.
+	newMetrics().recordFailedFamilies(families, engine.SyncEvent{Rulesets: built})
 }

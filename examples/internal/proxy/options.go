@@ -30,6 +30,9 @@ type Options struct {
 	// BindAddress is kube-proxy's --bind-address: when not unspecified,
 	// the node's primary address of its family.
 	BindAddress netip.Addr
+	// LogFormat is kube-proxy's logging format, "text" or "json"
+	// (--logging-format, or the --config file's logging.format).
+	LogFormat string
 	// ConfigFile is kube-proxy's --config, whose settings are in these
 	// Options; Notices are what to log about it at start.
 	ConfigFile string
@@ -39,7 +42,12 @@ type Options struct {
 	MasqueradeMark uint32
 	// Conntrack, when set (by --config or a --conntrack-* flag), is the
 	// conntrack table size and timeouts the proxy sets at start.
-	Conntrack      *conntrack.Sizing
+	Conntrack *conntrack.Sizing
+	// TCPBeLiberal is nf_conntrack_tcp_be_liberal as the proxy reads it
+	// at start, once Conntrack is applied, as kube-proxy does: when set,
+	// the iptables proxy does not drop INVALID packets. --dry-run, which
+	// reads no sysctl, takes Conntrack's.
+	TCPBeLiberal   bool
 	IPFamily       string
 	MasqueradeAll  bool
 	SyncPeriod     time.Duration
@@ -120,10 +128,14 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 		})
 	}
 	kp := addKubeProxyFlags(fs)
+	logging := addLoggingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if err := kp.apply(fs, o, strings.TrimSuffix(name, "-proxy"), &clusterCIDRs); err != nil {
+		return nil, err
+	}
+	if err := logging.apply(fs, kp.fileLogging, o); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {

@@ -102,8 +102,11 @@ func (c *converter) convert(filter Filter) ([]ServicePort, string) {
 		if !ok {
 			continue
 		}
-		if slices.ContainsFunc(ports, func(p ServicePort) bool { return p.Name == sp.Name }) {
-			c.report.Warnf("port %q/%s listed twice: second copy skipped", sp.Name.Port, sp.Name.Protocol)
+		// The API server refuses a port name listed twice; kube-proxy
+		// keeps the last copy.
+		if k := slices.IndexFunc(ports, func(p ServicePort) bool { return p.Name == sp.Name }); k >= 0 {
+			c.report.Warnf("port %q/%s listed twice: the last copy used, as kube-proxy uses it", sp.Name.Port, sp.Name.Protocol)
+			ports[k] = sp
 			continue
 		}
 		ports = append(ports, sp)
@@ -260,7 +263,8 @@ func (c *converter) port(p *v1.ServicePort, template ServicePort) (ServicePort, 
 		return ServicePort{}, false
 	}
 	if p.Name != "" {
-		if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
+		// The API server's rule for Service port names.
+		if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
 			c.report.Warnf("invalid port name %q: %s: port skipped", p.Name, errs[0])
 			return ServicePort{}, false
 		}

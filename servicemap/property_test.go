@@ -264,7 +264,7 @@ func checkPorts(t *rapid.T, svc *v1.Service, family v1.IPFamily, got []servicema
 		if len(validation.IsDNS1123Label(sp.Name.Namespace)) > 0 || len(validation.IsDNS1123Label(sp.Name.Name)) > 0 {
 			t.Fatalf("port %v has an invalid namespace or name", sp.Name)
 		}
-		if sp.Name.Port != "" && len(validation.IsValidPortName(sp.Name.Port)) > 0 {
+		if sp.Name.Port != "" && len(validation.IsDNS1123Label(sp.Name.Port)) > 0 {
 			t.Fatalf("port %v has an invalid port name", sp.Name)
 		}
 		if !slices.Contains([]v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP}, sp.Name.Protocol) {

@@ -255,8 +255,8 @@ func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used ma
 		ep := discovery.Endpoint{Addresses: []string{podAddr(pod, ipv6).String()}}
 		// Now and then more addresses: the first is the endpoint's.
 		if rapid.IntRange(0, 7).Draw(t, fmt.Sprintf("%s.ep%d.addresses", name, k)) == 0 {
-			more := rapid.IntRange(0, endpointPool-1).Draw(t, fmt.Sprintf("%s.ep%d.address2", name, k))
-			ep.Addresses = append(ep.Addresses, podAddr(more, ipv6).String())
+			more := (pod + rapid.IntRange(1, endpointPool-1).Draw(t, fmt.Sprintf("%s.ep%d.address2", name, k))) % endpointPool
+			ep.Addresses = append(ep.Addresses, podAddr(more, ipv6).String()) // a set: no address twice
 		}
 		if node := rapid.IntRange(-1, len(nodeNames)-1).Draw(t, fmt.Sprintf("%s.ep%d.node", name, k)); node >= 0 {
 			ep.NodeName = ptr(nodeNames[node])

@@ -42,7 +42,7 @@ func TestFrontendConflicts(t *testing.T) {
 	}
 	must := warnings.Must(t)
 	var c frontendConflicts
-	conflict := []string{`Service ns/b: nodePort 30080/TCP is also Service port ns/a:p's, which takes it: not served for port "p"`}
+	conflict := []string{`Service ns/b: port "p"/TCP: node port 30080/TCP is also Service port ns/a:p's, which takes it: not served there`}
 	for _, step := range []struct {
 		svc  *v1.Service
 		want []string
@@ -53,7 +53,7 @@ func TestFrontendConflicts(t *testing.T) {
 		{svc("b", "198.19.0.2", 30081), nil},
 		{svc("b", "198.19.0.2", 30080), conflict},
 		{lb, nil},
-		{svc("d", "198.19.0.5", 30110, "198.18.0.100"), []string{`Service ns/l: 198.18.0.100:80/TCP is also Service port ns/d:p's, which takes it: not served for port "p"`}},
+		{svc("d", "198.19.0.5", 30110, "198.18.0.100"), []string{`Service ns/l: port "p"/TCP: 198.18.0.100:80/TCP is also Service port ns/d:p's, which takes it: not served there`}},
 	} {
 		must.Used(services.Update(step.svc))
 		var got []string

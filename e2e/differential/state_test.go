@@ -180,8 +180,11 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 		if rapid.IntRange(0, 9).Draw(t, fmt.Sprintf("%s.%s.duplicates", name, fam)) == 0 {
 			used = nil
 		}
+		// One Service family in five has hints as no controller writes
+		// them, on every endpoint.
+		odd := rapid.IntRange(0, 4).Draw(t, fmt.Sprintf("%s.%s.oddHints", name, fam)) == 0
 		for k := range rapid.IntRange(0, 2).Draw(t, fmt.Sprintf("%s.%s.slices", name, fam)) {
-			eps = append(eps, genSlice(t, svc, fam, fmt.Sprintf("%s-%s-%d", name, strings.ToLower(string(fam)), k), used))
+			eps = append(eps, genSlice(t, svc, fam, fmt.Sprintf("%s-%s-%d", name, strings.ToLower(string(fam)), k), used, odd))
 		}
 		// Now and then a slice both proxies must ignore: one with no
 		// service-name label, one labelled for the Service in another
@@ -190,18 +193,18 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 		stray := fmt.Sprintf("%s-%s-stray", name, strings.ToLower(string(fam)))
 		switch rapid.IntRange(0, 11).Draw(t, stray) {
 		case 0:
-			es := genSlice(t, svc, fam, stray, map[int]bool{})
+			es := genSlice(t, svc, fam, stray, map[int]bool{}, false)
 			delete(es.Labels, discovery.LabelServiceName)
 			eps = append(eps, es)
 		case 1:
-			es := genSlice(t, svc, fam, stray, map[int]bool{})
+			es := genSlice(t, svc, fam, stray, map[int]bool{}, false)
 			es.Namespace = otherNamespace
 			eps = append(eps, es)
 		}
 	}
 	// One Service in ten has an FQDN slice, which both proxies ignore.
 	if rapid.IntRange(0, 9).Draw(t, name+".fqdn") == 0 {
-		es := genSlice(t, svc, v1.IPv4Protocol, name+"-fqdn", map[int]bool{})
+		es := genSlice(t, svc, v1.IPv4Protocol, name+"-fqdn", map[int]bool{}, false)
 		es.AddressType = discovery.AddressTypeFQDN
 		for k := range es.Endpoints {
 			es.Endpoints[k].Addresses = []string{fmt.Sprintf("pod-%d.%s.example.test", k, name)}
@@ -213,7 +216,10 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 
 // genSlice draws an EndpointSlice of svc in family fam. Its endpoints'
 // addresses are not in used, and are added to it, unless used is nil.
-func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used map[int]bool) *discovery.EndpointSlice {
+// With oddHints every endpoint has hints as no controller writes them:
+// for one or two zones of zone-a, zone-b and "" (the zone of a Node
+// without a zone label), and for any nodes.
+func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used map[int]bool, oddHints bool) *discovery.EndpointSlice {
 	ipv6 := fam == v1.IPv6Protocol
 	es := &discovery.EndpointSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
@@ -285,30 +291,23 @@ func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used ma
 			}
 			ep.Conditions = discovery.EndpointConditions{Ready: cond("ready"), Serving: cond("serving"), Terminating: cond("terminating")}
 		}
-		if rapid.Bool().Draw(t, fmt.Sprintf("%s.ep%d.hints", name, k)) {
+		if oddHints {
+			ep.Hints = &discovery.EndpointHints{}
+			for _, z := range rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"zone-a", "zone-b", ""}), 1, 2, rapid.ID[string]).Draw(t, fmt.Sprintf("%s.ep%d.zoneHints", name, k)) {
+				ep.Hints.ForZones = append(ep.Hints.ForZones, discovery.ForZone{Name: z})
+			}
+			for _, n := range nodeNames {
+				if rapid.IntRange(0, 4).Draw(t, fmt.Sprintf("%s.ep%d.nodeHint %s", name, k, n)) == 0 {
+					ep.Hints.ForNodes = append(ep.Hints.ForNodes, discovery.ForNode{Name: n})
+				}
+			}
+		} else if rapid.Bool().Draw(t, fmt.Sprintf("%s.ep%d.hints", name, k)) {
 			ep.Hints = &discovery.EndpointHints{}
 			if ep.Zone != nil {
 				ep.Hints.ForZones = []discovery.ForZone{{Name: *ep.Zone}}
 			}
 			if ep.NodeName != nil && rapid.Bool().Draw(t, fmt.Sprintf("%s.ep%d.nodeHint", name, k)) {
 				ep.Hints.ForNodes = []discovery.ForNode{{Name: *ep.NodeName}}
-			}
-			// Now and then hints as no controller writes them: for other
-			// zones (the zone "" too, which a Node without a zone label
-			// is in) and other nodes.
-			if rapid.IntRange(0, 3).Draw(t, fmt.Sprintf("%s.ep%d.oddHints", name, k)) == 0 {
-				ep.Hints.ForZones = nil
-				for _, z := range []string{"zone-a", "zone-b", ""} {
-					if rapid.Bool().Draw(t, fmt.Sprintf("%s.ep%d.zoneHint %q", name, k, z)) {
-						ep.Hints.ForZones = append(ep.Hints.ForZones, discovery.ForZone{Name: z})
-					}
-				}
-				ep.Hints.ForNodes = nil
-				for _, n := range nodeNames {
-					if rapid.IntRange(0, 2).Draw(t, fmt.Sprintf("%s.ep%d.nodeHint %s", name, k, n)) == 0 {
-						ep.Hints.ForNodes = append(ep.Hints.ForNodes, discovery.ForNode{Name: n})
-					}
-				}
 			}
 		}
 		es.Endpoints = append(es.Endpoints, ep)

@@ -188,9 +188,12 @@ func (c *converter) externalIPs() []netip.Addr {
 	var ips []netip.Addr
 	for _, s := range c.svc.Spec.ExternalIPs {
 		ip, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil || !usableAddr(ip) {
+		if err != nil || !usableVIP(ip) {
 			c.report.Warnf("invalid externalIP %q dropped", s)
 			continue
+		}
+		if ip.IsMulticast() {
+			c.report.Warnf("multicast externalIP %s used, as kube-proxy uses it", ip)
 		}
 		if ipFamily(ip) == c.family {
 			ips = append(ips, ip)
@@ -210,9 +213,12 @@ func (c *converter) loadBalancerIPs() []netip.Addr {
 		}
 		// Surrounding spaces are forgiven, as for externalIPs.
 		ip, err := netip.ParseAddr(strings.TrimSpace(ing.IP))
-		if err != nil || !usableAddr(ip) {
+		if err != nil || !usableVIP(ip) {
 			c.report.Warnf("invalid load-balancer ingress IP %q dropped", ing.IP)
 			continue
+		}
+		if ip.IsMulticast() {
+			c.report.Warnf("multicast load-balancer ingress IP %s used, as kube-proxy uses it", ip)
 		}
 		if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
 			continue // the load balancer proxies: the IP is not a local VIP
@@ -294,6 +300,14 @@ func (c *converter) port(p *v1.ServicePort, template ServicePort) (ServicePort, 
 func usableAddr(ip netip.Addr) bool {
 	return ip.Zone() == "" && !ip.Is4In6() && !ip.IsUnspecified() && !ip.IsLoopback() &&
 		!ip.IsLinkLocalUnicast() && !ip.IsMulticast()
+}
+
+// usableVIP reports whether ip can be an external or load-balancer IP:
+// usableAddr, but multicast addresses other than link-local ones are
+// allowed, as the API server allows them for externalIPs and kube-proxy
+// serves them.
+func usableVIP(ip netip.Addr) bool {
+	return usableAddr(ip) || ip.IsMulticast() && !ip.IsLinkLocalMulticast()
 }
 
 func ipFamily(ip netip.Addr) v1.IPFamily {

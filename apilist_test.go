@@ -144,7 +144,7 @@ var apiTypes = []reflect.Type{
 	reflect.TypeFor[ebpf.Executor](),
 	reflect.TypeFor[ebpf.ExtTranslation](),
 	reflect.TypeFor[ebpf.ExtValue](),
-	reflect.TypeFor[ebpf.MaglevKey](),
+	reflect.TypeFor[ebpf.MaglevTable](),
 	reflect.TypeFor[ebpf.Maps](),
 	reflect.TypeFor[ebpf.NorthSouthConfig](),
 	reflect.TypeFor[ebpf.NorthSouth](),

@@ -85,6 +85,7 @@ var layers = map[string]int{
 	"internal/testkit/fixture":    layerModel,
 	"internal/testkit/scaleworld": layerModel,
 	"internal/testkit/rapidgen":   layerModel,
+	"internal/testkit/nfttest":    layerModel,
 }
 
 const module = "github.com/svcproxy/svcproxy"

@@ -66,6 +66,13 @@ type Config struct {
 	// OnSync, when not nil, is called after every sync, from the goroutine
 	// that syncs, with what happened. The engine logs nothing.
 	OnSync func(SyncEvent)
+	// OnHealthChange, when not nil, is called with the engine's Health
+	// each time it becomes Failing or stops being so, and at the first
+	// successful sync: from the goroutine that syncs, at once (a drift the
+	// periodic check finds makes it Failing before the repair starts, the
+	// repair's success ends that), so that a caller can log or record what
+	// /healthz answers from when. It must not block.
+	OnHealthChange func(Health)
 	// Clock is the time source; nil means the system's.
 	Clock Clock
 }

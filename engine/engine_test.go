@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -358,4 +359,35 @@ func TestCheckIsNotASync(t *testing.T) {
 	run("periodic run, nothing changed again", true, true, false)
 	clock.advance(DefaultFullSyncPeriod)
 	run("periodic run that forces a full sync", true, false, false)
+}
+
+// TestOnHealthChange: Config.OnHealthChange hears of the first success,
+// of a drift found (failing before the repair runs), of a failed repair
+// (no change: still failing) and of the repair that succeeds, and of
+// nothing else.
+func TestOnHealthChange(t *testing.T) {
+	w := newWorld(t)
+	w.addUDPService("dns", "198.19.0.10", "198.18.64.2")
+	e, b, clock, _ := newTestEngine(t, w, nil)
+	var changes []bool // Failing, at each change
+	e.cfg.OnHealthChange = func(h Health) { changes = append(changes, h.Failing) }
+	ctx := context.Background()
+	if err := e.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(30 * time.Second)
+	if _, err := e.run(ctx, true); err != nil { // nothing found
+		t.Fatal(err)
+	}
+	b.missing, b.failNext = "chain KUBE-SERVICES", 1
+	clock.advance(30 * time.Second)
+	if _, err := e.run(ctx, true); err == nil {
+		t.Fatal("the injected failure was not returned")
+	}
+	if _, err := e.run(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, true, false}; !slices.Equal(changes, want) {
+		t.Errorf("health changes (failing) %v, want %v", changes, want)
+	}
 }

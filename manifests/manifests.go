@@ -33,6 +33,7 @@ package manifests
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,17 +63,33 @@ func Load(path string) (*state.Objects, []svcproxy.Warning, error) {
 	objs := &state.Objects{}
 	var warnings []svcproxy.Warning
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		w, err := parseFile(objs, f, nil)
 		if err != nil {
 			return nil, nil, err
-		}
-		w, err := parse(objs, data)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", filepath.Base(f), err)
 		}
 		warnings = append(warnings, w...)
 	}
 	return objs, warnings, nil
+}
+
+// parseFile appends the objects of file f to o, reading it as a stream
+// (never whole), and everything it reads to read when not nil. An error
+// of parsing names the file.
+func parseFile(o *state.Objects, f string, read io.Writer) ([]svcproxy.Warning, error) {
+	file, err := os.Open(f)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	var r io.Reader = file
+	if read != nil {
+		r = io.TeeReader(file, read)
+	}
+	w, err := parse(o, r, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(f), err)
+	}
+	return w, nil
 }
 
 // Files lists the files that Load reads at path: path itself when it is
@@ -106,7 +123,7 @@ func Files(path string) ([]string, error) {
 // Parse reads the objects in data, one file's contents.
 func Parse(data []byte) (*state.Objects, []svcproxy.Warning, error) {
 	objs := &state.Objects{}
-	w, err := parse(objs, data)
+	w, err := parse(objs, bytes.NewReader(data), nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,9 +141,14 @@ type header struct {
 	Items []json.RawMessage `json:"items"`
 }
 
-// parse appends the objects in data to o.
-func parse(o *state.Objects, data []byte) ([]svcproxy.Warning, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+// parse appends the objects that r holds, one file's contents, to o. It
+// reads one document at a time: what it holds at once beyond the objects
+// is one document and what that document makes. When next is not nil it
+// records there what each document made, by the hash of its bytes, and a
+// document that prev (which may be nil) records is not decoded again: its
+// objects, the same pointers, are appended.
+func parse(o *state.Objects, r io.Reader, prev, next docCache) ([]svcproxy.Warning, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReaderSize(r, 64<<10))
 	var warnings []svcproxy.Warning
 	for doc := 1; ; doc++ {
 		raw, err := reader.Read()
@@ -139,33 +161,80 @@ func parse(o *state.Objects, data []byte) ([]svcproxy.Warning, error) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		values, err := jsonValues(raw)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", doc, err)
-		}
-		if values == nil {
-			// Strict: a key given twice is an error, as for kubectl,
-			// rather than the last one silently winning.
-			js, err := yaml.YAMLToJSONStrict(raw)
+		if next == nil {
+			w, err := document(o, raw, doc)
 			if err != nil {
-				return nil, fmt.Errorf("document %d: %w", doc, oneLine(err))
-			}
-			if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-				continue // a document holding only comments
-			}
-			values = [][]byte{js}
-		}
-		for i, js := range values {
-			w, err := object(o, js, 0)
-			if err != nil {
-				if len(values) > 1 {
-					return nil, fmt.Errorf("document %d: JSON object %d: %w", doc, i+1, err)
-				}
-				return nil, fmt.Errorf("document %d: %w", doc, err)
+				return nil, err
 			}
 			warnings = append(warnings, w...)
+			continue
 		}
+		key := docKeyOf(raw)
+		d, ok := prev[key]
+		if !ok {
+			d = &docRead{}
+			if d.warnings, err = document(&d.objs, raw, doc); err != nil {
+				return nil, err
+			}
+		}
+		next[key] = d
+		o.Services = append(o.Services, d.objs.Services...)
+		o.EndpointSlices = append(o.EndpointSlices, d.objs.EndpointSlices...)
+		o.Nodes = append(o.Nodes, d.objs.Nodes...)
+		o.ServiceCIDRs = append(o.ServiceCIDRs, d.objs.ServiceCIDRs...)
+		warnings = append(warnings, d.warnings...)
 	}
+}
+
+// docCache is what the documents of a file made, by the hash of their
+// bytes (docKeyOf), for the next parse of the file to reuse.
+type docCache map[docKey]*docRead
+
+// docKey is the first 16 bytes of the SHA-256 of a document.
+type docKey [16]byte
+
+func docKeyOf(raw []byte) docKey {
+	sum := sha256.Sum256(raw)
+	return docKey(sum[:16])
+}
+
+// docRead is what one document made.
+type docRead struct {
+	objs     state.Objects
+	warnings []svcproxy.Warning
+}
+
+// document appends the objects of raw, the doc'th document of a file, to
+// o.
+func document(o *state.Objects, raw []byte, doc int) ([]svcproxy.Warning, error) {
+	values, err := jsonValues(raw)
+	if err != nil {
+		return nil, fmt.Errorf("document %d: %w", doc, err)
+	}
+	if values == nil {
+		// Strict: a key given twice is an error, as for kubectl,
+		// rather than the last one silently winning.
+		js, err := yaml.YAMLToJSONStrict(raw)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, oneLine(err))
+		}
+		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+			return nil, nil // a document holding only comments
+		}
+		values = [][]byte{js}
+	}
+	var warnings []svcproxy.Warning
+	for i, js := range values {
+		w, err := object(o, js, 0)
+		if err != nil {
+			if len(values) > 1 {
+				return nil, fmt.Errorf("document %d: JSON object %d: %w", doc, i+1, err)
+			}
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		warnings = append(warnings, w...)
+	}
+	return warnings, nil
 }
 
 // jsonValues splits a document that is a stream of JSON objects ("{…}

@@ -257,7 +257,9 @@ func TestWatch(t *testing.T) {
 
 // TestWatcherParsesChangedFilesOnly: a Read after one file of a directory
 // changed keeps the objects of the others as they were (the same
-// pointers: not parsed again) and has the changed file's new ones.
+// pointers: not parsed again), and of the changed file's documents it
+// decodes only those that changed: the others keep their objects, the
+// new and the changed ones have new objects.
 func TestWatcherParsesChangedFilesOnly(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
@@ -271,20 +273,26 @@ func TestWatcherParsesChangedFilesOnly(t *testing.T) {
 	if err != nil || first == nil || len(first.Objects.Services) != 4 {
 		t.Fatalf("first Read: %+v, %v", first, err)
 	}
-	if err := os.WriteFile(b, []byte(strings.Join(serviceDocs(2, 3), "")), 0o644); err != nil {
+	// b.yaml: s2 changed (another port), s3 as it was, s4 new.
+	docs := serviceDocs(2, 3)
+	docs[0] = strings.Replace(docs[0], "port: 80", "port: 81", 1)
+	if err := os.WriteFile(b, []byte(strings.Join(docs, "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	next, err := w.Read()
 	if err != nil || next == nil || len(next.Objects.Services) != 5 {
 		t.Fatalf("Read after b.yaml changed: %+v, %v", next, err)
 	}
-	for i := range 2 {
-		if next.Objects.Services[i] != first.Objects.Services[i] {
-			t.Errorf("Service %s of the unchanged a.yaml was parsed again", next.Objects.Services[i].Name)
+	for i, same := range []bool{true, true, false, true} {
+		if got := next.Objects.Services[i] == first.Objects.Services[i]; got != same {
+			t.Errorf("Service %s: the same object %v, want %v", next.Objects.Services[i].Name, got, same)
 		}
 	}
-	if next.Objects.Services[2] == first.Objects.Services[2] {
-		t.Error("the changed b.yaml was not parsed again")
+	if p := next.Objects.Services[2].Spec.Ports[0].Port; p != 81 {
+		t.Errorf("the changed s2 has port %d, want 81", p)
+	}
+	if name := next.Objects.Services[4].Name; name != "s4" {
+		t.Errorf("the new document's Service is %s, want s4", name)
 	}
 }
 

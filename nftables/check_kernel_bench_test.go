@@ -24,7 +24,7 @@ func processCPU(b *testing.B) time.Duration {
 }
 
 // BenchmarkKernelCheckState is the periodic check of a table loaded with
-// 10,000 Services × 10 endpoints over netlink, its expected counts made
+// 10,000 Services × 10 endpoints over netlink, its expected digests made
 // (once per Ruleset, before the timer): its CPU time per check, and that
 // time's share of one core at the default 30 s sync period.
 func BenchmarkKernelCheckState(b *testing.B) {

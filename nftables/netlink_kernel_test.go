@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -297,9 +298,12 @@ func TestKernelCheckState(t *testing.T) {
 // does not read, each broken behind the Executor's back: a Service port's
 // chain flushed, its map element deleted, the
 // whole map flushed, an endpoint chain (of a ClientIP-affinity Service)
-// flushed; a full sync repairs each.
+// flushed, and, their numbers kept, its map element pointed at another
+// Service's chain and a rule of its chain replaced; a full sync repairs
+// each.
 // And an incremental sync of the Service port brings back its element
-// deleted behind the Executor's back.
+// deleted behind the Executor's back, and a rule replaced in a chain that
+// sync rewrote is found too.
 func TestKernelDeepCheck(t *testing.T) {
 	netns.Require(t, "nft")
 	lab := netns.NewLab(t)
@@ -311,7 +315,9 @@ func TestKernelDeepCheck(t *testing.T) {
 	// ClientIP affinity, for endpoint chains (kube-proxy 1.37's layout has
 	// them for affinity only).
 	w.add(svc("ns1", "web", "198.19.0.10", affinity(60)), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.64.3", node: node}))
+	w.add(svc("ns1", "api", "198.19.0.11"), slice("ns1", "api", 8080, ep{ip: "198.18.64.5", node: node}))
 	web := servicemap.PortName{Namespace: "ns1", Name: "web", Port: "p80", Protocol: v1.ProtocolTCP}
+	api := servicemap.PortName{Namespace: "ns1", Name: "api", Port: "p80", Protocol: v1.ProtocolTCP}
 	service := "service-" + nftables.ServiceChainBase(web)
 	endpoint := "endpoint-" + nftables.EndpointChainBase(web, netip.MustParseAddrPort("198.18.64.2:8080"))
 	element := "{ 198.19.0.10 . tcp . 80 }"
@@ -340,20 +346,29 @@ func TestKernelDeepCheck(t *testing.T) {
 	sync(true)
 	table := []string{"ip", nftables.DefaultTable}
 	for _, tt := range []struct {
-		change  []string
+		change  func() []string
 		missing string
 	}{
-		{slices.Concat([]string{"flush", "chain"}, table, []string{service}), "chain " + service + " has 0 rules, want "},
-		{slices.Concat([]string{"flush", "chain"}, table, []string{endpoint}), "chain " + endpoint + " has 0 rules, want "},
-		{slices.Concat([]string{"delete", "element"}, table, []string{"service-ips", element}), "set or map service-ips has 0 elements, want 1"},
-		{slices.Concat([]string{"flush", "map"}, table, []string{"service-ips"}), "set or map service-ips has 0 elements, want 1"},
-		{slices.Concat([]string{"flush", "set"}, table, []string{"cluster-ips"}), "set or map cluster-ips has 0 elements, want 1"},
+		{func() []string { return slices.Concat([]string{"flush", "chain"}, table, []string{service}) }, "chain " + service + " has 0 rules, want "},
+		{func() []string { return slices.Concat([]string{"flush", "chain"}, table, []string{endpoint}) }, "chain " + endpoint + " has 0 rules, want "},
+		{func() []string {
+			return slices.Concat([]string{"delete", "element"}, table, []string{"service-ips", element})
+		}, "set or map service-ips has 1 elements, want 2"},
+		{func() []string { return slices.Concat([]string{"flush", "map"}, table, []string{"service-ips"}) }, "set or map service-ips has 0 elements, want 2"},
+		{func() []string { return slices.Concat([]string{"flush", "set"}, table, []string{"cluster-ips"}) }, "set or map cluster-ips has 0 elements, want 2"},
+		// One transaction: the element now leads to the other Service.
+		{func() []string {
+			return slices.Concat([]string{"delete", "element"}, table, []string{"service-ips", element, ";", "add", "element"}, table,
+				[]string{"service-ips", "{ 198.19.0.10 . tcp . 80 : goto service-" + nftables.ServiceChainBase(api) + " }"})
+		}, "set or map service-ips has elements other than those written (2 elements"},
+		{func() []string { return replaceRule(t, ns, nft, service) }, "chain " + service + " has rules other than those written"},
 	} {
-		if _, err := ns.Run(ctx, nft, tt.change...); err != nil {
-			t.Fatalf("nft %v: %v", tt.change, err)
+		change := tt.change()
+		if out, err := ns.Run(ctx, nft, change...); err != nil {
+			t.Fatalf("nft %v: %v\n%s", change, err, out)
 		}
 		if missing, err := check(); err != nil || !strings.HasPrefix(missing, tt.missing) {
-			t.Errorf("after nft %v: %q, %v; want %q…", tt.change, missing, err, tt.missing)
+			t.Errorf("after nft %v: %q, %v; want %q…", change, missing, err, tt.missing)
 		}
 		sync(true)
 	}
@@ -371,4 +386,26 @@ func TestKernelDeepCheck(t *testing.T) {
 	if missing, err := check(); missing != "" || err != nil {
 		t.Errorf("after the incremental sync of the changed Service port: %q, %v; want its element back", missing, err)
 	}
+	if _, err := ns.Run(ctx, nft, replaceRule(t, ns, nft, service)...); err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := check(); err != nil || !strings.HasPrefix(missing, "chain "+service+" has rules other than those written") {
+		t.Errorf("a rule replaced after the incremental sync that wrote its chain: %q, %v", missing, err)
+	}
+}
+
+// replaceRule is the nft command that replaces the first rule of chain
+// of the kube-proxy table in ns with a rule that drops, the number of
+// rules kept.
+func replaceRule(t *testing.T, ns *netns.NS, nft, chain string) []string {
+	t.Helper()
+	out, err := ns.Run(context.Background(), nft, "-a", "list", "chain", "ip", nftables.DefaultTable, chain)
+	if err != nil {
+		t.Fatalf("nft -a list chain %s: %v\n%s", chain, err, out)
+	}
+	m := regexp.MustCompile(`# handle (\d+)\n(?s:.*)# handle (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no rule handle in chain %s:\n%s", chain, out)
+	}
+	return []string{"replace", "rule", "ip", nftables.DefaultTable, chain, "handle", m[2], "counter", "drop"}
 }

@@ -359,9 +359,9 @@ func (c change) apply(w *world) {
 	case c.slice != nil:
 		w.add(c.slice)
 	case c.delSvc:
-		w.svcs.Delete(c.ns, c.name)
+		w.Svcs.Delete(c.ns, c.name)
 	default:
-		w.eps.Delete(c.ns, c.name+"-1")
+		w.Eps.Delete(c.ns, c.name+"-1")
 	}
 }
 

@@ -25,7 +25,7 @@ func processCPU(b *testing.B) time.Duration {
 
 // BenchmarkKernelFlatCheckState is the periodic check of a flat table
 // loaded with 10,000 Services × 10 endpoints over netlink, its expected
-// counts made (once per Ruleset, before the timer): its CPU time per check,
+// digests made (once per Ruleset, before the timer): its CPU time per check,
 // and that time's share of one core at the default 30 s sync period.
 func BenchmarkKernelFlatCheckState(b *testing.B) {
 	netns.Require(b, "nft")

@@ -20,9 +20,12 @@ var firstElement = regexp.MustCompile(`elements = \{ ([^,}:]*?)(?: comment "[^"]
 // TestKernelFlatDeepCheck: over netlink, CheckState finds what the cheap
 // check does not read, each broken behind the Executor's back: a target
 // group's chain flushed, an element of a targets map deleted, an element
-// of a frontend set deleted, a whole map flushed; a full sync repairs each.
+// of a frontend set deleted, a whole map flushed, and, their numbers
+// kept, an element of a targets map pointed at another address and a rule
+// of a group chain replaced; a full sync repairs each.
 // And an incremental sync of the Service port brings back its element
-// deleted behind the Executor's back.
+// deleted behind the Executor's back, and a rule replaced in a group chain
+// that an incremental sync rewrote is found.
 func TestKernelFlatDeepCheck(t *testing.T) {
 	netns.Require(t, "nft")
 	lab := netns.NewLab(t)
@@ -72,6 +75,14 @@ func TestKernelFlatDeepCheck(t *testing.T) {
 			return []string{"delete", "element", "ip", flat.DefaultTable, "cluster-2-tcp", "{ " + first("set", "cluster-2-tcp") + " }"}
 		}, "set or map cluster-2-tcp has 0 elements, want 1"},
 		{"targets map flushed", func() []string { return []string{"flush", "map", "ip", flat.DefaultTable, "cluster-2-tcp-targets"} }, "set or map cluster-2-tcp-targets has 0 elements, want 2"},
+		{"targets map element pointed elsewhere", func() []string {
+			element := "{ 198.19.0.10 . tcp . 80 . 0 }"
+			return []string{"delete", "element", "ip", flat.DefaultTable, "cluster-2-tcp-targets", element, ";",
+				"add", "element", "ip", flat.DefaultTable, "cluster-2-tcp-targets", "{ 198.19.0.10 . tcp . 80 . 0 : 198.18.64.9 . 8080 }"}
+		}, "set or map cluster-2-tcp-targets has elements other than those written (2 elements"},
+		{"group chain rule replaced", func() []string {
+			return []string{"replace", "rule", "ip", flat.DefaultTable, "cluster", "handle", lastHandle(t, ns, "cluster"), "counter", "drop"}
+		}, "chain cluster has rules other than those written"},
 	} {
 		change := tt.change()
 		if out, err := ns.Run(ctx, "nft", change...); err != nil {
@@ -94,4 +105,36 @@ func TestKernelFlatDeepCheck(t *testing.T) {
 	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
 		t.Errorf("after the incremental sync of the changed Service port: %q, %v; want its element back", missing, err)
 	}
+
+	// A third endpoint: a target group of 3 appears, the group chain is
+	// rewritten through nft; a rule of it replaced then is found.
+	w.add(slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.64.4", node: node}, ep{ip: "198.18.64.5", node: node}))
+	if res, err := ex.Apply(ctx, w.build()); err != nil || res.Full || res.Netlink {
+		t.Fatalf("incremental sync rewriting the group chain: %+v, %v", res, err)
+	}
+	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
+		t.Fatalf("after the group chain's rewrite: %q, %v", missing, err)
+	}
+	replace := []string{"replace", "rule", "ip", flat.DefaultTable, "cluster", "handle", lastHandle(t, ns, "cluster"), "counter", "drop"}
+	if out, err := ns.Run(ctx, "nft", replace...); err != nil {
+		t.Fatalf("nft %v: %v\n%s", replace, err, out)
+	}
+	if missing, err := ex.CheckState(ctx); err != nil || !strings.HasPrefix(missing, "chain cluster has rules other than those written") {
+		t.Errorf("a rule of the group chain an incremental sync rewrote, replaced: %q, %v", missing, err)
+	}
+}
+
+// lastHandle is the handle of the last rule of chain of the flat table in
+// ns.
+func lastHandle(t *testing.T, ns *netns.NS, chain string) string {
+	t.Helper()
+	out, err := ns.Run(context.Background(), "nft", "-a", "list", "chain", "ip", flat.DefaultTable, chain)
+	if err != nil {
+		t.Fatalf("nft -a list chain %s: %v\n%s", chain, err, out)
+	}
+	m := regexp.MustCompile(`# handle (\d+)\n(?s:.*)# handle (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no rule handle in chain %s:\n%s", chain, out)
+	}
+	return m[2]
 }

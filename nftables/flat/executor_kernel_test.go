@@ -56,7 +56,7 @@ func executorFlatFamily(t *testing.T, c *netns.Cluster, v6 bool) {
 		if err != nil || res.Full != full || d.Netlink != netlink || d.Transactions < minTx || d.Transactions > maxTx {
 			t.Fatalf("%s: %+v %+v, %v; want full %v, netlink %v, %d to %d transactions", what, res, d, err, full, netlink, minTx, maxTx)
 		}
-		w.checkWarnings(what, res.Warnings)
+		w.CheckWarnings(what, res.Warnings)
 	}
 
 	w.add(svc("ns1", "web", svcIP), slice("ns1", "web", 8080, ep{ip: ip(pod0), node: node}))

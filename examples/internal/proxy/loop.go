@@ -56,6 +56,9 @@ func (p *proxy) engineConfig(backends map[v1.IPFamily]engine.Backend) engine.Con
 		SyncPeriod:    p.opts.SyncPeriod,
 		Registerer:    p.metrics.registry,
 		OnSync:        p.onSync,
+		OnHealthChange: func(h engine.Health) {
+			p.log.Info("health changed", "healthy", h.Healthy, "syncFailing", h.Failing)
+		},
 	}
 }
 

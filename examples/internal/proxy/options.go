@@ -110,7 +110,7 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if name == "ebpf-proxy" {
 		fs.StringVar(&o.Cgroup, "cgroup", "", "cgroup v2 directory the programs attach to: the sockets of its processes are translated (a node passes the root of its cgroup v2 tree)")
 		fs.StringVar(&o.BPFPinPath, "bpf-pin-path", "/sys/fs/bpf/svcproxy", "bpffs directory where the maps and links are pinned, so that they outlive the proxy (\"\": not pinned, detached at exit)")
-		fs.Func("tc-external", "interfaces, comma-separated, on which traffic from outside arrives: with --tc-pods, tc programs translate it (IPv4)", func(v string) error {
+		fs.Func("tc-external", "interfaces, comma-separated, on which traffic from outside arrives: with --tc-pods, tc programs translate it (IPv4 and IPv6)", func(v string) error {
 			o.TCExternal = strings.FieldsFunc(v, func(r rune) bool { return r == ',' })
 			return nil
 		})

@@ -44,6 +44,9 @@ type Table struct {
 	// netns is the namespace of Config.NetNS, or nil.
 	netns        *netnsrun.Namespace
 	newInterface func(knftables.Family, string) (knftables.Interface, error)
+	// written is the nftnl.Digest sum of each chain's rules as LearnRules
+	// or DeepCheck read them.
+	written map[string]uint64
 }
 
 // OpenTable opens the namespace of cfg.NetNS, the table's knftables
@@ -222,11 +225,11 @@ func Cleanup(ctx context.Context, table string, open func(knftables.Family, stri
 type Expected struct {
 	// Rules is the number of rules of every chain the table must have.
 	Rules map[string]int
-	// Elements is the number of elements of the sets and maps whose
+	// Elements is the Digest of the elements of the sets and maps whose
 	// elements only the executor writes (not the dynamic ones the packet
 	// path fills, nor interval sets, which the kernel may store as more
-	// elements).
-	Elements map[string]int
+	// elements), each element hashed as nftnl.ElementHash hashes it.
+	Elements map[string]nftnl.Digest
 	// order is the names of Rules, sorted (Sort).
 	order []string
 }
@@ -243,18 +246,56 @@ func (w Expected) chains() []string {
 	return slices.Sorted(maps.Keys(w.Rules))
 }
 
+// ForgetRules forgets what LearnRules read: for a sync that rewrites the
+// whole table.
+func (t *Table) ForgetRules() { t.written = nil }
+
+// LearnRules reads, over netlink, the rules of chains that a sync has just
+// written (nftnl.Conn.RuleDigest, one dump each), for DeepCheck to compare
+// them with later: the form the kernel gives a rule is not the one it was
+// written in, so the check compares the kernel's form with the kernel's
+// form read right after the write. A chain it cannot read (deleted, or an
+// error) is forgotten, and learned by the next DeepCheck that reads it and
+// finds its number of rules right. Without a netlink socket it does
+// nothing.
+func (t *Table) LearnRules(chains []string) {
+	if t.NL == nil {
+		return
+	}
+	if t.written == nil {
+		t.written = map[string]uint64{}
+	}
+	for _, c := range chains {
+		d, err := t.NL.RuleDigest(t.nlFamily(), t.Name, c)
+		if err != nil {
+			delete(t.written, c)
+			continue
+		}
+		t.written[c] = d.Sum
+	}
+}
+
+// ForgetChains forgets what LearnRules read of chains: chains deleted.
+func (t *Table) ForgetChains(chains []string) {
+	for _, c := range chains {
+		delete(t.written, c)
+	}
+}
+
 // DeepCheck compares part of the table with want over netlink: the
 // chains of want.Rules whose index in name order is slice modulo slices,
-// each with its number of rules (one dump per chain, which the kernel
-// filters to the chain and reads only the rules' chain names of), and
-// every set and map of want.Elements with its number of elements (one
-// dump each). Called with slice 0 to of−1 in turn, it compares every
-// object in of calls; a dump of the whole table's rules would cost the
-// kernel time quadratic in their number. It returns the first difference
-// in name order: a chain missing or with another number of rules, a set
-// or map missing or with another number of elements; "" when there is
+// each with its number of rules and their content as LearnRules read it
+// (one dump per chain, which the kernel filters to the chain), and every
+// set and map of want.Elements with its number of elements and their
+// content (one dump each). Called with slice 0 to of−1 in turn, it
+// compares every object in of calls; a dump of the whole table's rules
+// would cost the kernel time quadratic in their number. It returns the
+// first difference in name order: a chain missing, with another number of
+// rules or with rules other than those written, a set or map missing, with
+// another number of elements or with other elements; "" when there is
 // none, and without a netlink socket (it does not check then). Chains and
-// sets want does not name are not looked at.
+// sets want does not name are not looked at. A chain LearnRules did not
+// read (or forgot) is learned here, when its number of rules is right.
 func (t *Table) DeepCheck(want Expected, slice, of int) (string, error) {
 	if t.NL == nil {
 		return "", nil
@@ -264,25 +305,38 @@ func (t *Table) DeepCheck(want Expected, slice, of int) (string, error) {
 		if of > 1 && i%of != slice {
 			continue
 		}
-		n, err := t.NL.RuleCount(family, t.Name, c)
+		d, err := t.NL.RuleDigest(family, t.Name, c)
 		switch {
 		case errors.Is(err, syscall.ENOENT):
 			return "chain " + c + " is missing (or table " + t.Name + ")", nil
 		case err != nil:
 			return "", fmt.Errorf("nftables: checking the table: %w", err)
-		case n != want.Rules[c]:
-			return fmt.Sprintf("chain %s has %d rules, want %d", c, n, want.Rules[c]), nil
+		case d.N != want.Rules[c]:
+			return fmt.Sprintf("chain %s has %d rules, want %d", c, d.N, want.Rules[c]), nil
+		}
+		written, ok := t.written[c]
+		switch {
+		case !ok:
+			if t.written == nil {
+				t.written = map[string]uint64{}
+			}
+			t.written[c] = d.Sum
+		case written != d.Sum:
+			return fmt.Sprintf("chain %s has rules other than those written (%d rules, as many as written)", c, d.N), nil
 		}
 	}
 	for _, s := range slices.Sorted(maps.Keys(want.Elements)) {
-		n, err := t.NL.ElementCount(family, t.Name, s)
+		d, err := t.NL.ElementDigest(family, t.Name, s)
+		w := want.Elements[s]
 		switch {
 		case errors.Is(err, syscall.ENOENT):
 			return "set or map " + s + " is missing (or table " + t.Name + ")", nil
 		case err != nil:
 			return "", fmt.Errorf("nftables: checking the table: %w", err)
-		case n != want.Elements[s]:
-			return fmt.Sprintf("set or map %s has %d elements, want %d", s, n, want.Elements[s]), nil
+		case d.N != w.N:
+			return fmt.Sprintf("set or map %s has %d elements, want %d", s, d.N, w.N), nil
+		case d.Sum != w.Sum:
+			return fmt.Sprintf("set or map %s has elements other than those written (%d elements, as many as written)", s, d.N), nil
 		}
 	}
 	return "", nil

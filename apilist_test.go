@@ -95,6 +95,7 @@ var apiFuncs = []apiFunc{
 	{"nftables.ServiceChainBase", nftables.ServiceChainBase},
 	{"nfttrace.Comparable", nfttrace.Comparable},
 	{"nfttrace.Parse", nfttrace.Parse},
+	{"ruleset.ConflictWarning", ruleset.ConflictWarning},
 	{"ruleset.Diff", ruleset.Diff},
 	{"ruleset.NewBuilder", ruleset.NewBuilder},
 	{"ruleset.NodeAddresses", ruleset.NodeAddresses},

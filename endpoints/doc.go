@@ -4,8 +4,18 @@
 // The slices of one Service (found by the kubernetes.io/service-name label)
 // are merged: endpoints are matched to Service ports by port name and
 // protocol; slices of the other address family and FQDN slices are ignored;
-// ports with no number are ignored. When the same address and port appear
-// more than once, the copy kept is the one kube-proxy keeps when it reads
+// ports with no number are ignored. Each endpoint is its first address, as
+// kube-proxy reads it. Where kube-proxy reads an object the API server
+// would refuse, or accepts only with its StrictIPCIDRValidation gate off,
+// this package reads it as kube-proxy does, with a warning: a port with no
+// name is skipped; a port listed twice in a slice serves the endpoints
+// under each of its numbers; IPv4 octets with leading zeros are decimal
+// and an IPv4-mapped IPv6 address is IPv4. Multicast endpoint addresses,
+// which the API server accepts (but for link-local ones), are used, with a
+// warning. The addresses the API server always refuses for endpoints
+// (unspecified, loopback, link-local) are skipped.
+//
+// When the same address and port appear more than once, the copy kept is the one kube-proxy keeps when it reads
 // the slices in the order of their names, and each slice's endpoints in
 // its order: the last copy that is not terminating, or the first copy when
 // all are terminating (a pod that reuses the address of a terminating pod

@@ -11,6 +11,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	netutils "k8s.io/utils/net"
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -108,27 +109,44 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*tracked, 
 			continue
 		}
 		name.Namespace, name.Name = es.Namespace, service
-		if slices.ContainsFunc(slice.ports, func(sp slicePort) bool { return sp.name == name }) {
-			p.report.Warnf("port %q/%s listed twice: second copy skipped", name.Port, name.Protocol)
-			continue
-		}
 		withPort := make([]Endpoint, len(eps))
 		for j, ep := range eps {
 			ep.Port = number
 			withPort[j] = ep
 		}
-		slice.ports = append(slice.ports, slicePort{name, withPort})
+		k := slices.IndexFunc(slice.ports, func(sp slicePort) bool { return sp.name == name })
+		if k < 0 {
+			slice.ports = append(slice.ports, slicePort{name, withPort})
+			continue
+		}
+		// The API server refuses a port name listed twice; kube-proxy
+		// serves the endpoints of every copy (a copy with a number already
+		// listed adds nothing).
+		p.report.Warnf("port %q/%s listed twice: the endpoints of every copy used, as kube-proxy uses them", name.Port, name.Protocol)
+		sp := &slice.ports[k]
+		if slices.ContainsFunc(sp.eps, func(e Endpoint) bool { return e.Port == number }) {
+			continue
+		}
+		sp.eps = append(sp.eps, withPort...)
+		if p.sorted {
+			slices.SortStableFunc(sp.eps, func(a, b Endpoint) int { return a.Compare(&b) })
+		}
 	}
 	return slice, ""
 }
 
 // port checks one slice port. A port without a number is ignored silently,
-// as the API allows it ("all ports").
+// as the API allows it ("all ports"); kube-proxy ignores it, and one
+// numbered 0 (which this skips with a warning). A port without a name is skipped, as kube-proxy skips it (the
+// API server sets ""); one without a protocol is TCP, the API's default
+// (kube-proxy cannot read it).
 func (p *parser) port(port *discovery.EndpointPort) (servicemap.PortName, uint16, bool) {
 	var name servicemap.PortName
-	if port.Name != nil {
-		name.Port = *port.Name
+	if port.Name == nil {
+		p.report.Warnf("port with no name: skipped, as kube-proxy skips it")
+		return name, 0, false
 	}
+	name.Port = *port.Name
 	name.Protocol = v1.ProtocolTCP
 	if port.Protocol != nil {
 		name.Protocol = *port.Protocol
@@ -140,7 +158,8 @@ func (p *parser) port(port *discovery.EndpointPort) (servicemap.PortName, uint16
 		return name, 0, false
 	}
 	if name.Port != "" {
-		if errs := validation.IsValidPortName(name.Port); len(errs) > 0 {
+		// The API server's rule for EndpointSlice and Service port names.
+		if errs := validation.IsDNS1123Label(name.Port); len(errs) > 0 {
 			p.report.Warnf("invalid port name %q: %s: port skipped", name.Port, errs[0])
 			return name, 0, false
 		}
@@ -164,14 +183,8 @@ func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
 			p.report.Warnf("endpoint %d has no address: skipped", i)
 			continue
 		}
-		addr, err := netip.ParseAddr(strings.TrimSpace(e.Addresses[0]))
-		// The API server refuses unspecified, loopback and link-local
-		// endpoint addresses (ValidateNonSpecialIP): a loopback or
-		// link-local backend would send Service traffic to the node's
-		// own daemons or to the metadata service.
-		if err != nil || addr.Zone() != "" || addr.Is4In6() || addr.IsUnspecified() || addr.IsMulticast() ||
-			addr.IsLoopback() || addr.IsLinkLocalUnicast() {
-			p.report.Warnf("endpoint %d: invalid address %q: skipped", i, e.Addresses[0])
+		addr, ok := p.address(i, e.Addresses[0])
+		if !ok {
 			continue
 		}
 		if addr.Is4() != (family == v1.IPv4Protocol) {
@@ -203,6 +216,40 @@ func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
 		eps = append(eps, ep)
 	}
 	return eps
+}
+
+// address parses an endpoint's address (endpoint i's first, the one
+// kube-proxy uses) as kube-proxy reads it: IPv4 octets with leading zeros
+// as decimal and an IPv4-mapped IPv6 address as IPv4 (the API server
+// accepts both when its StrictIPCIDRValidation gate is off), both with a
+// warning. The addresses the API server always refuses for endpoints
+// (unspecified, loopback, link-local, link-local multicast) are skipped: a
+// loopback or link-local backend would send Service traffic to the node's
+// own daemons or to the metadata service. Other multicast addresses are
+// used, as kube-proxy uses them, with a warning.
+func (p *parser) address(i int, s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	addr, err := netip.ParseAddr(s)
+	if err != nil || addr.Is4In6() {
+		addr = netip.Addr{}
+		if ip := netutils.ParseIPSloppy(s); ip != nil {
+			if ip4 := ip.To4(); ip4 != nil {
+				addr = netip.AddrFrom4([4]byte(ip4))
+			} else {
+				addr = netip.AddrFrom16([16]byte(ip))
+			}
+			p.report.Warnf("endpoint %d: address %q read as %s, as kube-proxy reads it", i, s, addr)
+		}
+	}
+	if !addr.IsValid() || addr.Zone() != "" || addr.IsUnspecified() || addr.IsLoopback() ||
+		addr.IsLinkLocalUnicast() || addr.IsLinkLocalMulticast() {
+		p.report.Warnf("endpoint %d: invalid address %q: skipped", i, s)
+		return netip.Addr{}, false
+	}
+	if addr.IsMulticast() {
+		p.report.Warnf("endpoint %d: multicast address %s used, as kube-proxy uses it", i, addr)
+	}
+	return addr, true
 }
 
 // intern returns s, sharing its bytes with every other interned copy: the

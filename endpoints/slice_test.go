@@ -89,8 +89,32 @@ func TestFromSlice(t *testing.T) {
 		},
 	}, {
 		name: "unnamed port, protocol defaults to TCP",
-		es:   slice(slicePorts(discovery.EndpointPort{Port: ptr[int32](80)})),
+		es:   slice(slicePorts(discovery.EndpointPort{Name: ptr(""), Port: ptr[int32](80)})),
 		want: ports{pn("ns", "web", "", v1.ProtocolTCP): {want("10.0.0.1", 80)}},
+	}, {
+		name:         "port with no name is skipped, as kube-proxy skips it",
+		es:           slice(slicePorts(discovery.EndpointPort{Port: ptr[int32](80), Protocol: ptr(v1.ProtocolTCP)}, epPort("http", 8080, v1.ProtocolTCP))),
+		want:         ports{webHTTP: {want("10.0.0.1", 8080)}},
+		wantWarnings: []string{"no name"},
+	}, {
+		name: "port names the API server accepts (RFC 1123 labels) are used",
+		es:   slice(slicePorts(epPort("a-port-name-longer-than-15", 80, v1.ProtocolTCP), epPort("8080", 8080, v1.ProtocolTCP), epPort("a--b", 81, v1.ProtocolTCP))),
+		want: ports{
+			pn("ns", "web", "a-port-name-longer-than-15", v1.ProtocolTCP): {want("10.0.0.1", 80)},
+			pn("ns", "web", "8080", v1.ProtocolTCP):                       {want("10.0.0.1", 8080)},
+			pn("ns", "web", "a--b", v1.ProtocolTCP):                       {want("10.0.0.1", 81)},
+		},
+	}, {
+		name: "a port listed twice with two numbers serves both, as kube-proxy does",
+		es: slice(
+			slicePorts(epPort("http", 8080, v1.ProtocolTCP), epPort("http", 9090, v1.ProtocolTCP), epPort("http", 8080, v1.ProtocolTCP)),
+			eps(ep("10.0.0.2", nil, nil, nil), ep("10.0.0.1", no, nil, nil)),
+		),
+		want: ports{webHTTP: {
+			want("10.0.0.2", 8080), want("10.0.0.1", 8080, conds(false, true, false)),
+			want("10.0.0.2", 9090), want("10.0.0.1", 9090, conds(false, true, false)),
+		}},
+		wantWarnings: []string{"twice", "twice"},
 	}, {
 		name: "port without a number is ignored without a warning",
 		es:   slice(slicePorts(discovery.EndpointPort{Name: ptr("all")}, epPort("http", 8080, v1.ProtocolTCP))),
@@ -179,7 +203,6 @@ func TestFromSlice(t *testing.T) {
 			ep("10.0.0.300", nil, nil, nil),
 			discovery.Endpoint{},
 			ep("", nil, nil, nil),
-			ep("::ffff:10.0.0.1", nil, nil, nil),
 			ep("0.0.0.0", nil, nil, nil),
 			ep("224.0.0.1", nil, nil, nil),
 			ep("127.0.0.1", nil, nil, nil),
@@ -189,9 +212,18 @@ func TestFromSlice(t *testing.T) {
 		)),
 		want: ports{webHTTP: {want("10.0.0.7", 8080)}},
 		wantWarnings: []string{
-			`"10.0.0.300"`, "no address", `""`, `"::ffff:10.0.0.1"`, `"0.0.0.0"`, `"224.0.0.1"`,
+			`"10.0.0.300"`, "no address", `""`, `"0.0.0.0"`, `"224.0.0.1"`,
 			`"127.0.0.1"`, `"169.254.169.254"`, `"10.0.0.1 -j ACCEPT"`,
 		},
+	}, {
+		name: "odd addresses kube-proxy reads are used, with a warning",
+		es: slice(eps(
+			ep("::ffff:10.0.0.1", nil, nil, nil),
+			ep("010.000.000.011", nil, nil, nil),
+			ep("239.1.2.3", nil, nil, nil),
+		)),
+		want:         ports{webHTTP: {want("10.0.0.1", 8080), want("10.0.0.11", 8080), want("239.1.2.3", 8080)}},
+		wantWarnings: []string{`"::ffff:10.0.0.1" read as 10.0.0.1`, `"010.000.000.011" read as 10.0.0.11`, "multicast address 239.1.2.3"},
 	}, {
 		name:   "invalid IPv6 addresses",
 		family: v1.IPv6Protocol,
@@ -201,10 +233,12 @@ func TestFromSlice(t *testing.T) {
 			ep("::1", nil, nil, nil),
 			ep("::", nil, nil, nil),
 			ep("ff02::1", nil, nil, nil),
+			ep("::ffff:10.0.0.1", nil, nil, nil),
 			ep("fd00::7", nil, nil, nil),
+			ep("ff05::1", nil, nil, nil),
 		)),
-		want:         ports{webHTTP: {want("fd00::7", 8080)}},
-		wantWarnings: []string{`"fe80::1%eth0"`, `"fe80::1"`, `"::1"`, `"::"`, `"ff02::1"`},
+		want:         ports{webHTTP: {want("fd00::7", 8080), want("ff05::1", 8080)}},
+		wantWarnings: []string{`"fe80::1%eth0"`, `"fe80::1"`, `"::1"`, `"::"`, `"ff02::1"`, "read as 10.0.0.1", "10.0.0.1 is not IPv6", "multicast address ff05::1"},
 	}, {
 		name:         "address of the wrong family within the slice",
 		es:           slice(eps(ep("fd00::1", nil, nil, nil), ep("10.0.0.2", nil, nil, nil))),
@@ -231,7 +265,7 @@ func TestFromSlice(t *testing.T) {
 			epPort("icmp", 80, "ICMP"),
 			epPort("http", 9090, v1.ProtocolTCP),
 		)),
-		want: ports{webHTTP: {want("10.0.0.1", 8080)}},
+		want: ports{webHTTP: {want("10.0.0.1", 8080), want("10.0.0.1", 9090)}},
 		wantWarnings: []string{
 			"port number 0", "port number 65536", "port number -1", `"bad name\n-j ACCEPT"`, `"ICMP"`, "twice",
 		},

@@ -70,4 +70,9 @@ type Desired struct {
 	// observed: it measures how long the change waited for the proxy to
 	// start, not how long the proxy took to program it.
 	Triggers []time.Time
+	// TriggersByFamily, when not nil, are the Triggers by the IP family of
+	// the EndpointSlice that changed, and replace them: each is observed
+	// in its family's metric only, as kube-proxy's proxier of that family
+	// does. With it nil, each of Triggers is observed in every family.
+	TriggersByFamily map[v1.IPFamily][]time.Time
 }

@@ -60,7 +60,9 @@ type Config struct {
 	ConntrackSCTP bool
 	// Registerer, when not nil, gets the engine's metrics: kube-proxy's
 	// kubeproxy_sync_proxy_rules_* and kubeproxy_network_programming_*
-	// ones and svcproxy_sync_drift_repairs_total (by family and kind of drift) and
+	// ones, with kube-proxy's ip_family label where kube-proxy has it, and
+	// svcproxy_sync_drift_repairs_total (by family and svcproxy.DriftKind)
+	// and
 	// svcproxy_sync_periodic_full_total.
 	Registerer prometheus.Registerer
 	// OnSync, when not nil, is called after every sync, from the goroutine
@@ -95,6 +97,11 @@ type SyncEvent struct {
 	Results map[v1.IPFamily]svcproxy.SyncResult
 	// Full is true when any family's sync was full.
 	Full bool
+	// Durations are, per family that synced, how long its sync took: the
+	// part every family shares (the state check, the Provider) and its
+	// own (its Backend's Sync and conntrack cleanup), kube-proxy's
+	// per-family sync latency.
+	Durations map[v1.IPFamily]time.Duration
 	// Conntrack has the conntrack cleanups of the sync, per family.
 	Conntrack map[v1.IPFamily]ConntrackCleanup
 	// Err is nil when every family synced, and says what failed otherwise;
@@ -129,8 +136,9 @@ type Engine struct {
 	runMu sync.Mutex
 	// lastForcedFull is when FullSyncPeriod last forced a full sync.
 	lastForcedFull time.Time
-	// triggers are the change times not yet observed by a successful sync.
-	triggers []time.Time
+	// triggers are, per family, the change times not yet observed by a
+	// successful sync of that family.
+	triggers map[v1.IPFamily][]time.Time
 	// cleaned is, per family, the Ruleset that conntrack was last cleaned
 	// against (or found clean for).
 	cleaned map[v1.IPFamily]*ruleset.Ruleset
@@ -186,11 +194,10 @@ func New(cfg Config) (*Engine, error) {
 		cfg: cfg, clock: cfg.Clock, metrics: newMetrics(),
 		families: slices.Sorted(maps.Keys(cfg.Backends)),
 		cleaned:  map[v1.IPFamily]*ruleset.Ruleset{},
+		triggers: map[v1.IPFamily][]time.Time{},
 	}
 	for _, f := range e.families {
-		for _, k := range svcproxy.DriftKinds() {
-			e.metrics.driftRepairs.WithLabelValues(string(f), string(k)) // exported at 0 from the start
-		}
+		e.metrics.exportFamily(f)
 	}
 	if cfg.Registerer != nil {
 		if err := e.metrics.register(cfg.Registerer); err != nil {
@@ -208,6 +215,10 @@ func New(cfg Config) (*Engine, error) {
 // into one later sync.
 func (e *Engine) Request() {
 	if e.made() {
+		now := float64(e.clock.Now().UnixNano()) / 1e9
+		for _, f := range e.families {
+			e.metrics.lastQueued.WithLabelValues(string(f)).Set(now)
+		}
 		e.loop.request()
 	}
 }
@@ -347,12 +358,21 @@ func (e *Engine) apply(ctx context.Context, ev *SyncEvent) time.Duration {
 		ev.Err = fmt.Errorf("getting the desired state: %w", err)
 		return 0
 	}
-	e.triggers = append(e.triggers, desired.Triggers...)
+	for _, f := range e.families {
+		if desired.TriggersByFamily != nil {
+			e.triggers[f] = append(e.triggers[f], desired.TriggersByFamily[f]...)
+		} else {
+			e.triggers[f] = append(e.triggers[f], desired.Triggers...)
+		}
+	}
 	ev.Rulesets = desired.Rulesets
 	ev.Results = map[v1.IPFamily]svcproxy.SyncResult{}
+	ev.Durations = map[v1.IPFamily]time.Duration{}
+	shared := e.clock.Now().Sub(ev.Start)
 	var errs []error
 	var again time.Duration
 	for _, f := range e.families {
+		start := e.clock.Now()
 		rs := desired.Rulesets[f]
 		if rs == nil {
 			errs = append(errs, fmt.Errorf("sync %s: the Provider gave no Ruleset", f))
@@ -369,31 +389,41 @@ func (e *Engine) apply(ctx context.Context, ev *SyncEvent) time.Duration {
 			again = res.NextSync
 		}
 		e.cleanConntrack(f, rs, ev)
+		ev.Durations[f] = shared + e.clock.Now().Sub(start)
 	}
 	ev.Err = errors.Join(errs...)
 	return again
 }
 
-// record updates the health and metrics after a sync.
+// record updates the health and metrics after a sync. The metrics of
+// each family that synced are recorded, as kube-proxy's proxier of that
+// family would, even when another family failed.
 func (e *Engine) record(ev *SyncEvent) {
+	for _, f := range e.families {
+		res, ok := ev.Results[f]
+		if !ok {
+			continue
+		}
+		family := string(f)
+		took := ev.Durations[f].Seconds()
+		e.metrics.syncDuration.WithLabelValues(family).Observe(took)
+		if res.Full {
+			e.metrics.syncFullDuration.WithLabelValues(family).Observe(took)
+		} else {
+			e.metrics.syncPartialDuration.WithLabelValues(family).Observe(took)
+		}
+		e.metrics.lastSync.WithLabelValues(family).Set(float64(ev.End.Unix()))
+		for _, t := range e.triggers[f] {
+			if !t.Before(e.started) && !t.After(ev.End) {
+				e.metrics.programmingDuration.WithLabelValues(family).Observe(ev.End.Sub(t).Seconds())
+			}
+		}
+		e.triggers[f] = e.triggers[f][:0]
+	}
 	if ev.Err != nil {
 		e.setHealth(true, time.Time{})
 		e.metrics.syncFailures.Inc()
 		return
 	}
-	took := ev.End.Sub(ev.Start).Seconds()
-	e.metrics.syncDuration.Observe(took)
-	if ev.Full {
-		e.metrics.syncFullDuration.Observe(took)
-	} else {
-		e.metrics.syncPartialDuration.Observe(took)
-	}
-	e.metrics.lastSync.Set(float64(ev.End.Unix()))
 	e.setHealth(false, ev.End)
-	for _, t := range e.triggers {
-		if !t.Before(e.started) && !t.After(ev.End) {
-			e.metrics.programmingDuration.Observe(ev.End.Sub(t).Seconds())
-		}
-	}
-	e.triggers = e.triggers[:0]
 }

@@ -150,9 +150,9 @@ func ruleTarget(rule string) string {
 // expectedDigest is the digest of the tables a full sync of rs leaves:
 // what Render writes, the Canary chains, and the jumps from the built-in
 // chains.
-func expectedDigest(names Names, rs *ruleset.Ruleset) tablesDigest {
+func expectedDigest(names Names, rs *ruleset.Ruleset, k Kernel) tablesDigest {
 	g := newDigester(names)
-	g.Write(renderFull(names, rs, renderOptions{canary: true}))
+	g.Write(renderFull(names, rs, renderOptions{canary: true, kernel: k}))
 	d := g.digest()
 	for _, j := range jumps {
 		d.jumps[j.table+" "+j.from+" "+j.to(names)] = true
@@ -214,7 +214,7 @@ func (e *Executor) deepCheck(ctx context.Context) (svcproxy.Drift, error) {
 	var cost time.Duration
 	start := time.Now()
 	if e.want == nil || e.wantFor != e.last {
-		d := expectedDigest(e.names, e.last)
+		d := expectedDigest(e.names, e.last, e.kernel)
 		e.want, e.wantFor = &d, e.last
 	}
 	cost += time.Since(start)

@@ -135,7 +135,7 @@ func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 	if e.last == nil {
 		return svcproxy.Drift{}, nil
 	}
-	check := e.check.with(fixedRulesCheck(e.names, e.last.Config()))
+	check := e.check.with(fixedRulesCheck(e.names, e.last.Config(), e.kernel))
 	err := e.runner.Run(ctx, e.restoreCmd(check.input, nil))
 	if err != nil {
 		if d, ok := check.missing(err); ok {
@@ -150,12 +150,12 @@ func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 	return d, nil
 }
 
-// fixedRulesCheck checks the rules a full sync with cfg writes whatever the
-// Services: those Render writes for a Ruleset without any.
-func fixedRulesCheck(names Names, cfg ruleset.Config) stateCheck {
+// fixedRulesCheck checks the rules a full sync with cfg for k writes
+// whatever the Services: those RenderFor writes for a Ruleset without any.
+func fixedRulesCheck(names Names, cfg ruleset.Config, k Kernel) stateCheck {
 	var c stateCheck
 	table := ""
-	for _, line := range strings.Split(string(newRenderer(names, cfg).render(nil, renderOptions{})), "\n") {
+	for _, line := range strings.Split(string(newRenderer(names, cfg).render(nil, renderOptions{kernel: k})), "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
 			table = line[1:]

@@ -23,8 +23,11 @@
 // # Limitations
 //
 // It reads files, not an API server; a Watcher polls them, it is not told
-// of changes. It does not apply the API server's defaulting or validation;
-// servicemap and endpoints decide what is usable.
+// of changes. It does not apply the API server's validation, nor its
+// defaulting but for an EndpointSlice port's name ("") and protocol (TCP),
+// which every slice kube-proxy reads has (package endpoints, as
+// kube-proxy, skips a port without a name); servicemap and endpoints
+// decide what is usable.
 package manifests
 
 import (
@@ -365,6 +368,7 @@ func object(o *state.Objects, js []byte, depth int) ([]svcproxy.Warning, error) 
 		if es.Namespace == "" {
 			es.Namespace = "default"
 		}
+		defaultPorts(es)
 		o.EndpointSlices = append(o.EndpointSlices, es)
 	case h.Kind == "Node" && h.APIVersion == "v1":
 		node := &v1.Node{}
@@ -413,4 +417,19 @@ func unallocated(svc *v1.Service) []svcproxy.Warning {
 func oneLine(err error) error {
 	msg := strings.Join(strings.Fields(err.Error()), " ")
 	return errors.New(msg)
+}
+
+// defaultPorts gives es's ports without a name or protocol the API
+// server's defaults: "" and TCP.
+func defaultPorts(es *discovery.EndpointSlice) {
+	for i := range es.Ports {
+		p := &es.Ports[i]
+		if p.Name == nil {
+			p.Name = new(string)
+		}
+		if p.Protocol == nil {
+			tcp := v1.ProtocolTCP
+			p.Protocol = &tcp
+		}
+	}
 }

@@ -2,12 +2,14 @@ package ruleset
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/internal/sorted"
@@ -469,4 +471,18 @@ func withoutName(idx frontendIndex, f Frontend, name servicemap.PortName) fronte
 		return idx.Without(f)
 	}
 	return idx.With(f, slices.Concat(names[:i], names[i+1:]))
+}
+
+// ConflictWarning is the warning for the Service port s, which has a
+// frontend at destination d (a Frontend; its kind is ignored) that another
+// Service port, owner, takes (Owner): s is not served there. The backends
+// that warn and the reference proxies give it in these words, one per
+// Service port and destination.
+func ConflictWarning(s servicemap.PortName, d Frontend, owner servicemap.PortName) svcproxy.Warning {
+	what := "node port " + strconv.Itoa(int(d.Port)) + "/" + string(d.Protocol)
+	if d.Addr.IsValid() {
+		what = netip.AddrPortFrom(d.Addr, d.Port).String() + "/" + string(d.Protocol)
+	}
+	return svcproxy.Warning{Kind: "Service", Namespace: s.Namespace, Name: s.Name,
+		Reason: fmt.Sprintf("port %q/%s: %s is also Service port %s's, which takes it: not served there", s.Port, s.Protocol, what, owner)}
 }

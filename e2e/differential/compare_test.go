@@ -154,7 +154,7 @@ func frontends(svc *v1.Service, ipv6 bool) map[v1.Protocol][]frontend {
 func endpointAddrs(slices_ []*discovery.EndpointSlice, svc string, ipv6 bool) []netip.Addr {
 	var out []netip.Addr
 	for _, es := range slices_ {
-		if es.Labels[discovery.LabelServiceName] != svc {
+		if es.Namespace != namespace || es.Labels[discovery.LabelServiceName] != svc || es.AddressType == discovery.AddressTypeFQDN {
 			continue
 		}
 		for _, ep := range es.Endpoints {
@@ -233,7 +233,11 @@ func unorderedCopies(eps []*discovery.EndpointSlice, ipv6 bool) (ports map[servi
 	}
 	byKey := map[key]*candidates{}
 	for _, es := range eps {
-		if (es.AddressType == discovery.AddressTypeIPv6) != ipv6 {
+		want := discovery.AddressTypeIPv4
+		if ipv6 {
+			want = discovery.AddressTypeIPv6
+		}
+		if es.AddressType != want || es.Namespace != namespace || es.Labels[discovery.LabelServiceName] == "" {
 			continue
 		}
 		for _, port := range es.Ports {

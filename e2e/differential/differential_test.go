@@ -262,7 +262,7 @@ func describe(st state, stored []*v1.Service) string {
 			Endpoints []discovery.Endpoint
 			Ports     []discovery.EndpointPort
 		}{es.Endpoints, es.Ports})
-		fmt.Fprintf(&b, "EndpointSlice %s (%s, %s): %s\n", es.Name, es.Labels[discovery.LabelServiceName], es.AddressType, eps)
+		fmt.Fprintf(&b, "EndpointSlice %s/%s (%s, %s): %s\n", es.Namespace, es.Name, es.Labels[discovery.LabelServiceName], es.AddressType, eps)
 	}
 	return b.String()
 }

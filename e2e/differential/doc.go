@@ -36,6 +36,14 @@
 // one's evaluator read, so that a bug a renderer and its evaluator share
 // cannot hide.
 //
+// The states hold, at a modest rate, what the API server accepts that
+// kube-proxy reads in its own way: port names of up to 63 characters or
+// digits only, endpoints with several addresses (the first counts),
+// conditions unset one by one, hints for other zones, for the zone "" and
+// for other nodes, slice ports without a number, numbered 0 or named for
+// no Service port, FQDN slices, slices without the service-name label or
+// in another namespace.
+//
 // The states are generated with pgregory.net/rapid; SVCPROXY_DIFF_STATES
 // sets how many (see CONTRIBUTING.md). The tests need root, the kernel
 // tools and the API-server suite's binaries ($SVCPROXY_APISERVER_BIN_DIR,

@@ -80,7 +80,9 @@ func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs
 		}
 		if !o.owns(s, f) {
 			if owner, ok := o.otherOwner(s, f); ok {
-				warns = append(warns, r.warn(s, fmt.Sprintf("%v is also Service port %s's, which takes it: not served there", f, owner)))
+				if w := ruleset.ConflictWarning(s.Name, f, owner); !slices.Contains(warns, w) {
+					warns = append(warns, w)
+				}
 			}
 			continue
 		}

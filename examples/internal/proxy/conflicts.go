@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -39,20 +37,18 @@ func (c *frontendConflicts) check(rulesets map[v1.IPFamily]*ruleset.Ruleset) []s
 	warnings := map[svcproxy.Warning]bool{}
 	for _, rs := range rulesets {
 		for _, d := range rs.SharedDestinations() {
+			if d.Protocol == "" {
+				continue // a cluster IP as a whole, which every port of its Service has
+			}
 			owner, _, ok := rs.Owner(d)
 			if !ok {
 				continue
-			}
-			what := fmt.Sprintf("nodePort %d/%s", d.Port, d.Protocol)
-			if d.Addr.IsValid() {
-				what = fmt.Sprintf("%s/%s", netip.AddrPortFrom(d.Addr, d.Port), d.Protocol)
 			}
 			for _, name := range rs.ServicesAt(d) {
 				if name == owner.Name {
 					continue // the owner at this address through another kind of frontend
 				}
-				warnings[svcproxy.Warning{Kind: "Service", Namespace: name.Namespace, Name: name.Name,
-					Reason: fmt.Sprintf("%s is also Service port %s's, which takes it: not served for port %q", what, owner.Name, name.Port)}] = true
+				warnings[ruleset.ConflictWarning(name, d, owner.Name)] = true
 			}
 		}
 	}

@@ -62,8 +62,7 @@ type Config struct {
 	// kubeproxy_sync_proxy_rules_* and kubeproxy_network_programming_*
 	// ones, with kube-proxy's ip_family label where kube-proxy has it, and
 	// svcproxy_sync_drift_repairs_total (by family and svcproxy.DriftKind)
-	// and
-	// svcproxy_sync_periodic_full_total.
+	// and svcproxy_sync_periodic_full_total.
 	Registerer prometheus.Registerer
 	// OnSync, when not nil, is called after every sync, from the goroutine
 	// that syncs, with what happened. The engine logs nothing.

@@ -35,6 +35,7 @@ var layers = map[string]int{
 	"internal/sorted":           layerGround,
 	"internal/parallel":         layerGround,
 	"internal/netnsrun":         layerGround,
+	"internal/nfacct":           layerGround, // nfnetlink_acct counters, for the iptables executor
 	"internal/prefix":           layerGround,
 	"nftables/internal/model":   layerGround, // netlink encoding beneath nftables
 	"nftables/internal/nftnl":   layerGround,
@@ -85,6 +86,7 @@ var layers = map[string]int{
 	"internal/testkit/fixture":    layerModel,
 	"internal/testkit/scaleworld": layerModel,
 	"internal/testkit/rapidgen":   layerModel,
+	"internal/testkit/nfttest":    layerModel,
 }
 
 const module = "github.com/svcproxy/svcproxy"

@@ -64,14 +64,14 @@ func (s svc) objects() (*v1.Service, *discovery.EndpointSlice) {
 	if strings.Contains(s.clusterIP, ":") {
 		addrType = discovery.AddressTypeIPv6
 	}
-	proto := s.protocol()
+	proto, unnamed := s.protocol(), ""
 	slice := &discovery.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: "ns", Name: s.name + "-abc",
 			Labels: map[string]string{discovery.LabelServiceName: s.name},
 		},
 		AddressType: addrType,
-		Ports:       []discovery.EndpointPort{{Port: &target, Protocol: &proto}},
+		Ports:       []discovery.EndpointPort{{Name: &unnamed, Port: &target, Protocol: &proto}},
 	}
 	for _, e := range s.eps {
 		ready, serving, terminating := true, true, false

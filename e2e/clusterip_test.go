@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -36,19 +37,27 @@ func TestClusterIPSpread(t *testing.T) {
 
 // TestNoEndpointsRefused: a Service without endpoints rejects connections at
 // once rather than letting them time out, at its cluster IP and, from
-// outside, at its node port (the ebpf backend's tc answers the SYN with a
-// reset, where it would otherwise drop it; for the netfilter proxies the
-// node, with no listener there, would refuse it too). IPv4 only: with IPv6 the kernel reports the ICMPv6 rejection of
+// outside, at its node port, TCP and UDP (the ebpf backend's tc answers
+// the SYN with a reset and the datagram with an ICMP port unreachable,
+// where it would otherwise drop them; for the netfilter proxies the node,
+// with no listener there, would refuse them too). IPv4 only: with IPv6 the kernel reports the ICMPv6 rejection of
 // a first SYN only on the retransmission a second later (seen on kernel
 // 6.18 with a plain nft reject too).
 func TestNoEndpointsRefused(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend string) {
 		c := netns.NewCluster(t, netns.ClusterSpec{Pods: 1})
 		c.StartEcho(echoPort)
-		p := startProxy(t, c, backend, service("empty", ips(11), withNodePort(30011, false)))
+		p := startProxy(t, c, backend, service("empty", ips(11), withNodePort(30011, false)),
+			service("emptydns", ips(12), withProtocol(v1.ProtocolUDP), withNodePort(30012, false)))
 		expectRefused(t, p.inside(c.Clients[0]), at(serviceIP(false, 11), 80))
 		expectRefused(t, p.inside(c.Node), at(serviceIP(false, 11), 80))
 		expectRefused(t, c.Clients[0], at(c.Node.IPv4, 30011))
+		// A connected UDP socket from outside: kube-proxy's reject answers
+		// with an ICMP port unreachable, so the socket reads ECONNREFUSED
+		// (the ebpf backend's tc sends it).
+		if r, err := c.Clients[0].UDP(at(c.Node.IPv4, 30012), connectTimeout); !errors.Is(err, netns.ErrRefused) {
+			t.Errorf("UDP to a node port without endpoints: reply %+v, error %v; want refused (ICMP port unreachable)", r, err)
+		}
 	})
 }
 

@@ -13,17 +13,21 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
 // drift is one kind of object broken behind a proxy's back: break returns
 // the commands that break it in the node's namespace (found from what the
-// kernel holds), and found is a part of the drift log line's "missing".
+// kernel holds), found is a part of the drift log line's "missing", and
+// kind its "kind" (svcproxy.DriftKind, the drift metric's label).
 type drift struct {
 	name    string
 	breakIt func(t *testing.T, node *netns.Host) [][]string
 	found   string
+	kind    svcproxy.DriftKind
 }
 
 // kernelLine runs cmd in node's namespace and returns the submatches of
@@ -48,6 +52,12 @@ var (
 	// webServiceChain is the chain of e2e/web in kube-proxy's nftables
 	// layout.
 	webServiceChain = regexp.MustCompile(`chain (service-\S+-e2e/web/tcp/p) `)
+	// elsewhereServiceChain is the chain of e2e/elsewhere (whose
+	// endpoint's port nothing listens on) in kube-proxy's nftables layout.
+	elsewhereServiceChain = regexp.MustCompile(`chain (service-\S+-e2e/elsewhere/tcp/p) `)
+	// webTarget is the address of e2e/web's target in the flat layout's
+	// targets map.
+	webTarget = regexp.MustCompile(`198\.19\.0\.90 \. tcp \. 80 \. 0(?: comment "[^"]*")? : (\S+) \. 8080`)
 	// firstElement is the first element's key in nft's listing of a set
 	// or map.
 	firstElement = regexp.MustCompile(`elements = \{ ([^,}:]*?)(?: comment "[^"]*")?(?: :[^,}]*)?\s*[,}\n]`)
@@ -61,44 +71,63 @@ var drifts = map[string][]drift{
 		{"a Service's chain flushed", func(t *testing.T, n *netns.Host) [][]string {
 			chain := kernelLine(t, n, webJump, "iptables-save", "-t", "nat")[2]
 			return [][]string{{"iptables", "-w", "-t", "nat", "-F", chain}}
-		}, "KUBE-SVC-"},
+		}, "KUBE-SVC-", svcproxy.DriftRule},
 		{"a Service's jump and chain deleted", func(t *testing.T, n *netns.Host) [][]string {
 			m := kernelLine(t, n, webJump, "iptables-save", "-t", "nat")
 			return [][]string{
 				append([]string{"iptables", "-w", "-t", "nat", "-D", "KUBE-SERVICES"}, ruleArgs(m[1])...),
 				{"iptables", "-w", "-t", "nat", "-F", m[2]}, {"iptables", "-w", "-t", "nat", "-X", m[2]}}
-		}, "KUBE-S"},
+		}, "KUBE-S", svcproxy.DriftRule},
 	},
 	"nftables": {
 		{"a Service's chain flushed", func(t *testing.T, n *netns.Host) [][]string {
 			chain := kernelLine(t, n, webServiceChain, "nft", "list", "chains", "ip")[1]
 			return [][]string{{"nft", "flush", "chain", "ip", "kube-proxy", chain}}
-		}, "chain service-"},
+		}, "chain service-", svcproxy.DriftRule},
 		{"a service-ips element deleted", func(*testing.T, *netns.Host) [][]string {
 			return [][]string{{"nft", "delete", "element", "ip", "kube-proxy", "service-ips", "{ 198.19.0.90 . tcp . 80 }"}}
-		}, "service-ips"},
+		}, "service-ips", svcproxy.DriftElement},
 		{"the service-ips map flushed", func(*testing.T, *netns.Host) [][]string {
 			return [][]string{{"nft", "flush", "map", "ip", "kube-proxy", "service-ips"}}
-		}, "service-ips"},
+		}, "service-ips", svcproxy.DriftElement},
+		{"a service-ips element pointed at another Service's chain", func(t *testing.T, n *netns.Host) [][]string {
+			other := kernelLine(t, n, elsewhereServiceChain, "nft", "list", "chains", "ip")[1]
+			return [][]string{{"nft", "delete", "element", "ip", "kube-proxy", "service-ips", "{ 198.19.0.90 . tcp . 80 }", ";",
+				"add", "element", "ip", "kube-proxy", "service-ips", "{ 198.19.0.90 . tcp . 80 : goto " + other + " }"}}
+		}, "service-ips has elements other than those written", svcproxy.DriftElement},
+		{"a rule of a Service's chain replaced", func(t *testing.T, n *netns.Host) [][]string {
+			chain := kernelLine(t, n, webServiceChain, "nft", "list", "chains", "ip")[1]
+			return replaceRules(t, n, "kube-proxy", chain, regexp.MustCompile(`numgen|dnat|goto `), "drop")
+		}, "has rules other than those written", svcproxy.DriftRule},
 	},
 	"nftables-flat": {
 		{"the cluster group chain flushed", func(*testing.T, *netns.Host) [][]string {
 			return [][]string{{"nft", "flush", "chain", "ip", "svcproxy-flat", "cluster"}}
-		}, "chain cluster"},
+		}, "chain cluster", svcproxy.DriftRule},
 		{"a targets map element deleted", func(t *testing.T, n *netns.Host) [][]string {
 			key := kernelLine(t, n, firstElement, "nft", "list", "map", "ip", "svcproxy-flat", "cluster-1-tcp-targets")[1]
 			return [][]string{{"nft", "delete", "element", "ip", "svcproxy-flat", "cluster-1-tcp-targets", "{ " + strings.TrimSpace(key) + " }"}}
-		}, "cluster-1-tcp-targets"},
+		}, "cluster-1-tcp-targets", svcproxy.DriftElement},
 		{"a frontend set element deleted", func(*testing.T, *netns.Host) [][]string {
 			return [][]string{{"nft", "delete", "element", "ip", "svcproxy-flat", "cluster-1-tcp", "{ 198.19.0.90 . tcp . 80 }"}}
-		}, "cluster-1-tcp"},
+		}, "cluster-1-tcp", svcproxy.DriftElement},
+		{"a targets map element pointed at another port", func(t *testing.T, n *netns.Host) [][]string {
+			addr := kernelLine(t, n, webTarget, "nft", "list", "map", "ip", "svcproxy-flat", "cluster-1-tcp-targets")[1]
+			return [][]string{{"nft", "delete", "element", "ip", "svcproxy-flat", "cluster-1-tcp-targets", "{ 198.19.0.90 . tcp . 80 . 0 }", ";",
+				"add", "element", "ip", "svcproxy-flat", "cluster-1-tcp-targets", "{ 198.19.0.90 . tcp . 80 . 0 : " + addr + " . 1 }"}}
+		}, "cluster-1-tcp-targets has elements other than those written", svcproxy.DriftElement},
+		{"the cluster group chain's rules replaced", func(t *testing.T, n *netns.Host) [][]string {
+			return replaceRules(t, n, "svcproxy-flat", "cluster", regexp.MustCompile(`@cluster-1-tcp-targets`), "ip daddr 198.19.0.90 drop")
+		}, "chain cluster has rules other than those written", svcproxy.DriftRule},
 	},
 }
 
 // TestDriftFoundAndRepaired: each kind of object the proxy owns, broken
 // behind its back where the cheap checks do not look, is found by the
-// periodic check (logged, naming it), /healthz and a health check node
-// port answer 503 from then until the repair, and the Service is served
+// periodic check (logged, naming it and its kind), /healthz and a health check node
+// port answer 503 from then until the repair (the proxy logs its health
+// turning failing at the check and healthy once the repair is written,
+// before the drift line), and the Service is served
 // again within two sync-periods (nftables) or a bounded time (iptables,
 // whose deep check spaces itself by its cost: every period at this size).
 // What /healthz and the health check node port said while it was broken,
@@ -112,7 +141,9 @@ func TestDriftFoundAndRepaired(t *testing.T) {
 			service("web", ips(90)),
 			slice("web", false, v1.ProtocolTCP, ready(c, pod)),
 			service("lb", ips(91), withLoadBalancer(serviceIP(false, 191), nil, 30291), withNodePort(30191, true)),
-			slice("lb", false, v1.ProtocolTCP, ready(c, pod)))
+			slice("lb", false, v1.ProtocolTCP, ready(c, pod)),
+			service("elsewhere", ips(92)),
+			onPort(slice("elsewhere", false, v1.ProtocolTCP, ready(c, pod)), closedPort))
 		web, hc := at(serviceIP(false, 90), 80), at(c.Node.IPv4, 30291)
 		expectOnly(t, spread(t, c.Clients[0], web, 3), pod)
 		// Nothing broken, nothing found: the deep checks agree with the
@@ -130,6 +161,7 @@ func TestDriftFoundAndRepaired(t *testing.T) {
 					t.Fatalf("%s: %v: %v\n%s", d.name, cmd, err, out)
 				}
 			}
+			logAt := len(p.log.String())
 			broken := time.Now()
 			if r, err := c.Clients[0].TCP(web, dropTimeout); err == nil && r.Identity == pod.Label {
 				t.Fatalf("%s: %s still served: the change did not break it", d.name, web)
@@ -160,8 +192,18 @@ func TestDriftFoundAndRepaired(t *testing.T) {
 			log := p.log.String()
 			if strings.Count(log, "rules changed behind the proxy's back") <= repairsBefore {
 				t.Errorf("%s: no drift log line", d.name)
-			} else if i := strings.LastIndex(log, "rules changed behind the proxy's back"); !strings.Contains(log[i:], d.found) {
-				t.Errorf("%s: the drift log line does not name %q: %s", d.name, d.found, strings.SplitN(log[i:], "\n", 2)[0])
+			} else if i := strings.LastIndex(log, "rules changed behind the proxy's back"); !strings.Contains(log[i:], d.found) || !strings.Contains(log[i:], " kind="+string(d.kind)+" ") {
+				t.Errorf("%s: the drift log line does not name %q of kind %q: %s", d.name, d.found, d.kind, strings.SplitN(log[i:], "\n", 2)[0])
+			}
+			// In the log, in this order: /healthz failing from the check
+			// that found it, healthy once the repair is written, then the
+			// drift line of the repairing sync.
+			after := p.log.String()[logAt:]
+			failing := strings.Index(after, `msg="health changed" healthy=false syncFailing=true`)
+			healthy := strings.Index(after, `msg="health changed" healthy=true syncFailing=false`)
+			found := strings.Index(after, "rules changed behind the proxy's back")
+			if failing < 0 || healthy < failing || found < healthy {
+				t.Errorf("%s: health changes and drift line at %d, %d, %d; want failing, then healthy, then the drift line:\n%s", d.name, failing, healthy, found, after)
 			}
 			waitHealth := time.Now().Add(2 * time.Second)
 			for p.healthzOrZero() != http.StatusOK && time.Now().Before(waitHealth) {
@@ -193,4 +235,34 @@ func ruleArgs(rule string) []string {
 		args, rule = append(args, arg), rest
 	}
 	return args
+}
+
+// closedPort is a port nothing listens on.
+const closedPort = 1
+
+// onPort is es with its port's number port.
+func onPort(es *discovery.EndpointSlice, port int32) *discovery.EndpointSlice {
+	es.Ports[0].Port = &port
+	return es
+}
+
+// replaceRules are the nft commands that replace each rule of chain in
+// table (in node's namespace) whose text part matches with rule, the
+// number of rules kept.
+func replaceRules(t *testing.T, node *netns.Host, table, chain string, part *regexp.Regexp, rule string) [][]string {
+	t.Helper()
+	out, err := node.Run(context.Background(), "nft", "-a", "list", "chain", "ip", table, chain)
+	if err != nil {
+		t.Fatalf("nft -a list chain %s: %v\n%s", chain, err, out)
+	}
+	var cmds [][]string
+	for _, m := range regexp.MustCompile(`(?m)^\s*(.*) # handle (\d+)$`).FindAllStringSubmatch(out, -1) {
+		if !strings.HasPrefix(m[1], "chain ") && part.MatchString(m[1]) {
+			cmds = append(cmds, append([]string{"nft", "replace", "rule", "ip", table, chain, "handle", m[2]}, strings.Fields(rule)...))
+		}
+	}
+	if len(cmds) == 0 {
+		t.Fatalf("no rule with %q in chain %s:\n%s", part, chain, out)
+	}
+	return cmds
 }

@@ -24,7 +24,7 @@ import (
 )
 
 // The ebpf backend translates Services at the socket for the processes of
-// one cgroup, and at tc for IPv4 flows that arrive from outside. In the
+// one cgroup, and at tc for flows that arrive from outside. In the
 // suite each test gets a child cgroup of the cgroup v2 tree (never the
 // root), the proxy attaches there, and clients that stand for the node's
 // processes or its pods run as child processes placed in it (p.inside);

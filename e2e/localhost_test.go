@@ -3,8 +3,14 @@
 package e2e
 
 import (
+	"context"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -30,8 +36,25 @@ func TestLocalhostNodePorts(t *testing.T) {
 		if _, err := c.Node.StartEcho("node", nodeEchoPort); err != nil {
 			t.Fatal(err)
 		}
-		startProxy(t, c, "iptables", objs(c)...)
+		metrics := netip.AddrPortFrom(c.Node.IPv4, 10249)
+		startProxyWith(t, c, "iptables", proxySetup{args: []string{"--metrics-bind-address", metrics.String()}}, objs(c)...)
 		expectOnly(t, spread(t, c.Node, at(netip.MustParseAddr("127.0.0.1"), 30085), 5), c.Pods[0])
+		// kube-proxy's nfacct counter saw the 5 connections (their first
+		// packets), and its metric says so; the other counter is there.
+		scraped := scrape(t, c.Node.NS, "http://"+metrics.String()+"/metrics")
+		for _, want := range []string{
+			"\nkubeproxy_iptables_localhost_nodeports_accepted_packets_total 5\n",
+			"\nkubeproxy_iptables_ct_state_invalid_dropped_packets_total ",
+			// and kube-proxy's iptables-mode metrics with its labels
+			"\nkubeproxy_sync_proxy_rules_iptables_total{ip_family=\"IPv4\",table=\"nat\"} ",
+			"\nkubeproxy_sync_proxy_rules_iptables_last{ip_family=\"IPv6\",table=\"filter\"} ",
+			"\nkubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family=\"IPv4\"} 0\n",
+			"\nkubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv6\"} ",
+		} {
+			if !strings.Contains(scraped, want) {
+				t.Errorf("/metrics has no %q:\n%s", want, scraped)
+			}
+		}
 
 		// The client sends to 127.0.0.5 through the node, as a host on
 		// the node's link could.
@@ -53,4 +76,28 @@ func TestLocalhostNodePorts(t *testing.T) {
 		expectOnly(t, spread(t, c.Node, at(c.Node.IPv4, 30085), 3), c.Pods[0])
 		expectRefused(t, c.Node, at(netip.MustParseAddr("127.0.0.1"), 30085))
 	})
+}
+
+// scrape reads the /metrics at url from ns.
+func scrape(t *testing.T, ns *netns.NS, url string) string {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(_ context.Context, _, address string) (net.Conn, error) {
+			remote, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return nil, err
+			}
+			return ns.Dial("tcp", netip.AddrPort{}, remote, 5*time.Second)
+		},
+	}}
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -135,24 +135,51 @@ func (c *Contents) sets() *Maps {
 // the lists in no particular order: a first sync of a large cluster spends
 // neither the time to list the elements in Maps nor that to sort them.
 func (c *Contents) AllOps() Ops {
+	o, _, _ := c.allOps(false)
+	return o
+}
+
+// allOps is AllOps; packed, it leaves the backends out of the Ops and
+// returns them as the backends map's elements (chunks of slots, as
+// packBackends would make them from empty maps) with their number of
+// slots: a first sync needs no list of a million slots to pack.
+func (c *Contents) allOps(packed bool) (Ops, chunkWrites, int) {
 	var o Ops
+	var w chunkWrites
 	if c == nil {
-		return o
+		return o, w, 0
 	}
 	// Sized first: growing the slices element by element cost a fifth of
 	// a first sync's CPU at 100,000 Services (1.2 million elements).
-	var services, backends int
+	var services, backends, chunks int
 	c.ports.All(func(_ servicemap.PortName, p *portEntries) bool {
 		services += len(p.services)
 		backends += len(p.cluster) + len(p.local)
+		chunks += (len(p.cluster)+chunkSlots-1)/chunkSlots + (len(p.local)+chunkSlots-1)/chunkSlots
 		return true
 	})
 	o.PutServices = slices.Grow(o.PutServices, services)
-	o.PutBackends = slices.Grow(o.PutBackends, backends)
+	if packed {
+		w.PutKeys, w.PutValues = make([]chunkKey, 0, chunks), make([]backendChunk, 0, chunks)
+	} else {
+		o.PutBackends = slices.Grow(o.PutBackends, backends)
+	}
 	c.ports.All(func(_ servicemap.PortName, p *portEntries) bool {
 		o.PutServices = append(o.PutServices, p.services...)
-		for k, v := range p.backends() {
-			o.PutBackends = append(o.PutBackends, Entry[BackendKey, BackendValue]{k, v})
+		if !packed {
+			for k, v := range p.backends() {
+				o.PutBackends = append(o.PutBackends, Entry[BackendKey, BackendValue]{k, v})
+			}
+			return true
+		}
+		for g, slots := range [2][]netip.AddrPort{p.cluster, p.local} {
+			for i, at := range slots {
+				if i%chunkSlots == 0 {
+					w.PutKeys = append(w.PutKeys, chunkKey{p.base + uint32(g), uint32(i / chunkSlots)})
+					w.PutValues = append(w.PutValues, backendChunk{})
+				}
+				w.PutValues[len(w.PutValues)-1][i%chunkSlots] = BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()}
+			}
 		}
 		return true
 	})
@@ -163,5 +190,5 @@ func (c *Contents) AllOps() Ops {
 	sets := c.sets()
 	o.PutNodeAddrs = slices.Collect(maps.Keys(sets.NodeAddrs))
 	o.PutServiceCIDRs = slices.Collect(maps.Keys(sets.ServiceCIDRs))
-	return o
+	return o, w, backends
 }

@@ -41,7 +41,7 @@ type Config struct {
 	// pods' namespaces here: a socket iterator sees one namespace.
 	SocketNamespaces []string
 	// NorthSouth, when set, loads the tc programs too and attaches them
-	// as it says (IPv4 only; their links are not pinned).
+	// as it says (their links are not pinned).
 	NorthSouth *NorthSouthConfig
 }
 
@@ -455,6 +455,9 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 	want := Render(rs, e.last)
 	var ops Ops
 	var gone []BackendValue
+	var packed chunkWrites
+	slots := -1 // the backend slots written, when packed
+	current := func(ck chunkKey) (backendChunk, error) { return lookupChunk(objs, ck) }
 	if full {
 		have, err := readMaps(objs, e.family)
 		if err != nil {
@@ -462,22 +465,28 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 			return SyncDetails{}, err
 		}
 		if have.empty() {
-			ops = want.AllOps()
+			ops, packed, slots = want.allOps(true)
 		} else {
 			ops, gone = Diff(have, want.Maps()), goneEndpoints(e.last, have, want)
 		}
+		current = fromSlots(have.Backends)
 	} else {
 		ops = Changes(e.last, want)
 		for _, at := range GoneEndpoints(e.last, want) {
 			gone = append(gone, BackendValue{Addr: AddrOf(at.Addr()), Port: at.Port()})
 		}
 	}
-	if err := applyOps(objs, ops); err != nil {
-		e.last, e.full = nil, true
-		return SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}}, err
+	if slots < 0 {
+		if packed, err = packBackends(ops.PutBackends, ops.DelBackends, current); err != nil {
+			e.last = nil
+			return SyncDetails{}, err
+		}
 	}
-	details := &SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}, Puts: puts(ops), Deletes: ops.Len() - puts(ops), GoneEndpoints: len(gone)}
-	if err := e.syncNorthSouth(rs, want, full, details); err != nil {
+	details := &SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}, Puts: puts(ops) + max(slots, 0), Deletes: ops.Len() - puts(ops), GoneEndpoints: len(gone)}
+	// The tc maps change once the backends they point at are written and
+	// before the slots they stop pointing at are cleared.
+	if err := applyOps(objs, ops, packed, func() error { return e.syncNorthSouth(rs, want, full, details) }); err != nil {
+		e.lastNS = nil
 		e.last, e.full = nil, true
 		return SyncDetails{SyncResult: svcproxy.SyncResult{Full: full}}, err
 	}
@@ -490,21 +499,25 @@ func (e *Executor) Apply(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails,
 	return *details, nil
 }
 
-// syncNorthSouth makes the tc maps hold rs's north-south contents (IPv4,
-// with Config.NorthSouth): from the maps read back on a full sync, from
-// the last Sync's otherwise.
+// syncNorthSouth makes the tc maps hold rs's north-south contents (with
+// Config.NorthSouth): from the family's elements read back on a full
+// sync, from the last Sync's otherwise, and not at all when the sync
+// changes no port with an external frontend.
 func (e *Executor) syncNorthSouth(rs *ruleset.Ruleset, want *Contents, full bool, details *SyncDetails) error {
 	cfg := e.dp.cfg.NorthSouth
-	if cfg == nil || e.family != v1.IPv4Protocol {
+	if cfg == nil {
 		return nil
 	}
-	ns, err := RenderNorthSouth(rs, want, cfg.MaglevSize)
+	if !full && e.lastNS != nil && want.externalUnchanged(e.last) {
+		return nil // no external frontend changed: nor did the tc maps
+	}
+	ns, err := renderNorthSouth(rs, want, cfg.MaglevSize, e.lastNS)
 	if err != nil {
 		return err
 	}
 	have := e.lastNS
 	if full || have == nil {
-		if have, err = readNorthSouth(e.dp.tc, ns.Size); err != nil {
+		if have, err = readNorthSouth(e.dp.tc, e.family, ns.Size); err != nil {
 			return err
 		}
 	}
@@ -566,37 +579,38 @@ func (e *Executor) RequestFullSync() {
 }
 
 // CheckState reads the family's elements back from the maps and says
-// what differs from the last Sync ("" when nothing, and before the first
-// Sync).
-func (e *Executor) CheckState(ctx context.Context) (string, error) {
+// what differs from the last Sync, of kind svcproxy.DriftElement (the zero
+// Drift when nothing, and before the first Sync).
+func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 	if !e.made() {
-		return "", errNotMade
+		return svcproxy.Drift{}, errNotMade
 	}
 	if e.last == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	objs, err := e.dp.load()
 	if err != nil {
-		return "", err
+		return svcproxy.Drift{}, err
 	}
 	have, err := readMaps(objs, e.family)
 	if err != nil {
-		return "", err
+		return svcproxy.Drift{}, err
 	}
 	n := Diff(have, e.last.Maps()).Len()
 	if e.lastNS != nil {
-		ns, err := readNorthSouth(e.dp.tc, e.lastNS.Size)
+		ns, err := readNorthSouth(e.dp.tc, e.family, e.lastNS.Size)
 		if err != nil {
-			return "", err
+			return svcproxy.Drift{}, err
 		}
-		if !maps.Equal(ns.Ext, e.lastNS.Ext) || !maps.Equal(ns.Maglev, e.lastNS.Maglev) || !maps.Equal(ns.Ranges, e.lastNS.Ranges) {
+		sameTable := func(a, b *MaglevTable) bool { return a == b || *a == *b }
+		if !maps.Equal(ns.Ext, e.lastNS.Ext) || !maps.EqualFunc(ns.Maglev, e.lastNS.Maglev, sameTable) || !maps.Equal(ns.Ranges, e.lastNS.Ranges) {
 			n++
 		}
 	}
 	if n == 0 {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
-	return fmt.Sprintf("%d %s map elements (or tc maps) missing, different or extra", n, e.family), nil
+	return svcproxy.Drift{Kind: svcproxy.DriftElement, What: fmt.Sprintf("%d %s map elements (or tc maps) missing, different or extra", n, e.family)}, nil
 }
 
 // Cleanup removes the programs, links, pins and maps of both families
@@ -634,12 +648,17 @@ func readMaps(o *sockObjects, family v1.IPFamily) (*Maps, error) {
 		}
 	}
 	errs = append(errs, it.Err())
-	var bk BackendKey
-	var bv BackendValue
+	var bk chunkKey
+	var chunk backendChunk
 	it = o.SvcpBackends.Iterate()
-	for it.Next(&bk, &bv) {
-		if (bk.ID&v6Group != 0) == (family == v1.IPv6Protocol) {
-			m.Backends[bk] = bv
+	for it.Next(&bk, &chunk) {
+		if (bk.ID&v6Group != 0) != (family == v1.IPv6Protocol) {
+			continue
+		}
+		for i, bv := range chunk {
+			if bv != (BackendValue{}) {
+				m.Backends[BackendKey{bk.ID, bk.Chunk*chunkSlots + uint32(i)}] = bv
+			}
 		}
 	}
 	errs = append(errs, it.Err())
@@ -741,19 +760,47 @@ func ones(n int) []uint8 {
 	return v
 }
 
-// applyOps applies ops in their order, stopping at the first failure: no
-// service is written before the backends it points at.
-func applyOps(o *sockObjects, ops Ops) error {
-	bk, bv := split(ops.PutBackends)
+// lookupChunk is the backends element ck, the zero chunk when there is
+// none.
+func lookupChunk(o *sockObjects, ck chunkKey) (backendChunk, error) {
+	var c backendChunk
+	if err := o.SvcpBackends.Lookup(ck, &c); err != nil && !errors.Is(err, cebpf.ErrKeyNotExist) {
+		return backendChunk{}, fmt.Errorf("ebpf: reading backends element %v: %w", ck, err)
+	}
+	return c, nil
+}
+
+// applyOps applies ops in their order, with w the backends map's element
+// changes that its backend slots make (packBackends), stopping at the
+// first failing step: no service is written before the backends it
+// points at, and no slot is cleared before the services stop pointing at
+// it; between runs after the services' changes, before the slots are
+// cleared. The writes before the services' (the backends and the sets) go
+// on two goroutines when they are many, as in a first sync.
+func applyOps(o *sockObjects, ops Ops, w chunkWrites, between func() error) error {
 	sk, sv := split(ops.PutServices)
+	half := len(w.PutKeys) / 2
+	first := []func() error{
+		func() error { return putAll(o.SvcpBackends, w.PutKeys[:half], w.PutValues[:half]) },
+		func() error {
+			return errors.Join(putAll(o.SvcpNodeAddrs, ops.PutNodeAddrs, ones(len(ops.PutNodeAddrs))),
+				putAll(o.SvcpClusAddrs, ops.PutClusterAddrs, ones(len(ops.PutClusterAddrs))),
+				putAll(o.SvcpSvcCidrs, ops.PutServiceCIDRs, ones(len(ops.PutServiceCIDRs))),
+				putAll(o.SvcpBackends, w.PutKeys[half:], w.PutValues[half:]))
+		},
+	}
 	steps := []func() error{
-		func() error { return putAll(o.SvcpBackends, bk, bv) },
-		func() error { return putAll(o.SvcpNodeAddrs, ops.PutNodeAddrs, ones(len(ops.PutNodeAddrs))) },
-		func() error { return putAll(o.SvcpClusAddrs, ops.PutClusterAddrs, ones(len(ops.PutClusterAddrs))) },
-		func() error { return putAll(o.SvcpSvcCidrs, ops.PutServiceCIDRs, ones(len(ops.PutServiceCIDRs))) },
+		func() error {
+			if len(w.PutKeys)+len(ops.PutClusterAddrs) < concurrentMin {
+				return errors.Join(first[0](), first[1]())
+			}
+			return concurrently(first...)
+		},
 		func() error { return putAll(o.SvcpServices, sk, sv) },
 		func() error { return deleteAll(o.SvcpServices, ops.DelServices) },
-		func() error { return deleteAll(o.SvcpBackends, ops.DelBackends) },
+		between,
+		func() error { return putAll(o.SvcpBackends, w.ClearKeys, w.ClearValues) },
+		func() error { return deleteAll(o.SvcpBackends, w.Delete) },
 		func() error { return deleteAll(o.SvcpNodeAddrs, ops.DelNodeAddrs) },
 		func() error { return deleteAll(o.SvcpClusAddrs, ops.DelClusterAddrs) },
 		func() error { return deleteEach(o.SvcpSvcCidrs, ops.DelServiceCIDRs) },
@@ -764,4 +811,19 @@ func applyOps(o *sockObjects, ops Ops) error {
 		}
 	}
 	return nil
+}
+
+// concurrentMin is the fewest elements applyOps writes on two goroutines.
+const concurrentMin = 8192
+
+// concurrently runs fns each on a goroutine of its own and returns their
+// errors joined.
+func concurrently(fns ...func() error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(fns))
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

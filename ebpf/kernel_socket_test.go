@@ -8,6 +8,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy"
 )
 
 // TCP and UDP (unconnected and connected) to a cluster IP reach every
@@ -167,21 +169,21 @@ func TestKernelUpdatesCheckCleanup(t *testing.T) {
 	if n := tally(t, l.run(request{Op: "tcp", Network: "tcp4", Dst: "198.19.0.10:80", Count: 30}), "198.19.0.10:80"); n["pod2"] != 0 || n["pod0"]+n["pod1"] != 30 {
 		t.Errorf("after removing pod2: %v", n)
 	}
-	if missing, err := l.backend[v1.IPv4Protocol].CheckState(ctx); missing != "" || err != nil {
-		t.Fatalf("CheckState after Sync: %q, %v", missing, err)
+	if missing, err := l.backend[v1.IPv4Protocol].CheckState(ctx); missing.Found() || err != nil {
+		t.Fatalf("CheckState after Sync: %+v, %v", missing, err)
 	}
 	deleteService(t, l)
 	missing, err := l.backend[v1.IPv4Protocol].CheckState(ctx)
-	if missing == "" || err != nil {
-		t.Fatalf("CheckState after deleting an element: %q, %v", missing, err)
+	if missing.Kind != svcproxy.DriftElement || err != nil {
+		t.Fatalf("CheckState after deleting an element: %+v, %v; want an element drift", missing, err)
 	}
-	t.Logf("CheckState: %s", missing)
+	t.Logf("CheckState: %+v", missing)
 	l.backend[v1.IPv4Protocol].RequestFullSync()
 	if res, err := l.backend[v1.IPv4Protocol].Sync(ctx, rs); err != nil || !res.Full {
 		t.Fatalf("repairing Sync: full %v, err %v", res.Full, err)
 	}
-	if missing, err := l.backend[v1.IPv4Protocol].CheckState(ctx); missing != "" || err != nil {
-		t.Fatalf("CheckState after the repair: %q, %v", missing, err)
+	if missing, err := l.backend[v1.IPv4Protocol].CheckState(ctx); missing.Found() || err != nil {
+		t.Fatalf("CheckState after the repair: %+v, %v", missing, err)
 	}
 	if err := l.backend[v1.IPv4Protocol].Cleanup(ctx); err != nil {
 		t.Fatal(err)

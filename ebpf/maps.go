@@ -95,15 +95,17 @@ type ServiceValue struct {
 	Affinity uint32
 }
 
-// BackendKey is a key of the backends map: slot Slot of the group ID.
-// Its layout is struct be_key of bpf/sock.c.
+// BackendKey names slot Slot of the group ID. The backends map holds a
+// group's slots in chunks of 8 (struct be_key and struct be_chunk of
+// bpf/sock.c: element {ID, Slot/8} holds slot Slot at Slot%8); Maps and
+// Ops list slots, and an executor packs them into elements.
 type BackendKey struct {
 	ID   uint32
 	Slot uint32
 }
 
-// BackendValue is a value of the backends map: an endpoint. Its layout is
-// struct be_value of bpf/sock.c.
+// BackendValue is an endpoint in a backend slot (struct be_value of
+// bpf/sock.c; the zero BackendValue is an empty slot).
 type BackendValue struct {
 	Addr Addr
 	Port uint16

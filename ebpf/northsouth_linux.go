@@ -5,10 +5,15 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 
 	cebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/maglev"
 )
 
 // NorthSouthConfig says where the tc programs (bpf/tc.c) attach: to the
@@ -25,13 +30,13 @@ type NorthSouthConfig struct {
 	// nodes): svcp_tc_masq on their egress, svcp_tc_unmasq on their
 	// ingress.
 	Pods []string
-	// MaglevSize is the size of every Maglev table (maglev.DefaultSize
-	// for 0).
+	// MaglevSize is the size of every Maglev table, a prime up to
+	// MaglevMax (maglev.DefaultSize, which is MaglevMax, for 0).
 	MaglevSize int
 }
 
-// loadNorthSouth loads the tc programs, sharing svcp_node_addrs with the
-// socket programs, and attaches them.
+// loadNorthSouth loads the tc programs, sharing svcp_node_addrs and
+// svcp_backends with the socket programs, and attaches them.
 func (d *Dataplane) loadNorthSouth(objs *sockObjects) (*tcObjects, []link.Link, error) {
 	cfg := d.cfg.NorthSouth
 	spec, err := loadTc()
@@ -40,13 +45,17 @@ func (d *Dataplane) loadNorthSouth(objs *sockObjects) (*tcObjects, []link.Link, 
 	}
 	size := cfg.MaglevSize
 	if size == 0 {
-		size = 16381
+		size = maglev.DefaultSize
+	}
+	if size > MaglevMax || !maglev.IsPrime(size) {
+		return nil, nil, fmt.Errorf("ebpf: Maglev table size %d is not a prime up to %d", size, MaglevMax)
 	}
 	if err := spec.Variables["maglev_size"].Set(uint32(size)); err != nil {
 		return nil, nil, fmt.Errorf("ebpf: Maglev size: %w", err)
 	}
 	tc := new(tcObjects)
-	if err := spec.LoadAndAssign(tc, &cebpf.CollectionOptions{MapReplacements: map[string]*cebpf.Map{"svcp_node_addrs": objs.SvcpNodeAddrs}}); err != nil {
+	shared := map[string]*cebpf.Map{"svcp_node_addrs": objs.SvcpNodeAddrs, "svcp_backends": objs.SvcpBackends}
+	if err := spec.LoadAndAssign(tc, &cebpf.CollectionOptions{MapReplacements: shared}); err != nil {
 		return nil, nil, fmt.Errorf("ebpf: loading the tc programs: %w", err)
 	}
 	var links []link.Link
@@ -90,28 +99,36 @@ func (d *Dataplane) loadNorthSouth(objs *sockObjects) (*tcObjects, []link.Link, 
 	return tc, links, nil
 }
 
-// readNorthSouth reads the tc maps back.
-func readNorthSouth(tc *tcObjects, size int) (*NorthSouth, error) {
-	ns := &NorthSouth{Ext: map[ServiceKey]ExtValue{}, Maglev: map[MaglevKey]BackendValue{}, Ranges: map[RangeKey]uint8{}, Size: size}
+// readNorthSouth reads the elements of family back from the tc maps.
+func readNorthSouth(tc *tcObjects, family v1.IPFamily, size int) (*NorthSouth, error) {
+	ns := newNorthSouth(size)
+	v6 := family == v1.IPv6Protocol
 	var sk ServiceKey
 	var ev ExtValue
 	it := tc.SvcpExt.Iterate()
 	for it.Next(&sk, &ev) {
-		ns.Ext[sk] = ev
+		if ofFamily(sk.Addr, family) {
+			ns.Ext[sk] = ev
+		}
 	}
 	errs := []error{it.Err()}
-	var mk MaglevKey
-	var bv BackendValue
+	var id uint32
+	var tab MaglevTable
 	it = tc.SvcpMaglev.Iterate()
-	for it.Next(&mk, &bv) {
-		ns.Maglev[mk] = bv
+	for it.Next(&id, &tab) {
+		if (id&v6Group != 0) == v6 {
+			t := tab
+			ns.Maglev[id] = &t
+		}
 	}
 	errs = append(errs, it.Err())
 	var rk RangeKey
 	var one uint8
 	it = tc.SvcpRanges.Iterate()
 	for it.Next(&rk, &one) {
-		ns.Ranges[rk] = one
+		if (rk.ID&v6Group != 0) == v6 {
+			ns.Ranges[rk] = one
+		}
 	}
 	errs = append(errs, it.Err())
 	if err := errors.Join(errs...); err != nil {
@@ -120,23 +137,41 @@ func readNorthSouth(tc *tcObjects, size int) (*NorthSouth, error) {
 	return ns, nil
 }
 
-// applyNorthSouth changes the tc maps from have to want: Maglev entries
-// and ranges written, frontends written and deleted, then the Maglev
-// entries and ranges no frontend needs deleted. It returns the number of
+// applyNorthSouth changes the tc maps from have to want: Maglev tables
+// and ranges written, frontends written and deleted, then the tables and
+// ranges no frontend needs deleted. It returns the number of
 // element changes.
 func applyNorthSouth(tc *tcObjects, have, want *NorthSouth) (int, error) {
-	putM, delM := diffMap(have.Maglev, want.Maglev, func(a, b MaglevKey) int {
-		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Index, b.Index))
-	})
+	var mk []uint32
+	var mv []MaglevTable
+	for _, id := range slices.Sorted(maps.Keys(want.Maglev)) {
+		if t, ok := have.Maglev[id]; !ok || t != want.Maglev[id] && *t != *want.Maglev[id] {
+			mk, mv = append(mk, id), append(mv, *want.Maglev[id])
+		}
+	}
+	var delM []uint32
+	for _, id := range slices.Sorted(maps.Keys(have.Maglev)) {
+		if _, ok := want.Maglev[id]; !ok {
+			delM = append(delM, id)
+		}
+	}
 	putR, delR := diffMap(have.Ranges, want.Ranges, func(a, b RangeKey) int {
 		return cmp.Or(cmp.Compare(a.ID, b.ID), bytes.Compare(a.Addr[:], b.Addr[:]), cmp.Compare(a.Prefixlen, b.Prefixlen))
 	})
 	putE, delE := diffMap(have.Ext, want.Ext, compareServiceKey)
-	mk, mv := split(putM)
 	rk, rv := split(putR)
 	ek, ev := split(putE)
 	steps := []func() error{
-		func() error { return putAll(tc.SvcpMaglev, mk, mv) },
+		func() error {
+			// One at a time: a table is 32 KiB, and a batch marshals
+			// all its values at once.
+			for i := range mk {
+				if err := tc.SvcpMaglev.Put(mk[i], &mv[i]); err != nil {
+					return fmt.Errorf("ebpf: writing Maglev table %d: %w", mk[i], err)
+				}
+			}
+			return nil
+		},
 		func() error { return putAll(tc.SvcpRanges, rk, rv) },
 		func() error { return putAll(tc.SvcpExt, ek, ev) },
 		func() error { return deleteAll(tc.SvcpExt, delE) },
@@ -148,5 +183,5 @@ func applyNorthSouth(tc *tcObjects, have, want *NorthSouth) (int, error) {
 			return 0, err
 		}
 	}
-	return len(putM) + len(delM) + len(putR) + len(delR) + len(putE) + len(delE), nil
+	return len(mk) + len(delM) + len(putR) + len(delR) + len(putE) + len(delE), nil
 }

@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/internal/cowmap"
+	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -37,6 +38,10 @@ type Contents struct {
 	endpoints cowmap.Map[netip.AddrPort, int]
 	nodeAddrs []netip.Addr
 	cidrs     []netip.Prefix
+	// touched are the ports re-rendered from the previous Contents,
+	// when incremental (else every port was).
+	incremental bool
+	touched     []servicemap.PortName
 	// next is the next group ID never given out; free are the IDs of
 	// ports gone, sorted, given out first.
 	next uint32
@@ -145,6 +150,7 @@ func Render(rs *ruleset.Ruleset, prev *Contents) *Contents {
 	if all {
 		c.renderAll(rs)
 	} else {
+		c.incremental, c.touched = true, touched
 		// Removals first, so that their IDs go to the additions.
 		for _, name := range touched {
 			if _, ok := rs.Service(name); !ok {
@@ -164,9 +170,44 @@ func Render(rs *ruleset.Ruleset, prev *Contents) *Contents {
 	return c
 }
 
+// externalUnchanged reports whether c, rendered from prev, re-rendered
+// no port that has a node port, an external IP or a load-balancer IP,
+// before or after: then the north-south contents of the two are the same
+// (RenderNorthSouth reads only such ports, whose group IDs and slots are
+// unchanged). prev must be the Contents c was rendered from.
+func (c *Contents) externalUnchanged(prev *Contents) bool {
+	if c == nil || prev == nil || !c.incremental || prev.rs == nil {
+		return false
+	}
+	for _, name := range c.touched {
+		if hasExternal(prev.rs, name) || hasExternal(c.rs, name) {
+			return false
+		}
+	}
+	return true
+}
+
+// hasExternal reports whether the port called name in rs has a node
+// port, an external IP or a load-balancer IP.
+func hasExternal(rs *ruleset.Ruleset, name servicemap.PortName) bool {
+	s, ok := rs.Service(name)
+	if !ok {
+		return false
+	}
+	for _, f := range s.Frontends() {
+		if f.Kind == ruleset.KindNodePort || f.Kind == ruleset.KindExternalIP || f.Kind == ruleset.KindLoadBalancerIP {
+			return true
+		}
+	}
+	return false
+}
+
 // renderAll renders every port of rs, keeping the IDs and slots of the
 // ports c holds (those of the previous Contents), and builds the
 // persistent maps in one pass: O(n) rather than a path copied per port.
+// The group IDs are given out in the ports' order, then the ports'
+// entries are computed on up to GOMAXPROCS goroutines (parallel.Run):
+// the Contents are the same for every number.
 func (c *Contents) renderAll(rs *ruleset.Ruleset) {
 	old := c.ports
 	c.ports.All(func(_ servicemap.PortName, p *portEntries) bool {
@@ -177,13 +218,22 @@ func (c *Contents) renderAll(rs *ruleset.Ruleset) {
 	})
 	slices.Sort(c.free)
 	svcs := rs.Services()
-	keys, vals := make([]servicemap.PortName, 0, len(svcs)), make([]*portEntries, 0, len(svcs))
-	addrs, eps := map[netip.Addr]int{}, map[netip.AddrPort]int{}
-	for _, s := range svcs {
-		key := s.Name
-		was, _ := old.Get(key)
-		p := c.entries(rs, s, was)
-		keys, vals = append(keys, key), append(vals, p)
+	keys, vals := make([]servicemap.PortName, len(svcs)), make([]*portEntries, len(svcs))
+	prev := make([]*portEntries, len(svcs))
+	for i, s := range svcs {
+		keys[i] = s.Name
+		was, _ := old.Get(s.Name)
+		prev[i] = c.keep(s, was)
+	}
+	rs.ServicesAt(ruleset.Frontend{}) // the Ruleset's index, built once rather than by each goroutine
+	parallel.Run(parallel.Ranges(len(svcs), 4096), func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			vals[i] = c.entriesOf(rs, svcs[i], prev[i])
+		}
+	})
+	addrs, eps := make(map[netip.Addr]int, len(svcs)), map[netip.AddrPort]int{}
+	for i, s := range svcs {
+		p := vals[i]
 		if p.clusterIP.IsValid() {
 			addrs[p.clusterIP]++
 		}
@@ -205,7 +255,11 @@ func fromCounts[K interface {
 	comparable
 	cowmap.Key[K]
 }](counts map[K]int) cowmap.Map[K, int] {
-	keys := slices.SortedFunc(maps.Keys(counts), K.Compare)
+	keys := make([]K, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, K.Compare)
 	vals := make([]int, len(keys))
 	for i, k := range keys {
 		vals[i] = counts[k]
@@ -319,17 +373,29 @@ func (c *Contents) renderPort(rs *ruleset.Ruleset, s *ruleset.Service) {
 // entries computes the entries of s: with the group IDs and slots of was,
 // its previous entries, or new IDs when was is nil or new.
 func (c *Contents) entries(rs *ruleset.Ruleset, s *ruleset.Service, was *portEntries) *portEntries {
-	p := &portEntries{name: s.Name}
+	return c.entriesOf(rs, s, c.keep(s, was))
+}
+
+// keep is what s's entries keep of was, its previous entries: its group
+// IDs and slots, or new IDs (taken from c) and no slots when was is nil
+// or another port's.
+func (c *Contents) keep(s *ruleset.Service, was *portEntries) *portEntries {
 	if was != nil && was.name == s.Name {
-		p.base = was.base
-	} else {
-		was = &portEntries{}
-		if len(c.free) > 0 {
-			p.base, c.free = c.free[0], c.free[1:]
-		} else {
-			p.base, c.next = c.next, c.next+2
-		}
+		return was
 	}
+	p := &portEntries{name: s.Name}
+	if len(c.free) > 0 {
+		p.base, c.free = c.free[0], c.free[1:]
+	} else {
+		p.base, c.next = c.next, c.next+2
+	}
+	return p
+}
+
+// entriesOf computes the entries of s with the group IDs and slots of
+// was (see keep); it reads c but does not change it.
+func (c *Contents) entriesOf(rs *ruleset.Ruleset, s *ruleset.Service, was *portEntries) *portEntries {
+	p := &portEntries{name: s.Name, base: was.base}
 	p.cluster = slots(was.cluster, s.ClusterTargets)
 	p.local = slots(was.local, s.LocalTargets)
 	if s.ClusterIP.IsValid() {

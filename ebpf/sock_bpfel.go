@@ -27,10 +27,15 @@ type sockAffValue struct {
 	Be   sockBeValue
 }
 
+type sockBeChunk struct {
+	_  structs.HostLayout
+	Be [8]sockBeValue
+}
+
 type sockBeKey struct {
-	_    structs.HostLayout
-	Id   uint32
-	Slot uint32
+	_     structs.HostLayout
+	Id    uint32
+	Chunk uint32
 }
 
 type sockBeValue struct {

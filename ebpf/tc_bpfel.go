@@ -13,17 +13,26 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type tcBeValue struct {
-	_    structs.HostLayout
-	Addr [4]uint32
-	Port uint16
-	Pad  uint16
+type tcBeChunk struct {
+	_  structs.HostLayout
+	Be [8]struct {
+		_    structs.HostLayout
+		Addr [4]uint32
+		Port uint16
+		Pad  uint16
+	}
+}
+
+type tcBeKey struct {
+	_     structs.HostLayout
+	Id    uint32
+	Chunk uint32
 }
 
 type tcCtKey struct {
 	_     structs.HostLayout
-	Saddr uint32
-	Daddr uint32
+	Saddr [4]uint32
+	Daddr [4]uint32
 	Sport uint16
 	Dport uint16
 	Proto uint8
@@ -32,32 +41,30 @@ type tcCtKey struct {
 
 type tcCtValue struct {
 	_     structs.HostLayout
-	Addr  uint32
+	Addr  [4]uint32
 	Port  uint16
 	Pad   uint16
-	Addr2 uint32
-	Pad2  uint32
+	Addr2 [4]uint32
 }
 
 type tcExtValue struct {
 	_     structs.HostLayout
 	Id    uint32
 	Flags uint32
-	Masq  uint32
+	Masq  [4]uint32
 	Fw    uint32
 }
 
-type tcMgKey struct {
-	_   structs.HostLayout
-	Id  uint32
-	Idx uint32
+type tcMgTable struct {
+	_    structs.HostLayout
+	Slot [16381]uint16
 }
 
 type tcRangeKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Id        uint32
-	Addr      uint32
+	Addr      [4]uint32
 }
 
 type tcSvcKey struct {
@@ -72,6 +79,7 @@ type tcSvcKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	tcMapSvcpBackends  = "svcp_backends"
 	tcMapSvcpCtFwd     = "svcp_ct_fwd"
 	tcMapSvcpCtMasq    = "svcp_ct_masq"
 	tcMapSvcpCtRev     = "svcp_ct_rev"
@@ -139,6 +147,7 @@ type tcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcMapSpecs struct {
+	SvcpBackends  *ebpf.MapSpec `ebpf:"svcp_backends"`
 	SvcpCtFwd     *ebpf.MapSpec `ebpf:"svcp_ct_fwd"`
 	SvcpCtMasq    *ebpf.MapSpec `ebpf:"svcp_ct_masq"`
 	SvcpCtRev     *ebpf.MapSpec `ebpf:"svcp_ct_rev"`
@@ -176,6 +185,7 @@ func (o *tcObjects) Close() error {
 //
 // It can be passed to loadTcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcMaps struct {
+	SvcpBackends  *ebpf.Map `ebpf:"svcp_backends"`
 	SvcpCtFwd     *ebpf.Map `ebpf:"svcp_ct_fwd"`
 	SvcpCtMasq    *ebpf.Map `ebpf:"svcp_ct_masq"`
 	SvcpCtRev     *ebpf.Map `ebpf:"svcp_ct_rev"`
@@ -188,6 +198,7 @@ type tcMaps struct {
 
 func (m *tcMaps) Close() error {
 	return _TcClose(
+		m.SvcpBackends,
 		m.SvcpCtFwd,
 		m.SvcpCtMasq,
 		m.SvcpCtRev,

@@ -4,13 +4,30 @@
 // The slices of one Service (found by the kubernetes.io/service-name label)
 // are merged: endpoints are matched to Service ports by port name and
 // protocol; slices of the other address family and FQDN slices are ignored;
-// ports with no number are ignored; when the same address and port appear
-// more than once, one copy is kept deterministically (a non-terminating copy
-// beats a terminating one, then ready beats not ready, serving beats not
-// serving, a copy with a node name beats one without, then the slice whose
-// name sorts first wins, and then the copy that sorts first by node, zone and
-// hints, so that the result never depends on the order of slices). Endpoints
-// of a port are sorted by address and port.
+// ports with no number are ignored. Each endpoint is its first address, as
+// kube-proxy reads it. Where kube-proxy reads an object the API server
+// would refuse, or accepts only with its StrictIPCIDRValidation gate off,
+// this package reads it as kube-proxy does, with a warning: a port with no
+// name is skipped; a port listed twice in a slice serves the endpoints
+// under each of its numbers; IPv4 octets with leading zeros are decimal
+// and an IPv4-mapped IPv6 address is IPv4. Multicast endpoint addresses,
+// which the API server accepts (but for link-local ones), are used, with a
+// warning. The addresses the API server always refuses for endpoints
+// (unspecified, loopback, link-local) are skipped.
+//
+// When the same address and port appear more than once, the copy kept is the one kube-proxy keeps when it reads
+// the slices in the order of their names, and each slice's endpoints in
+// its order: the last copy that is not terminating, or the first copy when
+// all are terminating (a pod that reuses the address of a terminating pod
+// wins over it). kube-proxy reads a Service's slices in the order of a Go
+// map: where the copy it keeps depends on that order (copies that differ,
+// in different slices, the last non-terminating or, all terminating, the
+// first of each slice), it keeps any of them from one run to the next;
+// this package always keeps the same one, one of kube-proxy's choices, so
+// the result never depends on the order slices arrive in. Wherever
+// kube-proxy's choice does not depend on the order (all copies in one
+// slice, say), it is kube-proxy's. Endpoints of a port are sorted by
+// address and port.
 //
 // Malformed endpoints and ports are skipped and reported as
 // svcproxy.Warnings; a malformed slice is skipped whole.

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	netutils "k8s.io/utils/net"
 	"pgregory.net/rapid"
 
 	"github.com/svcproxy/svcproxy/endpoints"
@@ -151,9 +152,16 @@ func usable(e *discovery.Endpoint, family v1.IPFamily) (netip.Addr, bool) {
 	if len(e.Addresses) == 0 {
 		return netip.Addr{}, false
 	}
-	ip, err := netip.ParseAddr(strings.TrimSpace(e.Addresses[0]))
-	if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() || ip.IsLoopback() ||
-		ip.IsLinkLocalUnicast() || ip.IsMulticast() || ip.Is4() != (family == v1.IPv4Protocol) {
+	// kube-proxy's reading (leading zeros, IPv4-mapped as IPv4), less
+	// the addresses the API server always refuses.
+	parsed := netutils.ParseIPSloppy(strings.TrimSpace(e.Addresses[0]))
+	if parsed == nil {
+		return netip.Addr{}, false
+	}
+	ip, _ := netip.AddrFromSlice(parsed)
+	ip = ip.Unmap()
+	if ip.IsUnspecified() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.Is4() != (family == v1.IPv4Protocol) {
 		return netip.Addr{}, false
 	}
 	return ip, true
@@ -266,20 +274,30 @@ func TestPropertyFromSlice(t *testing.T) {
 			if name.Namespace != got.Service.Namespace || name.Name != got.Service.Name {
 				t.Fatalf("port %v of slice for %v", name, got.Service)
 			}
-			if name.Port != "" && len(validation.IsValidPortName(name.Port)) > 0 {
+			if name.Port != "" && len(validation.IsDNS1123Label(name.Port)) > 0 {
 				t.Fatalf("invalid port name in %v", name)
 			}
 			if !slices.Contains([]v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP}, name.Protocol) {
 				t.Fatalf("protocol %q", name.Protocol)
 			}
-			if len(list) != len(wantEPs) {
-				t.Fatalf("port %v has %d endpoints, want %d", name, len(list), len(wantEPs))
+			// A port listed twice has the endpoints once per number, in
+			// the order of the numbers' first listing.
+			var numbers []int32
+			for _, p := range es.Ports {
+				if p.Name != nil && *p.Name == name.Port && p.Port != nil && *p.Port >= 1 && *p.Port <= 65535 &&
+					(p.Protocol == nil && name.Protocol == v1.ProtocolTCP || p.Protocol != nil && *p.Protocol == name.Protocol) &&
+					!slices.Contains(numbers, *p.Port) {
+					numbers = append(numbers, *p.Port)
+				}
+			}
+			if len(list) != len(wantEPs)*len(numbers) {
+				t.Fatalf("port %v has %d endpoints, want %d for each of %v", name, len(list), len(wantEPs), numbers)
 			}
 			for i, e := range list {
-				if e.Port < 1 || (i > 0 && e.Port != list[0].Port) {
-					t.Fatalf("port %v: endpoint port %d", name, e.Port)
+				if int32(e.Port) != numbers[i/len(wantEPs)] {
+					t.Fatalf("port %v: endpoint %d port %d, want one of %v in order", name, i, e.Port, numbers)
 				}
-				w := wantEPs[i]
+				w := wantEPs[i%len(wantEPs)]
 				w.Port = e.Port
 				if diff := cmp.Diff(w, e, cmpOpts); diff != "" {
 					t.Fatalf("port %v endpoint %d (-want +got):\n%s", name, i, diff)

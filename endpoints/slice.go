@@ -11,6 +11,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	netutils "k8s.io/utils/net"
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -50,7 +51,8 @@ func FromSlice(es *discovery.EndpointSlice, family v1.IPFamily, filter servicema
 
 // parse is FromSlice with the slice's ports in a list, for a non-nil es:
 // each port's endpoints in the slice's order, or sorted by address and
-// port when sorted is set (sorted once, before the copy for each port).
+// port when sorted is set (sorted once, before the copy for each port;
+// copies of one address in the slice's order).
 func parse(es *discovery.EndpointSlice, family v1.IPFamily, filter servicemap.Filter, sorted bool) (*tracked, string, []svcproxy.Warning) {
 	p := parser{es: es, report: svcproxy.Reporter{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name}, sorted: sorted}
 	t, skipped := p.parse(family, filter)
@@ -97,8 +99,9 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*tracked, 
 	eps := p.endpoints(family)
 	if p.sorted {
 		// Every copy below has one port, so it is then sorted by address
-		// and port.
-		slices.SortFunc(eps, func(a, b Endpoint) int { return a.Compare(&b) })
+		// and port. Stable: copies of one address keep the slice's order,
+		// which decides the copy that Merge keeps.
+		slices.SortStableFunc(eps, func(a, b Endpoint) int { return a.Compare(&b) })
 	}
 	for i := range es.Ports {
 		name, number, ok := p.port(&es.Ports[i])
@@ -106,27 +109,44 @@ func (p *parser) parse(family v1.IPFamily, filter servicemap.Filter) (*tracked, 
 			continue
 		}
 		name.Namespace, name.Name = es.Namespace, service
-		if slices.ContainsFunc(slice.ports, func(sp slicePort) bool { return sp.name == name }) {
-			p.report.Warnf("port %q/%s listed twice: second copy skipped", name.Port, name.Protocol)
-			continue
-		}
 		withPort := make([]Endpoint, len(eps))
 		for j, ep := range eps {
 			ep.Port = number
 			withPort[j] = ep
 		}
-		slice.ports = append(slice.ports, slicePort{name, withPort})
+		k := slices.IndexFunc(slice.ports, func(sp slicePort) bool { return sp.name == name })
+		if k < 0 {
+			slice.ports = append(slice.ports, slicePort{name, withPort})
+			continue
+		}
+		// The API server refuses a port name listed twice; kube-proxy
+		// serves the endpoints of every copy (a copy with a number already
+		// listed adds nothing).
+		p.report.Warnf("port %q/%s listed twice: the endpoints of every copy used, as kube-proxy uses them", name.Port, name.Protocol)
+		sp := &slice.ports[k]
+		if slices.ContainsFunc(sp.eps, func(e Endpoint) bool { return e.Port == number }) {
+			continue
+		}
+		sp.eps = append(sp.eps, withPort...)
+		if p.sorted {
+			slices.SortStableFunc(sp.eps, func(a, b Endpoint) int { return a.Compare(&b) })
+		}
 	}
 	return slice, ""
 }
 
 // port checks one slice port. A port without a number is ignored silently,
-// as the API allows it ("all ports").
+// as the API allows it ("all ports"); kube-proxy ignores it, and one
+// numbered 0 (which this skips with a warning). A port without a name is skipped, as kube-proxy skips it (the
+// API server sets ""); one without a protocol is TCP, the API's default
+// (kube-proxy cannot read it).
 func (p *parser) port(port *discovery.EndpointPort) (servicemap.PortName, uint16, bool) {
 	var name servicemap.PortName
-	if port.Name != nil {
-		name.Port = *port.Name
+	if port.Name == nil {
+		p.report.Warnf("port with no name: skipped, as kube-proxy skips it")
+		return name, 0, false
 	}
+	name.Port = *port.Name
 	name.Protocol = v1.ProtocolTCP
 	if port.Protocol != nil {
 		name.Protocol = *port.Protocol
@@ -138,7 +158,8 @@ func (p *parser) port(port *discovery.EndpointPort) (servicemap.PortName, uint16
 		return name, 0, false
 	}
 	if name.Port != "" {
-		if errs := validation.IsValidPortName(name.Port); len(errs) > 0 {
+		// The API server's rule for EndpointSlice and Service port names.
+		if errs := validation.IsDNS1123Label(name.Port); len(errs) > 0 {
 			p.report.Warnf("invalid port name %q: %s: port skipped", name.Port, errs[0])
 			return name, 0, false
 		}
@@ -162,14 +183,8 @@ func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
 			p.report.Warnf("endpoint %d has no address: skipped", i)
 			continue
 		}
-		addr, err := netip.ParseAddr(strings.TrimSpace(e.Addresses[0]))
-		// The API server refuses unspecified, loopback and link-local
-		// endpoint addresses (ValidateNonSpecialIP): a loopback or
-		// link-local backend would send Service traffic to the node's
-		// own daemons or to the metadata service.
-		if err != nil || addr.Zone() != "" || addr.Is4In6() || addr.IsUnspecified() || addr.IsMulticast() ||
-			addr.IsLoopback() || addr.IsLinkLocalUnicast() {
-			p.report.Warnf("endpoint %d: invalid address %q: skipped", i, e.Addresses[0])
+		addr, ok := p.address(i, e.Addresses[0])
+		if !ok {
 			continue
 		}
 		if addr.Is4() != (family == v1.IPv4Protocol) {
@@ -203,6 +218,40 @@ func (p *parser) endpoints(family v1.IPFamily) []Endpoint {
 	return eps
 }
 
+// address parses an endpoint's address (endpoint i's first, the one
+// kube-proxy uses) as kube-proxy reads it: IPv4 octets with leading zeros
+// as decimal and an IPv4-mapped IPv6 address as IPv4 (the API server
+// accepts both when its StrictIPCIDRValidation gate is off), both with a
+// warning. The addresses the API server always refuses for endpoints
+// (unspecified, loopback, link-local, link-local multicast) are skipped: a
+// loopback or link-local backend would send Service traffic to the node's
+// own daemons or to the metadata service. Other multicast addresses are
+// used, as kube-proxy uses them, with a warning.
+func (p *parser) address(i int, s string) (netip.Addr, bool) {
+	s = strings.TrimSpace(s)
+	addr, err := netip.ParseAddr(s)
+	if err != nil || addr.Is4In6() {
+		addr = netip.Addr{}
+		if ip := netutils.ParseIPSloppy(s); ip != nil {
+			if ip4 := ip.To4(); ip4 != nil {
+				addr = netip.AddrFrom4([4]byte(ip4))
+			} else {
+				addr = netip.AddrFrom16([16]byte(ip))
+			}
+			p.report.Warnf("endpoint %d: address %q read as %s, as kube-proxy reads it", i, s, addr)
+		}
+	}
+	if !addr.IsValid() || addr.Zone() != "" || addr.IsUnspecified() || addr.IsLoopback() ||
+		addr.IsLinkLocalUnicast() || addr.IsLinkLocalMulticast() {
+		p.report.Warnf("endpoint %d: invalid address %q: skipped", i, s)
+		return netip.Addr{}, false
+	}
+	if addr.IsMulticast() {
+		p.report.Warnf("endpoint %d: multicast address %s used, as kube-proxy uses it", i, addr)
+	}
+	return addr, true
+}
+
 // intern returns s, sharing its bytes with every other interned copy: the
 // endpoints of a cluster name a few nodes and zones many times over, and
 // comparing a name with the node's is then a read of one shared string.
@@ -214,10 +263,13 @@ func sortedSet(s []string) []string {
 }
 
 // Merge merges the parsed slices of one Service into the endpoints of each
-// port, deduplicated and sorted. The result does not depend on the order of
-// slices: of several copies of one address and port, the best by the
-// conditions (see preference) wins, then the copy from the slice whose name
-// sorts first, then the copy that sorts first by its remaining fields.
+// port, deduplicated and sorted. Of several copies of one address and port
+// it keeps the one kube-proxy keeps when it reads the slices in the order
+// of their names, each slice's endpoints in the slice's order: the last
+// copy that is not terminating, or the first copy when all are (see
+// pick). The result does not depend on the order of parsed; slices that
+// share a name (which one Service's cannot) are told apart by their
+// copies' fields.
 func Merge(parsed []*Slice) map[servicemap.PortName][]Endpoint {
 	copies := map[servicemap.PortName][]sourced{}
 	for _, s := range parsed {
@@ -232,10 +284,10 @@ func Merge(parsed []*Slice) map[servicemap.PortName][]Endpoint {
 }
 
 // appendSourced appends the copies of eps, from the slice named slice, to
-// dst.
+// dst, each with its index in eps.
 func appendSourced(dst []sourced, eps []Endpoint, slice string) []sourced {
-	for _, ep := range eps {
-		dst = append(dst, sourced{ep, slice})
+	for i, ep := range eps {
+		dst = append(dst, sourced{ep, slice, i})
 	}
 	return dst
 }
@@ -249,62 +301,75 @@ func dedupAll(copies map[servicemap.PortName][]sourced) map[servicemap.PortName]
 	return merged
 }
 
-// sourced is one copy of an endpoint and the name of the slice it came from.
+// sourced is one copy of an endpoint, the name of the slice it came from
+// and its index there (among copies of one address and port, the order of
+// indexes is the slice's order).
 type sourced struct {
 	ep    Endpoint
 	slice string
+	index int
 }
 
-// dedup sorts the copies by address and port, best copy first, and keeps
-// the first copy of each address and port. The order is total, so the
-// result does not depend on the order the copies came in.
+// dedup sorts the copies by address and port, then in the order kube-proxy
+// reads them (slice name, then index), and keeps one copy of each address
+// and port (pick). The order is total, so the result does not depend on
+// the order the copies came in.
 func dedup(cs []sourced) []Endpoint {
 	slices.SortFunc(cs, func(a, b sourced) int {
 		return cmp.Or(
 			a.ep.Compare(&b.ep),
-			preference(&a.ep, &b.ep),
 			strings.Compare(a.slice, b.slice),
+			cmp.Compare(a.index, b.index),
 			compareRest(&a.ep, &b.ep),
 		)
 	})
 	out := make([]Endpoint, 0, len(cs))
-	for i := range cs {
-		if n := len(out); n > 0 && out[n-1].AddrPort() == cs[i].ep.AddrPort() {
-			continue
+	for i := 0; i < len(cs); {
+		j := i + 1
+		for j < len(cs) && cs[j].ep.AddrPort() == cs[i].ep.AddrPort() {
+			j++
 		}
-		out = append(out, cs[i].ep)
+		out = append(out, cs[i+pick(cs[i:j])].ep)
+		i = j
 	}
 	return slices.Clip(out)
 }
 
-// preference is negative when copy a of an endpoint is better than copy b,
-// positive when it is worse: non-terminating beats terminating, then ready
-// beats not ready, serving beats not serving, and a copy with a node name
-// beats one without.
-func preference(a, b *Endpoint) int {
-	for _, pref := range [][2]bool{
-		{!a.Terminating, !b.Terminating},
-		{a.Ready, b.Ready},
-		{a.Serving, b.Serving},
-		{a.NodeName != "", b.NodeName != ""},
-	} {
-		if pref[0] != pref[1] {
-			if pref[0] {
-				return -1
-			}
-			return 1
+// pick returns the index of the copy of one address and port, among cs,
+// that kube-proxy keeps when it reads them in their order: the last copy
+// that is not terminating, or the first when all are (a pod that reuses
+// the address of a terminating one wins over it; of several copies that
+// are not terminating, the last read wins). kube-proxy reads the slices of
+// a Service in the order of a Go map, so where copies in different slices
+// differ, its choice varies between runs; Merge's fixed order is one of
+// kube-proxy's orders.
+func pick(cs []sourced) int {
+	i := 0
+	for j := range cs {
+		if !cs[j].ep.Terminating {
+			i = j
 		}
 	}
-	return 0
+	return i
 }
 
-// compareRest orders copies that preference and slice name cannot tell
-// apart by the fields preference does not look at.
+// compareRest orders copies that slice name and index cannot tell apart
+// (slices that share a name) by their other fields.
 func compareRest(a, b *Endpoint) int {
 	return cmp.Or(
+		cmp.Compare(boolInt(a.Terminating), boolInt(b.Terminating)),
+		cmp.Compare(boolInt(a.Ready), boolInt(b.Ready)),
+		cmp.Compare(boolInt(a.Serving), boolInt(b.Serving)),
 		strings.Compare(a.NodeName, b.NodeName),
 		strings.Compare(a.Zone, b.Zone),
 		slices.Compare(a.ZoneHints, b.ZoneHints),
 		slices.Compare(a.NodeHints, b.NodeHints),
 	)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

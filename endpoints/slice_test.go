@@ -2,6 +2,7 @@ package endpoints_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -88,8 +89,32 @@ func TestFromSlice(t *testing.T) {
 		},
 	}, {
 		name: "unnamed port, protocol defaults to TCP",
-		es:   slice(slicePorts(discovery.EndpointPort{Port: ptr[int32](80)})),
+		es:   slice(slicePorts(discovery.EndpointPort{Name: ptr(""), Port: ptr[int32](80)})),
 		want: ports{pn("ns", "web", "", v1.ProtocolTCP): {want("10.0.0.1", 80)}},
+	}, {
+		name:         "port with no name is skipped, as kube-proxy skips it",
+		es:           slice(slicePorts(discovery.EndpointPort{Port: ptr[int32](80), Protocol: ptr(v1.ProtocolTCP)}, epPort("http", 8080, v1.ProtocolTCP))),
+		want:         ports{webHTTP: {want("10.0.0.1", 8080)}},
+		wantWarnings: []string{"no name"},
+	}, {
+		name: "port names the API server accepts (RFC 1123 labels) are used",
+		es:   slice(slicePorts(epPort("a-port-name-longer-than-15", 80, v1.ProtocolTCP), epPort("8080", 8080, v1.ProtocolTCP), epPort("a--b", 81, v1.ProtocolTCP))),
+		want: ports{
+			pn("ns", "web", "a-port-name-longer-than-15", v1.ProtocolTCP): {want("10.0.0.1", 80)},
+			pn("ns", "web", "8080", v1.ProtocolTCP):                       {want("10.0.0.1", 8080)},
+			pn("ns", "web", "a--b", v1.ProtocolTCP):                       {want("10.0.0.1", 81)},
+		},
+	}, {
+		name: "a port listed twice with two numbers serves both, as kube-proxy does",
+		es: slice(
+			slicePorts(epPort("http", 8080, v1.ProtocolTCP), epPort("http", 9090, v1.ProtocolTCP), epPort("http", 8080, v1.ProtocolTCP)),
+			eps(ep("10.0.0.2", nil, nil, nil), ep("10.0.0.1", no, nil, nil)),
+		),
+		want: ports{webHTTP: {
+			want("10.0.0.2", 8080), want("10.0.0.1", 8080, conds(false, true, false)),
+			want("10.0.0.2", 9090), want("10.0.0.1", 9090, conds(false, true, false)),
+		}},
+		wantWarnings: []string{"twice", "twice"},
 	}, {
 		name: "port without a number is ignored without a warning",
 		es:   slice(slicePorts(discovery.EndpointPort{Name: ptr("all")}, epPort("http", 8080, v1.ProtocolTCP))),
@@ -178,7 +203,6 @@ func TestFromSlice(t *testing.T) {
 			ep("10.0.0.300", nil, nil, nil),
 			discovery.Endpoint{},
 			ep("", nil, nil, nil),
-			ep("::ffff:10.0.0.1", nil, nil, nil),
 			ep("0.0.0.0", nil, nil, nil),
 			ep("224.0.0.1", nil, nil, nil),
 			ep("127.0.0.1", nil, nil, nil),
@@ -188,9 +212,18 @@ func TestFromSlice(t *testing.T) {
 		)),
 		want: ports{webHTTP: {want("10.0.0.7", 8080)}},
 		wantWarnings: []string{
-			`"10.0.0.300"`, "no address", `""`, `"::ffff:10.0.0.1"`, `"0.0.0.0"`, `"224.0.0.1"`,
+			`"10.0.0.300"`, "no address", `""`, `"0.0.0.0"`, `"224.0.0.1"`,
 			`"127.0.0.1"`, `"169.254.169.254"`, `"10.0.0.1 -j ACCEPT"`,
 		},
+	}, {
+		name: "odd addresses kube-proxy reads are used, with a warning",
+		es: slice(eps(
+			ep("::ffff:10.0.0.1", nil, nil, nil),
+			ep("010.000.000.011", nil, nil, nil),
+			ep("239.1.2.3", nil, nil, nil),
+		)),
+		want:         ports{webHTTP: {want("10.0.0.1", 8080), want("10.0.0.11", 8080), want("239.1.2.3", 8080)}},
+		wantWarnings: []string{`"::ffff:10.0.0.1" read as 10.0.0.1`, `"010.000.000.011" read as 10.0.0.11`, "multicast address 239.1.2.3"},
 	}, {
 		name:   "invalid IPv6 addresses",
 		family: v1.IPv6Protocol,
@@ -200,10 +233,12 @@ func TestFromSlice(t *testing.T) {
 			ep("::1", nil, nil, nil),
 			ep("::", nil, nil, nil),
 			ep("ff02::1", nil, nil, nil),
+			ep("::ffff:10.0.0.1", nil, nil, nil),
 			ep("fd00::7", nil, nil, nil),
+			ep("ff05::1", nil, nil, nil),
 		)),
-		want:         ports{webHTTP: {want("fd00::7", 8080)}},
-		wantWarnings: []string{`"fe80::1%eth0"`, `"fe80::1"`, `"::1"`, `"::"`, `"ff02::1"`},
+		want:         ports{webHTTP: {want("fd00::7", 8080), want("ff05::1", 8080)}},
+		wantWarnings: []string{`"fe80::1%eth0"`, `"fe80::1"`, `"::1"`, `"::"`, `"ff02::1"`, "read as 10.0.0.1", "10.0.0.1 is not IPv6", "multicast address ff05::1"},
 	}, {
 		name:         "address of the wrong family within the slice",
 		es:           slice(eps(ep("fd00::1", nil, nil, nil), ep("10.0.0.2", nil, nil, nil))),
@@ -230,7 +265,7 @@ func TestFromSlice(t *testing.T) {
 			epPort("icmp", 80, "ICMP"),
 			epPort("http", 9090, v1.ProtocolTCP),
 		)),
-		want: ports{webHTTP: {want("10.0.0.1", 8080)}},
+		want: ports{webHTTP: {want("10.0.0.1", 8080), want("10.0.0.1", 9090)}},
 		wantWarnings: []string{
 			"port number 0", "port number 65536", "port number -1", `"bad name\n-j ACCEPT"`, `"ICMP"`, "twice",
 		},
@@ -303,64 +338,72 @@ func TestMerge(t *testing.T) {
 	}
 }
 
-// TestMergeDuplicates checks which copy of an endpoint listed in two slices
-// wins, in both slice orders and both name orders.
+// TestMergeDuplicates checks which copy of an endpoint listed more than
+// once wins: kube-proxy's rule (the last copy that is not terminating, or
+// the first when all are) with the slices read in name order and each
+// slice in its order, whatever order Merge and a Tracker get the slices
+// in. Each copy of 10.0.0.1 is told apart by its node.
 func TestMergeDuplicates(t *testing.T) {
 	type copy struct {
-		cond discovery.EndpointConditions
-		node string
+		slice, node string
+		cond        discovery.EndpointConditions
 	}
-	c := func(ready, serving, terminating bool, node string) copy {
-		return copy{discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating}, node}
-	}
+	ready := discovery.EndpointConditions{Ready: yes, Serving: yes, Terminating: no}
+	notReady := discovery.EndpointConditions{Ready: no, Serving: no, Terminating: no}
+	terminating := discovery.EndpointConditions{Ready: no, Serving: yes, Terminating: yes}
 	for _, tc := range []struct {
-		name          string
-		better, worse copy
+		name   string
+		copies []copy
+		want   string // the node of the copy kept
 	}{
-		{"non-terminating beats terminating", c(false, false, false, ""), c(true, true, true, "n1")},
-		{"ready beats not ready", c(true, true, false, ""), c(false, true, false, "n1")},
-		{"serving beats not serving", c(false, true, true, ""), c(false, false, true, "n1")},
-		{"known node beats unknown", c(true, true, false, "n1"), c(true, true, false, "")},
+		{"one slice: the last non-terminating copy, even not ready", []copy{{"web-a", "n1", ready}, {"web-a", "n2", notReady}}, "n2"},
+		{"one slice: a terminating copy does not replace", []copy{{"web-a", "n1", notReady}, {"web-a", "n2", terminating}}, "n1"},
+		{"one slice: a non-terminating copy replaces a terminating one", []copy{{"web-a", "n1", terminating}, {"web-a", "n2", notReady}}, "n2"},
+		{"one slice: all terminating, the first", []copy{{"web-a", "n1", terminating}, {"web-a", "n2", terminating}}, "n1"},
+		{"one slice: three copies", []copy{{"web-a", "n1", ready}, {"web-a", "n2", notReady}, {"web-a", "n3", terminating}}, "n2"},
+		{"two slices: the one named last", []copy{{"web-a", "n1", ready}, {"web-b", "n2", notReady}}, "n2"},
+		{"two slices: the non-terminating copy of the one named first", []copy{{"web-a", "n1", notReady}, {"web-b", "n2", terminating}}, "n1"},
+		{"two slices, all terminating: the one named first", []copy{{"web-a", "n1", terminating}, {"web-b", "n2", terminating}}, "n1"},
+		{"two slices: each slice in its order", []copy{{"web-a", "n1", terminating}, {"web-b", "n2", ready}, {"web-b", "n3", terminating}}, "n2"},
+		{"two slices: both orders within", []copy{{"web-a", "n1", ready}, {"web-a", "n2", terminating}, {"web-b", "n3", terminating}, {"web-b", "n4", notReady}}, "n4"},
 	} {
-		for _, betterFirst := range []bool{true, false} {
-			for _, betterNamedFirst := range []bool{true, false} {
-				names := [2]string{"web-a", "web-b"}
-				if !betterNamedFirst {
-					names[0], names[1] = names[1], names[0]
+		bySlice := map[string][]discovery.Endpoint{}
+		var names []string
+		for i, c := range tc.copies {
+			if _, ok := bySlice[c.slice]; !ok {
+				names = append(names, c.slice)
+				// Other addresses first, enough that sorting them is not an
+				// insertion sort: the copies keep their order through the
+				// Tracker's sort by address.
+				for k := range 40 {
+					bySlice[c.slice] = append(bySlice[c.slice], ep(fmt.Sprintf("10.0.1.%d", 40-k), nil, nil, nil))
 				}
-				sliceNamed := func(name string, cp copy) *endpoints.Slice {
-					e := discovery.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: cp.cond}
-					if cp.node != "" {
-						e.NodeName = ptr(cp.node)
-					}
-					return parse(t, slice(sliceName(name), eps(e)))
-				}
-				good, bad := sliceNamed(names[0], tc.better), sliceNamed(names[1], tc.worse)
-				in := []*endpoints.Slice{good, bad}
-				if !betterFirst {
-					in = []*endpoints.Slice{bad, good}
-				}
-				got := endpoints.Merge(in)[webHTTP]
-				wantEP := good.Ports[webHTTP][0]
-				if diff := cmp.Diff([]endpoints.Endpoint{wantEP}, got, cmpOpts); diff != "" {
-					t.Errorf("%s (better first=%v, better named first=%v) (-want +got):\n%s", tc.name, betterFirst, betterNamedFirst, diff)
+			}
+			e := discovery.Endpoint{Addresses: []string{"10.0.0.1"}, NodeName: ptr(c.node), Conditions: c.cond}
+			bySlice[c.slice] = append(bySlice[c.slice], e, ep(fmt.Sprintf("10.0.2.%d", i), nil, nil, nil))
+		}
+		for _, reversed := range []bool{false, true} {
+			order := slices.Clone(names)
+			if reversed {
+				slices.Reverse(order)
+			}
+			var in []*endpoints.Slice
+			tracker := endpoints.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
+			for _, name := range order {
+				es := slice(sliceName(name), eps(bySlice[name]...))
+				in = append(in, parse(t, es))
+				tracker.Update(es)
+			}
+			snap, _ := tracker.Snapshot()
+			for what, got := range map[string][]endpoints.Endpoint{"Merge": endpoints.Merge(in)[webHTTP], "Tracker": snap.Get(webHTTP)} {
+				if len(got) != 41+len(tc.copies) || got[0].NodeName != tc.want {
+					t.Errorf("%s, %s, slices %v: got %v, want the copy on %s", tc.name, what, order, got, tc.want)
 				}
 			}
 		}
 	}
 
-	// Otherwise equal copies: the slice whose name sorts first wins.
-	x := parse(t, slice(sliceName("web-x"), eps(onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-x"))))
-	y := parse(t, slice(sliceName("web-y"), eps(onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-y"))))
-	for _, in := range [][]*endpoints.Slice{{x, y}, {y, x}} {
-		got := endpoints.Merge(in)[webHTTP]
-		if diff := cmp.Diff([]endpoints.Endpoint{want("10.0.0.1", 8080, located("n1", "zone-x"))}, got, cmpOpts); diff != "" {
-			t.Errorf("tie (-want +got):\n%s", diff)
-		}
-	}
-
-	// Two copies within one slice, or slices that share a name: still
-	// independent of the order.
+	// Slices that share a name: still independent of the order.
 	one := parse(t, slice(eps(
 		onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-b"),
 		onNode(ep("10.0.0.1", nil, nil, nil), "n1", "zone-a"),

@@ -211,8 +211,9 @@ type Tracker struct {
 // tracked is a parsed slice as a Tracker keeps it: a Slice with its ports
 // in a list rather than a map (a slice has a port or two, and a Go map of
 // one entry takes some 700 bytes). In a Tracker, each port's endpoints are
-// sorted by address and port (parse's sorted): Merge's result does not
-// depend on their order.
+// sorted by address and port, the copies of one address and port in the
+// slice's order (parse's sorted), which is all of their order that
+// Merge's result depends on.
 type tracked struct {
 	// service is the name of the owning Service, in the slice's namespace.
 	service, name string

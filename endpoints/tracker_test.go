@@ -95,6 +95,17 @@ func TestTrackerChanges(t *testing.T) {
 			webHTTP: {want("10.0.0.1", 8080), want("10.0.0.2", 8080)},
 		},
 	}, {
+		name: "a port listed twice serves both numbers, sorted by address and port",
+		events: []event{updWarns(slice(
+			slicePorts(epPort("http", 9090, v1.ProtocolTCP), epPort("http", 8080, v1.ProtocolTCP)),
+			eps(ep("10.0.0.2", nil, nil, nil), ep("10.0.0.1", nil, nil, yes), ep("10.0.0.1", nil, nil, nil)),
+		), "listed twice")},
+		wantPending: 1,
+		want:        endpoints.Changes{Changed: []servicemap.PortName{webHTTP}},
+		wantEndpoints: map[servicemap.PortName][]endpoints.Endpoint{
+			webHTTP: {want("10.0.0.1", 8080), want("10.0.0.1", 9090), want("10.0.0.2", 8080), want("10.0.0.2", 9090)},
+		},
+	}, {
 		name:        "removing one of two slices",
 		before:      []event{upd(slice()), upd(slice(sliceName("web-2"), eps(ep("10.0.0.2", nil, nil, nil))))},
 		events:      []event{del("ns", "web-1")},

@@ -24,11 +24,12 @@ type Backend interface {
 	// everything the backend owns, repairing what others changed.
 	RequestFullSync()
 	// CheckState compares the data plane with the last Sync and says
-	// what it found missing or different, "" when nothing (and before the
-	// first Sync). It is called every Config.SyncPeriod; a backend bounds
-	// its cost, and may read a large data plane in parts over a few calls
-	// (the iptables and nftables executors document theirs).
-	CheckState(ctx context.Context) (missing string, err error)
+	// what it found missing or different, classified, the zero Drift when
+	// nothing (and before the first Sync). It is called every
+	// Config.SyncPeriod; a backend bounds its cost, and may read a large
+	// data plane in parts over a few calls (the iptables and nftables
+	// executors document theirs).
+	CheckState(ctx context.Context) (svcproxy.Drift, error)
 	// Cleanup removes everything the backend owns from the data plane.
 	Cleanup(ctx context.Context) error
 	// Close releases what the backend holds (sockets, namespaces); what it
@@ -69,4 +70,9 @@ type Desired struct {
 	// observed: it measures how long the change waited for the proxy to
 	// start, not how long the proxy took to program it.
 	Triggers []time.Time
+	// TriggersByFamily, when not nil, are the Triggers by the IP family of
+	// the EndpointSlice that changed, and replace them: each is observed
+	// in its family's metric only, as kube-proxy's proxier of that family
+	// does. With it nil, each of Triggers is observed in every family.
+	TriggersByFamily map[v1.IPFamily][]time.Time
 }

@@ -26,7 +26,10 @@ func (e *Engine) cleanConntrack(f v1.IPFamily, rs *ruleset.Ruleset, ev *SyncEven
 		e.cleaned[f] = rs
 		return
 	}
+	start := e.clock.Now()
 	res, err := e.cfg.Conntrack.Clean(f, conntrack.StaleFilters(rs, opts))
+	e.metrics.conntrackDuration.WithLabelValues(string(f)).Observe(e.clock.Now().Sub(start).Seconds())
+	e.metrics.conntrackDeleted.WithLabelValues(string(f)).Add(float64(res.Deleted))
 	if ev.Conntrack == nil {
 		ev.Conntrack = map[v1.IPFamily]ConntrackCleanup{}
 	}

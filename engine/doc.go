@@ -36,8 +36,10 @@
 //   - health: Health and HealthzHandler report healthy while the last
 //     successful sync is younger than twice SyncPeriod and no sync or
 //     check has failed since;
-//   - metrics: kube-proxy's sync metrics under their names, registered
-//     only with the Config.Registerer given.
+//   - metrics: kube-proxy's sync metrics under their names and with its
+//     ip_family label, kept per family as kube-proxy's proxier of each
+//     family keeps them (Desired.TriggersByFamily), registered only with
+//     the Config.Registerer given.
 //
 // The engine logs nothing: Config.OnSync receives what each sync did
 // (results, drift found, conntrack cleanups, errors), and the caller logs

@@ -65,12 +65,20 @@ type Config struct {
 	ConntrackSCTP bool
 	// Registerer, when not nil, gets the engine's metrics: kube-proxy's
 	// kubeproxy_sync_proxy_rules_* and kubeproxy_network_programming_*
-	// ones and svcproxy_sync_drift_repairs_total (by family) and
-	// svcproxy_sync_periodic_full_total.
+	// ones, with kube-proxy's ip_family label where kube-proxy has it, and
+	// svcproxy_sync_drift_repairs_total (by family and svcproxy.DriftKind)
+	// and svcproxy_sync_periodic_full_total.
 	Registerer prometheus.Registerer
 	// OnSync, when not nil, is called after every sync, from the goroutine
 	// that syncs, with what happened. The engine logs nothing.
 	OnSync func(SyncEvent)
+	// OnHealthChange, when not nil, is called with the engine's Health
+	// each time it becomes Failing or stops being so, and at the first
+	// successful sync: from the goroutine that syncs, at once (a drift the
+	// periodic check finds makes it Failing before the repair starts, the
+	// repair's success ends that), so that a caller can log or record what
+	// /healthz answers from when. It must not block.
+	OnHealthChange func(Health)
 	// Clock is the time source; nil means the system's.
 	Clock Clock
 }
@@ -85,9 +93,9 @@ type SyncEvent struct {
 	// Config.SyncPeriod).
 	Periodic, ForcedFull, CheckDeferred bool
 	// Drift has, for each family whose state the periodic check found
-	// changed (and so synced fully), what was missing, or why the check
-	// failed.
-	Drift map[v1.IPFamily]string
+	// changed (and so synced fully), what it found first, or, of Kind
+	// svcproxy.DriftCheckFailed, why the check failed.
+	Drift map[v1.IPFamily]svcproxy.Drift
 	// Rulesets is the state synced; nil when the Provider failed (a nil
 	// Ruleset reads as empty).
 	Rulesets map[v1.IPFamily]*ruleset.Ruleset
@@ -95,6 +103,11 @@ type SyncEvent struct {
 	Results map[v1.IPFamily]svcproxy.SyncResult
 	// Full is true when any family's sync was full.
 	Full bool
+	// Durations are, per family that synced, how long its sync took: the
+	// part every family shares (the state check, the Provider) and its
+	// own (its Backend's Sync and conntrack cleanup), kube-proxy's
+	// per-family sync latency.
+	Durations map[v1.IPFamily]time.Duration
 	// Conntrack has the conntrack cleanups of the sync, per family.
 	Conntrack map[v1.IPFamily]ConntrackCleanup
 	// Err is nil when every family synced, and says what failed otherwise;
@@ -132,12 +145,13 @@ type Engine struct {
 	// checkOwed is when the periodic check now put off first came due;
 	// zero when none is owed.
 	checkOwed time.Time
+	// triggers are, per family, the change times not yet observed by a
+	// successful sync of that family.
+	triggers map[v1.IPFamily][]time.Time
 
 	// reqMu guards lastRequest, when Request was last called.
 	reqMu       sync.Mutex
 	lastRequest time.Time
-	// triggers are the change times not yet observed by a successful sync.
-	triggers []time.Time
 	// cleaned is, per family, the Ruleset that conntrack was last cleaned
 	// against (or found clean for).
 	cleaned map[v1.IPFamily]*ruleset.Ruleset
@@ -193,9 +207,10 @@ func New(cfg Config) (*Engine, error) {
 		cfg: cfg, clock: cfg.Clock, metrics: newMetrics(),
 		families: slices.Sorted(maps.Keys(cfg.Backends)),
 		cleaned:  map[v1.IPFamily]*ruleset.Ruleset{},
+		triggers: map[v1.IPFamily][]time.Time{},
 	}
 	for _, f := range e.families {
-		e.metrics.driftRepairs.WithLabelValues(string(f)) // exported at 0 from the start
+		e.metrics.exportFamily(f)
 	}
 	if cfg.Registerer != nil {
 		if err := e.metrics.register(cfg.Registerer); err != nil {
@@ -217,6 +232,9 @@ func (e *Engine) Request() {
 		e.reqMu.Lock()
 		e.lastRequest = now
 		e.reqMu.Unlock()
+		for _, f := range e.families {
+			e.metrics.lastQueued.WithLabelValues(string(f)).Set(float64(now.UnixNano()) / 1e9)
+		}
 		e.loop.request()
 	}
 }
@@ -364,19 +382,22 @@ func (e *Engine) checkState(ctx context.Context, ev *SyncEvent) {
 		return
 	}
 	for _, f := range e.families {
-		missing, err := e.cfg.Backends[f].CheckState(ctx)
-		if missing == "" && err == nil {
+		drift, err := e.cfg.Backends[f].CheckState(ctx)
+		if !drift.Found() && err == nil {
 			continue
 		}
 		if err != nil {
-			missing = fmt.Sprintf("state check failed: %v", err)
+			drift = svcproxy.Drift{Kind: svcproxy.DriftCheckFailed, What: fmt.Sprintf("state check failed: %v", err)}
+		}
+		if !slices.Contains(svcproxy.DriftKinds(), drift.Kind) {
+			drift.Kind = svcproxy.DriftOther // the metric's labels stay bounded
 		}
 		if ev.Drift == nil {
-			ev.Drift = map[v1.IPFamily]string{}
+			ev.Drift = map[v1.IPFamily]svcproxy.Drift{}
 		}
-		ev.Drift[f] = missing
+		ev.Drift[f] = drift
 		e.setHealth(true, time.Time{}) // missing until the repair succeeds
-		e.metrics.driftRepairs.WithLabelValues(string(f)).Inc()
+		e.metrics.driftRepairs.WithLabelValues(string(f), string(drift.Kind)).Inc()
 		e.cfg.Backends[f].RequestFullSync()
 	}
 }
@@ -390,12 +411,21 @@ func (e *Engine) apply(ctx context.Context, ev *SyncEvent) time.Duration {
 		ev.Err = fmt.Errorf("getting the desired state: %w", err)
 		return 0
 	}
-	e.triggers = append(e.triggers, desired.Triggers...)
+	for _, f := range e.families {
+		if desired.TriggersByFamily != nil {
+			e.triggers[f] = append(e.triggers[f], desired.TriggersByFamily[f]...)
+		} else {
+			e.triggers[f] = append(e.triggers[f], desired.Triggers...)
+		}
+	}
 	ev.Rulesets = desired.Rulesets
 	ev.Results = map[v1.IPFamily]svcproxy.SyncResult{}
+	ev.Durations = map[v1.IPFamily]time.Duration{}
+	shared := e.clock.Now().Sub(ev.Start)
 	var errs []error
 	var again time.Duration
 	for _, f := range e.families {
+		start := e.clock.Now()
 		rs := desired.Rulesets[f]
 		if rs == nil {
 			errs = append(errs, fmt.Errorf("sync %s: the Provider gave no Ruleset", f))
@@ -412,31 +442,41 @@ func (e *Engine) apply(ctx context.Context, ev *SyncEvent) time.Duration {
 			again = res.NextSync
 		}
 		e.cleanConntrack(f, rs, ev)
+		ev.Durations[f] = shared + e.clock.Now().Sub(start)
 	}
 	ev.Err = errors.Join(errs...)
 	return again
 }
 
-// record updates the health and metrics after a sync.
+// record updates the health and metrics after a sync. The metrics of
+// each family that synced are recorded, as kube-proxy's proxier of that
+// family would, even when another family failed.
 func (e *Engine) record(ev *SyncEvent) {
+	for _, f := range e.families {
+		res, ok := ev.Results[f]
+		if !ok {
+			continue
+		}
+		family := string(f)
+		took := ev.Durations[f].Seconds()
+		e.metrics.syncDuration.WithLabelValues(family).Observe(took)
+		if res.Full {
+			e.metrics.syncFullDuration.WithLabelValues(family).Observe(took)
+		} else {
+			e.metrics.syncPartialDuration.WithLabelValues(family).Observe(took)
+		}
+		e.metrics.lastSync.WithLabelValues(family).Set(float64(ev.End.Unix()))
+		for _, t := range e.triggers[f] {
+			if !t.Before(e.started) && !t.After(ev.End) {
+				e.metrics.programmingDuration.WithLabelValues(family).Observe(ev.End.Sub(t).Seconds())
+			}
+		}
+		e.triggers[f] = e.triggers[f][:0]
+	}
 	if ev.Err != nil {
 		e.setHealth(true, time.Time{})
 		e.metrics.syncFailures.Inc()
 		return
 	}
-	took := ev.End.Sub(ev.Start).Seconds()
-	e.metrics.syncDuration.Observe(took)
-	if ev.Full {
-		e.metrics.syncFullDuration.Observe(took)
-	} else {
-		e.metrics.syncPartialDuration.Observe(took)
-	}
-	e.metrics.lastSync.Set(float64(ev.End.Unix()))
 	e.setHealth(false, ev.End)
-	for _, t := range e.triggers {
-		if !t.Before(e.started) && !t.After(ev.End) {
-			e.metrics.programmingDuration.Observe(ev.End.Sub(t).Seconds())
-		}
-	}
-	e.triggers = e.triggers[:0]
 }

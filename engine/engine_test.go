@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/conntrack"
 )
+
+// missingChain is a drift a fakeBackend reports.
+var missingChain = svcproxy.Drift{Kind: svcproxy.DriftChain, What: "chain KUBE-SERVICES is missing"}
 
 // udpFlow is a UDP flow from a client to dst, DNATed to replySrc.
 func udpFlow(dst, replySrc string) conntrack.Flow {
@@ -125,13 +130,13 @@ func TestPeriodicSyncRepairsDrift(t *testing.T) {
 		t.Errorf("periodic sync without drift: full %v, drift %v, forced %v; want an incremental sync", ev.Full, ev.Drift, ev.ForcedFull)
 	}
 
-	b.missing = "chain KUBE-SERVICES"
+	b.drift = missingChain
 	b.failNext = 1
 	clock.advance(30 * time.Second)
 	if _, err := e.run(ctx, true); err == nil {
 		t.Fatal("the injected failure was not returned")
 	}
-	if ev := (*events)[2]; ev.Drift[v1.IPv4Protocol] != "chain KUBE-SERVICES" || ev.Err == nil {
+	if ev := (*events)[2]; ev.Drift[v1.IPv4Protocol] != missingChain || ev.Err == nil {
 		t.Errorf("drift event %+v; want the missing chain and the error", ev)
 	}
 	if h := e.Health(); h.Healthy || !h.Failing {
@@ -282,6 +287,79 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestDriftMetric: each drift the periodic check finds counts under its
+// family and kind; a failed check counts as check-failed, and a kind the
+// engine does not know as other, so that the labels stay bounded. Every
+// kind is exported at 0 from the start.
+func TestDriftMetric(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	b, clock := &fakeBackend{}, newFakeClock()
+	var events []SyncEvent
+	e, err := New(Config{
+		Backends: map[v1.IPFamily]Backend{v1.IPv4Protocol: b},
+		Provider: newWorld(t), Registerer: reg, Clock: clock,
+		OnSync: func(ev SyncEvent) { events = append(events, ev) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := e.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		drift    svcproxy.Drift
+		checkErr error
+		want     svcproxy.Drift
+	}{
+		{drift: missingChain, want: missingChain},
+		{drift: svcproxy.Drift{Kind: svcproxy.DriftElement, What: "set x has 2 elements, want 3"}, want: svcproxy.Drift{Kind: svcproxy.DriftElement, What: "set x has 2 elements, want 3"}},
+		{drift: missingChain, want: missingChain},
+		{drift: svcproxy.Drift{Kind: "widget", What: "a widget"}, want: svcproxy.Drift{Kind: svcproxy.DriftOther, What: "a widget"}},
+		{drift: svcproxy.Drift{What: "something"}, want: svcproxy.Drift{Kind: svcproxy.DriftOther, What: "something"}},
+		{checkErr: errors.New("no socket"), want: svcproxy.Drift{Kind: svcproxy.DriftCheckFailed, What: "state check failed: no socket"}},
+	} {
+		b.mu.Lock()
+		b.drift, b.checkErr = tc.drift, tc.checkErr
+		b.mu.Unlock()
+		clock.advance(30 * time.Second)
+		if _, err := e.run(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if got := events[len(events)-1].Drift[v1.IPv4Protocol]; got != tc.want {
+			t.Errorf("drift %+v, check error %v: event's drift %+v, want %+v", tc.drift, tc.checkErr, got, tc.want)
+		}
+		b.mu.Lock()
+		b.checkErr = nil
+		b.mu.Unlock()
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range families {
+		if mf.GetName() != "svcproxy_sync_drift_repairs_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["family"]+" "+labels["kind"]] = m.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{}
+	for _, k := range svcproxy.DriftKinds() {
+		want["IPv4 "+string(k)] = 0
+	}
+	want["IPv4 chain"], want["IPv4 element"], want["IPv4 other"], want["IPv4 check-failed"] = 2, 1, 2, 1
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("svcproxy_sync_drift_repairs_total (-want +got):\n%s", diff)
+	}
+}
+
 // TestRunSyncsOnRequest: Run syncs at once and again on a request, with the
 // real clock, and stops with its context.
 func TestRunSyncsOnRequest(t *testing.T) {
@@ -350,7 +428,7 @@ func TestCheckIsNotASync(t *testing.T) {
 	w.addUDPService("dns2", "198.19.0.11", "198.18.64.3")
 	run("periodic run with a change", true, false, false)
 	run("periodic run after it", true, true, false)
-	b.missing = "chain KUBE-SERVICES"
+	b.drift = missingChain
 	run("periodic run that finds drift", true, false, false)
 	b.failNext = 1
 	run("periodic run that fails", true, false, true)
@@ -358,6 +436,37 @@ func TestCheckIsNotASync(t *testing.T) {
 	run("periodic run, nothing changed again", true, true, false)
 	clock.advance(DefaultFullSyncPeriod)
 	run("periodic run that forces a full sync", true, false, false)
+}
+
+// TestOnHealthChange: Config.OnHealthChange hears of the first success,
+// of a drift found (failing before the repair runs), of a failed repair
+// (no change: still failing) and of the repair that succeeds, and of
+// nothing else.
+func TestOnHealthChange(t *testing.T) {
+	w := newWorld(t)
+	w.addUDPService("dns", "198.19.0.10", "198.18.64.2")
+	e, b, clock, _ := newTestEngine(t, w, nil)
+	var changes []bool // Failing, at each change
+	e.cfg.OnHealthChange = func(h Health) { changes = append(changes, h.Failing) }
+	ctx := context.Background()
+	if err := e.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(30 * time.Second)
+	if _, err := e.run(ctx, true); err != nil { // nothing found
+		t.Fatal(err)
+	}
+	b.drift, b.failNext = missingChain, 1
+	clock.advance(30 * time.Second)
+	if _, err := e.run(ctx, true); err == nil {
+		t.Fatal("the injected failure was not returned")
+	}
+	if _, err := e.run(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, true, false}; !slices.Equal(changes, want) {
+		t.Errorf("health changes (failing) %v, want %v", changes, want)
+	}
 }
 
 // TestCheckPutOffWhileChangesCome: a periodic sync right after a Request
@@ -374,7 +483,7 @@ func TestCheckPutOffWhileChangesCome(t *testing.T) {
 	periodic := func(afterRequest bool) SyncEvent {
 		t.Helper()
 		b.mu.Lock()
-		b.missing = "chain KUBE-SERVICES" // what a check finds, until a sync
+		b.drift = missingChain // what a check finds, until a sync
 		b.mu.Unlock()
 		clock.advance(30 * time.Second)
 		if afterRequest {
@@ -391,13 +500,13 @@ func TestCheckPutOffWhileChangesCome(t *testing.T) {
 			t.Errorf("periodic sync %d, 200 ms after a change: check put off %v, drift %v; want put off, no drift", i+1, ev.CheckDeferred, ev.Drift)
 		}
 	}
-	if ev := periodic(true); ev.CheckDeferred || ev.Drift[v1.IPv4Protocol] != "chain KUBE-SERVICES" {
+	if ev := periodic(true); ev.CheckDeferred || ev.Drift[v1.IPv4Protocol] != missingChain {
 		t.Errorf("periodic sync after three put off: check put off %v, drift %v; want the check, and its drift", ev.CheckDeferred, ev.Drift)
 	}
 	if ev := periodic(true); !ev.CheckDeferred {
 		t.Error("the next period's check, right after a change, is not put off: the count of periods put off did not restart")
 	}
-	if ev := periodic(false); ev.CheckDeferred || ev.Drift[v1.IPv4Protocol] != "chain KUBE-SERVICES" {
+	if ev := periodic(false); ev.CheckDeferred || ev.Drift[v1.IPv4Protocol] != missingChain {
 		t.Errorf("periodic sync 30 s after the last change: check put off %v, drift %v; want the check, and its drift", ev.CheckDeferred, ev.Drift)
 	}
 }

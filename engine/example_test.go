@@ -26,10 +26,12 @@ func (b *printBackend) Sync(_ context.Context, rs *ruleset.Ruleset) (svcproxy.Sy
 	return svcproxy.SyncResult{Full: b.syncs == 1}, nil
 }
 
-func (b *printBackend) RequestFullSync()                           {}
-func (b *printBackend) CheckState(context.Context) (string, error) { return "", nil }
-func (b *printBackend) Cleanup(context.Context) error              { return nil }
-func (b *printBackend) Close() error                               { return nil }
+func (b *printBackend) RequestFullSync() {}
+func (b *printBackend) CheckState(context.Context) (svcproxy.Drift, error) {
+	return svcproxy.Drift{}, nil
+}
+func (b *printBackend) Cleanup(context.Context) error { return nil }
+func (b *printBackend) Close() error                  { return nil }
 
 // An Engine over a Backend of one's own. Run would sync on every Request
 // and periodically; Sync here runs one sync, as a proxy's --once does.

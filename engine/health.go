@@ -40,13 +40,18 @@ func (e *Engine) Health() Health {
 }
 
 // setHealth records the outcome of a sync or check: failing, and when ok
-// the time of a success.
+// the time of a success; it calls Config.OnHealthChange when Failing
+// changed or this is the first success.
 func (e *Engine) setHealth(failing bool, success time.Time) {
 	e.healthMu.Lock()
-	defer e.healthMu.Unlock()
+	changed := e.failing != failing || (!e.synced && !success.IsZero())
 	e.failing = failing
 	if !success.IsZero() {
 		e.lastSuccess, e.synced = success, true
+	}
+	e.healthMu.Unlock()
+	if changed && e.cfg.OnHealthChange != nil {
+		e.cfg.OnHealthChange(e.Health())
 	}
 }
 

@@ -52,9 +52,10 @@ type fakeBackend struct {
 	synced    []*ruleset.Ruleset
 	fullNext  bool // RequestFullSync was called since the last Sync
 	fullSyncs int
-	failNext  int           // the number of next Syncs that fail
-	missing   string        // what CheckState reports
-	nextSync  time.Duration // the NextSync of every result
+	failNext  int            // the number of next Syncs that fail
+	drift     svcproxy.Drift // what CheckState reports
+	checkErr  error          // what CheckState fails with
+	nextSync  time.Duration  // the NextSync of every result
 	closed    bool
 }
 
@@ -70,7 +71,7 @@ func (b *fakeBackend) Sync(_ context.Context, rs *ruleset.Ruleset) (svcproxy.Syn
 	if full {
 		b.fullSyncs++
 	}
-	b.fullNext, b.missing = false, ""
+	b.fullNext, b.drift = false, svcproxy.Drift{}
 	b.synced = append(b.synced, rs)
 	return svcproxy.SyncResult{Full: full, NextSync: b.nextSync}, nil
 }
@@ -81,10 +82,10 @@ func (b *fakeBackend) RequestFullSync() {
 	b.fullNext = true
 }
 
-func (b *fakeBackend) CheckState(context.Context) (string, error) {
+func (b *fakeBackend) CheckState(context.Context) (svcproxy.Drift, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.missing, nil
+	return b.drift, b.checkErr
 }
 
 func (b *fakeBackend) Cleanup(context.Context) error { return nil }

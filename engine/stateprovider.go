@@ -32,7 +32,7 @@ func (p StateProvider) Desired(context.Context) (Desired, error) {
 	if len(built.Warnings) > 0 && p.OnWarnings != nil {
 		p.OnWarnings(built.Warnings)
 	}
-	return Desired{Rulesets: built.Rulesets, Triggers: built.Triggers}, nil
+	return Desired{Rulesets: built.Rulesets, Triggers: built.Triggers, TriggersByFamily: built.TriggersByFamily}, nil
 }
 
 // check reports what p lacks.

@@ -26,7 +26,18 @@
 //   - filter KUBE-SERVICES and KUBE-EXTERNAL-SERVICES (REJECT when a Service
 //     has no endpoint, DROP when a Local policy has none on this node),
 //     KUBE-PROXY-FIREWALL (what the source ranges did not accept),
-//     KUBE-NODEPORTS (health-check node ports), KUBE-FORWARD.
+//     KUBE-NODEPORTS (health-check node ports), KUBE-FORWARD (which drops
+//     packets conntrack finds INVALID, unless nf_conntrack_tcp_be_liberal
+//     is set).
+//
+// Some of kube-proxy's rules depend on the kernel, which a Kernel
+// describes to RenderFor and RenderPartialFor: kube-proxy's two nfacct
+// counters, where they exist, count the INVALID packets KUBE-FORWARD drops
+// (ct_state_invalid_dropped_pkts) and the packets to node ports on
+// 127.0.0.0/8 (localhost_nps_accepted_pkts, IPv4), and with
+// nf_conntrack_tcp_be_liberal set there is no drop of INVALID packets.
+// Render and RenderPartial render for the zero Kernel: no counters, the
+// drop kept.
 //
 // The ruleset decides; the renderer only translates its decisions (Routes,
 // ClusterIPMasquerade, ExternalTraffic, the owner of each frontend) into
@@ -72,6 +83,16 @@
 // kube-proxy's iptables mode does (its monitor recreates them and watches
 // for their deletion); Cleanup removes them.
 //
+// With ExecutorConfig.NFAcct, every full sync also creates kube-proxy's
+// nfacct counters that are missing, over netlink (package-internal
+// nfacct, in the Executor's namespace), and renders for those that exist;
+// partial syncs and the state check follow what the last full sync
+// rendered. Executor.Counter reads a counter (kube-proxy's
+// kubeproxy_iptables_*_packets_total metrics); Executor.Stats counts the
+// rules each sync left and wrote, and the failed restores (kube-proxy's
+// kubeproxy_sync_proxy_rules_iptables_* metrics). ExecutorConfig.TCPBeLiberal
+// leaves the drop of INVALID packets out.
+//
 // A partial sync builds on what the last full sync left, so it first
 // checks, with one restore of `-C` lines that changes nothing, that the
 // jumps from the built-in chains (which a flush of a table removes) and the
@@ -106,7 +127,9 @@
 //
 // What this package does not do:
 //
-//   - It sets no sysctl. LocalhostNodePorts (IPv4) also needs
+//   - It sets and reads no sysctl: ExecutorConfig.TCPBeLiberal says
+//     whether nf_conntrack_tcp_be_liberal is set (kube-proxy reads it at
+//     start). LocalhostNodePorts (IPv4) also needs
 //     net.ipv4.conf.all.route_localnet=1; with it, the filter KUBE-FIREWALL
 //     chain (jumped to from INPUT and OUTPUT) drops non-translated packets
 //     to 127.0.0.0/8 from elsewhere, as kube-proxy does. Forwarding

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -149,9 +150,9 @@ func ruleTarget(rule string) string {
 // expectedDigest is the digest of the tables a full sync of rs leaves:
 // what Render writes, the Canary chains, and the jumps from the built-in
 // chains.
-func expectedDigest(names Names, rs *ruleset.Ruleset) tablesDigest {
+func expectedDigest(names Names, rs *ruleset.Ruleset, k Kernel) tablesDigest {
 	g := newDigester(names)
-	g.Write(renderFull(names, rs, renderOptions{canary: true}))
+	g.Write(renderFull(names, rs, renderOptions{canary: true, kernel: k}))
 	d := g.digest()
 	for _, j := range jumps {
 		d.jumps[j.table+" "+j.from+" "+j.to(names)] = true
@@ -160,32 +161,32 @@ func expectedDigest(names Names, rs *ruleset.Ruleset) tablesDigest {
 }
 
 // compare says the first difference between the kernel's digest and the
-// expected one, in name order, "" when there is none.
-func (want tablesDigest) compare(got tablesDigest) string {
+// expected one, in name order, the zero Drift when there is none.
+func (want tablesDigest) compare(got tablesDigest) svcproxy.Drift {
 	for _, key := range slicesSorted(want.chains) {
 		w := want.chains[key]
 		g, ok := got.chains[key]
 		switch {
 		case !ok:
-			return "chain " + key + " is missing"
+			return svcproxy.Drift{Kind: svcproxy.DriftChain, What: "chain " + key + " is missing"}
 		case g.rules != w.rules:
-			return fmt.Sprintf("chain %s has %d rules, want %d", key, g.rules, w.rules)
+			return svcproxy.Drift{Kind: svcproxy.DriftRule, What: fmt.Sprintf("chain %s has %d rules, want %d", key, g.rules, w.rules)}
 		case g.targets != w.targets:
-			return "chain " + key + " jumps elsewhere than it should"
+			return svcproxy.Drift{Kind: svcproxy.DriftRule, What: "chain " + key + " jumps elsewhere than it should"}
 		}
 	}
 	for _, key := range slicesSorted(got.chains) {
 		if _, ok := want.chains[key]; !ok {
-			return "chain " + key + " should not be there"
+			return svcproxy.Drift{Kind: svcproxy.DriftChain, What: "chain " + key + " should not be there"}
 		}
 	}
 	for _, key := range slicesSorted(want.jumps) {
 		if !got.jumps[key] {
 			from, to, _ := strings.Cut(key[strings.IndexByte(key, ' ')+1:], " ")
-			return "the jump from " + key[:strings.IndexByte(key, ' ')] + " " + from + " to " + to + " is missing"
+			return svcproxy.Drift{Kind: svcproxy.DriftJump, What: "the jump from " + key[:strings.IndexByte(key, ' ')] + " " + from + " to " + to + " is missing"}
 		}
 	}
-	return ""
+	return svcproxy.Drift{}
 }
 
 func slicesSorted[V any](m map[string]V) []string {
@@ -201,11 +202,11 @@ func slicesSorted[V any](m map[string]V) []string {
 // every table whatever -t says, so one run costs what one of -t nat
 // costs) and compares every chain of ours in filter and nat and every
 // jump into them with what a full sync of e.last leaves, when its cost
-// allows (deepCheckShare). It returns the first difference, "" when there
-// is none or the check is not due.
-func (e *Executor) deepCheck(ctx context.Context) (string, error) {
+// allows (deepCheckShare). It returns the first difference, the zero
+// Drift when there is none or the check is not due.
+func (e *Executor) deepCheck(ctx context.Context) (svcproxy.Drift, error) {
 	if time.Now().Before(e.deepDue) {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	// The cost is CPU time where it can be told: the tool's, and this
 	// process's rendering and parsing (timed while it runs, which on a
@@ -213,7 +214,7 @@ func (e *Executor) deepCheck(ctx context.Context) (string, error) {
 	var cost time.Duration
 	start := time.Now()
 	if e.want == nil || e.wantFor != e.last {
-		d := expectedDigest(e.names, e.last)
+		d := expectedDigest(e.names, e.last, e.kernel)
 		e.want, e.wantFor = &d, e.last
 	}
 	cost += time.Since(start)
@@ -221,7 +222,7 @@ func (e *Executor) deepCheck(ctx context.Context) (string, error) {
 	var toolCPU time.Duration
 	saveStart := time.Now()
 	if err := e.runner.Run(ctx, Command{Name: e.saveTool, Stdout: g, CPU: &toolCPU}); err != nil {
-		return "", fmt.Errorf("reading the tables: %w", err)
+		return svcproxy.Drift{}, fmt.Errorf("reading the tables: %w", err)
 	}
 	if toolCPU == 0 {
 		toolCPU = time.Since(saveStart) - g.busy // a Runner that cannot tell

@@ -67,8 +67,8 @@ func TestKernelDriftCheckCost(t *testing.T) {
 		cpu0, wall0 := cpuTime(t), time.Now()
 		missing, err := e.CheckState(ctx)
 		cpu, wall := cpuTime(t)-cpu0, time.Since(wall0)
-		if err != nil || missing != "" {
-			t.Fatalf("CheckState: %q, %v", missing, err)
+		if err != nil || missing.Found() {
+			t.Fatalf("CheckState: %+v, %v", missing, err)
 		}
 		every := max(period, time.Duration(float64(e.lastDeepCost)/deepCheckShare))
 		every = (every + period - 1) / period * period // the check runs at a sync period
@@ -91,8 +91,8 @@ func TestKernelDriftCheckCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.deepDue = time.Time{}
-	if missing, err := e.CheckState(ctx); err != nil || !strings.Contains(missing, chain) {
-		t.Errorf("CheckState after %s was flushed: %q, %v", chain, missing, err)
+	if missing, err := e.CheckState(ctx); err != nil || !strings.Contains(missing.What, chain) {
+		t.Errorf("CheckState after %s was flushed: %+v, %v", chain, missing, err)
 	}
 }
 

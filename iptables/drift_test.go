@@ -8,13 +8,15 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // TestDeepCheck: what the cheap check does not read, the deep check finds:
 // a Service port's chain flushed, one rule of it deleted, its chain and
-// the jump to it deleted, a chain of ours added; nothing after a full
+// the jump to it deleted, a chain of ours added, a jump from a built-in
+// chain or a fixed rule deleted, each of its kind; nothing after a full
 // sync, nor after partial ones.
 func TestDeepCheck(t *testing.T) {
 	web := servicemap.PortName{Namespace: "ns1", Name: "web", Port: "p80", Protocol: v1.ProtocolTCP}
@@ -22,15 +24,16 @@ func TestDeepCheck(t *testing.T) {
 		name   string
 		tamper func(k *fakeKernel, n Names, rs *ruleset.Ruleset)
 		want   string
+		kind   svcproxy.DriftKind
 	}{
-		{"untouched", func(*fakeKernel, Names, *ruleset.Ruleset) {}, ""},
+		{"untouched", func(*fakeKernel, Names, *ruleset.Ruleset) {}, "", ""},
 		{"service chain flushed", func(k *fakeKernel, n Names, _ *ruleset.Ruleset) {
 			k.tables["nat"][n.ServiceChain(web)] = nil
-		}, "chain nat KUBE-SVC-"},
+		}, "chain nat KUBE-SVC-", svcproxy.DriftRule},
 		{"one rule deleted", func(k *fakeKernel, n Names, _ *ruleset.Ruleset) {
 			c := n.ServiceChain(web)
 			k.tables["nat"][c] = k.tables["nat"][c][1:]
-		}, "chain nat KUBE-SVC-"},
+		}, "chain nat KUBE-SVC-", svcproxy.DriftRule},
 		{"chain and its jump deleted", func(k *fakeKernel, n Names, _ *ruleset.Ruleset) {
 			c := n.ServiceChain(web)
 			delete(k.tables["nat"], c)
@@ -41,10 +44,16 @@ func TestDeepCheck(t *testing.T) {
 				}
 			}
 			k.tables["nat"][n.Services()] = kept
-		}, "chain nat KUBE-S"},
+		}, "chain nat KUBE-S", svcproxy.DriftRule},
 		{"a chain of ours added", func(k *fakeKernel, n Names, _ *ruleset.Ruleset) {
 			k.tables["nat"][n.ServiceChain(servicemap.PortName{Namespace: "x", Name: "y"})] = nil
-		}, "should not be there"},
+		}, "should not be there", svcproxy.DriftChain},
+		{"a jump from a built-in chain deleted", func(k *fakeKernel, n Names, _ *ruleset.Ruleset) {
+			k.deleteJump("nat", "OUTPUT", n.Services())
+		}, "the jump from nat OUTPUT to KUBE-SERVICES", svcproxy.DriftJump},
+		{"a fixed rule deleted", func(k *fakeKernel, n Names, _ *ruleset.Ruleset) {
+			k.tables["nat"][n.Postrouting()] = k.tables["nat"][n.Postrouting()][1:]
+		}, "a rule of nat KUBE-POSTROUTING", svcproxy.DriftRule},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,14 +75,14 @@ func TestDeepCheck(t *testing.T) {
 			if res, err := e.Apply(ctx, second); err != nil || res.Full {
 				t.Fatalf("second Sync: %+v, %v; want a partial one", res, err)
 			}
-			if missing, err := e.CheckState(ctx); missing != "" || err != nil {
-				t.Fatalf("CheckState after a partial sync: %q, %v", missing, err)
+			if missing, err := e.CheckState(ctx); missing.Found() || err != nil {
+				t.Fatalf("CheckState after a partial sync: %+v, %v", missing, err)
 			}
 			tt.tamper(k, e.names, second)
 			e.deepDue = time.Time{}
 			missing, err := e.CheckState(ctx)
-			if err != nil || (missing == "") != (tt.want == "") || !strings.Contains(missing, tt.want) {
-				t.Fatalf("CheckState: %q, %v; want it to say %q", missing, err, tt.want)
+			if err != nil || !missing.Found() != (tt.want == "") || !strings.Contains(missing.What, tt.want) || missing.Kind != tt.kind {
+				t.Fatalf("CheckState: %+v, %v; want it to say %q, of kind %q", missing, err, tt.want, tt.kind)
 			}
 			if tt.want == "" {
 				return
@@ -83,8 +92,8 @@ func TestDeepCheck(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.deepDue = time.Time{}
-			if missing, err := e.CheckState(ctx); missing != "" || err != nil {
-				t.Errorf("CheckState after the repair: %q, %v", missing, err)
+			if missing, err := e.CheckState(ctx); missing.Found() || err != nil {
+				t.Errorf("CheckState after the repair: %+v, %v", missing, err)
 			}
 		})
 	}

@@ -192,3 +192,29 @@ func ExampleExecutor() {
 	// iptables-restore --noflush --counters -w (1762 bytes in)
 	// full: false changed: [ns1/web:http] fallback: "" <nil>
 }
+
+// ExampleRenderFor renders for a kernel that has kube-proxy's nfacct
+// counters, then for one whose conntrack is liberal: the drop of INVALID
+// packets in KUBE-FORWARD counts into its counter, then goes.
+func ExampleRenderFor() {
+	rs := web("198.18.64.2")
+	for _, k := range []iptables.Kernel{
+		{InvalidDroppedCounter: true, LocalhostNodePortsCounter: true},
+		{TCPBeLiberal: true},
+	} {
+		for _, line := range strings.Split(string(iptables.RenderFor(iptables.DefaultNames(), rs, k)), "\n") {
+			if strings.HasPrefix(line, "-A KUBE-FORWARD") {
+				fmt.Println(line)
+			}
+		}
+		fmt.Println("--")
+	}
+	// Output:
+	// -A KUBE-FORWARD -m conntrack --ctstate INVALID -m nfacct --nfacct-name ct_state_invalid_dropped_pkts -j DROP
+	// -A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+	// -A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+	// --
+	// -A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" -m mark --mark 0x4000/0x4000 -j ACCEPT
+	// -A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT
+	// --
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -16,7 +17,9 @@ import (
 
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/netnsrun"
+	"github.com/svcproxy/svcproxy/internal/nfacct"
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // Command is one command an Executor runs.
@@ -145,6 +148,26 @@ type ExecutorConfig struct {
 	// every command then runs from a thread locked and moved into it, so
 	// that the process itself stays in its own namespace.
 	NetNS string
+	// NFAcct makes the Executor keep kube-proxy's nfacct counters
+	// (CounterInvalidDropped, CounterLocalhostNodePorts): it creates those missing over netlink (nfnetlink_acct),
+	// in NetNS or else in the process's namespace (never in a Runner's:
+	// a prefix such as `ip netns exec` does not move them), at every
+	// full sync, and the rules count into those that exist. Where the
+	// kernel has no nfnetlink_acct, or a counter cannot be made, the
+	// rules go without it, as kube-proxy's do; NFAcctErr says why.
+	NFAcct bool
+	// TCPBeLiberal says the kernel's nf_conntrack_tcp_be_liberal is set
+	// (kube-proxy reads it at start): KUBE-FORWARD then does not drop
+	// INVALID packets (see Kernel).
+	TCPBeLiberal bool
+}
+
+// acctConn creates and reads nfacct counters; *nfacct.Conn is one, tests
+// fake it.
+type acctConn interface {
+	Ensure(name string) error
+	Get(name string) (nfacct.Counter, error)
+	Close() error
 }
 
 // Executor applies Rulesets of one IP family to the kernel with
@@ -176,6 +199,26 @@ type Executor struct {
 	deepDue time.Time
 	// lastDeepCost is what the last deep check cost (see deepCheck).
 	lastDeepCost time.Duration
+	// kernel is what the rules use of the kernel, as of the last full
+	// sync; partial syncs and the state check follow it.
+	kernel Kernel
+
+	// serviceRules are the rules of each ServicePort's own nat chains,
+	// as of the last successful sync, for Stats.
+	serviceRules map[servicemap.PortName]int
+
+	// statsMu guards stats, apart from mu so that reading them does not
+	// wait for a sync.
+	statsMu sync.Mutex
+	stats   Stats
+
+	// acctMu guards acct and acctErr, apart from mu so that reading a
+	// counter does not wait for a sync.
+	acctMu sync.Mutex
+	// acct is the nfacct socket of ExecutorConfig.NFAcct, nil without
+	// one; acctErr is why a counter is missing.
+	acct    acctConn
+	acctErr error
 }
 
 // errNotMade is the error of an Executor that NewExecutor did not make.
@@ -187,7 +230,8 @@ func (e *Executor) made() bool { return e != nil && e.runner != nil && e.restore
 
 // NewExecutor returns an Executor whose first Sync is a full sync.
 func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
-	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true, deleteChunk: deleteChunk}
+	e := &Executor{family: cfg.Family, names: cfg.Names, runner: cfg.Runner, needFull: true, deleteChunk: deleteChunk,
+		kernel: Kernel{TCPBeLiberal: cfg.TCPBeLiberal}}
 	switch cfg.Family {
 	case v1.IPv4Protocol:
 		e.restoreTool, e.iptablesTool, e.saveTool = "iptables-restore", "iptables", "iptables-save"
@@ -208,7 +252,175 @@ func NewExecutor(cfg ExecutorConfig) (*Executor, error) {
 		e.runner = netnsRunner{ns: ns, runner: e.runner}
 	}
 	e.check = newStateCheck(e.names)
+	if cfg.NFAcct {
+		e.dialAcct()
+	}
 	return e, nil
+}
+
+// Stats are what an Executor has counted, for kube-proxy's iptables-mode
+// metrics.
+type Stats struct {
+	// Rules are, by table ("filter", "nat"), the rules of the
+	// Executor's chains after the last successful sync (kube-proxy's
+	// sync_proxy_rules_iptables_total), and LastSync those that sync
+	// wrote (its sync_proxy_rules_iptables_last): a partial sync writes
+	// the top-level chains and the chains of the ServicePorts that
+	// changed. Both are nil before the first successful sync.
+	Rules, LastSync map[string]int
+	// RestoreFailures counts the iptables-restore runs of syncs that
+	// failed, full or partial (kube-proxy's
+	// sync_proxy_rules_iptables_restore_failures_total), and
+	// PartialRestoreFailures the partial ones among them (its
+	// sync_proxy_rules_iptables_partial_restore_failures_total).
+	RestoreFailures, PartialRestoreFailures int
+}
+
+// Stats returns what the Executor has counted so far.
+func (e *Executor) Stats() Stats {
+	if !e.made() {
+		return Stats{}
+	}
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	return Stats{Rules: maps.Clone(e.stats.Rules), LastSync: maps.Clone(e.stats.LastSync),
+		RestoreFailures: e.stats.RestoreFailures, PartialRestoreFailures: e.stats.PartialRestoreFailures}
+}
+
+// countRules counts, by table, the rules ("-A" lines) of restore input,
+// whose tables each start with their "*table" line (as renders do).
+func countRules(input []byte) map[string]int {
+	counts := map[string]int{"filter": 0, "nat": 0}
+	for _, block := range bytes.SplitAfter(input, []byte("COMMIT\n")) {
+		name, rest, ok := bytes.Cut(block, []byte("\n"))
+		if !ok || len(name) < 2 || name[0] != '*' {
+			continue
+		}
+		table := string(name[1:])
+		if _, ours := counts[table]; ours {
+			counts[table] += bytes.Count(rest, []byte("\n-A "))
+			if bytes.HasPrefix(rest, []byte("-A ")) {
+				counts[table]++
+			}
+		}
+	}
+	return counts
+}
+
+// recordSync records the rules of a successful sync whose input was
+// input: written holds the rules of the ServicePorts it rewrote, removed
+// the ServicePorts gone (a full sync: all = true, written has them all).
+func (e *Executor) recordSync(input []byte, written map[servicemap.PortName]int, removed []servicemap.PortName, all bool) {
+	last := countRules(input)
+	if all || e.serviceRules == nil {
+		e.serviceRules = map[servicemap.PortName]int{}
+	}
+	topLevel := last["nat"]
+	for name, n := range written {
+		topLevel -= n
+		e.serviceRules[name] = n
+	}
+	for _, name := range removed {
+		delete(e.serviceRules, name)
+	}
+	total := map[string]int{"filter": last["filter"], "nat": topLevel}
+	for _, n := range e.serviceRules {
+		total["nat"] += n
+	}
+	e.statsMu.Lock()
+	e.stats.Rules, e.stats.LastSync = total, last
+	e.statsMu.Unlock()
+}
+
+// restoreFailed counts a failed restore, partial or not.
+func (e *Executor) restoreFailed(partial bool) {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	e.stats.RestoreFailures++
+	if partial {
+		e.stats.PartialRestoreFailures++
+	}
+}
+
+// dialAcct opens the nfacct socket in the Executor's namespace; when it
+// cannot, acctErr says why and the rules go without counters.
+func (e *Executor) dialAcct() {
+	var conn *nfacct.Conn
+	dial := func() (err error) {
+		conn, err = nfacct.Dial()
+		return err
+	}
+	var err error
+	if e.netns != nil {
+		err = e.netns.Do(dial)
+	} else {
+		err = dial()
+	}
+	if err != nil {
+		e.acctErr = fmt.Errorf("iptables executor: no nfacct counters: %w", err)
+		return
+	}
+	e.acct = conn
+}
+
+// ensureCounters creates the nfacct counters that are missing and returns
+// k with those that exist.
+func (e *Executor) ensureCounters(k Kernel) Kernel {
+	e.acctMu.Lock()
+	defer e.acctMu.Unlock()
+	if e.acct == nil {
+		return k
+	}
+	var errs []error
+	for _, name := range nfacctCounters {
+		err := e.acct.Ensure(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		k = k.withCounter(name, err == nil)
+	}
+	e.acctErr = nil
+	if err := errors.Join(errs...); err != nil {
+		e.acctErr = fmt.Errorf("iptables executor: nfacct counters missing: %w", err)
+	}
+	return k
+}
+
+// Counter returns the number of packets the nfacct counter name
+// (CounterInvalidDropped or CounterLocalhostNodePorts) has counted. It fails when the Executor has none
+// (ExecutorConfig.NFAcct off, or see NFAcctErr), or the kernel has no such
+// object.
+func (e *Executor) Counter(name string) (uint64, error) {
+	if !e.made() {
+		return 0, errNotMade
+	}
+	e.acctMu.Lock()
+	acct, acctErr := e.acct, e.acctErr
+	e.acctMu.Unlock()
+	if acct == nil {
+		if acctErr == nil {
+			acctErr = errors.New("iptables executor: made without NFAcct")
+		}
+		return 0, acctErr
+	}
+	c, err := acct.Get(name)
+	if err != nil {
+		return 0, fmt.Errorf("iptables executor: %w", err)
+	}
+	return c.Packets, nil
+}
+
+// NFAcctErr says why the rules do not count into both nfacct counters
+// although ExecutorConfig.NFAcct asked for them (the kernel has no
+// nfnetlink_acct, or the last full sync could not make one); nil when
+// they do, or when NFAcct is off.
+func (e *Executor) NFAcctErr() error {
+	if !e.made() {
+		return errNotMade
+	}
+	e.acctMu.Lock()
+	defer e.acctMu.Unlock()
+	return e.acctErr
 }
 
 // netnsRunner runs commands from a thread in a network namespace.
@@ -232,6 +444,12 @@ func (e *Executor) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.fail()
+	e.acctMu.Lock()
+	if e.acct != nil {
+		e.acct.Close()
+		e.acct, e.acctErr = nil, errors.New("iptables executor: closed")
+	}
+	e.acctMu.Unlock()
 	if e.netns == nil {
 		return nil
 	}
@@ -368,15 +586,20 @@ func (e *Executor) restoreCmd(input []byte, stdout io.Writer) Command {
 // full sync.
 func (e *Executor) syncPartial(ctx context.Context, rs *ruleset.Ruleset, ch ruleset.Changes) (SyncDetails, error) {
 	res := SyncDetails{Changes: ch}
-	input, err := RenderPartial(e.names, e.last, rs, ch)
+	written := map[servicemap.PortName]int{}
+	input, err := renderPartial(e.names, e.last, rs, ch, renderOptions{kernel: e.kernel, serviceRules: written})
 	if err != nil {
 		return res, err
 	}
 	res.InputBytes = len(input)
 	if err := e.runner.Run(ctx, e.restoreCmd(input, nil)); err != nil {
+		if ctx.Err() == nil {
+			e.restoreFailed(true)
+		}
 		return res, fmt.Errorf("partial sync: %w", err)
 	}
 	e.last = rs
+	e.recordSync(input, written, ch.Removed, false)
 	return res, nil
 }
 
@@ -389,13 +612,23 @@ func (e *Executor) fail() {
 func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset) (SyncDetails, error) {
 	var res SyncDetails
 	stale := staleChains(e.names, e.last, rs)
-	input := renderFull(e.names, rs, renderOptions{stale: stale, listTables: true, canary: true})
+	// As kube-proxy, the counters are made at each full sync, and only
+	// there does the choice of rules that use them change.
+	if k := e.ensureCounters(e.kernel); k != e.kernel {
+		e.kernel, e.want = k, nil
+	}
+	written := map[servicemap.PortName]int{}
+	input := renderFull(e.names, rs, renderOptions{stale: stale, listTables: true, canary: true, kernel: e.kernel, serviceRules: written})
 	res.InputBytes = len(input)
 	listed := &chainLister{names: e.names}
 	if err := e.runner.Run(ctx, e.restoreCmd(input, listed)); err != nil {
 		e.fail()
+		if ctx.Err() == nil {
+			e.restoreFailed(false)
+		}
 		return res, fmt.Errorf("full sync: %w", err)
 	}
+	e.recordSync(input, written, nil, true)
 	// The rules are in; from now on a failure only needs the next sync
 	// to be full again.
 	e.last = rs

@@ -75,8 +75,8 @@ func TestExecutorNetNS(t *testing.T) {
 	if saved.chains["nat"][DefaultNames().Services()] == 0 || len(saved.jumps) == 0 {
 		t.Errorf("the target namespace has no rules in %s, or no jumps to ours: %+v", DefaultNames().Services(), saved)
 	}
-	if missing, err := e.CheckState(ctx); missing != "" || err != nil {
-		t.Errorf("CheckState in the target namespace: %q, %v; want nothing missing", missing, err)
+	if missing, err := e.CheckState(ctx); missing.Found() || err != nil {
+		t.Errorf("CheckState in the target namespace: %+v, %v; want nothing missing", missing, err)
 	}
 	if diff := cmp.Diff(hostBefore, hostFirewall(t)); diff != "" {
 		t.Errorf("the host's rules changed after Sync (-before +after):\n%s", diff)

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
 )
@@ -25,9 +26,11 @@ func TestExecutorPartialChecksState(t *testing.T) {
 		name   string
 		tamper func(k *fakeKernel, n Names, before *ruleset.Ruleset)
 		// want is the fallback, wantDetail a part of its detail;
-		// wantCheck a part of what CheckState finds missing.
+		// wantCheck a part of what CheckState finds missing, of kind
+		// wantKind.
 		want                  FallbackReason
 		wantDetail, wantCheck string
+		wantKind              svcproxy.DriftKind
 	}{
 		{
 			name:   "untouched",
@@ -40,6 +43,7 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the jump from nat OUTPUT to %s-SERVICES",
 			wantCheck:  "the jump from nat OUTPUT to %s-SERVICES",
+			wantKind:   svcproxy.DriftJump,
 		},
 		{
 			name:       "filter flushed",
@@ -47,6 +51,7 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the jump from filter INPUT to %s-EXTERNAL-SERVICES",
 			wantCheck:  "the jump from filter INPUT to %s-EXTERNAL-SERVICES",
+			wantKind:   svcproxy.DriftJump,
 		},
 		{
 			name: "jump from nat PREROUTING deleted",
@@ -56,6 +61,7 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the jump from nat PREROUTING to %s-SERVICES",
 			wantCheck:  "the jump from nat PREROUTING to %s-SERVICES",
+			wantKind:   svcproxy.DriftJump,
 		},
 		{
 			name: "jump from filter FORWARD to the forward chain deleted",
@@ -65,6 +71,7 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the jump from filter FORWARD to %s-FORWARD",
 			wantCheck:  "the jump from filter FORWARD to %s-FORWARD",
+			wantKind:   svcproxy.DriftJump,
 		},
 		{
 			name: "postrouting chain and its jump deleted",
@@ -75,6 +82,7 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			want:       FallbackStateMissing,
 			wantDetail: "missing: the jump from nat POSTROUTING to %s-POSTROUTING",
 			wantCheck:  "the jump from nat POSTROUTING to %s-POSTROUTING",
+			wantKind:   svcproxy.DriftJump,
 		},
 		{
 			name: "an unchanged Service's chains deleted",
@@ -89,19 +97,20 @@ func TestExecutorPartialChecksState(t *testing.T) {
 			want:       FallbackPartialFailed,
 			wantDetail: "jump to missing chain %s-SVC-",
 			wantCheck:  "a rule of nat %s-SERVICES",
+			wantKind:   svcproxy.DriftRule,
 		},
 	}
 	for _, names := range []Names{DefaultNames(), cni} {
 		for _, tt := range tests {
 			t.Run(names.Prefix()+"/"+tt.name, func(t *testing.T) {
 				prefixed := func(s string) string { return strings.ReplaceAll(s, "%s", names.Prefix()) }
-				testPartialChecksState(t, names, tt.tamper, tt.want, prefixed(tt.wantDetail), prefixed(tt.wantCheck))
+				testPartialChecksState(t, names, tt.tamper, tt.want, prefixed(tt.wantDetail), prefixed(tt.wantCheck), tt.wantKind)
 			})
 		}
 	}
 }
 
-func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, Names, *ruleset.Ruleset), want FallbackReason, wantDetail, wantCheck string) {
+func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, Names, *ruleset.Ruleset), want FallbackReason, wantDetail, wantCheck string, wantKind svcproxy.DriftKind) {
 	ctx := context.Background()
 	k := newFakeKernel(t, v1.IPv4Protocol)
 	e := newNamedTestExecutor(t, k, names)
@@ -117,13 +126,13 @@ func testPartialChecksState(t *testing.T, names Names, tamper func(*fakeKernel, 
 	if res, err := e.Apply(ctx, before); err != nil || !res.Full {
 		t.Fatalf("first Sync: %+v, %v; want a full sync", res, err)
 	}
-	if missing, err := e.CheckState(ctx); missing != "" || err != nil {
-		t.Fatalf("CheckState after a full sync: %q, %v", missing, err)
+	if missing, err := e.CheckState(ctx); missing.Found() || err != nil {
+		t.Fatalf("CheckState after a full sync: %+v, %v", missing, err)
 	}
 	tamper(k, names, before)
 	k.takeCommands()
-	if missing, err := e.CheckState(ctx); err != nil || (missing == "") != (wantCheck == "") || !strings.Contains(missing, wantCheck) {
-		t.Errorf("CheckState: %q, %v; want it to name %q", missing, err, wantCheck)
+	if missing, err := e.CheckState(ctx); err != nil || !missing.Found() != (wantCheck == "") || !strings.Contains(missing.What, wantCheck) || missing.Kind != wantKind {
+		t.Errorf("CheckState: %+v, %v; want it to name %q, of kind %q", missing, err, wantCheck, wantKind)
 	}
 	k.takeCommands()
 

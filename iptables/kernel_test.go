@@ -152,8 +152,8 @@ func TestKernelAcceptsRenderings(t *testing.T) {
 					t.Errorf("%s: %d jumps from built-in chains, want %d:\n%s", sc.name, len(st.jumps), len(jumps), strings.Join(st.jumps, "\n"))
 				}
 				e.deepDue = time.Time{} // the deep check reads the tables as iptables-save prints them
-				if missing, err := e.CheckState(ctx); missing != "" || err != nil {
-					t.Errorf("%s: CheckState after the sync: %q, %v; want nothing", sc.name, missing, err)
+				if missing, err := e.CheckState(ctx); missing.Found() || err != nil {
+					t.Errorf("%s: CheckState after the sync: %+v, %v; want nothing", sc.name, missing, err)
 				}
 			}
 			if err := e.Cleanup(ctx); err != nil {

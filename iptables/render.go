@@ -25,9 +25,17 @@ import (
 // listing to find chains left over from earlier runs.
 //
 // Render is pure and deterministic: equal Rulesets give identical bytes.
-// The zero Names is DefaultNames.
+// The zero Names is DefaultNames. It renders for the zero Kernel (no nfacct
+// counters, INVALID packets dropped); RenderFor renders for another.
 func Render(names Names, rs *ruleset.Ruleset) []byte {
-	return renderFull(names, rs, renderOptions{listTables: true})
+	return RenderFor(names, rs, Kernel{})
+}
+
+// RenderFor is Render for a kernel k: its nfacct counters and its
+// conntrack's liberal TCP tracking change rules as they change
+// kube-proxy's (see Kernel).
+func RenderFor(names Names, rs *ruleset.Ruleset, k Kernel) []byte {
+	return renderFull(names, rs, renderOptions{listTables: true, kernel: k})
 }
 
 // renderFull is Render with opts: opts.stale nat chains (which must not be
@@ -50,7 +58,20 @@ func renderFull(names Names, rs *ruleset.Ruleset, opts renderOptions) []byte {
 // and deleted. The chains of unchanged ServicePorts are not mentioned.
 //
 // It returns svcproxy.ErrFullSyncNeeded when old is nil or ch.ConfigChanged.
+// It renders for the zero Kernel, as Render does.
 func RenderPartial(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes) ([]byte, error) {
+	return RenderPartialFor(names, old, new, ch, Kernel{})
+}
+
+// RenderPartialFor is RenderPartial for a kernel k (see RenderFor), which
+// must be the one old was synced for: the rules of unchanged ServicePorts
+// are not rewritten.
+func RenderPartialFor(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes, k Kernel) ([]byte, error) {
+	return renderPartial(names, old, new, ch, renderOptions{kernel: k})
+}
+
+// renderPartial is RenderPartialFor with opts' kernel and serviceRules.
+func renderPartial(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes, opts renderOptions) ([]byte, error) {
 	if old == nil || ch.ConfigChanged {
 		return nil, svcproxy.ErrFullSyncNeeded
 	}
@@ -58,7 +79,7 @@ func RenderPartial(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes) (
 	r.owns = new.Owns
 	plans := r.plans(new.Services())
 	markRewritten(plans, slices.Concat(ch.Added, ch.Changed))
-	opts := renderOptions{stale: chainsGone(names, old, new, ch)}
+	opts.stale = chainsGone(names, old, new, ch)
 	// A partial sync that re-declares many chains meets the same
 	// quadratic cost in iptables-nft as a full one; "-S" avoids it at the
 	// price of listing the tables, which only pays when the partial input

@@ -1,12 +1,14 @@
 package iptables
 
 import (
+	"bytes"
 	"net/netip"
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 )
 
 // renderOptions says what a render writes besides the top-level chains and
@@ -20,6 +22,11 @@ type renderOptions struct {
 	// canary writes the Canary chain, empty, in filter, nat and mangle,
 	// as kube-proxy's iptables mode has it.
 	canary bool
+	// kernel is what the rules may use of the kernel.
+	kernel Kernel
+	// serviceRules, when not nil, receives the number of rules of each
+	// rewritten plan's own chains.
+	serviceRules map[servicemap.PortName]int
 }
 
 // renderer accumulates the text of one render.
@@ -30,6 +37,8 @@ type renderer struct {
 	mark  string // the masquerade mark, "0x4000"
 	b     []byte
 	probs []string // probs[n] is the --probability text for 1/n
+	// kernel is renderOptions.kernel, for the render under way.
+	kernel Kernel
 	// owns reports whether a Service owns a frontend
 	// (ruleset.Ruleset.Owns): a frontend's rules are written for its owner
 	// alone. Only the rendering of the top-level chains asks.
@@ -64,6 +73,7 @@ const listLine = "# -S lists the table first: it keeps the iptables-nft --noflus
 // the plans marked for rewriting, and what opts adds.
 func (r *renderer) render(plans []plan, opts renderOptions) []byte {
 	r.b = make([]byte, 0, 112*estimateLines(plans, opts)) // about 110 bytes a line (up to ~250)
+	r.kernel = opts.kernel
 	r.filterTable(plans, opts)
 	r.natTable(plans, opts)
 	if opts.canary {
@@ -202,11 +212,19 @@ func (r *renderer) healthCheckRule(p *plan) {
 	r.jump("ACCEPT")
 }
 
-// forwardRules writes KUBE-FORWARD.
+// forwardRules writes KUBE-FORWARD. INVALID packets, which would reset
+// connections, are dropped unless conntrack is liberal (kube-proxy's
+// issues 74839 and 117924).
 func (r *renderer) forwardRules() {
 	n := r.names
-	r.rule(n.Forward())
-	r.str(" -m conntrack --ctstate INVALID -j DROP\n")
+	if !r.kernel.TCPBeLiberal {
+		r.rule(n.Forward())
+		r.str(" -m conntrack --ctstate INVALID")
+		if r.kernel.InvalidDroppedCounter {
+			r.nfacct(CounterInvalidDropped)
+		}
+		r.jump("DROP")
+	}
 	r.rule(n.Forward())
 	r.comment("kubernetes forwarding rules")
 	r.str(" -m mark --mark " + r.mark + "/" + r.mark + " -j ACCEPT\n")
@@ -246,7 +264,11 @@ func (r *renderer) natTable(plans []plan, opts renderOptions) {
 	}
 	for i := range plans {
 		if plans[i].rewrite {
+			start := len(r.b)
 			r.serviceChains(&plans[i])
+			if opts.serviceRules != nil {
+				opts.serviceRules[plans[i].service.Name] = bytes.Count(r.b[start:], []byte("\n"))
+			}
 		}
 	}
 	for _, c := range opts.stale {
@@ -377,10 +399,20 @@ func (r *renderer) nodePortsJump() {
 }
 
 // nodePortRule sends p's node port to its external chain in nat
-// KUBE-NODEPORTS.
+// KUBE-NODEPORTS; with the localhost counter, first from 127.0.0.0/8
+// through it, as kube-proxy does.
 func (r *renderer) nodePortRule(p *plan) {
 	if p.externalChain == "" || p.service.NodePort == 0 || !r.ownsNodePort(p) {
 		return
+	}
+	if !r.v6 && r.cfg.LocalhostNodePorts && r.kernel.LocalhostNodePortsCounter {
+		r.rule(r.names.NodePorts())
+		r.comment(p.portName)
+		r.proto(p.proto)
+		r.str(" -d 127.0.0.0/8")
+		r.dport(p.service.NodePort)
+		r.nfacct(CounterLocalhostNodePorts)
+		r.jump(p.externalChain)
 	}
 	r.rule(r.names.NodePorts())
 	r.comment(p.portName)

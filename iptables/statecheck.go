@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -29,11 +30,12 @@ const (
 )
 
 // stateCheck is the restore input that checks, with one `-C` line each,
-// every jump from the built-in chains (a flush of a table removes them); what[i] names what line i+1 checks ("" for the lines that check
-// nothing).
+// every jump from the built-in chains (a flush of a table removes them);
+// what[i] is the drift of line i+1 failing (the zero Drift for the lines
+// that check nothing).
 type stateCheck struct {
 	input []byte
-	what  []string
+	what  []svcproxy.Drift
 }
 
 // newStateCheck returns the check of what a full sync with names leaves in
@@ -41,19 +43,20 @@ type stateCheck struct {
 func newStateCheck(names Names) stateCheck {
 	var c stateCheck
 	for _, table := range []string{"filter", "nat"} {
-		c.add("*"+table, "")
+		c.add("*"+table, svcproxy.Drift{})
 		for _, j := range jumps {
 			if j.table == table {
-				c.add("-C "+j.from+" "+restoreArgs(j.spec(names)), "the jump from "+table+" "+j.from+" to "+j.to(names))
+				c.add("-C "+j.from+" "+restoreArgs(j.spec(names)), svcproxy.Drift{Kind: svcproxy.DriftJump, What: "the jump from " + table + " " + j.from + " to " + j.to(names)})
 			}
 		}
-		c.add("COMMIT", "")
+		c.add("COMMIT", svcproxy.Drift{})
 	}
 	return c
 }
 
-// add appends one line to the check, with what it checks ("" for none).
-func (c *stateCheck) add(line, what string) {
+// add appends one line to the check, with the drift of its failing (the
+// zero Drift for none).
+func (c *stateCheck) add(line string, what svcproxy.Drift) {
 	c.input = append(c.input, line+"\n"...)
 	c.what = append(c.what, what)
 }
@@ -74,28 +77,33 @@ func restoreArgs(args []string) string {
 // failedLine matches iptables-restore's report of the line that failed.
 var failedLine = regexp.MustCompile(`line ([0-9]+) failed`)
 
-// missing explains the error of a check run: what the line that failed
-// checks, or the error itself when it names no line of the check.
-func (c stateCheck) missing(err error) string {
+// missing explains the error of a check run: the drift of the line that
+// failed, and false when err names no line of the check that checks
+// something.
+func (c stateCheck) missing(err error) (svcproxy.Drift, bool) {
 	var ce *CommandError
 	if errors.As(err, &ce) {
 		if m := failedLine.FindStringSubmatch(ce.Stderr); m != nil {
-			if n, _ := strconv.Atoi(m[1]); n >= 1 && n <= len(c.what) && c.what[n-1] != "" {
-				return "missing: " + c.what[n-1]
+			if n, _ := strconv.Atoi(m[1]); n >= 1 && n <= len(c.what) && c.what[n-1].Found() {
+				return c.what[n-1], true
 			}
 		}
 	}
-	return fmt.Sprintf("state check failed: %v", err)
+	return svcproxy.Drift{}, false
 }
 
 // checkState runs the state check, one restore that changes nothing. It
 // returns "" when everything it checks is in the kernel, and otherwise
 // what was missing first (or why the check failed).
 func (e *Executor) checkState(ctx context.Context) string {
-	if err := e.runner.Run(ctx, e.restoreCmd(e.check.input, nil)); err != nil {
-		return e.check.missing(err)
+	err := e.runner.Run(ctx, e.restoreCmd(e.check.input, nil))
+	if err == nil {
+		return ""
 	}
-	return ""
+	if d, ok := e.check.missing(err); ok {
+		return "missing: " + d.What
+	}
+	return fmt.Sprintf("state check failed: %v", err)
 }
 
 // CheckState compares the kernel with what the last successful Sync left
@@ -111,49 +119,52 @@ func (e *Executor) checkState(ctx context.Context) string {
 // 10 endpoints it costs about 5 s and runs every 2 to 4 minutes
 // (BENCHMARKS.md), at a few hundred Services at every check.
 //
-// It returns what it found first; "" when nothing differs, and before the
-// first successful Sync, when there is nothing to compare; an error when
-// the check could not run. A full sync (RequestFullSync) repairs what it
-// finds.
-func (e *Executor) CheckState(ctx context.Context) (string, error) {
+// It returns what it found first, of kind svcproxy.DriftJump (a jump from
+// a built-in chain missing), DriftRule (a fixed rule missing, or a chain
+// of ours with other rules or targets) or DriftChain (a chain of ours
+// missing, or one too many); the zero Drift when nothing differs, and
+// before the first successful Sync, when there is nothing to compare; an
+// error when the check could not run. A full sync (RequestFullSync)
+// repairs what it finds.
+func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 	if !e.made() {
-		return "", errNotMade
+		return svcproxy.Drift{}, errNotMade
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.last == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
-	check := e.check.with(fixedRulesCheck(e.names, e.last.Config()))
+	check := e.check.with(fixedRulesCheck(e.names, e.last.Config(), e.kernel))
 	err := e.runner.Run(ctx, e.restoreCmd(check.input, nil))
 	if err != nil {
-		if missing, ok := strings.CutPrefix(check.missing(err), "missing: "); ok {
-			return missing, nil
+		if d, ok := check.missing(err); ok {
+			return d, nil
 		}
-		return "", fmt.Errorf("iptables: state check: %w", err)
+		return svcproxy.Drift{}, fmt.Errorf("iptables: state check: %w", err)
 	}
-	missing, err := e.deepCheck(ctx)
+	d, err := e.deepCheck(ctx)
 	if err != nil {
-		return "", fmt.Errorf("iptables: state check: %w", err)
+		return svcproxy.Drift{}, fmt.Errorf("iptables: state check: %w", err)
 	}
-	return missing, nil
+	return d, nil
 }
 
-// fixedRulesCheck checks the rules a full sync with cfg writes whatever the
-// Services: those Render writes for a Ruleset without any.
-func fixedRulesCheck(names Names, cfg ruleset.Config) stateCheck {
+// fixedRulesCheck checks the rules a full sync with cfg for k writes
+// whatever the Services: those RenderFor writes for a Ruleset without any.
+func fixedRulesCheck(names Names, cfg ruleset.Config, k Kernel) stateCheck {
 	var c stateCheck
 	table := ""
-	for _, line := range strings.Split(string(newRenderer(names, cfg).render(nil, renderOptions{})), "\n") {
+	for _, line := range strings.Split(string(newRenderer(names, cfg).render(nil, renderOptions{kernel: k})), "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
 			table = line[1:]
-			c.add(line, "")
+			c.add(line, svcproxy.Drift{})
 		case line == "COMMIT":
-			c.add(line, "")
+			c.add(line, svcproxy.Drift{})
 		case strings.HasPrefix(line, "-A "):
 			chain, _, _ := strings.Cut(line[3:], " ")
-			c.add("-C"+line[2:], "a rule of "+table+" "+chain+" (the chain was flushed?)")
+			c.add("-C"+line[2:], svcproxy.Drift{Kind: svcproxy.DriftRule, What: "a rule of " + table + " " + chain + " (the chain was flushed?)"})
 		}
 	}
 	return c

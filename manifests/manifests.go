@@ -23,26 +23,29 @@
 // # Limitations
 //
 // It reads files, not an API server; a Watcher polls them, it is not told
-// of changes. It does not apply the API server's defaulting or validation;
-// servicemap and endpoints decide what is usable.
+// of changes. It does not apply the API server's validation, nor its
+// defaulting but for an EndpointSlice port's name ("") and protocol (TCP),
+// which every slice kube-proxy reads has (package endpoints, as
+// kube-proxy, skips a port without a name); servicemap and endpoints
+// decide what is usable.
 package manifests
 
 import (
-	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/svcproxy/svcproxy"
@@ -59,17 +62,33 @@ func Load(path string) (*state.Objects, []svcproxy.Warning, error) {
 	objs := &state.Objects{}
 	var warnings []svcproxy.Warning
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		w, err := parseFile(objs, f, nil)
 		if err != nil {
 			return nil, nil, err
-		}
-		w, err := parse(objs, data)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", filepath.Base(f), err)
 		}
 		warnings = append(warnings, w...)
 	}
 	return objs, warnings, nil
+}
+
+// parseFile appends the objects of file f to o, reading it as a stream
+// (never whole), and everything it reads to read when not nil. An error
+// of parsing names the file.
+func parseFile(o *state.Objects, f string, read io.Writer) ([]svcproxy.Warning, error) {
+	file, err := os.Open(f)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	var r io.Reader = file
+	if read != nil {
+		r = io.TeeReader(file, read)
+	}
+	w, err := parse(o, r, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Base(f), err)
+	}
+	return w, nil
 }
 
 // Files lists the files that Load reads at path: path itself when it is
@@ -103,7 +122,7 @@ func Files(path string) ([]string, error) {
 // Parse reads the objects in data, one file's contents.
 func Parse(data []byte) (*state.Objects, []svcproxy.Warning, error) {
 	objs := &state.Objects{}
-	w, err := parse(objs, data)
+	w, err := parse(objs, bytes.NewReader(data), nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -121,10 +140,18 @@ type header struct {
 	Items []json.RawMessage `json:"items"`
 }
 
-// parse appends the objects in data to o.
-func parse(o *state.Objects, data []byte) ([]svcproxy.Warning, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+// parse appends the objects that r holds, one file's contents, to o. It
+// reads one document at a time, into one buffer: what it holds at once
+// beyond the objects is one document and what that document makes. When
+// next is not nil it records there what each document made, by the hash of
+// its bytes, and a document that prev (which may be nil) records is not
+// decoded again: its objects, the same pointers, are appended. An
+// EndpointSlice that is decoded shares what it has equal with the one of
+// the same name prev holds (shareEndpointSlice).
+func parse(o *state.Objects, r io.Reader, prev, next docCache) ([]svcproxy.Warning, error) {
+	reader := newDocReader(r)
 	var warnings []svcproxy.Warning
+	var previous map[objectName]*discovery.EndpointSlice // prev's, once needed
 	for doc := 1; ; doc++ {
 		raw, err := reader.Read()
 		if errors.Is(err, io.EOF) {
@@ -136,33 +163,135 @@ func parse(o *state.Objects, data []byte) ([]svcproxy.Warning, error) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
-		values, err := jsonValues(raw)
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", doc, err)
-		}
-		if values == nil {
-			// Strict: a key given twice is an error, as for kubectl,
-			// rather than the last one silently winning.
-			js, err := yaml.YAMLToJSONStrict(raw)
+		if next == nil {
+			w, err := document(o, raw, doc)
 			if err != nil {
-				return nil, fmt.Errorf("document %d: %w", doc, oneLine(err))
-			}
-			if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-				continue // a document holding only comments
-			}
-			values = [][]byte{js}
-		}
-		for i, js := range values {
-			w, err := object(o, js, 0)
-			if err != nil {
-				if len(values) > 1 {
-					return nil, fmt.Errorf("document %d: JSON object %d: %w", doc, i+1, err)
-				}
-				return nil, fmt.Errorf("document %d: %w", doc, err)
+				return nil, err
 			}
 			warnings = append(warnings, w...)
+			continue
+		}
+		key := docKeyOf(raw)
+		d, ok := prev[key]
+		if !ok {
+			d = &docRead{}
+			if d.warnings, err = document(&d.objs, raw, doc); err != nil {
+				return nil, err
+			}
+			if len(d.objs.EndpointSlices) > 0 && previous == nil {
+				previous = prev.endpointSlices()
+			}
+			for _, es := range d.objs.EndpointSlices {
+				shareEndpointSlice(es, previous[objectName{es.Namespace, es.Name}])
+			}
+		}
+		next[key] = d
+		o.Services = append(o.Services, d.objs.Services...)
+		o.EndpointSlices = append(o.EndpointSlices, d.objs.EndpointSlices...)
+		o.Nodes = append(o.Nodes, d.objs.Nodes...)
+		o.ServiceCIDRs = append(o.ServiceCIDRs, d.objs.ServiceCIDRs...)
+		warnings = append(warnings, d.warnings...)
+	}
+}
+
+// docCache is what the documents of a file made, by the hash of their
+// bytes (docKeyOf), for the next parse of the file to reuse.
+type docCache map[docKey]*docRead
+
+// objectName is an object's namespace and name.
+type objectName struct{ namespace, name string }
+
+// endpointSlices are the EndpointSlices that c's documents made, by
+// name.
+func (c docCache) endpointSlices() map[objectName]*discovery.EndpointSlice {
+	byName := map[objectName]*discovery.EndpointSlice{}
+	for _, d := range c {
+		for _, es := range d.objs.EndpointSlices {
+			byName[objectName{es.Namespace, es.Name}] = es
 		}
 	}
+	return byName
+}
+
+// shareEndpointSlice makes es, just decoded, share with old (which may be
+// nil), the EndpointSlice of the same namespace and name that the previous
+// parse of the file made, what it has equal to it: its name and namespace,
+// labels, annotations, address type and ports, and every endpoint equal to
+// old's at the same index. A slice with one endpoint changed then holds
+// little more than its list of endpoints and what changed, so that a
+// reload that changes every slice of a file does not hold each twice while
+// the previous objects are still in use. A Watcher's objects are not to be
+// modified (Input), so sharing their parts is safe.
+func shareEndpointSlice(es, old *discovery.EndpointSlice) {
+	if old == nil {
+		return
+	}
+	m, om := &es.ObjectMeta, &old.ObjectMeta
+	m.Namespace, m.Name = om.Namespace, om.Name
+	if reflect.DeepEqual(m.Labels, om.Labels) {
+		m.Labels = om.Labels
+	}
+	if reflect.DeepEqual(m.Annotations, om.Annotations) {
+		m.Annotations = om.Annotations
+	}
+	if es.AddressType == old.AddressType {
+		es.AddressType = old.AddressType
+	}
+	if reflect.DeepEqual(es.Ports, old.Ports) {
+		es.Ports = old.Ports
+	}
+	for i := range min(len(es.Endpoints), len(old.Endpoints)) {
+		if reflect.DeepEqual(es.Endpoints[i], old.Endpoints[i]) {
+			es.Endpoints[i] = old.Endpoints[i]
+		}
+	}
+}
+
+// docKey is the first 16 bytes of the SHA-256 of a document.
+type docKey [16]byte
+
+func docKeyOf(raw []byte) docKey {
+	sum := sha256.Sum256(raw)
+	return docKey(sum[:16])
+}
+
+// docRead is what one document made.
+type docRead struct {
+	objs     state.Objects
+	warnings []svcproxy.Warning
+}
+
+// document appends the objects of raw, the doc'th document of a file, to
+// o.
+func document(o *state.Objects, raw []byte, doc int) ([]svcproxy.Warning, error) {
+	values, err := jsonValues(raw)
+	if err != nil {
+		return nil, fmt.Errorf("document %d: %w", doc, err)
+	}
+	if values == nil {
+		// Strict: a key given twice is an error, as for kubectl,
+		// rather than the last one silently winning.
+		js, err := yaml.YAMLToJSONStrict(raw)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, oneLine(err))
+		}
+		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+			return nil, nil // a document holding only comments
+		}
+		values = [][]byte{js}
+	}
+	var warnings []svcproxy.Warning
+	for i, js := range values {
+		w, err := object(o, js, 0)
+		if err != nil {
+			if len(values) > 1 {
+				return nil, fmt.Errorf("document %d: JSON object %d: %w", doc, i+1, err)
+			}
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		warnings = append(warnings, w...)
+	}
+	return warnings, nil
 }
 
 // jsonValues splits a document that is a stream of JSON objects ("{…}
@@ -239,6 +368,7 @@ func object(o *state.Objects, js []byte, depth int) ([]svcproxy.Warning, error) 
 		if es.Namespace == "" {
 			es.Namespace = "default"
 		}
+		defaultPorts(es)
 		o.EndpointSlices = append(o.EndpointSlices, es)
 	case h.Kind == "Node" && h.APIVersion == "v1":
 		node := &v1.Node{}
@@ -287,4 +417,19 @@ func unallocated(svc *v1.Service) []svcproxy.Warning {
 func oneLine(err error) error {
 	msg := strings.Join(strings.Fields(err.Error()), " ")
 	return errors.New(msg)
+}
+
+// defaultPorts gives es's ports without a name or protocol the API
+// server's defaults: "" and TCP.
+func defaultPorts(es *discovery.EndpointSlice) {
+	for i := range es.Ports {
+		p := &es.Ports[i]
+		if p.Name == nil {
+			p.Name = new(string)
+		}
+		if p.Protocol == nil {
+			tcp := v1.ProtocolTCP
+			p.Protocol = &tcp
+		}
+	}
 }

@@ -2,9 +2,11 @@ package manifests_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -236,7 +238,7 @@ func TestParseDecodes(t *testing.T) {
 			Ports:     []v1.ServicePort{{Name: "http", Port: 80}},
 		},
 	}
-	name, port := "http", int32(8080)
+	name, port, tcp := "http", int32(8080), v1.ProtocolTCP
 	node := "node-a"
 	wantSlice := &discovery.EndpointSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
@@ -245,7 +247,7 @@ func TestParseDecodes(t *testing.T) {
 			Labels: map[string]string{"kubernetes.io/service-name": "web"},
 		},
 		AddressType: discovery.AddressTypeIPv4,
-		Ports:       []discovery.EndpointPort{{Name: &name, Port: &port}},
+		Ports:       []discovery.EndpointPort{{Name: &name, Port: &port, Protocol: &tcp}}, // TCP: the API server's default
 		Endpoints:   []discovery.Endpoint{{Addresses: []string{"198.18.1.1"}, NodeName: &node}},
 	}
 	wantNode := &v1.Node{
@@ -277,6 +279,32 @@ func TestParseDecodes(t *testing.T) {
 	must.None(st.Replace(*objs))
 	if snap := st.Snapshot(); snap.Node.Zone != "z1" || len(snap.ServiceCIDRs) != 1 {
 		t.Errorf("State after Replace: node %+v, ServiceCIDRs %v", snap.Node, snap.ServiceCIDRs)
+	}
+}
+
+// TestParseDefaultsSlicePorts: a slice port without a name or protocol
+// gets the API server's defaults ("", TCP), as every slice kube-proxy
+// reads has them; given values stay.
+func TestParseDefaultsSlicePorts(t *testing.T) {
+	objs, warnings, err := manifests.Parse([]byte(`apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {namespace: ns, name: web-1, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{port: 8080}, {name: dns, protocol: UDP, port: 53}]
+endpoints: [{addresses: [198.18.1.1]}]
+`))
+	if err != nil || len(warnings) != 0 || len(objs.EndpointSlices) != 1 {
+		t.Fatalf("Parse = %v, %v, %v", objs, warnings, err)
+	}
+	var got []string
+	for _, p := range objs.EndpointSlices[0].Ports {
+		if p.Name == nil || p.Protocol == nil {
+			t.Fatalf("port %+v not defaulted", p)
+		}
+		got = append(got, fmt.Sprintf("%q/%s", *p.Name, *p.Protocol))
+	}
+	if want := []string{`""/TCP`, `"dns"/UDP`}; !slices.Equal(got, want) {
+		t.Errorf("ports %v, want %v", got, want)
 	}
 }
 

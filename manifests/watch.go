@@ -17,7 +17,9 @@ import (
 	"github.com/svcproxy/svcproxy/state"
 )
 
-// Input is one read of a manifests path by a Watcher.
+// Input is one read of a manifests path by a Watcher. Its objects, and
+// parts of them, are shared with the Inputs of later Reads: the caller must
+// not modify them.
 type Input struct {
 	Objects  *state.Objects
 	Warnings []svcproxy.Warning
@@ -48,7 +50,10 @@ const DefaultMaxFileSize = 64 << 20
 // the new one whole, never a part.
 //
 // Read reads, hashes and parses only the files whose size or modification
-// time changed since the previous Read (the others' objects are kept), and
+// time changed since the previous Read (the others' objects are kept), each
+// as a stream, a document at a time, decoding only the documents whose
+// bytes changed (the others' objects are kept too; a changed EndpointSlice
+// shares what it has equal with the one of its name it replaces), and
 // gives nothing to apply when no file's contents differ, so that a file
 // touched or rewritten unchanged gives nothing, and the same broken
 // contents give their error once. A file larger than MaxFileSize is an
@@ -79,6 +84,10 @@ type fileRead struct {
 	objs     *state.Objects
 	warnings []svcproxy.Warning
 	err      error // why it could not be parsed; objs is nil then
+	// docs is what each of its documents made, for the next parse of
+	// the file to reuse (parse); after an error, the last parse's that
+	// succeeded.
+	docs docCache
 }
 
 // NewWatcher returns a Watcher of the file or directory at path (read as
@@ -184,39 +193,95 @@ func (w *Watcher) readFile(f string) (*fileRead, error) {
 	if prev != nil && prev.stat == stat {
 		return prev, nil
 	}
-	data, err := readLimited(f, limit)
+	hash, err := hashFile(f, limit)
 	if err != nil {
 		return nil, err
 	}
-	r := &fileRead{stat: stat, hash: sha256.Sum256(data)}
-	if prev != nil && prev.hash == r.hash {
-		r.objs, r.warnings, r.err = prev.objs, prev.warnings, prev.err
-		return r, nil
+	if prev != nil && prev.hash == hash {
+		return &fileRead{stat: stat, hash: hash, objs: prev.objs, warnings: prev.warnings, err: prev.err, docs: prev.docs}, nil
 	}
-	r.objs, r.warnings, r.err = Parse(data)
-	return r, nil
+	var prevDocs docCache
+	if prev != nil {
+		prevDocs = prev.docs
+	}
+	return parseWatched(f, stat, limit, prevDocs)
 }
 
-// readLimited reads file f, failing when it holds more than limit bytes
-// (no limit when negative): it may have grown since it was stated.
-func readLimited(f string, limit int64) ([]byte, error) {
+// hashFile hashes file f as it streams it, failing when it holds more
+// than limit bytes (no limit when negative): it may have grown since it
+// was stated.
+func hashFile(f string, limit int64) ([32]byte, error) {
+	file, err := os.Open(f)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	defer file.Close()
+	h := sha256.New()
+	if _, err := copyLimited(h, file, f, limit); err != nil {
+		return [32]byte{}, err
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum, nil
+}
+
+// parseWatched parses file f as a stream, a document at a time, and
+// hashes what it parsed: the whole file, also when parsing failed (the
+// error is in the result then). A document that prevDocs, what the last
+// parse of f made, records is not decoded again. The error it returns
+// stops the Read: f cannot be read, or holds more than limit bytes.
+func parseWatched(f, stat string, limit int64, prevDocs docCache) (*fileRead, error) {
 	file, err := os.Open(f)
 	if err != nil {
 		return nil, err
 	}
 	defer file.Close()
-	var r io.Reader = file
-	if limit > 0 {
-		r = io.LimitReader(file, limit+1)
+	h := sha256.New()
+	counted := &countingWriter{w: h}
+	var in io.Reader = file
+	if limit >= 0 {
+		in = io.LimitReader(file, limit+1)
 	}
-	data, err := io.ReadAll(r)
-	if err != nil {
+	r := io.TeeReader(in, counted)
+	objs, docs := &state.Objects{}, make(docCache, len(prevDocs))
+	warnings, perr := parse(objs, r, prevDocs, docs)
+	if _, err := io.Copy(io.Discard, r); err != nil {
 		return nil, err
 	}
-	if limit > 0 && int64(len(data)) > limit {
+	if limit >= 0 && counted.n > limit {
 		return nil, fmt.Errorf("%s: more than the limit of %d bytes: not read", filepath.Base(f), limit)
 	}
-	return data, nil
+	read := &fileRead{stat: stat, objs: objs, warnings: warnings, docs: docs}
+	if perr != nil {
+		read.objs, read.warnings, read.err, read.docs = nil, nil, perr, prevDocs
+	}
+	h.Sum(read.hash[:0])
+	return read, nil
+}
+
+// copyLimited copies r to w, failing when r holds more than limit bytes
+// (no limit when negative); f names the file in that error.
+func copyLimited(w io.Writer, r io.Reader, f string, limit int64) (int64, error) {
+	if limit < 0 {
+		return io.Copy(w, r)
+	}
+	n, err := io.Copy(w, io.LimitReader(r, limit+1))
+	if err == nil && n > limit {
+		err = fmt.Errorf("%s: more than the limit of %d bytes: not read", filepath.Base(f), limit)
+	}
+	return n, err
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Watch polls the manifests every poll interval, on the wall clock, until

@@ -257,7 +257,9 @@ func TestWatch(t *testing.T) {
 
 // TestWatcherParsesChangedFilesOnly: a Read after one file of a directory
 // changed keeps the objects of the others as they were (the same
-// pointers: not parsed again) and has the changed file's new ones.
+// pointers: not parsed again), and of the changed file's documents it
+// decodes only those that changed: the others keep their objects, the
+// new and the changed ones have new objects.
 func TestWatcherParsesChangedFilesOnly(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
@@ -271,20 +273,88 @@ func TestWatcherParsesChangedFilesOnly(t *testing.T) {
 	if err != nil || first == nil || len(first.Objects.Services) != 4 {
 		t.Fatalf("first Read: %+v, %v", first, err)
 	}
-	if err := os.WriteFile(b, []byte(strings.Join(serviceDocs(2, 3), "")), 0o644); err != nil {
+	// b.yaml: s2 changed (another port), s3 as it was, s4 new.
+	docs := serviceDocs(2, 3)
+	docs[0] = strings.Replace(docs[0], "port: 80", "port: 81", 1)
+	if err := os.WriteFile(b, []byte(strings.Join(docs, "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	next, err := w.Read()
 	if err != nil || next == nil || len(next.Objects.Services) != 5 {
 		t.Fatalf("Read after b.yaml changed: %+v, %v", next, err)
 	}
-	for i := range 2 {
-		if next.Objects.Services[i] != first.Objects.Services[i] {
-			t.Errorf("Service %s of the unchanged a.yaml was parsed again", next.Objects.Services[i].Name)
+	for i, same := range []bool{true, true, false, true} {
+		if got := next.Objects.Services[i] == first.Objects.Services[i]; got != same {
+			t.Errorf("Service %s: the same object %v, want %v", next.Objects.Services[i].Name, got, same)
 		}
 	}
-	if next.Objects.Services[2] == first.Objects.Services[2] {
-		t.Error("the changed b.yaml was not parsed again")
+	if p := next.Objects.Services[2].Spec.Ports[0].Port; p != 81 {
+		t.Errorf("the changed s2 has port %d, want 81", p)
+	}
+	if name := next.Objects.Services[4].Name; name != "s4" {
+		t.Errorf("the new document's Service is %s, want s4", name)
+	}
+}
+
+// sliceDoc is an EndpointSlice document of Service web with an endpoint
+// on node-a at each of addrs.
+func sliceDoc(name string, addrs ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  namespace: ns\n  name: %s\n"+
+		"  labels: {kubernetes.io/service-name: web}\naddressType: IPv4\nports: [{name: p, port: 8080, protocol: TCP}]\nendpoints:\n", name)
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "- addresses: [%s]\n  conditions: {ready: true}\n  nodeName: node-a\n", a)
+	}
+	return b.String() + "---\n"
+}
+
+// TestWatcherSharesUnchangedParts: an EndpointSlice whose document changed
+// is decoded again, and holds what the Parse of the file holds, but shares
+// with the previous one of its name the parts that are equal (labels,
+// ports, each endpoint equal at the same index), and not the ones that
+// changed; another slice shares nothing with it.
+func TestWatcherSharesUnchangedParts(t *testing.T) {
+	before := sliceDoc("web-1", "198.18.64.2", "198.18.64.3") + sliceDoc("web-2", "198.18.64.4")
+	after := sliceDoc("web-1", "198.18.64.2", "198.18.64.9") + sliceDoc("web-2", "198.18.64.4", "198.18.64.5")
+	path := watchedFile(t, before)
+	w := manifests.NewWatcher(path, 0)
+	first, err := w.Read()
+	if err != nil || first == nil {
+		t.Fatalf("first Read: %+v, %v", first, err)
+	}
+	if err := os.WriteFile(path, []byte(after), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, time.Now(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	next, err := w.Read()
+	if err != nil || next == nil {
+		t.Fatalf("Read after the change: %+v, %v", next, err)
+	}
+	parsed, _, err := manifests.Parse([]byte(after))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(parsed.EndpointSlices, next.Objects.EndpointSlices); diff != "" {
+		t.Errorf("the Watcher's slices differ from Parse's (-Parse +Watcher):\n%s", diff)
+	}
+	old, now := first.Objects.EndpointSlices, next.Objects.EndpointSlices
+	for _, c := range []struct {
+		what       string
+		got, share bool
+	}{
+		{"web-1 is a new object", now[0] != old[0], true},
+		{"web-1's labels", fmt.Sprintf("%p", now[0].Labels) == fmt.Sprintf("%p", old[0].Labels), true},
+		{"web-1's ports", &now[0].Ports[0] == &old[0].Ports[0], true},
+		{"web-1's unchanged endpoint's node name", now[0].Endpoints[0].NodeName == old[0].Endpoints[0].NodeName, true},
+		{"web-1's changed endpoint's node name", now[0].Endpoints[1].NodeName == old[0].Endpoints[1].NodeName, false},
+		{"web-1's and web-2's first endpoint's node name", now[0].Endpoints[0].NodeName == now[1].Endpoints[0].NodeName, false},
+		{"web-2's unchanged endpoint's node name", now[1].Endpoints[0].NodeName == old[1].Endpoints[0].NodeName, true},
+	} {
+		if c.got != c.share {
+			t.Errorf("%s: shared %v, want %v", c.what, c.got, c.share)
+		}
 	}
 }
 

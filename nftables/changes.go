@@ -423,8 +423,8 @@ func (p *changePlan) addNewObjects(tx txWriter, c *portChange, res *Result) {
 			if owns(p.new, c.newService, k, kind) {
 				return
 			}
-			if w, ok := notOwnedWarning(p.new, c.newService, k, kind); ok {
-				res.Warnings = append(res.Warnings, w)
+			if w, ok := notOwnedWarning(p.new, c.newService, k, kind); ok && !slices.Contains(res.Warnings, w) {
+				res.Warnings = append(res.Warnings, w) // one per destination, not per element
 			}
 		})
 	}

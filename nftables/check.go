@@ -3,7 +3,9 @@ package nftables
 import (
 	"context"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftexec"
+	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -13,40 +15,55 @@ import (
 // holds rules, with one dump per chain that the kernel filters to that
 // chain; without netlink, by name through nft's listing, that the fixed
 // and base chains and the fixed sets and maps are there. Then, over
-// netlink only, every object: every chain the Ruleset has, with its
-// number of rules (one dump of the table's rules, which reads each
-// rule's chain name only), and every set and map with its number of
-// elements (one dump each), but the affinity sets that the packet path
-// fills. A rule or element changed in place, its number kept, is not
-// found. It returns what it found first, or "" when nothing; a full
-// sync, forced with RequestFullSync, repairs it.
+// netlink only, every object, half of the chains at each call: every
+// chain the Ruleset has, with its number of rules and their content (one
+// dump per chain, compared with the same chain read right after the
+// Executor wrote it), and every set and map, but the affinity sets that
+// the packet path fills, with its number of elements and their content
+// (one dump each, compared with a digest of the elements the Ruleset
+// has). A rule or element replaced by another is found as one added or
+// deleted. A chain the Executor could not read right after writing it is
+// read by the first check that reads it, which cannot tell a change made
+// in between. It returns what it found first, classified (the table,
+// a chain, a set or a map missing; a chain's rules, among them the jumps
+// between the table's chains; a set's or map's elements), or the zero
+// Drift when nothing; a full sync, forced with RequestFullSync, repairs
+// it.
 //
 // Before the first Sync, or after a failed one, there is nothing to compare
-// and it returns "".
-func (e *Executor) CheckState(ctx context.Context) (string, error) {
+// and it returns the zero Drift.
+func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 	if !e.made() {
-		return "", errNotMade
+		return svcproxy.Drift{}, errNotMade
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.last == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	r, err := newRenderer(e.last.Config(), e.cfg.Options)
 	if err != nil {
-		return "", err
+		return svcproxy.Drift{}, err
 	}
 	fixed := append(fixedChains[:len(fixedChains):len(fixedChains)], baseChainNames()...)
-	if missing, err := e.t.CheckNames(ctx, fixed, r.fixedSetsAndMaps()); missing != "" || err != nil {
+	var sets, maps []string
+	for _, name := range r.fixedSetsAndMaps() {
+		if fixedKind(name) == "set" {
+			sets = append(sets, name)
+		} else {
+			maps = append(maps, name)
+		}
+	}
+	if missing, err := e.t.CheckNames(ctx, fixed, sets, maps); missing.Found() || err != nil {
 		return missing, err
 	}
 	if e.t.NL == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	if e.expectedFor != e.last {
 		want, err := expected(e.last, e.cfg.Options)
 		if err != nil {
-			return "", err
+			return svcproxy.Drift{}, err
 		}
 		e.expected, e.expectedFor = want, e.last
 	}
@@ -61,8 +78,8 @@ func (e *Executor) CheckState(ctx context.Context) (string, error) {
 const deepSlices = 2
 
 // expected is what a full sync of rs into an empty table leaves there, as
-// DeepCheck compares it: the rules of every chain and the elements of
-// every set and map but the affinity sets.
+// DeepCheck compares it: the number of rules of every chain, and the
+// digest of the elements of every set and map but the affinity sets.
 func expected(rs *ruleset.Ruleset, opts Options) (nftexec.Expected, error) {
 	r, err := newRenderer(rs.Config(), opts)
 	if err != nil {
@@ -72,7 +89,7 @@ func expected(rs *ruleset.Ruleset, opts Options) (nftexec.Expected, error) {
 	none := func(string) bool { return false }
 	r.fixed(rec, none, false)
 	newFullState(r, rs, &Result{}, none, false).services(rec, rs.Services())
-	want := nftexec.Expected{Rules: map[string]int{}, Elements: map[string]int{}}
+	want := nftexec.Expected{Rules: map[string]int{}, Elements: map[string]nftnl.Digest{}, Maps: map[string]bool{}}
 	counted := map[string]bool{}
 	for _, o := range rec.ops {
 		switch o.kind {
@@ -95,26 +112,57 @@ func expected(rs *ruleset.Ruleset, opts Options) (nftexec.Expected, error) {
 			switch o.verb {
 			case opAdd:
 				counted[s.Name] = true
-				want.Elements[s.Name] += 0
+				if _, ok := want.Elements[s.Name]; !ok {
+					want.Elements[s.Name] = nftnl.Digest{}
+				}
+				want.Maps[s.Name] = o.kind == kindMap
 			case opFlush:
-				want.Elements[s.Name] = 0
+				want.Elements[s.Name] = nftnl.Digest{}
 			case opDelete:
 				counted[s.Name] = false
 				delete(want.Elements, s.Name)
+				delete(want.Maps, s.Name)
 			}
 		case kindSetElement, kindMapElement:
 			if !counted[o.elem.Set] {
 				continue
 			}
-			if o.verb == opAdd {
-				want.Elements[o.elem.Set]++
-			} else {
-				want.Elements[o.elem.Set]--
+			sign := 1
+			if o.verb != opAdd {
+				sign = -1
 			}
+			d := want.Elements[o.elem.Set]
+			o.elem.AddDigest(&d, sign)
+			want.Elements[o.elem.Set] = d
 		}
 	}
 	want.Sort()
 	return want, nil
+}
+
+// learnWritten has the table read the rules of the chains that ops,
+// just applied, wrote, for the deep check to compare them with later
+// (nftexec.Table.LearnRules), and forget the chains ops deleted.
+func (e *Executor) learnWritten(ops []op) {
+	if e.t.NL == nil {
+		return
+	}
+	deleted := map[string]bool{}
+	for _, o := range ops {
+		if o.kind == kindChain || o.kind == kindRule {
+			deleted[o.chain.Name] = o.kind == kindChain && o.verb == opDelete
+		}
+	}
+	var learn, forget []string
+	for name, del := range deleted {
+		if del {
+			forget = append(forget, name)
+		} else {
+			learn = append(learn, name)
+		}
+	}
+	e.t.ForgetChains(forget)
+	e.t.LearnRules(learn)
 }
 
 // baseChainNames are the names of the base chains.

@@ -49,7 +49,7 @@ func TestKernelChunkedChanges(t *testing.T) {
 		name := fmt.Sprintf("svc%d", i)
 		w.add(svc("ns1", name, ip(i)), slice("ns1", name, 8080, ep{ip: pod1.IPv4.String(), node: node}))
 	}
-	w.svcs.Delete("ns1", "svc0")
+	w.Svcs.Delete("ns1", "svc0")
 	rs := w.update(old)
 	now = now.Add(2 * time.Second)
 	res, err := ex.Apply(ctx, rs)

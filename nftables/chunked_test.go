@@ -45,11 +45,11 @@ func (u universe) world(tb fataler, cfg ruleset.Config) *world {
 // (Builder.UpdatePorts): what the table holds when only those ports of a
 // change from prev to w's state are written.
 func (w *world) partly(prev *ruleset.Ruleset, names []servicemap.PortName) *ruleset.Ruleset {
-	helper(w.tb)
-	s, _ := w.svcs.Snapshot()
-	e, _ := w.eps.Snapshot()
-	rs, _, warnings := w.builder.UpdatePorts(prev, s, e, names)
-	w.checkWarnings("UpdatePorts", warnings)
+	helper(w.TB)
+	s, _ := w.Svcs.Snapshot()
+	e, _ := w.Eps.Snapshot()
+	rs, _, warnings := w.Builder.UpdatePorts(prev, s, e, names)
+	w.CheckWarnings("UpdatePorts", warnings)
 	return rs
 }
 

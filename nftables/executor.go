@@ -377,6 +377,7 @@ func (e *Executor) apply(ctx context.Context, ops *opRecorder, what string) (net
 			if err := e.t.NL.Send(b); err != nil {
 				return true, nil, fmt.Errorf("nftables: %s over netlink: %w", what, err)
 			}
+			e.learnWritten(ops.ops)
 			return true, nil, nil
 		}
 		notNetlink = err
@@ -386,11 +387,13 @@ func (e *Executor) apply(ctx context.Context, ops *opRecorder, what string) (net
 	if err := e.t.NFT.Run(ctx, tx); err != nil {
 		return false, notNetlink, fmt.Errorf("nftables: %s: %w", what, err)
 	}
+	e.learnWritten(ops.ops)
 	return false, notNetlink, nil
 }
 
 func (e *Executor) syncFull(ctx context.Context, rs *ruleset.Ruleset, now time.Time) (outcome, error) {
 	e.last = nil
+	e.t.ForgetRules()
 	existing, err := e.t.ListAll(ctx)
 	if err != nil {
 		if !knftables.IsNotFound(err) {
@@ -464,10 +467,7 @@ func (e *Executor) resync(ctx context.Context, rs *ruleset.Ruleset, existing map
 	}
 	var elements []*knftables.Element
 	for _, name := range r.fixedSetsAndMaps() {
-		kind := "map"
-		if name == setClusterIPs || name == setNodePortIPs || name == setHairpin {
-			kind = "set"
-		}
+		kind := fixedKind(name)
 		if name == setNodePortIPs || !slices.Contains(existing[kind], name) {
 			continue
 		}

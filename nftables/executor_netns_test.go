@@ -70,8 +70,8 @@ func TestExecutorNetNS(t *testing.T) {
 	if err != nil || !strings.Contains(listing, "198.19.0.10") || !strings.Contains(listing, "198.19.0.11") {
 		t.Fatalf("the target namespace's table lacks the Services: %v\n%s", err, listing)
 	}
-	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-		t.Errorf("CheckState in the target namespace: %q, %v; want nothing missing", missing, err)
+	if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+		t.Errorf("CheckState in the target namespace: %+v, %v; want nothing missing", missing, err)
 	}
 	if diff := cmp.Diff(hostBefore, hostRuleset(t)); diff != "" {
 		t.Errorf("the host's ruleset changed after Sync (-before +after):\n%s", diff)

@@ -52,12 +52,23 @@ var jumps = []struct {
 	{chainFilterOutput, true, chainClusterIPsCheck},
 }
 
+// fixedSetsAndMaps are the names of the sets and maps that do not depend on
+// the Services (fixedKind tells which is which).
 func (r *renderer) fixedSetsAndMaps() []string {
 	names := []string{setClusterIPs, setHairpin, mapNoEndpointServices, mapNoEndpointNodePorts, mapFirewallIPs, mapServiceIPs, mapServiceNodePorts}
 	if len(r.cfg.NodePortAddresses) > 0 || r.cfg.NoNodePortAddresses {
 		names = append(names, setNodePortIPs)
 	}
 	return names
+}
+
+// fixedKind is "set" for a name of fixedSetsAndMaps that is a set, "map"
+// for one that is a map.
+func fixedKind(name string) string {
+	if name == setClusterIPs || name == setNodePortIPs || name == setHairpin {
+		return "set"
+	}
+	return "map"
 }
 
 // fixed adds the table and everything in it that does not depend on the

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -193,8 +194,8 @@ func (st *fullState) services(tx txWriter, svcs []*ruleset.Service) {
 		}
 		r.elements(s, func(k elemKey, v verdict, kind ruleset.FrontendKind) {
 			if !owns(st.rs, s, k, kind) {
-				if w, ok := notOwnedWarning(st.rs, s, k, kind); ok {
-					st.res.Warnings = append(st.res.Warnings, w)
+				if w, ok := notOwnedWarning(st.rs, s, k, kind); ok && !slices.Contains(st.res.Warnings, w) {
+					st.res.Warnings = append(st.res.Warnings, w) // one per destination, not per element
 				}
 				return
 			}

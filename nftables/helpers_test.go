@@ -1,380 +1,84 @@
 package nftables_test
 
 import (
-	"context"
-	"fmt"
-	"net/netip"
-	"slices"
-	"strings"
-
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/knftables"
 
-	"github.com/svcproxy/svcproxy"
-	"github.com/svcproxy/svcproxy/endpoints"
+	"github.com/svcproxy/svcproxy/internal/testkit/nfttest"
 	"github.com/svcproxy/svcproxy/ruleset"
-	"github.com/svcproxy/svcproxy/servicemap"
-	"github.com/svcproxy/svcproxy/topology"
 )
 
-// fataler is what *testing.T and *rapid.T have in common.
-type fataler interface {
-	Fatal(args ...any)
-	Fatalf(format string, args ...any)
-}
+// The test kit both layouts share (internal/testkit/nfttest), under the
+// short names these tests use.
 
-func helper(tb fataler) {
-	if h, ok := tb.(interface{ Helper() }); ok {
-		h.Helper()
-	}
-}
+// fataler is what *testing.T and *rapid.T have in common.
+type fataler = nfttest.Fataler
+
+func helper(tb fataler) { nfttest.Helper(tb) }
 
 // world feeds Services and EndpointSlices through the trackers and builds
-// Rulesets, as a proxy does. It fails the test on any object the trackers
-// skip or warn about and on any Build or Update warning, so that a typo in a
-// fixture cannot make an empty Ruleset.
-type world struct {
-	// tb receives the failures: a test that uses a world another test made
-	// sets it to its own.
-	tb      fataler
-	svcs    *servicemap.Tracker
-	eps     *endpoints.Tracker
-	builder *ruleset.Builder
-}
+// Rulesets, as a proxy does, failing the test on any warning
+// (nfttest.World).
+type world struct{ *nfttest.World }
 
 func newWorld(tb fataler, cfg ruleset.Config) *world {
 	helper(tb)
-	b, err := ruleset.NewBuilder(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return &world{
-		tb:      tb,
-		svcs:    servicemap.NewTracker(cfg.Family, servicemap.Filter{}),
-		eps:     endpoints.NewTracker(cfg.Family, servicemap.Filter{}),
-		builder: b,
-	}
+	return &world{nfttest.NewWorld(tb, cfg)}
 }
 
-func (w *world) add(objs ...any) {
-	helper(w.tb)
-	for _, o := range objs {
-		var skipped string
-		var warnings []svcproxy.Warning
-		switch o := o.(type) {
-		case *v1.Service:
-			skipped, warnings = w.svcs.Update(o)
-		case *discovery.EndpointSlice:
-			skipped, warnings = w.eps.Update(o)
-		default:
-			w.tb.Fatalf("world.add: unexpected %T", o)
-		}
-		if skipped != "" || len(warnings) > 0 {
-			w.tb.Fatalf("world.add %s: skipped %q, warnings %v", objectName(o), skipped, warnings)
-		}
-	}
-}
+func (w *world) add(objs ...any) { helper(w.TB); w.Add(objs...) }
 
-// objectName is "Kind namespace/name" of a Service or EndpointSlice.
-func objectName(o any) string {
-	switch o := o.(type) {
-	case *v1.Service:
-		return "Service " + o.Namespace + "/" + o.Name
-	case *discovery.EndpointSlice:
-		return "EndpointSlice " + o.Namespace + "/" + o.Name
-	}
-	return fmt.Sprintf("%T", o)
-}
+func (w *world) build() *ruleset.Ruleset { helper(w.TB); return w.Build() }
 
-func (w *world) build() *ruleset.Ruleset {
-	helper(w.tb)
-	s, _ := w.svcs.Snapshot()
-	e, _ := w.eps.Snapshot()
-	rs, warnings := w.builder.Build(s, e)
-	w.checkWarnings("Build", warnings)
-	return rs
-}
-
-// update makes the Ruleset of the trackers' state with Builder.Update, as a
-// proxy does: prev must be the Ruleset of the trackers' previous snapshots
-// (build's or update's), or nil.
-func (w *world) update(prev *ruleset.Ruleset) *ruleset.Ruleset {
-	helper(w.tb)
-	s, _ := w.svcs.Snapshot()
-	e, _ := w.eps.Snapshot()
-	rs, _, warnings := w.builder.Update(prev, s, e)
-	w.checkWarnings("Update", warnings)
-	return rs
-}
-
-func (w *world) checkWarnings(what string, warnings []svcproxy.Warning) {
-	helper(w.tb)
-	if len(warnings) > 0 {
-		w.tb.Fatalf("%s warnings: %v", what, warnings)
-	}
-}
+// update makes the Ruleset of the trackers' state with Builder.Update (see
+// nfttest.World.Update).
+func (w *world) update(prev *ruleset.Ruleset) *ruleset.Ruleset { helper(w.TB); return w.Update(prev) }
 
 // The node the rules are for, and the addresses of the tests: pods in
 // 198.18.64.0/18 (2001:db8:18:40::/58), Services in 198.19.0.0/16
 // (2001:db8:19::/108), nodes in 198.18.0.0/24.
-const node = "node-a"
+const node = nfttest.Node
 
-func config4() ruleset.Config {
-	return ruleset.Config{
-		Family:       v1.IPv4Protocol,
-		Node:         topology.Node{Name: node, Zone: "zone-1"},
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.18.64.0/18")},
-	}
-}
+var (
+	config4, config6 = nfttest.Config4, nfttest.Config6
+	// svc is a ClusterIP Service ns/name with one TCP port "p80" (80 →
+	// 8080), changed by the options that follow.
+	svc                          = nfttest.Svc
+	nodePort, loadBalancer       = nfttest.NodePort, nfttest.LoadBalancer
+	sourceRanges, externalIPs    = nfttest.SourceRanges, nfttest.ExternalIPs
+	externalLocal, internalLocal = nfttest.ExternalLocal, nfttest.InternalLocal
+	affinity, udp                = nfttest.Affinity, nfttest.UDP
+	// apply runs a transaction on a Fake, failing the test on what the
+	// kernel would refuse (nfttest.Apply).
+	apply = nfttest.Apply
+	// danglingRefs reports rules and elements that name what the table
+	// does not hold.
+	danglingRefs = nfttest.DanglingRefs
+	// canonical sorts the element lines of a Fake dump.
+	canonical = nfttest.Canonical
+)
 
-func config6() ruleset.Config {
-	return ruleset.Config{
-		Family:       v1.IPv6Protocol,
-		Node:         topology.Node{Name: node, Zone: "zone-1"},
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("2001:db8:18:40::/58")},
-	}
-}
-
-// svc is a ClusterIP Service ns/name with one TCP port "p80" (80 → 8080).
-func svc(ns, name, clusterIP string, mods ...func(*v1.Service)) *v1.Service {
-	family := v1.IPv4Protocol
-	if strings.Contains(clusterIP, ":") {
-		family = v1.IPv6Protocol
-	}
-	s := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1.ServiceSpec{
-			Type:       v1.ServiceTypeClusterIP,
-			ClusterIP:  clusterIP,
-			ClusterIPs: []string{clusterIP},
-			IPFamilies: []v1.IPFamily{family},
-			Ports:      []v1.ServicePort{{Name: "p80", Port: 80, Protocol: v1.ProtocolTCP}},
-		},
-	}
-	for _, m := range mods {
-		m(s)
-	}
-	return s
-}
-
-func nodePort(port int32) func(*v1.Service) {
-	return func(s *v1.Service) {
-		if s.Spec.Type == v1.ServiceTypeClusterIP {
-			s.Spec.Type = v1.ServiceTypeNodePort
-		}
-		s.Spec.Ports[0].NodePort = port
-	}
-}
-
-func loadBalancer(ips ...string) func(*v1.Service) {
-	return func(s *v1.Service) {
-		s.Spec.Type = v1.ServiceTypeLoadBalancer
-		for _, ip := range ips {
-			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: ip})
-		}
-	}
-}
-
-func sourceRanges(cidrs ...string) func(*v1.Service) {
-	return func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = cidrs }
-}
-
-func externalIPs(ips ...string) func(*v1.Service) {
-	return func(s *v1.Service) { s.Spec.ExternalIPs = ips }
-}
-
-func externalLocal(s *v1.Service) {
-	s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-}
-
-func internalLocal(s *v1.Service) {
-	p := v1.ServiceInternalTrafficPolicyLocal
-	s.Spec.InternalTrafficPolicy = &p
-}
-
-func affinity(seconds int32) func(*v1.Service) {
-	return func(s *v1.Service) {
-		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
-		s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &seconds}}
-	}
-}
-
-func udp(s *v1.Service) { s.Spec.Ports[0].Protocol = v1.ProtocolUDP }
-
-// ep is one endpoint of a slice.
+// ep is one endpoint of a slice: ready and serving unless notReady or
+// terminating.
 type ep struct {
-	ip   string
-	node string
-	// notReady, terminating: the conditions (ready and serving otherwise).
+	ip, node              string
 	notReady, terminating bool
 }
 
 // slice is the EndpointSlice ns/name-1 of Service ns/name with port "p80"
 // (TCP, or proto) on targetPort.
 func slice(ns, name string, targetPort int32, eps ...ep) *discovery.EndpointSlice {
-	return sliceProto(ns, name, v1.ProtocolTCP, targetPort, eps...)
+	return nfttest.Slice(ns, name, targetPort, kitEndpoints(eps)...)
 }
 
 func sliceProto(ns, name string, proto v1.Protocol, targetPort int32, eps ...ep) *discovery.EndpointSlice {
-	addrType := discovery.AddressTypeIPv4
-	var list []discovery.Endpoint
-	for _, e := range eps {
-		if strings.Contains(e.ip, ":") {
-			addrType = discovery.AddressTypeIPv6
-		}
-		ready, serving, terminating := !e.notReady && !e.terminating, !e.notReady, e.terminating
-		d := discovery.Endpoint{
-			Addresses:  []string{e.ip},
-			Conditions: discovery.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
-		}
-		if e.node != "" {
-			n := e.node
-			d.NodeName = &n
-		}
-		list = append(list, d)
-	}
-	portName := "p80"
-	return &discovery.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: ns, Name: name + "-1",
-			Labels: map[string]string{discovery.LabelServiceName: name},
-		},
-		AddressType: addrType,
-		Endpoints:   list,
-		Ports:       []discovery.EndpointPort{{Name: &portName, Port: &targetPort, Protocol: &proto}},
-	}
+	return nfttest.SliceProto(ns, name, proto, targetPort, kitEndpoints(eps)...)
 }
 
-// apply runs tx on the fake and fails the test on error, after checking
-// that the kernel would accept what the fake accepts (see strictCheck).
-func apply(tb fataler, fake *knftables.Fake, tx *knftables.Transaction) {
-	helper(tb)
-	if err := strictCheck(fake, tx); err != nil {
-		tb.Fatalf("transaction the kernel would refuse: %v\n%s", err, tx)
+func kitEndpoints(eps []ep) []nfttest.EP {
+	out := make([]nfttest.EP, len(eps))
+	for i, e := range eps {
+		out[i] = nfttest.EP{IP: e.ip, Node: e.node, NotReady: e.notReady, Terminating: e.terminating}
 	}
-	if err := fake.Run(context.Background(), tx); err != nil {
-		tb.Fatalf("fake.Run: %v\n%s", err, tx)
-	}
-	if err := danglingRefs(fake); err != nil {
-		tb.Fatalf("after the transaction: %v\n%s", err, tx)
-	}
-}
-
-// strictCheck catches what knftables' Fake allows and the kernel does not:
-// adding a map or set element whose key is already there with another value
-// or comment (the kernel answers EEXIST, or silently keeps the old comment).
-func strictCheck(fake *knftables.Fake, tx *knftables.Transaction) error {
-	elems := map[string]string{} // "set key" → whole line
-	for _, line := range strings.Split(fake.Dump(), "\n") {
-		if k, ok := elementKey(line); ok {
-			elems[k] = strings.TrimPrefix(line, "add ")
-		}
-	}
-	for _, line := range strings.Split(tx.String(), "\n") {
-		verb, rest, _ := strings.Cut(line, " ")
-		switch {
-		case strings.HasPrefix(rest, "element "):
-			k, _ := elementKey("add " + rest)
-			switch verb {
-			case "add":
-				if old, ok := elems[k]; ok && old != rest {
-					return fmt.Errorf("%q while %q exists", line, old)
-				}
-				elems[k] = rest
-			case "delete":
-				delete(elems, k)
-			}
-		case verb == "flush" && (strings.HasPrefix(rest, "map ") || strings.HasPrefix(rest, "set ")):
-			f := strings.Fields(rest) // map ip kube-proxy NAME
-			for k := range elems {
-				if strings.HasPrefix(k, f[3]+" ") {
-					delete(elems, k)
-				}
-			}
-		case verb == "delete" && (strings.HasPrefix(rest, "map ") || strings.HasPrefix(rest, "set ")):
-			f := strings.Fields(rest)
-			for k := range elems {
-				if strings.HasPrefix(k, f[3]+" ") {
-					delete(elems, k)
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// elementKey returns "NAME KEY" for an "add element FAMILY TABLE NAME { KEY
-// [comment "…"] [: VALUE] }" line.
-func elementKey(line string) (string, bool) {
-	rest, ok := strings.CutPrefix(line, "add element ")
-	if !ok {
-		return "", false
-	}
-	f := strings.SplitN(rest, " ", 4) // family table name "{ …"
-	body := strings.TrimSuffix(strings.TrimPrefix(f[3], "{ "), " }")
-	if i := strings.Index(body, " comment "); i >= 0 {
-		body = body[:i]
-	}
-	if i := strings.Index(body, " : "); i >= 0 {
-		body = body[:i]
-	}
-	return f[2] + " " + body, true
-}
-
-// danglingRefs reports rules and elements that name a chain, set or map the
-// table does not hold: the kernel refuses to delete an object in use.
-func danglingRefs(fake *knftables.Fake) error {
-	t := fake.Table
-	if t == nil {
-		return nil
-	}
-	check := func(where, text string) error {
-		words := strings.Fields(text)
-		for i, w := range words {
-			if (w == "goto" || w == "jump") && i+1 < len(words) {
-				if t.Chains[words[i+1]] == nil {
-					return fmt.Errorf("%s refers to missing chain %q", where, words[i+1])
-				}
-			}
-			if name, ok := strings.CutPrefix(w, "@"); ok {
-				if t.Sets[name] == nil && t.Maps[name] == nil {
-					return fmt.Errorf("%s refers to missing set %q", where, name)
-				}
-			}
-		}
-		return nil
-	}
-	for name, c := range t.Chains {
-		for _, r := range c.Rules {
-			if err := check("rule in "+name, r.Rule); err != nil {
-				return err
-			}
-		}
-	}
-	for name, m := range t.Maps {
-		for _, e := range m.Elements {
-			if err := check("element of "+name, strings.Join(e.Value, " ")); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// canonical sorts the element lines of a Fake dump: the Fake keeps elements
-// in insertion order, which means nothing (the kernel keeps its own).
-func canonical(dump string) string {
-	lines := strings.Split(strings.TrimSuffix(dump, "\n"), "\n")
-	var head, elems []string
-	for _, l := range lines {
-		if strings.HasPrefix(l, "add element ") {
-			elems = append(elems, l)
-		} else {
-			head = append(head, l)
-		}
-	}
-	slices.Sort(elems)
-	return strings.Join(append(head, elems...), "\n") + "\n"
+	return out
 }

@@ -406,7 +406,7 @@ func TestKernelService(t *testing.T) {
 			t.Errorf("NodePort with Local policy and no local endpoint: %v, want dropped", err)
 		}
 		// A stale chain is deleted by a later sync.
-		w.svcs.Delete("ns1", "local")
+		w.Svcs.Delete("ns1", "local")
 		sync(false)
 		w.add(svc("ns1", "other", emptyIP, func(s *v1.Service) { s.Spec.Ports[0].Port = 8081 }))
 		sync(false)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/nftables"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
@@ -238,9 +240,10 @@ func TestListNamesMatchesNFT(t *testing.T) {
 }
 
 // TestKernelCheckState: CheckState finds nothing missing after a sync, and
-// names what was flushed or deleted behind the Executor's back: a fixed
-// chain's rules, every chain's rules, the whole table; with and without
-// netlink (without, it sees objects by name, not flushed rules).
+// names and classifies what was flushed or deleted behind the Executor's
+// back: a fixed chain's rules, every chain's rules, a base chain, the
+// whole table; with and without netlink (without, it sees objects by
+// name, not flushed rules).
 func TestKernelCheckState(t *testing.T) {
 	netns.Require(t, "nft")
 	for _, netlink := range []bool{true, false} {
@@ -250,8 +253,8 @@ func TestKernelCheckState(t *testing.T) {
 			nft := ns.ToolOnPath(t, "nft")
 			ctx := context.Background()
 			ex := executorIn(t, ns, nftables.ExecutorConfig{Family: config4().Family, Netlink: netlink})
-			if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-				t.Fatalf("before any sync: %q, %v", missing, err)
+			if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+				t.Fatalf("before any sync: %+v, %v", missing, err)
 			}
 			w := newWorld(t, config4())
 			w.add(svc("ns1", "web", "198.19.0.10", affinity(60)), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}))
@@ -261,18 +264,20 @@ func TestKernelCheckState(t *testing.T) {
 				if _, err := ex.Apply(ctx, w.build()); err != nil {
 					t.Fatal(err)
 				}
-				if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-					t.Fatalf("after a full sync: %q, %v", missing, err)
+				if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+					t.Fatalf("after a full sync: %+v, %v", missing, err)
 				}
 			}
 			sync()
 			for _, tt := range []struct {
 				change  []string
 				missing string
+				kind    svcproxy.DriftKind
 			}{
-				{[]string{"flush", "chain", "ip", nftables.DefaultTable, "services"}, "the rules of chain services"},
-				{[]string{"flush", "table", "ip", nftables.DefaultTable}, "the rules of chain "},
-				{[]string{"delete", "table", "ip", nftables.DefaultTable}, ""},
+				{[]string{"flush", "chain", "ip", nftables.DefaultTable, "services"}, "the rules of chain services", svcproxy.DriftRule},
+				{[]string{"flush", "table", "ip", nftables.DefaultTable}, "the rules of chain ", svcproxy.DriftRule},
+				{[]string{"delete", "chain", "ip", nftables.DefaultTable, "nat-output"}, "chain nat-output", svcproxy.DriftChain},
+				{[]string{"delete", "table", "ip", nftables.DefaultTable}, "table " + nftables.DefaultTable, svcproxy.DriftTable},
 			} {
 				if _, err := ns.Run(ctx, nft, tt.change...); err != nil {
 					t.Fatalf("nft %v: %v", tt.change, err)
@@ -281,11 +286,11 @@ func TestKernelCheckState(t *testing.T) {
 				switch want := tt.missing; {
 				case !netlink && strings.HasPrefix(want, "the rules of"):
 					// nft's listing names objects, not rules.
-					if missing != "" || err != nil {
-						t.Errorf("after nft %v without netlink: %q, %v; want nothing seen", tt.change, missing, err)
+					if missing.Found() || err != nil {
+						t.Errorf("after nft %v without netlink: %+v, %v; want nothing seen", tt.change, missing, err)
 					}
-				case err != nil || missing == "" || !strings.HasPrefix(missing, want):
-					t.Errorf("after nft %v: %q, %v; want %q…", tt.change, missing, err, want)
+				case err != nil || !strings.HasPrefix(missing.What, want) || missing.Kind != tt.kind:
+					t.Errorf("after nft %v: %+v, %v; want %q… of kind %q", tt.change, missing, err, want, tt.kind)
 				}
 				sync()
 			}
@@ -297,9 +302,12 @@ func TestKernelCheckState(t *testing.T) {
 // does not read, each broken behind the Executor's back: a Service port's
 // chain flushed, its map element deleted, the
 // whole map flushed, an endpoint chain (of a ClientIP-affinity Service)
-// flushed; a full sync repairs each.
+// flushed, and, their numbers kept, its map element pointed at another
+// Service's chain and a rule of its chain replaced, each of its kind; a
+// full sync repairs each.
 // And an incremental sync of the Service port brings back its element
-// deleted behind the Executor's back.
+// deleted behind the Executor's back, and a rule replaced in a chain that
+// sync rewrote is found too.
 func TestKernelDeepCheck(t *testing.T) {
 	netns.Require(t, "nft")
 	lab := netns.NewLab(t)
@@ -311,19 +319,21 @@ func TestKernelDeepCheck(t *testing.T) {
 	// ClientIP affinity, for endpoint chains (kube-proxy 1.37's layout has
 	// them for affinity only).
 	w.add(svc("ns1", "web", "198.19.0.10", affinity(60)), slice("ns1", "web", 8080, ep{ip: "198.18.64.2", node: node}, ep{ip: "198.18.64.3", node: node}))
+	w.add(svc("ns1", "api", "198.19.0.11"), slice("ns1", "api", 8080, ep{ip: "198.18.64.5", node: node}))
 	web := servicemap.PortName{Namespace: "ns1", Name: "web", Port: "p80", Protocol: v1.ProtocolTCP}
+	api := servicemap.PortName{Namespace: "ns1", Name: "api", Port: "p80", Protocol: v1.ProtocolTCP}
 	service := "service-" + nftables.ServiceChainBase(web)
 	endpoint := "endpoint-" + nftables.EndpointChainBase(web, netip.MustParseAddrPort("198.18.64.2:8080"))
 	element := "{ 198.19.0.10 . tcp . 80 }"
 	// check runs CheckState until it finds something, at most as many
 	// times as it takes to read every chain.
-	check := func() (string, error) {
+	check := func() (svcproxy.Drift, error) {
 		for range 2 {
-			if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
+			if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
 				return missing, err
 			}
 		}
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	sync := func(full bool) {
 		t.Helper()
@@ -333,27 +343,37 @@ func TestKernelDeepCheck(t *testing.T) {
 		if _, err := ex.Apply(ctx, w.build()); err != nil {
 			t.Fatal(err)
 		}
-		if missing, err := check(); missing != "" || err != nil {
-			t.Fatalf("after a sync: %q, %v", missing, err)
+		if missing, err := check(); missing.Found() || err != nil {
+			t.Fatalf("after a sync: %+v, %v", missing, err)
 		}
 	}
 	sync(true)
 	table := []string{"ip", nftables.DefaultTable}
 	for _, tt := range []struct {
-		change  []string
+		change  func() []string
 		missing string
+		kind    svcproxy.DriftKind
 	}{
-		{slices.Concat([]string{"flush", "chain"}, table, []string{service}), "chain " + service + " has 0 rules, want "},
-		{slices.Concat([]string{"flush", "chain"}, table, []string{endpoint}), "chain " + endpoint + " has 0 rules, want "},
-		{slices.Concat([]string{"delete", "element"}, table, []string{"service-ips", element}), "set or map service-ips has 0 elements, want 1"},
-		{slices.Concat([]string{"flush", "map"}, table, []string{"service-ips"}), "set or map service-ips has 0 elements, want 1"},
-		{slices.Concat([]string{"flush", "set"}, table, []string{"cluster-ips"}), "set or map cluster-ips has 0 elements, want 1"},
+		{func() []string { return slices.Concat([]string{"flush", "chain"}, table, []string{service}) }, "chain " + service + " has 0 rules, want ", svcproxy.DriftRule},
+		{func() []string { return slices.Concat([]string{"flush", "chain"}, table, []string{endpoint}) }, "chain " + endpoint + " has 0 rules, want ", svcproxy.DriftRule},
+		{func() []string {
+			return slices.Concat([]string{"delete", "element"}, table, []string{"service-ips", element})
+		}, "map service-ips has 1 elements, want 2", svcproxy.DriftElement},
+		{func() []string { return slices.Concat([]string{"flush", "map"}, table, []string{"service-ips"}) }, "map service-ips has 0 elements, want 2", svcproxy.DriftElement},
+		{func() []string { return slices.Concat([]string{"flush", "set"}, table, []string{"cluster-ips"}) }, "set cluster-ips has 0 elements, want 2", svcproxy.DriftElement},
+		// One transaction: the element now leads to the other Service.
+		{func() []string {
+			return slices.Concat([]string{"delete", "element"}, table, []string{"service-ips", element, ";", "add", "element"}, table,
+				[]string{"service-ips", "{ 198.19.0.10 . tcp . 80 : goto service-" + nftables.ServiceChainBase(api) + " }"})
+		}, "map service-ips has elements other than those written (2 elements", svcproxy.DriftElement},
+		{func() []string { return replaceRule(t, ns, nft, service) }, "chain " + service + " has rules other than those written", svcproxy.DriftRule},
 	} {
-		if _, err := ns.Run(ctx, nft, tt.change...); err != nil {
-			t.Fatalf("nft %v: %v", tt.change, err)
+		change := tt.change()
+		if out, err := ns.Run(ctx, nft, change...); err != nil {
+			t.Fatalf("nft %v: %v\n%s", change, err, out)
 		}
-		if missing, err := check(); err != nil || !strings.HasPrefix(missing, tt.missing) {
-			t.Errorf("after nft %v: %q, %v; want %q…", tt.change, missing, err, tt.missing)
+		if missing, err := check(); err != nil || !strings.HasPrefix(missing.What, tt.missing) || missing.Kind != tt.kind {
+			t.Errorf("after nft %v: %+v, %v; want %q… of kind %q", change, missing, err, tt.missing, tt.kind)
 		}
 		sync(true)
 	}
@@ -368,7 +388,29 @@ func TestKernelDeepCheck(t *testing.T) {
 	if err != nil || res.Full {
 		t.Fatalf("incremental sync: %+v, %v", res, err)
 	}
-	if missing, err := check(); missing != "" || err != nil {
-		t.Errorf("after the incremental sync of the changed Service port: %q, %v; want its element back", missing, err)
+	if missing, err := check(); missing.Found() || err != nil {
+		t.Errorf("after the incremental sync of the changed Service port: %+v, %v; want its element back", missing, err)
 	}
+	if _, err := ns.Run(ctx, nft, replaceRule(t, ns, nft, service)...); err != nil {
+		t.Fatal(err)
+	}
+	if missing, err := check(); err != nil || !strings.HasPrefix(missing.What, "chain "+service+" has rules other than those written") {
+		t.Errorf("a rule replaced after the incremental sync that wrote its chain: %+v, %v", missing, err)
+	}
+}
+
+// replaceRule is the nft command that replaces the first rule of chain
+// of the kube-proxy table in ns with a rule that drops, the number of
+// rules kept.
+func replaceRule(t *testing.T, ns *netns.NS, nft, chain string) []string {
+	t.Helper()
+	out, err := ns.Run(context.Background(), nft, "-a", "list", "chain", "ip", nftables.DefaultTable, chain)
+	if err != nil {
+		t.Fatalf("nft -a list chain %s: %v\n%s", chain, err, out)
+	}
+	m := regexp.MustCompile(`# handle (\d+)\n(?s:.*)# handle (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no rule handle in chain %s:\n%s", chain, out)
+	}
+	return []string{"replace", "rule", "ip", nftables.DefaultTable, chain, "handle", m[2], "counter", "drop"}
 }

@@ -1,9 +1,6 @@
 package nftables
 
 import (
-	"fmt"
-	"net/netip"
-
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/internal/names"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -93,14 +90,5 @@ func notOwnedWarning(rs *ruleset.Ruleset, s *ruleset.Service, k elemKey, kind ru
 }
 
 func conflictWarning(s *ruleset.Service, k elemKey, owner *ruleset.Service) svcproxy.Warning {
-	var what string
-	if k.addr.IsValid() {
-		what = fmt.Sprintf("%s %s", netip.AddrPortFrom(k.addr, k.port), k.proto)
-	} else {
-		what = fmt.Sprintf("node port %d/%s", k.port, k.proto)
-	}
-	return svcproxy.Warning{
-		Kind: "Service", Namespace: s.Name.Namespace, Name: s.Name.Name,
-		Reason: fmt.Sprintf("port %q/%s: %s (%s) is already used by %s: not served there", s.Name.Port, s.Name.Protocol, what, containerNames[k.in], owner.Name),
-	}
+	return ruleset.ConflictWarning(s.Name, k.frontend(), owner.Name)
 }

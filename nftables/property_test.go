@@ -177,9 +177,9 @@ func (c change) apply(w *world) {
 	case c.slice != nil:
 		w.add(c.slice)
 	case c.delSvc:
-		w.svcs.Delete(c.ns, c.name)
+		w.Svcs.Delete(c.ns, c.name)
 	default:
-		w.eps.Delete(c.ns, c.name+"-1")
+		w.Eps.Delete(c.ns, c.name+"-1")
 	}
 }
 
@@ -368,7 +368,7 @@ func TestIncrementalSizeIndependent(t *testing.T) {
 			objs = append(objs, s)
 			undo = append(undo, func(w *world) {
 				if i == 100 {
-					w.svcs.Delete(ns, name)
+					w.Svcs.Delete(ns, name)
 				} else {
 					w.add(origSvc)
 				}
@@ -378,7 +378,7 @@ func TestIncrementalSizeIndependent(t *testing.T) {
 			objs = append(objs, genSlice(t, p, ns, name))
 			undo = append(undo, func(w *world) {
 				if i == 100 {
-					w.eps.Delete(ns, name+"-1")
+					w.Eps.Delete(ns, name+"-1")
 				} else {
 					w.add(origSlice)
 				}
@@ -387,7 +387,7 @@ func TestIncrementalSizeIndependent(t *testing.T) {
 		var txs [2]string
 		var ops [2]int
 		for k, bw := range []*bigWorld{small, large} {
-			bw.w.tb = t
+			bw.w.TB = t
 			bw.w.add(objs...)
 			rs := bw.w.build()
 			for _, u := range undo {

@@ -2,12 +2,14 @@ package ruleset
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/cowmap"
 	"github.com/svcproxy/svcproxy/internal/parallel"
 	"github.com/svcproxy/svcproxy/internal/sorted"
@@ -131,9 +133,11 @@ func (s *Service) appendFrontends(dst []Frontend) []Frontend {
 //     filter hooks, which see the flow after the other port's DNAT.
 //  2. among those, the first in name order, and within one port its
 //     cluster IP before its external IPs before its load-balancer IPs.
-//     kube-proxy has no rule for this case (its iptables mode writes the
-//     rules in map order, its nftables mode fails the transaction on the
-//     duplicate map key); this one is svcproxy's.
+//     kube-proxy has no rule for this case: both its modes write the
+//     Service ports in the order of a Go map, its iptables mode serving
+//     the first rule written, its nftables mode the map element written
+//     last, so its choice varies between runs. This one is svcproxy's,
+//     and the reference proxies name both ports in a warning.
 //
 // It takes O(k log n) time for k Service ports at the destination.
 func (r *Ruleset) Owner(f Frontend) (owner *Service, kind FrontendKind, ok bool) {
@@ -467,4 +471,18 @@ func withoutName(idx frontendIndex, f Frontend, name servicemap.PortName) fronte
 		return idx.Without(f)
 	}
 	return idx.With(f, slices.Concat(names[:i], names[i+1:]))
+}
+
+// ConflictWarning is the warning for the Service port s, which has a
+// frontend at destination d (a Frontend; its kind is ignored) that another
+// Service port, owner, takes (Owner): s is not served there. The backends
+// that warn and the reference proxies give it in these words, one per
+// Service port and destination.
+func ConflictWarning(s servicemap.PortName, d Frontend, owner servicemap.PortName) svcproxy.Warning {
+	what := "node port " + strconv.Itoa(int(d.Port)) + "/" + string(d.Protocol)
+	if d.Addr.IsValid() {
+		what = netip.AddrPortFrom(d.Addr, d.Port).String() + "/" + string(d.Protocol)
+	}
+	return svcproxy.Warning{Kind: "Service", Namespace: s.Namespace, Name: s.Name,
+		Reason: fmt.Sprintf("port %q/%s: %s is also Service port %s's, which takes it: not served there", s.Port, s.Protocol, what, owner)}
 }

@@ -102,8 +102,11 @@ func (c *converter) convert(filter Filter) ([]ServicePort, string) {
 		if !ok {
 			continue
 		}
-		if slices.ContainsFunc(ports, func(p ServicePort) bool { return p.Name == sp.Name }) {
-			c.report.Warnf("port %q/%s listed twice: second copy skipped", sp.Name.Port, sp.Name.Protocol)
+		// The API server refuses a port name listed twice; kube-proxy
+		// keeps the last copy.
+		if k := slices.IndexFunc(ports, func(p ServicePort) bool { return p.Name == sp.Name }); k >= 0 {
+			c.report.Warnf("port %q/%s listed twice: the last copy used, as kube-proxy uses it", sp.Name.Port, sp.Name.Protocol)
+			ports[k] = sp
 			continue
 		}
 		ports = append(ports, sp)
@@ -185,9 +188,12 @@ func (c *converter) externalIPs() []netip.Addr {
 	var ips []netip.Addr
 	for _, s := range c.svc.Spec.ExternalIPs {
 		ip, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil || !usableAddr(ip) {
+		if err != nil || !usableVIP(ip) {
 			c.report.Warnf("invalid externalIP %q dropped", s)
 			continue
+		}
+		if ip.IsMulticast() {
+			c.report.Warnf("multicast externalIP %s used, as kube-proxy uses it", ip)
 		}
 		if ipFamily(ip) == c.family {
 			ips = append(ips, ip)
@@ -207,9 +213,12 @@ func (c *converter) loadBalancerIPs() []netip.Addr {
 		}
 		// Surrounding spaces are forgiven, as for externalIPs.
 		ip, err := netip.ParseAddr(strings.TrimSpace(ing.IP))
-		if err != nil || !usableAddr(ip) {
+		if err != nil || !usableVIP(ip) {
 			c.report.Warnf("invalid load-balancer ingress IP %q dropped", ing.IP)
 			continue
+		}
+		if ip.IsMulticast() {
+			c.report.Warnf("multicast load-balancer ingress IP %s used, as kube-proxy uses it", ip)
 		}
 		if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
 			continue // the load balancer proxies: the IP is not a local VIP
@@ -260,7 +269,8 @@ func (c *converter) port(p *v1.ServicePort, template ServicePort) (ServicePort, 
 		return ServicePort{}, false
 	}
 	if p.Name != "" {
-		if errs := validation.IsValidPortName(p.Name); len(errs) > 0 {
+		// The API server's rule for Service port names.
+		if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
 			c.report.Warnf("invalid port name %q: %s: port skipped", p.Name, errs[0])
 			return ServicePort{}, false
 		}
@@ -290,6 +300,14 @@ func (c *converter) port(p *v1.ServicePort, template ServicePort) (ServicePort, 
 func usableAddr(ip netip.Addr) bool {
 	return ip.Zone() == "" && !ip.Is4In6() && !ip.IsUnspecified() && !ip.IsLoopback() &&
 		!ip.IsLinkLocalUnicast() && !ip.IsMulticast()
+}
+
+// usableVIP reports whether ip can be an external or load-balancer IP:
+// usableAddr, but multicast addresses other than link-local ones are
+// allowed, as the API server allows them for externalIPs and kube-proxy
+// serves them.
+func usableVIP(ip netip.Addr) bool {
+	return usableAddr(ip) || ip.IsMulticast() && !ip.IsLinkLocalMulticast()
 }
 
 func ipFamily(ip netip.Addr) v1.IPFamily {

@@ -305,11 +305,11 @@ func TestFromServiceMalformed(t *testing.T) {
 		want:         []servicemap.ServicePort{port()},
 		wantWarnings: []string{"nodePort -1"},
 	}, {
-		name: "duplicate ports: second copy skipped",
+		name: "duplicate ports: the last copy used, as kube-proxy uses it",
 		svc: service(withPorts(
 			v1.ServicePort{Name: "http", Port: 8080, Protocol: v1.ProtocolTCP},
 		)),
-		want:         []servicemap.ServicePort{port()},
+		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.Port = 8080 })},
 		wantWarnings: []string{"twice"},
 	}, {
 		name: "duplicate unnamed ports",
@@ -317,8 +317,18 @@ func TestFromServiceMalformed(t *testing.T) {
 			v1.ServicePort{Port: 80},
 			v1.ServicePort{Port: 81, Protocol: v1.ProtocolTCP},
 		)),
-		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.Name.Port = "" })},
+		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.Name.Port = ""; sp.Port = 81 })},
 		wantWarnings: []string{"twice"},
+	}, {
+		name: "port names the API server accepts (RFC 1123 labels) are used",
+		svc: service(ports(
+			v1.ServicePort{Name: "a-port-name-longer-than-15", Port: 80, Protocol: v1.ProtocolTCP},
+			v1.ServicePort{Name: "8080", Port: 81, Protocol: v1.ProtocolTCP},
+		)),
+		want: []servicemap.ServicePort{
+			port(func(sp *servicemap.ServicePort) { sp.Name.Port = "8080"; sp.Port = 81 }),
+			port(func(sp *servicemap.ServicePort) { sp.Name.Port = "a-port-name-longer-than-15" }),
+		},
 	}, {
 		name:         "every port malformed",
 		svc:          service(ports(v1.ServicePort{Name: "http", Port: 0}, v1.ServicePort{Name: "x", Port: 70000})),

@@ -197,6 +197,11 @@ func TestFromServiceExternalAndLoadBalancerIPs(t *testing.T) {
 			`"127.0.0.1"`, `"0.0.0.0"`, `"169.254.169.254"`, `"224.0.0.1"`, `"::1"`, `"fe80::1"`, `"::ffff:192.0.2.1"`,
 		},
 	}, {
+		name:         "multicast externalIPs the API server accepts are used, as kube-proxy uses them, with a warning",
+		svc:          service(extIPs("239.1.2.3", "192.0.2.1")),
+		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.ExternalIPs = addrs("192.0.2.1", "239.1.2.3") })},
+		wantWarnings: []string{"multicast externalIP 239.1.2.3"},
+	}, {
 		name:         "an externalIP cannot inject text into the warning",
 		svc:          service(extIPs("192.0.2.1\n-j ACCEPT")),
 		want:         []servicemap.ServicePort{port()},

@@ -41,7 +41,7 @@ func mostly(good []string, bad ...string) *rapid.Generator[string] {
 
 var (
 	badIPs = []string{"None", "", "0.0.0.0", "::", "127.0.0.1", "::1", "169.254.169.254", "fe80::1", "fe80::1%eth0",
-		"::ffff:10.0.0.1", "224.0.0.1", "ff02::1", " 192.0.2.3 ", "10.0.0.256", "1.2.3.4 -j ACCEPT", "10.96.0.01"}
+		"::ffff:10.0.0.1", "224.0.0.1", "ff02::1", "239.1.2.3", "ff05::1", " 192.0.2.3 ", "10.0.0.256", "1.2.3.4 -j ACCEPT", "10.96.0.01"}
 	genIP   = mostly([]string{"10.96.0.1", "10.96.0.2", "192.0.2.1", "192.0.2.2", "fd00::1", "fd00::2", "2001:db8::1"}, badIPs...)
 	genCIDR = mostly([]string{"10.0.0.0/8", "10.1.2.3/8", "192.0.2.0/24", "0.0.0.0/0", "2001:db8::/32", "::/0", " 192.0.2.0/24"},
 		"10.0.0.0/33", "10.0.0.1", "fd00::/129", "")
@@ -149,6 +149,20 @@ func okAddr(s string) (netip.Addr, bool) {
 	return ip, true
 }
 
+// okVIP is the test's own idea of an external or load-balancer IP a
+// Service may use: okAddr, or multicast but not link-local multicast (as
+// the API server and kube-proxy take them).
+func okVIP(s string) (netip.Addr, bool) {
+	if ip, ok := okAddr(s); ok {
+		return ip, true
+	}
+	ip, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil || ip.Zone() != "" || !ip.IsMulticast() || ip.IsLinkLocalMulticast() {
+		return netip.Addr{}, false
+	}
+	return ip, true
+}
+
 func familyOf(ip netip.Addr) v1.IPFamily {
 	if ip.Is4() {
 		return v1.IPv4Protocol
@@ -240,7 +254,7 @@ func TestPropertyFromService(t *testing.T) {
 			out []netip.Addr
 		}{{svc.Spec.ExternalIPs, got[0].ExternalIPs}, {lbIPs, got[0].LoadBalancerIPs}} {
 			for _, s := range list.in {
-				ip, ok := okAddr(s)
+				ip, ok := okVIP(s)
 				switch {
 				case !ok && !slices.ContainsFunc(warnings, func(w svcproxy.Warning) bool { return strings.Contains(w.Reason, strconv.Quote(s)) }):
 					t.Fatalf("unusable address %q dropped without a warning naming it: %v", s, warnings)
@@ -264,7 +278,7 @@ func checkPorts(t *rapid.T, svc *v1.Service, family v1.IPFamily, got []servicema
 		if len(validation.IsDNS1123Label(sp.Name.Namespace)) > 0 || len(validation.IsDNS1123Label(sp.Name.Name)) > 0 {
 			t.Fatalf("port %v has an invalid namespace or name", sp.Name)
 		}
-		if sp.Name.Port != "" && len(validation.IsValidPortName(sp.Name.Port)) > 0 {
+		if sp.Name.Port != "" && len(validation.IsDNS1123Label(sp.Name.Port)) > 0 {
 			t.Fatalf("port %v has an invalid port name", sp.Name)
 		}
 		if !slices.Contains([]v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP}, sp.Name.Protocol) {
@@ -278,7 +292,7 @@ func checkPorts(t *rapid.T, svc *v1.Service, family v1.IPFamily, got []servicema
 		}
 		for _, l := range [][]netip.Addr{sp.ExternalIPs, sp.LoadBalancerIPs} {
 			for j, ip := range l {
-				if _, ok := okAddr(ip.String()); !ok || familyOf(ip) != family || (j > 0 && l[j-1].Compare(ip) >= 0) {
+				if _, ok := okVIP(ip.String()); !ok || familyOf(ip) != family || (j > 0 && l[j-1].Compare(ip) >= 0) {
 					t.Fatalf("port %v: bad address list %v", sp.Name, l)
 				}
 			}

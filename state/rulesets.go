@@ -54,8 +54,10 @@ type Builder struct {
 	// warned holds the warnings of the last build of each Service, per
 	// family.
 	warned map[warnedKey][]svcproxy.Warning
-	// triggers are the trigger times of Snapshots whose build failed.
-	triggers []time.Time
+	// triggers are the trigger times of Snapshots whose build failed,
+	// and familyTriggers the same by family.
+	triggers       []time.Time
+	familyTriggers map[v1.IPFamily][]time.Time
 }
 
 // Built is what one build gives.
@@ -63,8 +65,10 @@ type Built struct {
 	// Rulesets has the Ruleset of every family of the Snapshot.
 	Rulesets map[v1.IPFamily]*ruleset.Ruleset
 	// Triggers are the trigger times of the Snapshot, and of those before
-	// it whose build failed.
-	Triggers []time.Time
+	// it whose build failed; TriggersByFamily are those of the
+	// EndpointSlices of each family (Family.TriggerTimes).
+	Triggers         []time.Time
+	TriggersByFamily map[v1.IPFamily][]time.Time
 	// Warnings are the build warnings not returned before (see Builder).
 	Warnings []svcproxy.Warning
 }
@@ -101,6 +105,14 @@ func (b *Builder) Build(snap Snapshot) (Built, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.triggers = append(b.triggers, snap.TriggerTimes...)
+	if b.familyTriggers == nil {
+		b.familyTriggers = map[v1.IPFamily][]time.Time{}
+	}
+	for _, fam := range snap.Families() {
+		if len(fam.TriggerTimes) > 0 {
+			b.familyTriggers[fam.IPFamily] = append(b.familyTriggers[fam.IPFamily], fam.TriggerTimes...)
+		}
+	}
 	next := map[v1.IPFamily]build{}
 	var results []familyWarnings
 	for _, fam := range snap.Families() {
@@ -110,11 +122,11 @@ func (b *Builder) Build(snap Snapshot) (Built, error) {
 		}
 		next[fam.IPFamily], results = fb, append(results, r)
 	}
-	out := Built{Rulesets: map[v1.IPFamily]*ruleset.Ruleset{}, Triggers: b.triggers}
+	out := Built{Rulesets: map[v1.IPFamily]*ruleset.Ruleset{}, Triggers: b.triggers, TriggersByFamily: b.familyTriggers}
 	for f, fb := range next {
 		out.Rulesets[f] = fb.rs
 	}
-	b.built, b.triggers = next, nil
+	b.built, b.triggers, b.familyTriggers = next, nil, nil
 	out.Warnings = b.recordWarnings(results)
 	return out, nil
 }

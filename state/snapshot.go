@@ -43,6 +43,10 @@ type Family struct {
 	// NodeAddresses and ServiceCIDRs are the Snapshot's of this family.
 	NodeAddresses []netip.Addr
 	ServiceCIDRs  []netip.Prefix
+	// TriggerTimes are those of the Snapshot's TriggerTimes that are of
+	// EndpointSlices of this family, sorted (kube-proxy's per-family
+	// network programming latency).
+	TriggerTimes []time.Time
 }
 
 // Families are the parts of every family served, IPv4 first.
@@ -72,9 +76,13 @@ func (s *State) Snapshot() Snapshot {
 	}
 	slices.SortFunc(snap.ServiceCIDRs, netip.Prefix.Compare)
 	snap.ServiceCIDRs = slices.Compact(snap.ServiceCIDRs)
+	byFamily := map[v1.IPFamily][]time.Time{}
 	for key, times := range s.triggerTimes {
 		snap.TriggerTimes = append(snap.TriggerTimes, times...)
+		f := s.triggerFamily[key]
+		byFamily[f] = append(byFamily[f], times...)
 		delete(s.triggerTimes, key)
+		delete(s.triggerFamily, key)
 	}
 	slices.SortFunc(snap.TriggerTimes, time.Time.Compare)
 	for _, f := range s.families {
@@ -82,6 +90,7 @@ func (s *State) Snapshot() Snapshot {
 			IPFamily:      f,
 			NodeAddresses: ofFamily(snap.NodeAddresses, f, netip.Addr.Is4),
 			ServiceCIDRs:  ofFamily(snap.ServiceCIDRs, f, func(p netip.Prefix) bool { return p.Addr().Is4() }),
+			TriggerTimes:  slices.SortedFunc(slices.Values(byFamily[f]), time.Time.Compare),
 		}
 		fam.Services, _ = s.services[f].Snapshot()
 		fam.Endpoints, _ = s.slices[f].Snapshot()

@@ -41,6 +41,9 @@ type State struct {
 	// triggerTimes holds, per EndpointSlice, the last-change-trigger-times
 	// recorded since the last Snapshot, in the order recorded.
 	triggerTimes map[types.NamespacedName][]time.Time
+	// triggerFamily is, per EndpointSlice of triggerTimes, the IP family
+	// of its addresses ("" for FQDN ones).
+	triggerFamily map[types.NamespacedName]v1.IPFamily
 	// lastTrigger holds, per EndpointSlice known, the last
 	// last-change-trigger-time recorded: the same time again (a relist, a
 	// manifest reload) is not a new change.
@@ -70,6 +73,7 @@ func New(families []v1.IPFamily, nodeName string, filter servicemap.Filter) (*St
 		knownServices: map[types.NamespacedName]bool{},
 		knownSlices:   map[types.NamespacedName]bool{},
 		triggerTimes:  map[types.NamespacedName][]time.Time{},
+		triggerFamily: map[types.NamespacedName]v1.IPFamily{},
 		lastTrigger:   map[types.NamespacedName]time.Time{},
 		serviceCIDRs:  map[string][]netip.Prefix{},
 		reported:      map[objectKey][]svcproxy.Warning{},
@@ -195,20 +199,33 @@ func (s *State) updateSlice(es *discovery.EndpointSlice) []svcproxy.Warning {
 			warnings = append(warnings, svcproxy.Warning{Kind: "EndpointSlice", Namespace: es.Namespace, Name: es.Name,
 				Reason: fmt.Sprintf("annotation %s %q is not an RFC 3339 time: ignored", v1.EndpointsLastChangeTriggerTime, at)})
 		} else {
-			s.recordTrigger(key, t)
+			s.recordTrigger(key, sliceFamily(es.AddressType), t)
 		}
 	}
 	return s.report(objectKey{"EndpointSlice", key}, warnings)
 }
 
-// recordTrigger records the trigger time t of the slice key unless it is
-// the one the slice last had.
-func (s *State) recordTrigger(key types.NamespacedName, t time.Time) {
+// recordTrigger records the trigger time t of the slice key, whose
+// addresses are of family, unless it is the one the slice last had.
+func (s *State) recordTrigger(key types.NamespacedName, family v1.IPFamily, t time.Time) {
 	if last, ok := s.lastTrigger[key]; ok && last.Equal(t) {
 		return
 	}
 	s.lastTrigger[key] = t
 	s.triggerTimes[key] = append(s.triggerTimes[key], t)
+	s.triggerFamily[key] = family
+}
+
+// sliceFamily is the IP family of an EndpointSlice's addresses; "" for
+// FQDN ones.
+func sliceFamily(t discovery.AddressType) v1.IPFamily {
+	switch t {
+	case discovery.AddressTypeIPv4:
+		return v1.IPv4Protocol
+	case discovery.AddressTypeIPv6:
+		return v1.IPv6Protocol
+	}
+	return ""
 }
 
 // DeleteSlice records that the EndpointSlice namespace/name is gone.
@@ -229,6 +246,7 @@ func (s *State) deleteSlice(key types.NamespacedName) {
 	// A deleted slice's trigger time is that of its last update, not of
 	// the delete: kube-proxy does not observe it either.
 	delete(s.triggerTimes, key)
+	delete(s.triggerFamily, key)
 	delete(s.lastTrigger, key)
 	s.report(objectKey{"EndpointSlice", key}, nil)
 }

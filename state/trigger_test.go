@@ -6,6 +6,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/state"
 )
 
 // TestTriggerTimes: a Snapshot hands out every last-change-trigger-time
@@ -82,5 +85,49 @@ func TestTriggerTimes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTriggerTimesByFamily: each family's part of a Snapshot has the
+// trigger times of its own EndpointSlices, and a Builder's build hands
+// them out by family (kept, like the others, past a failed build).
+func TestTriggerTimesByFamily(t *testing.T) {
+	s := newState(t, dualStack...)
+	for _, es := range []struct{ name, addr, at string }{
+		{"four", "198.18.1.1", "2026-12-01T10:00:01Z"},
+		{"six", "2001:db8:18::1", "2026-12-01T10:00:02Z"},
+		{"six-b", "2001:db8:18::2", "2026-12-01T10:00:03Z"},
+	} {
+		slice := slice("svc", es.name, es.addr)
+		slice.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: es.at}
+		s.UpdateSlice(slice)
+	}
+	at := func(sec int) time.Time { return time.Date(2026, 12, 1, 10, 0, sec, 0, time.UTC) }
+	snap := s.Snapshot()
+	got := map[v1.IPFamily][]time.Time{}
+	for _, fam := range snap.Families() {
+		got[fam.IPFamily] = fam.TriggerTimes
+	}
+	want := map[v1.IPFamily][]time.Time{v4: {at(1)}, v6: {at(2), at(3)}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("trigger times by family (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]time.Time{at(1), at(2), at(3)}, snap.TriggerTimes); diff != "" {
+		t.Errorf("all trigger times (-want +got):\n%s", diff)
+	}
+	config, err := state.ConfigFrom(ruleset.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := state.NewBuilder(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := b.Build(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, built.TriggersByFamily); diff != "" {
+		t.Errorf("Built.TriggersByFamily (-want +got):\n%s", diff)
 	}
 }

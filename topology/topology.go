@@ -9,7 +9,8 @@ import (
 
 // Node is the node a proxy runs on. An empty Name means the proxy does not
 // know its node: no endpoint is then local and node hints are ignored. An
-// empty Zone means the node has no zone label: zone hints are then ignored.
+// empty Zone means the node has no zone label: only hints for the zone ""
+// (which the API server accepts) then match it, as in kube-proxy.
 type Node struct {
 	Name string
 	Zone string
@@ -279,7 +280,7 @@ func (h *hintSummary) add(ep *endpoints.Endpoint, node Node) {
 	}
 	if len(ep.ZoneHints) == 0 {
 		h.allZoneHints = false
-	} else if node.Zone != "" && ep.HasZoneHint(node.Zone) {
+	} else if ep.HasZoneHint(node.Zone) {
 		h.forZone = true
 	}
 }

@@ -293,6 +293,15 @@ func TestCategorize(t *testing.T) {
 			want: result{Cluster: l("1", "2"), AllReachable: l("1", "2"), HasAnyEndpoints: true},
 		},
 		{
+			name: "a hint for the zone \"\" matches a node with no zone label, as in kube-proxy",
+			sp:   itpCluster, node: Node{Name: "node-a"},
+			eps: []endpoints.Endpoint{
+				zh(ep(1, ready, "node-a", "zone-a"), "zone-a"),
+				zh(ep(2, ready, "node-b", "zone-b"), "", "zone-b"),
+			},
+			want: result{Cluster: l("2"), AllReachable: l("2"), HasAnyEndpoints: true},
+		},
+		{
 			name: "zone hints ignored when one ready endpoint has none",
 			sp:   itpCluster, node: nodeA,
 			eps: []endpoints.Endpoint{

@@ -90,7 +90,9 @@ func sources(ipv6 bool, endpoints []netip.Addr) []source {
 
 // frontend is an address and port a Service port is reached at.
 type frontend struct {
-	kind   string
+	kind string
+	// port is the name of the Service port.
+	port   string
 	dst    netip.AddrPort
 	toNode bool
 	// nodeOnly: only the node itself sends to it, from the loopback
@@ -109,7 +111,7 @@ func frontends(svc *v1.Service, ipv6 bool) map[v1.Protocol][]frontend {
 	for _, p := range svc.Spec.Ports {
 		port := uint16(p.Port)
 		add := func(kind string, a netip.Addr, port uint16, toNode bool) {
-			out[p.Protocol] = append(out[p.Protocol], frontend{kind: kind, dst: netip.AddrPortFrom(a, port), toNode: toNode})
+			out[p.Protocol] = append(out[p.Protocol], frontend{kind: kind, port: p.Name, dst: netip.AddrPortFrom(a, port), toNode: toNode})
 		}
 		for _, ip := range svc.Spec.ClusterIPs {
 			if a, ok := inFamily(ip); ok {
@@ -131,7 +133,7 @@ func frontends(svc *v1.Service, ipv6 bool) map[v1.Protocol][]frontend {
 			if ipv6 {
 				lo = netip.IPv6Loopback()
 			}
-			out[p.Protocol] = append(out[p.Protocol], frontend{kind: "node port on loopback", dst: netip.AddrPortFrom(lo, uint16(p.NodePort)), toNode: true, nodeOnly: true})
+			out[p.Protocol] = append(out[p.Protocol], frontend{kind: "node port on loopback", port: p.Name, dst: netip.AddrPortFrom(lo, uint16(p.NodePort)), toNode: true, nodeOnly: true})
 		}
 		for _, ip := range svc.Spec.ExternalIPs {
 			if a, ok := inFamily(ip); ok {
@@ -152,7 +154,7 @@ func frontends(svc *v1.Service, ipv6 bool) map[v1.Protocol][]frontend {
 func endpointAddrs(slices_ []*discovery.EndpointSlice, svc string, ipv6 bool) []netip.Addr {
 	var out []netip.Addr
 	for _, es := range slices_ {
-		if es.Labels[discovery.LabelServiceName] != svc {
+		if es.Namespace != namespace || es.Labels[discovery.LabelServiceName] != svc || es.AddressType == discovery.AddressTypeFQDN {
 			continue
 		}
 		for _, ep := range es.Endpoints {
@@ -166,26 +168,122 @@ func endpointAddrs(slices_ []*discovery.EndpointSlice, svc string, ipv6 bool) []
 	return out
 }
 
-// endpointNodes reports which endpoint addresses of a Service in one
-// family are on this node, and which are listed more than once.
-func endpointNodes(slices_ []*discovery.EndpointSlice, svc string, ipv6 bool) (local, duplicated map[netip.Addr]bool) {
-	local, duplicated = map[netip.Addr]bool{}, map[netip.Addr]bool{}
-	seen := map[netip.Addr]bool{}
-	for _, es := range slices_ {
-		if es.Labels[discovery.LabelServiceName] != svc || (es.AddressType == discovery.AddressTypeIPv6) != ipv6 {
+// servicePort names a Service port: the Service, the port's name and
+// protocol.
+type servicePort struct {
+	service, port string
+	protocol      v1.Protocol
+}
+
+// addrProto is an endpoint address and a protocol.
+type addrProto struct {
+	addr     netip.Addr
+	protocol v1.Protocol
+}
+
+// endpointCopy is what kube-proxy keeps of an endpoint of a slice
+// (newBaseEndpointInfo): whether it is on this node, its conditions and
+// its hints.
+type endpointCopy struct {
+	local, ready, serving, terminating bool
+	zoneHints, nodeHints               string
+}
+
+func copyOf(ep *discovery.Endpoint) endpointCopy {
+	c := endpointCopy{
+		local:       ep.NodeName != nil && *ep.NodeName == nodeName,
+		ready:       ep.Conditions.Ready == nil || *ep.Conditions.Ready,
+		serving:     ep.Conditions.Serving == nil || *ep.Conditions.Serving,
+		terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating,
+	}
+	if h := ep.Hints; h != nil {
+		var zs, ns []string
+		for _, z := range h.ForZones {
+			zs = append(zs, z.Name)
+		}
+		for _, n := range h.ForNodes {
+			ns = append(ns, n.Name)
+		}
+		slices.Sort(zs)
+		slices.Sort(ns)
+		c.zoneHints, c.nodeHints = strings.Join(slices.Compact(zs), ","), strings.Join(slices.Compact(ns), ",")
+	}
+	return c
+}
+
+// unorderedCopies finds, in one family, the endpoints whose copy
+// kube-proxy keeps depends on the order it reads a Service's slices in
+// (the order of a Go map): an address and port listed in several slices
+// of a Service port where the copies it may keep differ. kube-proxy keeps
+// the last copy that is not terminating, or the first when all are, so
+// the copies it may keep are the last non-terminating copy of each slice
+// that has one, or, when none has, the first copy of each slice. It
+// returns the Service ports with such an endpoint, the address and
+// protocol of each (the key of kube-proxy's nftables hairpin set, but for
+// the port), and the Service ports with an endpoint listed more than once,
+// whether kube-proxy's choice depends on the order or not.
+func unorderedCopies(eps []*discovery.EndpointSlice, ipv6 bool) (ports map[servicePort]bool, hairpin map[addrProto]bool, listedTwice map[servicePort]bool) {
+	type key struct {
+		port servicePort
+		ep   netip.AddrPort
+	}
+	type candidates struct {
+		last, first map[string]endpointCopy
+		copies      int
+	}
+	byKey := map[key]*candidates{}
+	for _, es := range eps {
+		want := discovery.AddressTypeIPv4
+		if ipv6 {
+			want = discovery.AddressTypeIPv6
+		}
+		if es.AddressType != want || es.Namespace != namespace || es.Labels[discovery.LabelServiceName] == "" {
 			continue
 		}
-		for _, ep := range es.Endpoints {
-			a, err := netip.ParseAddr(ep.Addresses[0])
-			if err != nil {
+		for _, port := range es.Ports {
+			if port.Name == nil || port.Port == nil || *port.Port == 0 {
 				continue
 			}
-			duplicated[a] = duplicated[a] || seen[a]
-			seen[a] = true
-			local[a] = local[a] || ep.NodeName != nil && *ep.NodeName == nodeName
+			sp := servicePort{service: es.Labels[discovery.LabelServiceName], port: *port.Name, protocol: v1.ProtocolTCP}
+			if port.Protocol != nil {
+				sp.protocol = *port.Protocol
+			}
+			for i := range es.Endpoints {
+				ep := &es.Endpoints[i]
+				a, err := netip.ParseAddr(ep.Addresses[0])
+				if err != nil {
+					continue
+				}
+				k := key{sp, netip.AddrPortFrom(a, uint16(*port.Port))}
+				c := byKey[k]
+				if c == nil {
+					c = &candidates{last: map[string]endpointCopy{}, first: map[string]endpointCopy{}}
+					byKey[k] = c
+				}
+				cp := copyOf(ep)
+				c.copies++
+				if _, ok := c.first[es.Name]; !ok {
+					c.first[es.Name] = cp
+				}
+				if !cp.terminating {
+					c.last[es.Name] = cp
+				}
+			}
 		}
 	}
-	return local, duplicated
+	ports, hairpin, listedTwice = map[servicePort]bool{}, map[addrProto]bool{}, map[servicePort]bool{}
+	for k, c := range byKey {
+		listedTwice[k.port] = listedTwice[k.port] || c.copies > 1
+		kept := c.last
+		if len(kept) == 0 {
+			kept = c.first
+		}
+		if vs := slices.Collect(maps.Values(kept)); slices.ContainsFunc(vs, func(v endpointCopy) bool { return v != vs[0] }) {
+			ports[k.port] = true
+			hairpin[addrProto{k.ep.Addr(), k.port.protocol}] = true
+		}
+	}
+	return ports, hairpin, listedTwice
 }
 
 // probe is one packet of a state, to be evaluated under both proxies'
@@ -195,21 +293,21 @@ type probe struct {
 	front   frontend
 	src     source
 	packet  trace.Packet
-	// srcLocal: the source is an endpoint on this node (hairpin).
-	srcLocal bool
-	// shared: another Service port of the state has the same frontend
-	// (address, port and protocol).
+	// shared: Service ports other than one another have a frontend at the
+	// packet's destination (address, port and protocol).
 	shared bool
-	// duplicated: an endpoint address of the Service is listed more than
-	// once in its EndpointSlices of the family, or the source is a hairpin
-	// endpoint that some Service's slices list more than once (whether it
-	// is on this node, which decides its hairpin masquerade, then depends
-	// on which copy counts).
-	duplicated bool
-	// localElsewhere: the source is a hairpin endpoint that this Service's
-	// slices place on another node (or none) and another Service's slices
-	// place on this node.
-	localElsewhere bool
+	// unordered: an endpoint of a Service port at the packet's
+	// destination is one whose copy kube-proxy keeps depends on the order
+	// of its map of slices (unorderedCopies).
+	unordered bool
+	// unorderedHairpin: the source is, with the packet's protocol, such an
+	// endpoint of some Service port: whether it is in kube-proxy's
+	// nftables hairpin set depends on that order too.
+	unorderedHairpin bool
+	// listedTwice: a Service port at the packet's destination has an
+	// endpoint listed more than once in its slices (kube-proxy's choice
+	// of copy may or may not depend on its map order).
+	listedTwice bool
 }
 
 func (p probe) String() string {
@@ -225,25 +323,19 @@ func probes(svcs []*v1.Service, eps []*discovery.EndpointSlice, ipv6 bool) []pro
 		proto v1.Protocol
 		dst   netip.AddrPort
 	}
-	claims := map[claim]int{}
-	anyLocal, anyDuplicated := map[netip.Addr]bool{}, map[netip.Addr]bool{}
+	claims := map[claim][]servicePort{}
 	for _, svc := range svcs {
-		local, dup := endpointNodes(eps, svc.Name, ipv6)
-		for a, l := range local {
-			anyLocal[a] = anyLocal[a] || l
-		}
-		for a, d := range dup {
-			anyDuplicated[a] = anyDuplicated[a] || d
-		}
 		for proto, fs := range frontends(svc, ipv6) {
 			for _, f := range fs {
-				claims[claim{proto, f.dst}]++
+				c := claim{proto, f.dst}
+				if sp := (servicePort{svc.Name, f.port, proto}); !slices.Contains(claims[c], sp) {
+					claims[c] = append(claims[c], sp)
+				}
 			}
 		}
 	}
+	unorderedPorts, unorderedHairpin, listedTwice := unorderedCopies(eps, ipv6)
 	for _, svc := range svcs {
-		local, dup := endpointNodes(eps, svc.Name, ipv6)
-		duplicated := slices.Contains(slices.Collect(maps.Values(dup)), true)
 		srcs := sources(ipv6, endpointAddrs(eps, svc.Name, ipv6))
 		for proto, fs := range frontends(svc, ipv6) {
 			for _, f := range fs {
@@ -255,10 +347,14 @@ func probes(svcs []*v1.Service, eps []*discovery.EndpointSlice, ipv6 bool) []pro
 					}
 					for _, pr := range []v1.Protocol{proto, other[proto]} {
 						p := trace.Packet{Protocol: pr, Src: netip.AddrPortFrom(s.addr, 40000), Dst: f.dst, FromNode: s.fromNode, ToNode: f.toNode}
+						owners := claims[claim{pr, f.dst}]
+						unordered, twice := false, false
+						for _, sp := range owners {
+							unordered, twice = unordered || unorderedPorts[sp], twice || listedTwice[sp]
+						}
 						out = append(out, probe{service: svc.Namespace + "/" + svc.Name, front: f, src: s, packet: p,
-							srcLocal: s.name == "hairpin" && local[s.addr], shared: claims[claim{pr, f.dst}] > 1,
-							duplicated:     duplicated || s.name == "hairpin" && anyDuplicated[s.addr],
-							localElsewhere: s.name == "hairpin" && !local[s.addr] && anyLocal[s.addr]})
+							shared: len(owners) > 1, unordered: unordered, listedTwice: twice,
+							unorderedHairpin: s.name == "hairpin" && unorderedHairpin[addrProto{s.addr, pr}]})
 					}
 				}
 			}
@@ -277,51 +373,41 @@ func comparable(o trace.Outcome) trace.Outcome {
 	return o
 }
 
-// exclusion is a known difference between kube-proxy and ours that the
-// suite tolerates: named, with its reason, and printed with how many
-// probes it covered.
-type exclusion struct {
+// undefinedCase is a case where kube-proxy's outcome is undefined: it
+// depends on the order in which kube-proxy iterates a Go map, so that it
+// may differ from one run of kube-proxy to the next, where ours is fixed.
+// A difference in such a probe is counted under the case's name, printed
+// by the test; no other difference is tolerated.
+type undefinedCase struct {
 	name, reason string
-	// covers reports whether the difference between ref (kube-proxy's
-	// outcome) and ours for p is this one.
+	// covers reports whether p, whose outcomes are ref (kube-proxy's) and
+	// ours, is a probe of this case in mode.
 	covers func(mode string, p probe, ref, ours trace.Outcome) bool
 }
 
-// exclusions are the known differences; each is printed by the test with
-// the number of probes it covered.
-var exclusions = []exclusion{
+// undefinedCases are kube-proxy's undefined cases the generated states
+// reach.
+var undefinedCases = []undefinedCase{
 	{
-		name: "one address listed twice in a Service's EndpointSlices",
-		reason: "kube-proxy keeps the copy it reads last unless that one is terminating (its result depends on the order " +
-			"of slices and endpoints, and is undefined for two non-terminating copies); we keep the best copy " +
-			"(non-terminating, ready, serving, with a node name), whatever the order; so the two may disagree on whether " +
-			"such an address is on this node, which decides its hairpin masquerade through every Service",
-		covers: func(_ string, p probe, _, _ trace.Outcome) bool { return p.duplicated },
-	},
-	{
-		name: "hairpin of an address two Services place on different nodes (flat layout)",
-		reason: "the flat layout's hairpin set is keyed by address (endpoint . endpoint): an address that one " +
-			"Service's slices place on this node is masqueraded when it reaches itself through any Service; " +
-			"kube-proxy keys the set by address, protocol and port, so not through a Service whose slices " +
-			"place it elsewhere. Only slices that disagree on where one address runs show it",
-		covers: func(mode string, p probe, ref, ours trace.Outcome) bool {
-			if mode != "nftables (flat layout)" || !p.localElsewhere {
-				return false
-			}
-			ours.Targets = slices.Clone(ours.Targets)
-			for i, c := range ours.Targets {
-				if c.Endpoint.Addr() == p.src.addr && c.Masquerade && !ours.Masquerade {
-					ours.Targets[i].Masquerade = false
-				}
-			}
-			return iptrace.Agree(comparable(ref), comparable(ours)) == nil
+		name: "copies of one endpoint in two slices, kept by map order",
+		reason: "of copies of one address and port in a Service port's slices, kube-proxy keeps the last it reads " +
+			"that is not terminating (the first when all are), reading the slices in the order of a Go map; " +
+			"where the copies it may keep differ (on this node or not, conditions, hints), its choice varies " +
+			"between runs. Ours reads the slices in name order (package endpoints), which is one of kube-proxy's " +
+			"orders. Covered: the probes of the Service ports with such an endpoint, and in nftables mode hairpin " +
+			"from such an address with the port's protocol through any Service (its element in the hairpin set)",
+		covers: func(mode string, p probe, _, _ trace.Outcome) bool {
+			return p.unordered || p.unorderedHairpin && mode != "iptables"
 		},
 	},
 	{
 		name: "two Service ports with one frontend",
-		reason: "when two Service ports claim the same address, port and protocol, which one kube-proxy's rules " +
-			"serve depends on the order it iterates its map of Services; ours is fixed",
-		covers: func(_ string, p probe, _, _ trace.Outcome) bool { return p.shared },
+		reason: "when Service ports of two Services claim the same address, port and protocol (external or " +
+			"load-balancer IPs), which one kube-proxy's rules serve depends on the order it iterates its map of " +
+			"Service ports (iptables: the first rule written; nftables: the map element written last). Ours " +
+			"is fixed (ruleset.Ruleset.Owner) and named in a warning. Covered: the probes to such a frontend " +
+			"where the two proxies' rules name different Service ports (kube-proxy chose another)",
+		covers: func(_ string, p probe, ref, ours trace.Outcome) bool { return p.shared && ref.Service != ours.Service },
 	},
 }
 
@@ -341,16 +427,33 @@ type comparison struct {
 	// kind of behaviour the probes covered.
 	verdicts    map[string]int
 	differences []difference
-	excluded    map[string]int
+	// undefined counts the differences in each of kube-proxy's undefined
+	// cases (undefinedCases), by the case's name; inCase, the probes of
+	// each case, whether their outcomes differ or not.
+	undefined, inCase map[string]int
+	// listedTwice counts the probes of Service ports with an endpoint
+	// listed more than once, of which deterministic are those outside
+	// every undefined case (they must agree).
+	listedTwice, listedTwiceDeterministic int
 }
 
 // compare evaluates every probe under ref's and ours' rules of one family.
 func compare(mode string, ref, ours evaluator, ps []probe) comparison {
-	c := comparison{excluded: map[string]int{}, verdicts: map[string]int{}}
+	c := comparison{undefined: map[string]int{}, inCase: map[string]int{}, verdicts: map[string]int{}}
 	for _, p := range ps {
 		c.probes++
 		ro, rpath, rerr := ref.evaluate(p.packet)
 		oo, opath, oerr := ours.evaluate(p.packet)
+		covered := slices.IndexFunc(undefinedCases, func(u undefinedCase) bool { return u.covers(mode, p, ro, oo) })
+		if covered >= 0 {
+			c.inCase[undefinedCases[covered].name]++
+		}
+		if p.listedTwice {
+			c.listedTwice++
+			if covered < 0 {
+				c.listedTwiceDeterministic++
+			}
+		}
 		v := ro.Verdict.String()
 		if ro.Masquerade {
 			v += " masqueraded"
@@ -371,8 +474,8 @@ func compare(mode string, ref, ours evaluator, ps []probe) comparison {
 		if why == "" {
 			continue
 		}
-		if i := slices.IndexFunc(exclusions, func(e exclusion) bool { return rerr == nil && oerr == nil && e.covers(mode, p, ro, oo) }); i >= 0 {
-			c.excluded[exclusions[i].name]++
+		if covered >= 0 && rerr == nil && oerr == nil {
+			c.undefined[undefinedCases[covered].name]++
 			continue
 		}
 		d := difference{probe: p, ref: ro, ours: oo, why: why}

@@ -3,16 +3,18 @@
 package differential
 
 import (
-	"math/big"
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/servicemap"
 	"github.com/svcproxy/svcproxy/trace"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestCompareFindsDifferences: the comparison itself (no kernel, no API
@@ -76,43 +78,137 @@ func TestCompareFindsDifferences(t *testing.T) {
 	}
 }
 
-// TestExclusions: each known difference covers its own case and nothing
-// else.
-func TestExclusions(t *testing.T) {
-	ep := netip.MustParseAddrPort("198.18.65.2:8080")
-	forward := func(masq bool) trace.Outcome {
-		return trace.Outcome{Verdict: ruleset.VerdictForward, Targets: []ruleset.Choice{{Target: ruleset.Target{Endpoint: ep}, Share: big.NewRat(1, 1), Masquerade: masq}}}
+// TestUndefinedCases: the probes of kube-proxy's undefined cases are
+// exactly those whose outcome depends on the order kube-proxy iterates a
+// map in: a Service port with copies of one endpoint, in different slices,
+// that kube-proxy may keep either of, and hairpin from such an address
+// with the port's protocol; a frontend that Service ports of two
+// Services claim. Each case covers its own probes and no other's.
+func TestUndefinedCases(t *testing.T) {
+	ready := discovery.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)}
+	notReady := discovery.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(false)}
+	terminating := discovery.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}
+	type copy struct {
+		node string
+		cond discovery.EndpointConditions
 	}
-	hairpin := probe{src: source{name: "hairpin", addr: ep.Addr()}}
-	local := hairpin
-	local.srcLocal = true
-	elsewhere := hairpin
-	elsewhere.localElsewhere = true
-	byName := map[string]exclusion{}
-	for _, e := range exclusions {
-		byName[e.name] = e
+	// svc is Service name with one TCP port "p0" on cluster IP ip, 80 →
+	// 8000, whose slices list 198.18.64.2 as copies, a slice each (or
+	// all in one slice when together), and 198.18.65.2 once.
+	svc := func(name, ip string, together bool, copies ...copy) (*v1.Service, []*discovery.EndpointSlice) {
+		s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Spec: v1.ServiceSpec{
+			ClusterIPs: []string{ip}, Ports: []v1.ServicePort{{Name: "p0", Protocol: v1.ProtocolTCP, Port: 80}}}}
+		slice := func(i int, eps ...discovery.Endpoint) *discovery.EndpointSlice {
+			return &discovery.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Namespace: namespace, Labels: map[string]string{discovery.LabelServiceName: name}},
+				AddressType: discovery.AddressTypeIPv4,
+				Ports:       []discovery.EndpointPort{{Name: ptr("p0"), Protocol: ptr(v1.ProtocolTCP), Port: ptr[int32](8000)}},
+				Endpoints:   eps,
+			}
+		}
+		other := discovery.Endpoint{Addresses: []string{"198.18.65.2"}, Conditions: ready}
+		var eps []discovery.Endpoint
+		for _, c := range copies {
+			eps = append(eps, discovery.Endpoint{Addresses: []string{"198.18.64.2"}, NodeName: ptr(c.node), Conditions: c.cond})
+		}
+		if together || len(eps) == 0 {
+			return s, []*discovery.EndpointSlice{slice(0, append(eps, other)...)}
+		}
+		out := []*discovery.EndpointSlice{slice(0, other)}
+		for i, e := range eps {
+			out = append(out, slice(i+1, e))
+		}
+		return s, out
 	}
 	for _, tc := range []struct {
-		name, exclusion, mode string
-		p                     probe
-		ref, ours             trace.Outcome
-		want                  bool
+		name      string
+		together  bool
+		copies    []copy
+		unordered bool
 	}{
-		{"duplicated", "one address listed twice in a Service's EndpointSlices", "iptables", probe{duplicated: true}, forward(false), trace.Outcome{}, true},
-		{"not duplicated", "one address listed twice in a Service's EndpointSlices", "iptables", probe{}, forward(false), trace.Outcome{}, false},
-		{"flat, hairpin of an address local by another Service", "hairpin of an address two Services place on different nodes (flat layout)", "nftables (flat layout)", elsewhere, forward(false), forward(true), true},
-		{"kube-proxy layout, same probe", "hairpin of an address two Services place on different nodes (flat layout)", "nftables (kube-proxy layout)", elsewhere, forward(false), forward(true), false},
-		{"flat, address local nowhere", "hairpin of an address two Services place on different nodes (flat layout)", "nftables (flat layout)", hairpin, forward(false), forward(true), false},
-		{"flat, another difference", "hairpin of an address two Services place on different nodes (flat layout)", "nftables (flat layout)", elsewhere, forward(false), trace.Outcome{Verdict: ruleset.VerdictReject}, false},
-		{"shared", "two Service ports with one frontend", "iptables", probe{shared: true}, forward(false), trace.Outcome{}, true},
-		{"not shared", "two Service ports with one frontend", "iptables", probe{}, forward(false), trace.Outcome{}, false},
+		{"one copy", false, []copy{{nodeName, ready}}, false},
+		{"copies in one slice", true, []copy{{nodeName, ready}, {"node-b", ready}}, false},
+		{"equal copies in two slices", false, []copy{{nodeName, ready}, {nodeName, ready}}, false},
+		{"copies on two nodes others than this", false, []copy{{"node-b", ready}, {"node-c", ready}}, false},
+		{"one not terminating, one terminating", false, []copy{{"node-b", notReady}, {nodeName, terminating}}, false},
+		{"not terminating, on this node and another", false, []copy{{nodeName, ready}, {"node-b", ready}}, true},
+		{"not terminating, ready and not", false, []copy{{"node-b", ready}, {"node-b", notReady}}, true},
+		{"all terminating, on this node and another", false, []copy{{nodeName, terminating}, {"node-b", terminating}}, true},
 	} {
-		e, ok := byName[tc.exclusion]
-		if !ok {
-			t.Fatalf("no exclusion %q", tc.exclusion)
+		a, aSlices := svc("a", "198.19.0.10", tc.together, tc.copies...)
+		// b lists 198.18.64.2 once, on this node: hairpin from it through
+		// b is in kube-proxy's nftables hairpin set whichever copy of a's
+		// it keeps, but the element is a's too.
+		b, bSlices := svc("b", "198.19.0.11", false, copy{nodeName, ready})
+		ps := probes([]*v1.Service{a, b}, append(aSlices, bSlices...), false)
+		if len(ps) == 0 {
+			t.Fatalf("%s: no probes", tc.name)
 		}
-		if got := e.covers(tc.mode, tc.p, tc.ref, tc.ours); got != tc.want {
-			t.Errorf("%s: covered %v, want %v", tc.name, got, tc.want)
+		for _, p := range ps {
+			hairpinTCP := p.src.name == "hairpin" && p.src.addr == netip.MustParseAddr("198.18.64.2") && p.packet.Protocol == v1.ProtocolTCP
+			want := tc.unordered && p.service == namespace+"/a" && p.packet.Protocol == v1.ProtocolTCP
+			if p.unordered != want || p.unorderedHairpin != (tc.unordered && hairpinTCP) || p.shared {
+				t.Errorf("%s: probe %v: unordered %v, hairpin %v, shared %v, want %v, %v and false", tc.name, p, p.unordered, p.unorderedHairpin, p.shared, want, tc.unordered && hairpinTCP)
+			}
+			if twice := len(tc.copies) > 1 && p.service == namespace+"/a" && p.packet.Protocol == v1.ProtocolTCP; p.listedTwice != twice {
+				t.Errorf("%s: probe %v: listed twice %v, want %v", tc.name, p, p.listedTwice, twice)
+			}
+		}
+	}
+
+	// Two Services with one external IP and port share that frontend; one
+	// Service with an address that is both an external and a
+	// load-balancer IP does not.
+	ext := func(name string, lb bool) *v1.Service {
+		s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Spec: v1.ServiceSpec{
+			ExternalIPs: []string{"198.19.50.1"}, Ports: []v1.ServicePort{{Name: "p0", Protocol: v1.ProtocolTCP, Port: 80}}}}
+		if lb {
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.19.50.1"}}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name   string
+		svcs   []*v1.Service
+		shared bool
+	}{
+		{"one Service, external and load-balancer IP", []*v1.Service{ext("a", true)}, false},
+		{"two Services, one external IP", []*v1.Service{ext("a", false), ext("b", false)}, true},
+	} {
+		for _, p := range probes(tc.svcs, nil, false) {
+			if want := tc.shared && p.packet.Protocol == v1.ProtocolTCP; p.shared != want || p.unordered || p.unorderedHairpin {
+				t.Errorf("%s: probe %v: shared %v, unordered %v, want %v and false", tc.name, p, p.shared, p.unordered, want)
+			}
+		}
+	}
+
+	// Each case covers its own probes.
+	copies, shared := []string{"copies of one endpoint in two slices, kept by map order"}, []string{"two Service ports with one frontend"}
+	by := func(svc string) trace.Outcome {
+		return trace.Outcome{Verdict: ruleset.VerdictForward, Service: servicemap.PortName{Namespace: namespace, Name: svc, Port: "p0", Protocol: v1.ProtocolTCP}}
+	}
+	for _, tc := range []struct {
+		name, mode string
+		p          probe
+		ref, ours  trace.Outcome
+		want       []string
+	}{
+		{"unordered copies", "iptables", probe{unordered: true}, by("a"), by("a"), copies},
+		{"hairpin of unordered copies, nftables", "nftables (flat layout)", probe{unorderedHairpin: true}, by("a"), by("a"), copies},
+		{"hairpin of unordered copies, iptables (no hairpin set)", "iptables", probe{unorderedHairpin: true}, by("a"), by("a"), nil},
+		{"shared frontend, kube-proxy chose the other port", "iptables", probe{shared: true}, by("b"), by("a"), shared},
+		{"shared frontend, kube-proxy chose no port", "iptables", probe{shared: true}, trace.Outcome{}, by("a"), shared},
+		{"shared frontend, both chose one port", "iptables", probe{shared: true}, by("a"), by("a"), nil},
+		{"neither", "nftables (kube-proxy layout)", probe{}, by("b"), by("a"), nil},
+	} {
+		var got []string
+		for _, u := range undefinedCases {
+			if u.covers(tc.mode, tc.p, tc.ref, tc.ours) {
+				got = append(got, u.name)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: covered by %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

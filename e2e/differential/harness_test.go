@@ -47,6 +47,9 @@ var (
 const (
 	nodeName  = "node-a"
 	namespace = "diff"
+	// otherNamespace holds slices labelled for a Service of namespace
+	// (which are not that Service's).
+	otherNamespace = "diff-other"
 	// syncTimeout bounds the wait for every proxy to follow a state.
 	syncTimeout = 30 * time.Second
 	// stablePolls is how many polls in a row (pollInterval apart) must read
@@ -84,7 +87,9 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	w.client = client
-	w.put(&v1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: namespace}})
+	for _, ns := range []string{namespace, otherNamespace} {
+		w.put(&v1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
 	return w
 }
 
@@ -436,8 +441,10 @@ func (w *world) deleteAll() {
 			w.t.Fatal(err)
 		}
 	}
-	if err := w.client.DiscoveryV1().EndpointSlices(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		w.t.Fatal(err)
+	for _, ns := range []string{namespace, otherNamespace} {
+		if err := w.client.DiscoveryV1().EndpointSlices(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			w.t.Fatal(err)
+		}
 	}
 }
 

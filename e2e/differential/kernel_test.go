@@ -201,7 +201,8 @@ func sampleKernels(pr pair, ps []probe, ref, ours evaluator) (sent int, report [
 		ro, _, rerr := ref.evaluate(p.packet)
 		oo, _, oerr := ours.evaluate(p.packet)
 		class := sampleClass(p, ro)
-		// Probes whose outcomes differ are reported (or excluded) already.
+		// Probes whose outcomes differ are reported (or counted in an
+		// undefined case) already.
 		if rerr != nil || oerr != nil || class == "" || seen[class] || iptrace.Agree(comparable(ro), comparable(oo)) != nil {
 			continue
 		}

@@ -103,7 +103,11 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 			continue
 		}
 		used[fmt.Sprint(proto, port)] = true
-		p := v1.ServicePort{Name: fmt.Sprintf("p%d", j), Protocol: proto, Port: port, TargetPort: intstr.FromInt32(8000 + int32(j))}
+		// Port names are mostly short; now and then one that the API
+		// server accepts but an IANA service name could not be (longer
+		// than 15 characters, or digits only).
+		portName := rapid.SampledFrom([]string{"p%d", "p%d", "p%d", "p%d", "p%d", "p%d", "a-long-port-name-%d", "900%d"}).Draw(t, fmt.Sprintf("%s.p%d.name", name, j))
+		p := v1.ServicePort{Name: fmt.Sprintf(portName, j), Protocol: proto, Port: port, TargetPort: intstr.FromInt32(8000 + int32(j))}
 		if rapid.Bool().Draw(t, fmt.Sprintf("%s.p%d.named", name, j)) {
 			p.TargetPort = intstr.FromString(fmt.Sprintf("t%d", j))
 		}
@@ -176,16 +180,46 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 		if rapid.IntRange(0, 9).Draw(t, fmt.Sprintf("%s.%s.duplicates", name, fam)) == 0 {
 			used = nil
 		}
+		// One Service family in five has hints as no controller writes
+		// them, on every endpoint.
+		odd := rapid.IntRange(0, 4).Draw(t, fmt.Sprintf("%s.%s.oddHints", name, fam)) == 0
 		for k := range rapid.IntRange(0, 2).Draw(t, fmt.Sprintf("%s.%s.slices", name, fam)) {
-			eps = append(eps, genSlice(t, svc, fam, fmt.Sprintf("%s-%s-%d", name, strings.ToLower(string(fam)), k), used))
+			eps = append(eps, genSlice(t, svc, fam, fmt.Sprintf("%s-%s-%d", name, strings.ToLower(string(fam)), k), used, odd))
 		}
+		// Now and then a slice both proxies must ignore: one with no
+		// service-name label, one labelled for the Service in another
+		// namespace (its endpoints belong to a Service of that name
+		// there).
+		stray := fmt.Sprintf("%s-%s-stray", name, strings.ToLower(string(fam)))
+		switch rapid.IntRange(0, 11).Draw(t, stray) {
+		case 0:
+			es := genSlice(t, svc, fam, stray, map[int]bool{}, false)
+			delete(es.Labels, discovery.LabelServiceName)
+			eps = append(eps, es)
+		case 1:
+			es := genSlice(t, svc, fam, stray, map[int]bool{}, false)
+			es.Namespace = otherNamespace
+			eps = append(eps, es)
+		}
+	}
+	// One Service in ten has an FQDN slice, which both proxies ignore.
+	if rapid.IntRange(0, 9).Draw(t, name+".fqdn") == 0 {
+		es := genSlice(t, svc, v1.IPv4Protocol, name+"-fqdn", map[int]bool{}, false)
+		es.AddressType = discovery.AddressTypeFQDN
+		for k := range es.Endpoints {
+			es.Endpoints[k].Addresses = []string{fmt.Sprintf("pod-%d.%s.example.test", k, name)}
+		}
+		eps = append(eps, es)
 	}
 	return svc, eps
 }
 
 // genSlice draws an EndpointSlice of svc in family fam. Its endpoints'
 // addresses are not in used, and are added to it, unless used is nil.
-func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used map[int]bool) *discovery.EndpointSlice {
+// With oddHints every endpoint has hints as no controller writes them:
+// for one or two zones of zone-a, zone-b and "" (the zone of a Node
+// without a zone label), and for any nodes.
+func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used map[int]bool, oddHints bool) *discovery.EndpointSlice {
 	ipv6 := fam == v1.IPv6Protocol
 	es := &discovery.EndpointSlice{
 		TypeMeta: metav1.TypeMeta{APIVersion: "discovery.k8s.io/v1", Kind: "EndpointSlice"},
@@ -201,7 +235,20 @@ func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used ma
 		if rapid.IntRange(0, 9).Draw(t, fmt.Sprintf("%s.port%d.missing", name, j)) == 0 {
 			continue
 		}
-		es.Ports = append(es.Ports, discovery.EndpointPort{Name: ptr(p.Name), Protocol: ptr(p.Protocol), Port: ptr(8000 + int32(j))})
+		port := discovery.EndpointPort{Name: ptr(p.Name), Protocol: ptr(p.Protocol), Port: ptr(8000 + int32(j))}
+		// Now and then a port both proxies ignore: no number ("all
+		// ports"), or 0.
+		switch rapid.IntRange(0, 19).Draw(t, fmt.Sprintf("%s.port%d.number", name, j)) {
+		case 0:
+			port.Port = nil
+		case 1:
+			port.Port = ptr[int32](0)
+		}
+		es.Ports = append(es.Ports, port)
+	}
+	// Now and then a port no Service port names.
+	if rapid.IntRange(0, 9).Draw(t, name+".extraPort") == 0 {
+		es.Ports = append(es.Ports, discovery.EndpointPort{Name: ptr("extra"), Protocol: ptr(v1.ProtocolTCP), Port: ptr[int32](8002)})
 	}
 	for k := range rapid.IntRange(0, 4).Draw(t, name+".endpoints") {
 		pod := rapid.IntRange(0, endpointPool-1).Draw(t, fmt.Sprintf("%s.ep%d", name, k))
@@ -212,13 +259,18 @@ func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used ma
 			used[pod] = true
 		}
 		ep := discovery.Endpoint{Addresses: []string{podAddr(pod, ipv6).String()}}
+		// Now and then more addresses: the first is the endpoint's.
+		if rapid.IntRange(0, 7).Draw(t, fmt.Sprintf("%s.ep%d.addresses", name, k)) == 0 {
+			more := (pod + rapid.IntRange(1, endpointPool-1).Draw(t, fmt.Sprintf("%s.ep%d.address2", name, k))) % endpointPool
+			ep.Addresses = append(ep.Addresses, podAddr(more, ipv6).String()) // a set: no address twice
+		}
 		if node := rapid.IntRange(-1, len(nodeNames)-1).Draw(t, fmt.Sprintf("%s.ep%d.node", name, k)); node >= 0 {
 			ep.NodeName = ptr(nodeNames[node])
 			if rapid.IntRange(0, 4).Draw(t, fmt.Sprintf("%s.ep%d.nozone", name, k)) != 0 {
 				ep.Zone = ptr(zones[nodeNames[node]])
 			}
 		}
-		switch rapid.IntRange(0, 5).Draw(t, fmt.Sprintf("%s.ep%d.conditions", name, k)) {
+		switch rapid.IntRange(0, 6).Draw(t, fmt.Sprintf("%s.ep%d.conditions", name, k)) {
 		case 0, 1: // ready
 			ep.Conditions = discovery.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)}
 		case 2: // serving, terminating
@@ -227,8 +279,29 @@ func genSlice(t *rapid.T, svc *v1.Service, fam v1.IPFamily, name string, used ma
 			ep.Conditions = discovery.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(true)}
 		case 4: // not ready
 			ep.Conditions = discovery.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(false)}
+		case 5: // each condition unset (ready, serving; not terminating) or either value
+			cond := func(c string) *bool {
+				switch rapid.IntRange(0, 2).Draw(t, fmt.Sprintf("%s.ep%d.%s", name, k, c)) {
+				case 0:
+					return nil
+				case 1:
+					return ptr(false)
+				}
+				return ptr(true)
+			}
+			ep.Conditions = discovery.EndpointConditions{Ready: cond("ready"), Serving: cond("serving"), Terminating: cond("terminating")}
 		}
-		if rapid.Bool().Draw(t, fmt.Sprintf("%s.ep%d.hints", name, k)) {
+		if oddHints {
+			ep.Hints = &discovery.EndpointHints{}
+			for _, z := range rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"zone-a", "zone-b", ""}), 1, 2, rapid.ID[string]).Draw(t, fmt.Sprintf("%s.ep%d.zoneHints", name, k)) {
+				ep.Hints.ForZones = append(ep.Hints.ForZones, discovery.ForZone{Name: z})
+			}
+			for _, n := range nodeNames {
+				if rapid.IntRange(0, 4).Draw(t, fmt.Sprintf("%s.ep%d.nodeHint %s", name, k, n)) == 0 {
+					ep.Hints.ForNodes = append(ep.Hints.ForNodes, discovery.ForNode{Name: n})
+				}
+			}
+		} else if rapid.Bool().Draw(t, fmt.Sprintf("%s.ep%d.hints", name, k)) {
 			ep.Hints = &discovery.EndpointHints{}
 			if ep.Zone != nil {
 				ep.Hints.ForZones = []discovery.ForZone{{Name: *ep.Zone}}
@@ -255,7 +328,9 @@ func (s state) named(i int) state {
 	for _, es := range s.slices {
 		es = es.DeepCopy()
 		es.Name = prefix + es.Name
-		es.Labels[discovery.LabelServiceName] = prefix + es.Labels[discovery.LabelServiceName]
+		if svc, ok := es.Labels[discovery.LabelServiceName]; ok {
+			es.Labels[discovery.LabelServiceName] = prefix + svc
+		}
 		out.slices = append(out.slices, es)
 	}
 	return out

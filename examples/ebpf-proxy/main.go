@@ -2,8 +2,8 @@
 // (package ebpf): cgroup programs translate Services at connect(),
 // sendmsg(), recvmsg() and getpeername() for the processes of the cgroup
 // given by --cgroup, from BPF maps pinned under --bpf-pin-path; with
-// --tc-external and --tc-pods, tc programs translate IPv4 traffic that
-// arrives from outside. See
+// --tc-external and --tc-pods, tc programs translate IPv4 and IPv6
+// traffic that arrives from outside. See
 // docs/reference-proxies.md for its flags; try it without root:
 //
 //	go run ./examples/ebpf-proxy --manifests examples/demo/manifests --node-name node-a --dry-run

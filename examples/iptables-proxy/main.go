@@ -24,11 +24,13 @@ func main() { proxy.Main(mode) }
 // mode is the iptables reference proxy.
 var mode = proxy.Mode{
 	Name: "iptables",
-	Render: func(w io.Writer, rs *ruleset.Ruleset, _ *proxy.Options) ([]svcproxy.Warning, error) {
-		_, err := w.Write(iptables.Render(iptables.DefaultNames(), rs))
-		return nil, err // iptables.Render writes every Service port
+	// A dry run knows no nfacct counters: it renders the rules without
+	// them, as kube-proxy writes them on a kernel that has none.
+	Render: func(w io.Writer, rs *ruleset.Ruleset, opts *proxy.Options) ([]svcproxy.Warning, error) {
+		_, err := w.Write(iptables.RenderFor(iptables.DefaultNames(), rs, iptables.Kernel{TCPBeLiberal: opts.TCPBeLiberal}))
+		return nil, err // iptables.RenderFor writes every Service port
 	},
-	NewBackend: func(family v1.IPFamily, _ *proxy.Options) (engine.Backend, error) {
-		return iptables.NewExecutor(iptables.ExecutorConfig{Family: family})
+	NewBackend: func(family v1.IPFamily, opts *proxy.Options) (engine.Backend, error) {
+		return iptables.NewExecutor(iptables.ExecutorConfig{Family: family, NFAcct: true, TCPBeLiberal: opts.TCPBeLiberal})
 	},
 }

@@ -37,3 +37,26 @@ spec:
 		t.Errorf("stdout is not the iptables-restore input alone:\n%s", out.String())
 	}
 }
+
+// --dry-run renders as kube-proxy does on a kernel without nfacct counters
+// (no -m nfacct), and with --conntrack-tcp-be-liberal without the drop of
+// INVALID packets: it reads no sysctl, it follows the flag.
+func TestDryRunTCPBeLiberal(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		flags []string
+		drop  bool
+	}{{nil, true}, {[]string{"--conntrack-tcp-be-liberal"}, false}} {
+		var out, errs bytes.Buffer
+		args := append([]string{"--manifests", dir, "--node-name", "n1", "--ip-family", "ipv4", "--dry-run"}, tc.flags...)
+		if code := proxy.Run(mode, args, &out, &errs); code != 0 {
+			t.Fatalf("%v: exit %d, stderr: %s", tc.flags, code, errs.String())
+		}
+		if got := strings.Contains(out.String(), "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n"); got != tc.drop {
+			t.Errorf("%v: drop of INVALID packets %v, want %v:\n%s", tc.flags, got, tc.drop, out.String())
+		}
+		if strings.Contains(out.String(), "nfacct") {
+			t.Errorf("%v: a dry run uses nfacct counters:\n%s", tc.flags, out.String())
+		}
+	}
+}

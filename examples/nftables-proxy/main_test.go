@@ -47,8 +47,8 @@ func TestDryRunWarnsOnStderr(t *testing.T) {
 		layout  string
 		warning string
 	}{
-		{"", `Service ns/a: port \"http\"/TCP: 198.18.0.100:80 TCP (no-endpoint-services) is already used by ns/b:http: not served there`},
-		{"flat", `Service ns/a: port http/TCP: 198.18.0.100:80/TCP is served by another Service port`},
+		{"", `Service ns/a: port \"http\"/TCP: 198.18.0.100:80/TCP is also Service port ns/b:http's, which takes it: not served there`},
+		{"flat", `Service ns/a: port \"http\"/TCP: 198.18.0.100:80/TCP is also Service port ns/b:http's, which takes it: not served there`},
 	} {
 		t.Run("layout="+tc.layout, func(t *testing.T) {
 			args := []string{"--manifests", dir, "--node-name", "n1", "--ip-family", "ipv4", "--dry-run"}

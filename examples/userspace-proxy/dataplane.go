@@ -103,7 +103,9 @@ func (d *DataPlane) stop(f ruleset.Frontend, l *listener) {
 func (d *DataPlane) RequestFullSync() {}
 
 // CheckState finds nothing missing: the sockets are the process's own.
-func (d *DataPlane) CheckState(context.Context) (string, error) { return "", nil }
+func (d *DataPlane) CheckState(context.Context) (svcproxy.Drift, error) {
+	return svcproxy.Drift{}, nil
+}
 
 // Cleanup stops serving, as Close.
 func (d *DataPlane) Cleanup(context.Context) error { return d.Close() }

@@ -70,7 +70,7 @@ func TestFlatAffinityChanges(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if c.remove == "*" {
 				for _, name := range []string{"a", "b", "c"} {
-					w.svcs.Delete("ns1", name)
+					w.Svcs.Delete("ns1", name)
 				}
 			}
 			w.add(c.objs...)

@@ -55,7 +55,7 @@ func BenchmarkRenderFlatChanges(b *testing.B) {
 
 // BenchmarkFlatStateHeap reports the heap that the flat layout's state
 // keeps between syncs (State: the endpoint counts in use and the
-// hairpin addresses), per endpoint of the Ruleset.
+// hairpin keys), per endpoint of the Ruleset.
 func BenchmarkFlatStateHeap(b *testing.B) {
 	rs, _ := benchWorld(b, 10000)
 	var st *flat.State

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/big"
 	"net/netip"
-	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,40 +24,6 @@ import (
 	"github.com/svcproxy/svcproxy/trace"
 	"github.com/svcproxy/svcproxy/trace/nfttrace"
 )
-
-// flatTrace is trace.Trace in kube-proxy's nftables mode but for one known
-// difference: the flat layout's hairpin set holds the addresses of this
-// node's targets (address . address), kube-proxy 1.37's their addresses,
-// protocols and ports, so the flat layout also masquerades a flow that
-// reaches its own address as a target that runs elsewhere by another
-// Service port's slices (of the same address, a target on this node for
-// another port): slices that disagree on where an address runs.
-func flatTrace(rs *ruleset.Ruleset, p trace.Packet) trace.Outcome {
-	out := trace.Trace(rs, p, trace.NFTablesMode)
-	src := p.Src.Addr()
-	for i, c := range out.Targets {
-		if !c.Masquerade && c.Endpoint.Addr() == src && localAddress(rs, src) {
-			out.Targets = slices.Clone(out.Targets)
-			out.Targets[i].Masquerade = true
-		}
-	}
-	return out
-}
-
-// localAddress reports whether addr is the address of a target on this
-// node of some Service port of rs.
-func localAddress(rs *ruleset.Ruleset, addr netip.Addr) bool {
-	for _, s := range rs.Services() {
-		for _, ts := range [2][]ruleset.Target{s.ClusterTargets, s.LocalTargets} {
-			for _, t := range ts {
-				if t.Local && t.Endpoint.Addr() == addr {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
 
 // benchWorld builds n Services with 10 endpoints each, and the same with
 // one more endpoint on the first Service.
@@ -196,7 +161,7 @@ func divergenceAfter(rs *ruleset.Ruleset, text string, packets []trace.Packet, n
 		if err != nil {
 			return "", err
 		}
-		want := flatTrace(rs, p)
+		want := trace.Trace(rs, p, trace.NFTablesMode)
 		if diff := outcomeDiff(normalize(want), normalize(got)); diff != "" {
 			return fmt.Sprintf("%v (to the node: %v): rules differ from the tracer (-tracer +rules):\n%s\npath:\n%s", p, p.ToNode, diff, path), nil
 		}
@@ -394,9 +359,9 @@ func (c change) apply(w *world) {
 	case c.slice != nil:
 		w.add(c.slice)
 	case c.delSvc:
-		w.svcs.Delete(c.ns, c.name)
+		w.Svcs.Delete(c.ns, c.name)
 	default:
-		w.eps.Delete(c.ns, c.name+"-1")
+		w.Eps.Delete(c.ns, c.name+"-1")
 	}
 }
 

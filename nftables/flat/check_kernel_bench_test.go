@@ -25,7 +25,7 @@ func processCPU(b *testing.B) time.Duration {
 
 // BenchmarkKernelFlatCheckState is the periodic check of a flat table
 // loaded with 10,000 Services × 10 endpoints over netlink, its expected
-// counts made (once per Ruleset, before the timer): its CPU time per check,
+// digests made (once per Ruleset, before the timer): its CPU time per check,
 // and that time's share of one core at the default 30 s sync period.
 func BenchmarkKernelFlatCheckState(b *testing.B) {
 	netns.Require(b, "nft")
@@ -42,13 +42,13 @@ func BenchmarkKernelFlatCheckState(b *testing.B) {
 	if _, err := ex.Apply(ctx, rs); err != nil {
 		b.Fatal(err)
 	}
-	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-		b.Fatalf("CheckState: %q, %v", missing, err)
+	if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+		b.Fatalf("CheckState: %+v, %v", missing, err)
 	}
 	cpu := processCPU(b)
 	for b.Loop() {
-		if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-			b.Fatalf("CheckState: %q, %v", missing, err)
+		if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+			b.Fatalf("CheckState: %+v, %v", missing, err)
 		}
 	}
 	perCheck := (processCPU(b) - cpu) / time.Duration(b.N)

@@ -10,65 +10,93 @@ import (
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
-// addrCounts counts the uses of endpoint addresses, IPv4 addresses under
-// their 32 bits and IPv6 addresses under their 16 bytes (as two uint64s,
-// which compare fast). Counted whole (countSorted), the uses are two sorted
-// arrays, made in one pass; uses added later go into a map of changes,
-// which is merged into the arrays when it grows past half their length (in
-// O(n), so O(1) amortized per change). Filling a hash map with the
-// addresses of a whole table costs a cache miss per address, a sort does
-// not.
-type addrCounts struct {
-	v4 sortedCounts[uint32]
+// hairpinKey is an element of the hairpin set: an endpoint on this node by
+// its address, the protocol of the Service port it is a target of, and its
+// port (kube-proxy 1.37's hairpin-connections key, the address twice).
+type hairpinKey struct {
+	addr  netip.Addr
+	proto uint8
+	port  uint16
+}
+
+// hairpinKeyOf is the key of target t of a Service port of protocol proto.
+func hairpinKeyOf(t ruleset.Target, proto uint8) hairpinKey {
+	return hairpinKey{t.Endpoint.Addr(), proto, t.Endpoint.Port()}
+}
+
+// compareHairpin orders keys by address (netip.Addr.Compare: IPv4 before
+// IPv6), protocol, then port.
+func compareHairpin(a, b hairpinKey) int {
+	return cmp.Or(a.addr.Compare(b.addr), cmp.Compare(a.proto, b.proto), cmp.Compare(a.port, b.port))
+}
+
+// hairpinCounts counts the uses of hairpin keys, IPv4 ones packed in a
+// uint64 and IPv6 ones as three integers (which compare fast), each in the
+// order of compareHairpin. Counted whole (countSorted), the uses are two
+// sorted arrays, made in one pass; uses added later go into a map of
+// changes, which is merged into the arrays when it grows past half their
+// length (in O(n), so O(1) amortized per change). Filling a hash map with
+// the keys of a whole table costs a cache miss per key, a sort does not.
+type hairpinCounts struct {
+	v4 sortedCounts[uint64]
 	v6 sortedCounts[v6Key]
 }
 
-// v6Key is an IPv6 address's 16 bytes, big-endian.
-type v6Key struct{ hi, lo uint64 }
-
-func v6KeyOf(a netip.Addr) v6Key {
-	b := a.As16()
-	return v6Key{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+// v6Key is an IPv6 hairpin key: the address's 16 bytes, big-endian, then
+// the protocol and port (protocol << 16 | port).
+type v6Key struct {
+	hi, lo    uint64
+	protoPort uint32
 }
 
-func (k v6Key) addr() netip.Addr {
+func v6KeyOf(k hairpinKey) v6Key {
+	b := k.addr.As16()
+	return v6Key{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), uint32(k.proto)<<16 | uint32(k.port)}
+}
+
+func (k v6Key) key() hairpinKey {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], k.hi)
 	binary.BigEndian.PutUint64(b[8:], k.lo)
-	return netip.AddrFrom16(b)
+	return hairpinKey{netip.AddrFrom16(b), uint8(k.protoPort >> 16), uint16(k.protoPort)}
 }
 
-func compare6(a, b v6Key) int { return cmp.Or(cmp.Compare(a.hi, b.hi), cmp.Compare(a.lo, b.lo)) }
-
-func v4Key(a netip.Addr) uint32 {
-	b := a.As4()
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+func compare6(a, b v6Key) int {
+	return cmp.Or(cmp.Compare(a.hi, b.hi), cmp.Compare(a.lo, b.lo), cmp.Compare(a.protoPort, b.protoPort))
 }
 
-func v4Addr(k uint32) netip.Addr {
-	return netip.AddrFrom4([4]byte{byte(k >> 24), byte(k >> 16), byte(k >> 8), byte(k)})
+// v4Key is an IPv4 hairpin key: address << 24 | protocol << 16 | port.
+func v4Key(k hairpinKey) uint64 {
+	b := k.addr.As4()
+	a := uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+	return a<<24 | uint64(k.proto)<<16 | uint64(k.port)
 }
 
-var compare4 = cmp.Compare[uint32]
+func v4HairpinKey(k uint64) hairpinKey {
+	a := k >> 24
+	return hairpinKey{netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}), uint8(k >> 16), uint16(k)}
+}
 
-// useKeys are the keys of uses of addresses, a use each (repeats kept):
-// IPv4's and IPv6's.
+var compare4 = cmp.Compare[uint64]
+
+// useKeys are the keys of uses of hairpin keys, a use each (repeats
+// kept): IPv4's and IPv6's.
 type useKeys struct {
-	v4 []uint32
+	v4 []uint64
 	v6 []v6Key
 }
 
-// addLocalTargets appends the keys of the addresses of the targets that
-// run on this node.
-func (k *useKeys) addLocalTargets(targets []ruleset.Target) {
+// addLocalTargets appends the keys of the targets that run on this node,
+// of a Service port of protocol proto.
+func (k *useKeys) addLocalTargets(targets []ruleset.Target, proto uint8) {
 	for i := range targets {
 		if !targets[i].Local {
 			continue
 		}
-		if a := targets[i].Endpoint.Addr(); a.Is4() {
-			k.v4 = append(k.v4, v4Key(a))
+		if h := hairpinKeyOf(targets[i], proto); h.addr.Is4() {
+			k.v4 = append(k.v4, v4Key(h))
 		} else {
-			k.v6 = append(k.v6, v6KeyOf(a))
+			k.v6 = append(k.v6, v6KeyOf(h))
 		}
 	}
 }
@@ -85,38 +113,38 @@ func (k useKeys) merge(o useKeys) useKeys {
 }
 
 // countSorted counts every use in k, sorted.
-func countSorted(k useKeys) addrCounts {
-	return addrCounts{v4: fromSorted(k.v4), v6: fromSorted(k.v6)}
+func countSorted(k useKeys) hairpinCounts {
+	return hairpinCounts{v4: fromSorted(k.v4), v6: fromSorted(k.v6)}
 }
 
-// inUse is the number of addresses that c, as countSorted made it (no
-// changes since), counts.
-func (c *addrCounts) inUse() int { return len(c.v4.keys) + len(c.v6.keys) }
+// inUse is the number of keys that c, as countSorted made it (no changes
+// since), counts.
+func (c *hairpinCounts) inUse() int { return len(c.v4.keys) + len(c.v6.keys) }
 
-// at is the i'th address (0 ≤ i < inUse()) that c, as countSorted made it,
-// counts, as netip.Addr.Compare sorts them (IPv4 before IPv6).
-func (c *addrCounts) at(i int) netip.Addr {
+// at is the i'th key (0 ≤ i < inUse()) that c, as countSorted made it,
+// counts, in the order of compareHairpin.
+func (c *hairpinCounts) at(i int) hairpinKey {
 	if i < len(c.v4.keys) {
-		return v4Addr(c.v4.keys[i])
+		return v4HairpinKey(c.v4.keys[i])
 	}
-	return c.v6.keys[i-len(c.v4.keys)].addr()
+	return c.v6.keys[i-len(c.v4.keys)].key()
 }
 
-// add adds d (1 or −1) to a's uses.
-func (c *addrCounts) add(a netip.Addr, d int32) {
-	if a.Is4() {
-		c.v4.add(v4Key(a), d, compare4)
+// add adds d (1 or −1) to k's uses.
+func (c *hairpinCounts) add(k hairpinKey, d int32) {
+	if k.addr.Is4() {
+		c.v4.add(v4Key(k), d, compare4)
 	} else {
-		c.v6.add(v6KeyOf(a), d, compare6)
+		c.v6.add(v6KeyOf(k), d, compare6)
 	}
 }
 
-// get is a's uses.
-func (c *addrCounts) get(a netip.Addr) int32 {
-	if a.Is4() {
-		return c.v4.get(v4Key(a), compare4)
+// get is k's uses.
+func (c *hairpinCounts) get(k hairpinKey) int32 {
+	if k.addr.Is4() {
+		return c.v4.get(v4Key(k), compare4)
 	}
-	return c.v6.get(v6KeyOf(a), compare6)
+	return c.v6.get(v6KeyOf(k), compare6)
 }
 
 // sortedCounts are uses of keys: keys sorted, each once, with its uses in

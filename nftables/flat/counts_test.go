@@ -10,55 +10,64 @@ import (
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
-// targetsAt are targets at port 80 of addrs.
-func targetsAt(addrs []netip.Addr) []ruleset.Target {
-	out := make([]ruleset.Target, len(addrs))
-	for i, a := range addrs {
-		out[i] = ruleset.Target{Endpoint: netip.AddrPortFrom(a, 80), Local: true}
+// addKeys adds the keys of ks to u as the targets on this node of Service
+// ports, with a target elsewhere beside each, which has no key.
+func addKeys(u *useKeys, ks []hairpinKey) {
+	for _, k := range ks {
+		ep := netip.AddrPortFrom(k.addr, k.port)
+		u.addLocalTargets([]ruleset.Target{{Endpoint: ep, Local: true}, {Endpoint: netip.AddrPortFrom(k.addr.Next(), k.port)}}, k.proto)
 	}
-	return out
 }
 
-// TestAddrCountsAsMap checks addrCounts against a map of counts: counted
-// whole, then changed by uses added and taken back in any order (a
-// Service port's uses are taken back only after they were added), across
-// the merges of changes into the sorted arrays.
-func TestAddrCountsAsMap(t *testing.T) {
+// TestHairpinCountsAsMap checks hairpinCounts against a map of counts:
+// counted whole, then changed by uses added and taken back in any order
+// (a Service port's uses are taken back only after they were added),
+// across the merges of changes into the sorted arrays.
+func TestHairpinCountsAsMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		// A few addresses of both families, so that keys repeat.
-		pool := []netip.Addr{
+		// A few addresses of both families, protocols and ports, so that
+		// keys repeat, and keys that differ in one part only.
+		addrs := []netip.Addr{
 			netip.MustParseAddr("198.18.0.1"), netip.MustParseAddr("198.18.0.2"), netip.MustParseAddr("198.18.1.0"),
 			netip.MustParseAddr("198.18.255.255"), netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2"),
 			netip.MustParseAddr("2001:db8:18::ffff"),
 		}
 		n := rapid.IntRange(0, 60).Draw(t, "extra")
 		for i := range n {
-			pool = append(pool, netip.AddrFrom4([4]byte{198, 18, 2, byte(i)}))
+			addrs = append(addrs, netip.AddrFrom4([4]byte{198, 18, 2, byte(i)}))
 		}
-		addr := rapid.SampledFrom(pool)
-		initial := rapid.SliceOf(addr).Draw(t, "initial")
-		want := map[netip.Addr]int32{}
-		for _, a := range initial {
-			want[a]++
+		var pool []hairpinKey
+		for _, a := range addrs {
+			for _, proto := range []uint8{6, 17, 132} {
+				for _, port := range []uint16{80, 8080, 65535} {
+					pool = append(pool, hairpinKey{a, proto, port})
+				}
+			}
+		}
+		key := rapid.SampledFrom(pool)
+		initial := rapid.SliceOf(key).Draw(t, "initial")
+		want := map[hairpinKey]int32{}
+		for _, k := range initial {
+			want[k]++
 		}
 		// Counted as flatTable counts them: in two parts, their keys
 		// sorted apart and merged.
 		cut := rapid.IntRange(0, len(initial)).Draw(t, "cut")
 		var a, b useKeys
-		a.addLocalTargets(targetsAt(initial[:cut]))
-		b.addLocalTargets(targetsAt(initial[cut:]))
+		addKeys(&a, initial[:cut])
+		addKeys(&b, initial[cut:])
 		a.sort()
 		b.sort()
 		c := countSorted(a.merge(b))
-		var inUse []netip.Addr
+		var inUse []hairpinKey
 		for i := range c.inUse() {
 			inUse = append(inUse, c.at(i))
 		}
-		var wantInUse []netip.Addr
-		for a := range want {
-			wantInUse = append(wantInUse, a)
+		var wantInUse []hairpinKey
+		for k := range want {
+			wantInUse = append(wantInUse, k)
 		}
-		slices.SortFunc(wantInUse, netip.Addr.Compare)
+		slices.SortFunc(wantInUse, compareHairpin)
 		if !slices.Equal(inUse, wantInUse) {
 			t.Fatalf("countSorted in use %v, want %v", inUse, wantInUse)
 		}
@@ -66,19 +75,19 @@ func TestAddrCountsAsMap(t *testing.T) {
 		for i := range rapid.IntRange(0, 300).Draw(t, "steps") {
 			if len(held) > 0 && rapid.Bool().Draw(t, "remove") {
 				j := rapid.IntRange(0, len(held)-1).Draw(t, "which")
-				a := held[j]
+				k := held[j]
 				held = slices.Delete(held, j, j+1)
-				c.add(a, -1)
-				want[a]--
+				c.add(k, -1)
+				want[k]--
 			} else {
-				a := addr.Draw(t, "add")
-				held = append(held, a)
-				c.add(a, 1)
-				want[a]++
+				k := key.Draw(t, "add")
+				held = append(held, k)
+				c.add(k, 1)
+				want[k]++
 			}
-			for _, a := range pool {
-				if got := c.get(a); got != want[a] {
-					t.Fatalf("step %d: uses of %v = %d, want %d", i, a, got, want[a])
+			for _, k := range pool {
+				if got := c.get(k); got != want[k] {
+					t.Fatalf("step %d: uses of %v = %d, want %d", i, k, got, want[k])
 				}
 			}
 		}

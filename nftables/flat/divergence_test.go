@@ -68,6 +68,31 @@ var flatMutations = []struct {
 		})
 	},
 }, {
+	// The hairpin set keyed by address and port alone: each element is
+	// there for every protocol, so that a flow DNATed to its own source
+	// is masqueraded when that endpoint is a target on this node of a
+	// Service port of another protocol.
+	name: "hairpin without protocol",
+	mutate: func(text string) (string, bool) {
+		return rewriteLines(text, func(line string) string {
+			if !strings.HasPrefix(line, "add element ") || !strings.Contains(line, " hairpin {") {
+				return line
+			}
+			seen := map[string]bool{}
+			var elems []string
+			for _, m := range hairpinElement.FindAllStringSubmatch(line, -1) {
+				if seen[m[1]+m[3]] {
+					continue
+				}
+				seen[m[1]+m[3]] = true
+				for _, proto := range []string{"tcp", "udp", "sctp"} {
+					elems = append(elems, fmt.Sprintf("%s . %s . %s", m[1], proto, m[3]))
+				}
+			}
+			return line[:strings.Index(line, "{")+1] + " " + strings.Join(elems, ", ") + " }"
+		})
+	},
+}, {
 	// Flows to frontends with ClientIP affinity do not record the
 	// client's endpoint: the rules of affinity-record are deleted.
 	name: "affinity not recorded",
@@ -93,6 +118,10 @@ var flatMutations = []struct {
 		})
 	},
 }}
+
+// hairpinElement is an element of the hairpin set: its address (twice),
+// its protocol and its port.
+var hairpinElement = regexp.MustCompile(`([0-9a-f.:]+ \. [0-9a-f.:]+) \. (tcp|udp|sctp) \. ([0-9]+)`)
 
 // rewriteLines applies f to each line of text (a line f makes empty is
 // deleted) and reports whether it changed any.

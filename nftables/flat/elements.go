@@ -18,15 +18,16 @@ import (
 
 // flatPort is what one Service port puts in the flat layout's table: its
 // elements, the group and count of each target list it uses, and the
-// endpoint addresses it needs in the hairpin set (shared with other ports,
-// so counted rather than owned): those of each of its target lists
-// (ClusterTargets, LocalTargets) that a frontend uses, each list once.
+// hairpin keys it needs in the hairpin set (shared with other ports, so
+// counted rather than owned): those of the targets on this node of each of
+// its target lists (ClusterTargets, LocalTargets) that a frontend uses,
+// each list once.
 type flatPort struct {
 	elements []model.Element
 	groups   []groupN
-	hairpin  []netip.Addr
-	// hairpinKeys, when set, takes the hairpin addresses' keys in place
-	// of hairpin (a whole table's render counts them sorted).
+	hairpin  []hairpinKey
+	// hairpinKeys, when set, takes the hairpin keys, packed, in place of
+	// hairpin (a whole table's render counts them sorted).
 	hairpinKeys *useKeys
 	affinity    []affinityClass
 	// usesCluster and usesLocal report that a frontend of the port being
@@ -78,7 +79,11 @@ func (r *flatRenderer) portInto(p *flatPort, o ownership, s *ruleset.Service, fs
 			continue
 		}
 		if !o.owns(s, f) {
-			warns = append(warns, r.warn(s, fmt.Sprintf("%v is served by another Service port", f)))
+			if owner, ok := o.otherOwner(s, f); ok {
+				if w := ruleset.ConflictWarning(s.Name, f, owner); !slices.Contains(warns, w) {
+					warns = append(warns, w)
+				}
+			}
 			continue
 		}
 		r.frontend(p, s, f, comment)
@@ -143,11 +148,13 @@ func portComments(svcs []*ruleset.Service) portCommentList {
 	return portCommentList{b.String(), ends}
 }
 
-// addHairpin appends the addresses of the targets on this node of the
-// target lists of s that p's frontends use to p's hairpin addresses (or
-// their keys to hairpinKeys): as in kube-proxy 1.37's nftables mode, only
-// an endpoint on this node that reaches itself is masqueraded.
+// addHairpin appends the hairpin keys of the targets on this node of the
+// target lists of s that p's frontends use to p's hairpin keys (or
+// hairpinKeys): as in kube-proxy 1.37's nftables mode, a flow DNATed to
+// its own source is masqueraded when that source, with the flow's
+// protocol and port, is a target on this node of some Service port.
 func (p *flatPort) addHairpin(s *ruleset.Service) {
+	proto := model.ProtoNumber(s.Name.Protocol)
 	for _, l := range []struct {
 		used    bool
 		targets []ruleset.Target
@@ -155,11 +162,11 @@ func (p *flatPort) addHairpin(s *ruleset.Service) {
 		switch {
 		case !l.used:
 		case p.hairpinKeys != nil:
-			p.hairpinKeys.addLocalTargets(l.targets)
+			p.hairpinKeys.addLocalTargets(l.targets, proto)
 		default:
 			for _, t := range l.targets {
 				if t.Local {
-					p.hairpin = append(p.hairpin, t.Endpoint.Addr())
+					p.hairpin = append(p.hairpin, hairpinKeyOf(t, proto))
 				}
 			}
 		}

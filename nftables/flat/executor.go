@@ -226,15 +226,37 @@ func (e *Executor) sync(ctx context.Context, rs *ruleset.Ruleset) (outcome, erro
 	if e.last != nil && e.state != nil {
 		res, err := e.syncChanges(ctx, rs)
 		if err == nil {
+			if res.Transactions > 0 && !res.Netlink { // nft wrote rules
+				e.learnRules()
+			}
 			return res, nil
 		}
 		fallback = err
 	} else {
 		fallback = fmt.Errorf("%w: no ruleset applied yet", svcproxy.ErrFullSyncNeeded)
 	}
+	e.t.ForgetRules()
 	res, err := e.syncFull(ctx, rs)
 	res.Fallback = fallback
+	if err == nil {
+		e.learnRules()
+	}
 	return res, err
+}
+
+// learnRules has the table read the rules of every chain of the flat
+// layout (a few dozen) for the deep check to compare them with later
+// (nftexec.Table.LearnRules).
+func (e *Executor) learnRules() {
+	if e.t.NL == nil || e.state == nil {
+		return
+	}
+	e.t.ForgetRules()
+	var chains []string
+	for _, c := range e.state.table().Chains {
+		chains = append(chains, c.Name)
+	}
+	e.t.LearnRules(chains)
 }
 
 // syncChanges applies the changes from the last Ruleset to rs in one

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/nftables/flat"
 )
@@ -56,7 +57,7 @@ func executorFlatFamily(t *testing.T, c *netns.Cluster, v6 bool) {
 		if err != nil || res.Full != full || d.Netlink != netlink || d.Transactions < minTx || d.Transactions > maxTx {
 			t.Fatalf("%s: %+v %+v, %v; want full %v, netlink %v, %d to %d transactions", what, res, d, err, full, netlink, minTx, maxTx)
 		}
-		w.checkWarnings(what, res.Warnings)
+		w.CheckWarnings(what, res.Warnings)
 	}
 
 	w.add(svc("ns1", "web", svcIP), slice("ns1", "web", 8080, ep{ip: ip(pod0), node: node}))
@@ -72,19 +73,19 @@ func executorFlatFamily(t *testing.T, c *netns.Cluster, v6 bool) {
 	reachMasqueraded(t, client, v6, web, pod0, pod1)
 
 	family := string(kfamily(cfg.Family))
-	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-		t.Fatalf("CheckState: %q, %v; want nothing missing", missing, err)
+	if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+		t.Fatalf("CheckState: %+v, %v; want nothing missing", missing, err)
 	}
 	if out, err := c.Node.Run(ctx, "nft", "flush", "chain", family, flat.DefaultTable, "masquerading"); err != nil {
 		t.Fatalf("flushing chain masquerading: %v\n%s", err, out)
 	}
-	if missing, err := ex.CheckState(ctx); missing != "the rules of chain masquerading" || err != nil {
-		t.Fatalf("CheckState after a flush: %q, %v", missing, err)
+	if missing, err := ex.CheckState(ctx); missing != (svcproxy.Drift{Kind: svcproxy.DriftRule, What: "the rules of chain masquerading"}) || err != nil {
+		t.Fatalf("CheckState after a flush: %+v, %v", missing, err)
 	}
 	ex.RequestFullSync()
 	sync("requested full sync (Resync: definitions through nft, elements over netlink)", true, true, 2, 2)
-	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-		t.Errorf("CheckState after the full sync: %q, %v; want nothing missing", missing, err)
+	if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+		t.Errorf("CheckState after the full sync: %+v, %v; want nothing missing", missing, err)
 	}
 	reachMasqueraded(t, client, v6, web, pod0, pod1)
 

@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/nftables/flat"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
@@ -82,19 +83,28 @@ func TestExecutorFlat(t *testing.T) {
 		}
 		last = rs
 	}
-	if missing, err := ex.CheckState(ctx); missing != "" || err != nil {
-		t.Errorf("CheckState: %q, %v; want nothing missing", missing, err)
+	if missing, err := ex.CheckState(ctx); missing.Found() || err != nil {
+		t.Errorf("CheckState: %+v, %v; want nothing missing", missing, err)
 	}
-	tx := fake.NewTransaction()
-	tx.Delete(&knftables.Chain{Name: "masquerading"})
-	if err := fake.Run(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
-	if missing, err := ex.CheckState(ctx); missing != "chain masquerading" || err != nil {
-		t.Errorf("CheckState without the chain masquerading: %q, %v", missing, err)
-	}
-	if _, err := ex.Apply(ctx, last); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		gone knftables.Object
+		want svcproxy.Drift
+	}{
+		{&knftables.Chain{Name: "masquerading"}, svcproxy.Drift{Kind: svcproxy.DriftChain, What: "chain masquerading"}},
+		{&knftables.Set{Name: "no-endpoint-reject"}, svcproxy.Drift{Kind: svcproxy.DriftSet, What: "set no-endpoint-reject"}},
+	} {
+		tx := fake.NewTransaction()
+		tx.Delete(tc.gone)
+		if err := fake.Run(ctx, tx); err != nil {
+			t.Fatal(err)
+		}
+		if missing, err := ex.CheckState(ctx); missing != tc.want || err != nil {
+			t.Errorf("CheckState without %+v: %+v, %v; want %+v", tc.gone, missing, err, tc.want)
+		}
+		ex.RequestFullSync()
+		if _, err := ex.Apply(ctx, last); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := ex.Cleanup(ctx); err != nil {
 		t.Fatal(err)

@@ -94,12 +94,18 @@ func (r *flatRenderer) flatFixedChains() []*model.Chain {
 			{Stmts: append(slices.Clone(npDest), model.InSet{Key: np, Set: flatSetNodePortDrop}, model.Drop)},
 		}},
 		{Name: flatMasquerading, Rules: []model.Rule{
-			rule(model.CtDNAT{}, model.InSet{Key: []model.Expr{r.saddr, r.daddr}, Set: flatSetHairpin}, model.MarkOr{Bits: r.mark}),
+			rule(model.CtDNAT{}, model.InSet{Key: r.hairpinKey(), Set: flatSetHairpin}, model.MarkOr{Bits: r.mark}),
 			rule(model.MarkClear{Bits: r.mark}, model.Return),
 			rule(model.MarkXor{Bits: r.mark}),
 			rule(model.Masquerade{}),
 		}},
 	}
+}
+
+// hairpinKey is the key of the hairpin set: source, destination, protocol
+// and destination port, kube-proxy 1.37's hairpin-connections key.
+func (r *flatRenderer) hairpinKey() []model.Expr {
+	return []model.Expr{r.saddr, r.daddr, model.L4Proto, model.THDport}
 }
 
 // flatFixedSets are the sets that do not depend on the endpoint counts.
@@ -113,7 +119,7 @@ func (r *flatRenderer) flatFixedSets() []*model.Set {
 		{Name: flatSetNodePortDrop, Key: np, Comment: "Local-policy node ports without endpoints on this node"},
 		{Name: flatSetFirewall, Key: addr, Comment: "destinations that are subject to LoadBalancerSourceRanges"},
 		{Name: flatSetFirewallAllow, Key: append(slices.Clone(addr), r.saddr), Interval: true, Comment: "sources that LoadBalancerSourceRanges let through"},
-		{Name: flatSetHairpin, Key: []model.Expr{r.saddr, r.daddr}, Comment: "endpoints that may reach themselves through a Service"},
+		{Name: flatSetHairpin, Key: r.hairpinKey(), Comment: "endpoints that may reach themselves through a Service"},
 	}
 	if len(r.cfg.ServiceCIDRs) > 0 {
 		sets = append(sets, &model.Set{Name: flatSetServiceCIDRs, Key: []model.Expr{r.daddr}, Interval: true, Comment: "Service IP ranges"})

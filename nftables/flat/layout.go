@@ -34,10 +34,12 @@ import (
 //     ports of a cluster IP are rejected) and service-cidrs (dropped);
 //     firewall and firewall-allow (address . protocol . port . source
 //     range), the load-balancer source-range firewall, before DNAT;
-//     cluster-cidrs (the pod networks); hairpin (endpoint . endpoint, of
-//     the targets on this node: a flow DNATed to its own source is
-//     masqueraded when that source runs here, as in kube-proxy 1.37's
-//     nftables mode, whose set also keys protocol and port).
+//     cluster-cidrs (the pod networks); hairpin (address . address .
+//     protocol . port of the targets on this node, kube-proxy 1.37's
+//     hairpin-connections key: a flow DNATed to its own source is
+//     masqueraded when that source, with the flow's protocol and port, is
+//     a target on this node of some Service port, as in kube-proxy 1.37's
+//     nftables mode).
 //
 // The base chains hook as kube-proxy's do (see baseChains); the chains
 // services and nodeports jump to the group chains in a fixed order, so that

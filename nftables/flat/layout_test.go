@@ -159,7 +159,7 @@ func TestFlatElements(t *testing.T) {
 		"add element ip svcproxy-flat firewall { 198.19.128.1 . tcp . 80 " + web + " }",
 		"add element ip svcproxy-flat firewall-allow { 198.19.128.1 . tcp . 80 . 198.18.32.0/24 " + web + " }",
 		// Only this node's endpoints: 198.18.65.2 runs on node-b.
-		"add element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2 }",
+		"add element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2 . tcp . 8080 }",
 	}
 	if diff := cmp.Diff(want, scriptLines(script, "add element ")); diff != "" {
 		t.Errorf("elements (-want +got):\n%s", diff)
@@ -190,7 +190,7 @@ func TestFlatChangesTouchElementsOnly(t *testing.T) {
 	c := `comment "ns1/a:p80/TCP"`
 	want := []string{
 		"delete element ip svcproxy-flat cluster-1-tcp-targets { 198.19.0.10 . tcp . 80 . 0 }",
-		"delete element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2 }",
+		"delete element ip svcproxy-flat hairpin { 198.18.64.2 . 198.18.64.2 . tcp . 8080 }",
 		"add element ip svcproxy-flat cluster-ips { 198.19.0.10 " + c + " }",
 		"add element ip svcproxy-flat cluster-1-tcp { 198.19.0.10 . tcp . 80 " + c + " }",
 		"add element ip svcproxy-flat cluster-1-tcp-targets { 198.19.0.10 . tcp . 80 . 0 " + c + " : 198.18.65.2 . 8080 }",

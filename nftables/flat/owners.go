@@ -61,3 +61,15 @@ func (o ownership) owns(s *ruleset.Service, f ruleset.Frontend) bool {
 	}
 	return o.rs.Owns(s, f)
 }
+
+// otherOwner is the Service port other than s that owns f's destination
+// (ruleset.Ruleset.Owner), if another does: s's frontend of one kind may
+// be left to its frontend of another at the same address (an external IP
+// that is also a load-balancer IP).
+func (o ownership) otherOwner(s *ruleset.Service, f ruleset.Frontend) (servicemap.PortName, bool) {
+	owner, _, ok := o.rs.Owner(f)
+	if !ok || owner.Name == s.Name {
+		return servicemap.PortName{}, false
+	}
+	return owner.Name, true
+}

@@ -3,7 +3,6 @@ package flat
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 
 	"sigs.k8s.io/knftables"
@@ -18,7 +17,7 @@ import (
 
 // State is what the flat layout's incremental render knows about the
 // table it writes: the endpoint counts in use per target group and
-// protocol, the hairpin addresses and the affinity classes (group,
+// protocol, the hairpin keys and the affinity classes (group,
 // protocol, timeout), each with the number of Service ports (or frontends)
 // that use it.
 // Render, Script and FirstSync make it; RenderChanges
@@ -27,7 +26,7 @@ import (
 type State struct {
 	r       *flatRenderer
 	counts  map[groupN]int
-	hairpin addrCounts
+	hairpin hairpinCounts
 	// affinity counts the Service port frontends of each affinity class.
 	affinity map[affinityClass]int
 }
@@ -144,7 +143,7 @@ const flatElementsPerPort = 4
 
 // flatRange is what one range of a Ruleset's Service ports puts in a whole
 // table: elements, warnings, the uses of groups and affinity classes, and
-// its hairpin addresses' keys, sorted (a use each).
+// its hairpin keys, sorted (a use each).
 type flatRange struct {
 	elements []model.Element
 	warnings []svcproxy.Warning
@@ -170,7 +169,7 @@ func (st *State) renderRange(o ownership, svcs []*ruleset.Service, elements []mo
 		targets += len(s.ClusterTargets) + len(s.LocalTargets)
 	}
 	if r.family == model.IPv4 {
-		out.hairpin.v4 = make([]uint32, 0, targets)
+		out.hairpin.v4 = make([]uint64, 0, targets)
 	} else {
 		out.hairpin.v6 = make([]v6Key, 0, targets)
 	}
@@ -232,11 +231,11 @@ func (st *State) table() *model.Table {
 }
 
 // count adds (sign 1) or removes (sign −1) a port's uses of groups and
-// hairpin addresses.
+// hairpin keys.
 func (st *State) count(p flatPort, sign int) {
 	st.countClasses(p, sign)
-	for _, a := range p.hairpin {
-		st.hairpin.add(a, int32(sign))
+	for _, k := range p.hairpin {
+		st.hairpin.add(k, int32(sign))
 	}
 }
 
@@ -255,33 +254,37 @@ func (st *State) countClasses(p flatPort, sign int) {
 	}
 }
 
-// uses are the current use counts of the groups and hairpin addresses
-// that ports use.
-func (st *State) uses(ports []flatPort) (map[groupN]int, map[netip.Addr]int32) {
-	groups, hairpin := map[groupN]int{}, map[netip.Addr]int32{}
+// uses are the current use counts of the groups and hairpin keys that
+// ports use.
+func (st *State) uses(ports []flatPort) (map[groupN]int, map[hairpinKey]int32) {
+	groups, hairpin := map[groupN]int{}, map[hairpinKey]int32{}
 	for _, p := range ports {
 		for _, k := range p.groups {
 			groups[k] = st.counts[k]
 		}
-		for _, a := range p.hairpin {
-			hairpin[a] = st.hairpin.get(a)
+		for _, k := range p.hairpin {
+			hairpin[k] = st.hairpin.get(k)
 		}
 	}
 	return groups, hairpin
 }
 
-// hairpinRows make the rows of the hairpin set's block from the addresses
-// that countSorted counted: row i is the key of the i'th address (its
-// address as source and destination). Later changes to the counts leave
-// the arrays that the rows are made from as they are (sortedCounts.merge
-// makes new ones).
-type hairpinRows struct{ c addrCounts }
+// hairpinRows make the rows of the hairpin set's block from the keys that
+// countSorted counted: row i is the element of the i'th key. Later changes
+// to the counts leave the arrays that the rows are made from as they are
+// (sortedCounts.merge makes new ones).
+type hairpinRows struct{ c hairpinCounts }
 
-func (*hairpinRows) Widths() (key, value int) { return 2, 0 }
+func (*hairpinRows) Widths() (key, value int) { return 4, 0 }
 
 func (h *hairpinRows) AppendRow(dst []model.Datum, i int) []model.Datum {
-	a := model.Addr(h.c.at(i))
-	return append(dst, a, a)
+	return appendHairpin(dst, h.c.at(i))
+}
+
+// appendHairpin appends the key of k's element in the hairpin set: its
+// address as source and destination, its protocol and port.
+func appendHairpin(dst []model.Datum, k hairpinKey) []model.Datum {
+	return model.AppendAddrProtoPort(append(dst, model.Addr(k.addr)), k.addr, k.proto, k.port)
 }
 
 // Changes is what RenderChanges wrote: the Result, and the element
@@ -340,10 +343,10 @@ func RenderChanges(tx *knftables.Transaction, st *State, old, new *ruleset.Rules
 			newGroups = append(newGroups, k)
 		}
 	}
-	var hairpin []netip.Addr
-	for a, before := range hairpinBefore {
-		if (before == 0) != (st.hairpin.get(a) == 0) {
-			hairpin = append(hairpin, a)
+	var hairpin []hairpinKey
+	for k, before := range hairpinBefore {
+		if (before == 0) != (st.hairpin.get(k) == 0) {
+			hairpin = append(hairpin, k)
 		}
 	}
 	sortGroups(oldGroups)
@@ -408,12 +411,11 @@ func elementDiff(del, add []model.Element) (d, a []model.Element) {
 }
 
 // hairpinChanges adds the hairpin elements whose use began or ended.
-func (st *State) hairpinChanges(out *Changes, addrs []netip.Addr) {
-	slices.SortFunc(addrs, netip.Addr.Compare)
-	for _, a := range slices.Compact(addrs) {
-		d := model.Addr(a)
-		e := model.Element{Set: flatSetHairpin, Key: []model.Datum{d, d}}
-		if st.hairpin.get(a) > 0 {
+func (st *State) hairpinChanges(out *Changes, keys []hairpinKey) {
+	slices.SortFunc(keys, compareHairpin)
+	for _, k := range slices.Compact(keys) {
+		e := model.Element{Set: flatSetHairpin, Key: appendHairpin(make([]model.Datum, 0, 4), k)}
+		if st.hairpin.get(k) > 0 {
 			out.add = append(out.add, e)
 		} else {
 			out.del = append(out.del, e)

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -12,19 +11,22 @@ import (
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
-// nodePortConflicts warns about the node ports that several Service ports
-// of the rulesets share, which an API server refuses but files may hold:
-// each port but the owner (ruleset.Ruleset.Owner) is not served there. It
-// returns the warnings not given for the previous rulesets, and records
-// these.
-type nodePortConflicts struct {
+// frontendConflicts warns about the frontends that Service ports of
+// several Services share: node ports, which an API server refuses but
+// files may hold, and external and load-balancer IPs with one port and
+// protocol, which it allows. Each port but the owner
+// (ruleset.Ruleset.Owner: the rule is svcproxy's, since kube-proxy serves
+// whichever its map order puts first or last) is not served there, and
+// its warning names both. It returns the warnings not given for the
+// previous rulesets, and records these.
+type frontendConflicts struct {
 	last   map[v1.IPFamily]*ruleset.Ruleset
 	warned map[svcproxy.Warning]bool
 }
 
 // check returns the new conflicts of rulesets; it looks again only when a
 // family's Ruleset changed.
-func (c *nodePortConflicts) check(rulesets map[v1.IPFamily]*ruleset.Ruleset) []svcproxy.Warning {
+func (c *frontendConflicts) check(rulesets map[v1.IPFamily]*ruleset.Ruleset) []svcproxy.Warning {
 	changed := false
 	for f, rs := range rulesets {
 		changed = changed || c.last[f] != rs
@@ -35,8 +37,8 @@ func (c *nodePortConflicts) check(rulesets map[v1.IPFamily]*ruleset.Ruleset) []s
 	warnings := map[svcproxy.Warning]bool{}
 	for _, rs := range rulesets {
 		for _, d := range rs.SharedDestinations() {
-			if d.Addr.IsValid() {
-				continue // an external or load-balancer IP: Owner's rule, no API server check
+			if d.Protocol == "" {
+				continue // a cluster IP as a whole, which every port of its Service has
 			}
 			owner, _, ok := rs.Owner(d)
 			if !ok {
@@ -44,10 +46,9 @@ func (c *nodePortConflicts) check(rulesets map[v1.IPFamily]*ruleset.Ruleset) []s
 			}
 			for _, name := range rs.ServicesAt(d) {
 				if name == owner.Name {
-					continue
+					continue // the owner at this address through another kind of frontend
 				}
-				warnings[svcproxy.Warning{Kind: "Service", Namespace: name.Namespace, Name: name.Name,
-					Reason: fmt.Sprintf("nodePort %d/%s is also Service port %s's, which takes it: not served for port %q", d.Port, d.Protocol, owner.Name, name.Port)}] = true
+				warnings[ruleset.ConflictWarning(name, d, owner.Name)] = true
 			}
 		}
 	}

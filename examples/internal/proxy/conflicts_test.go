@@ -13,18 +13,25 @@ import (
 	"github.com/svcproxy/svcproxy/servicemap"
 )
 
-// TestNodePortConflicts: two Services with one nodePort are warned about
-// once, naming the one not served and the owner; a change that keeps the
-// conflict warns no more, and one that ends it and brings it back warns
-// again.
-func TestNodePortConflicts(t *testing.T) {
-	svc := func(name, ip string, nodePort int32) *v1.Service {
+// TestFrontendConflicts: two Services with one nodePort, or one external
+// IP, port and protocol, are warned about once, naming the one not served
+// and the owner; a change that keeps the conflict warns no more, and one
+// that ends it and brings it back warns again. One Service whose address
+// is both an external and a load-balancer IP is no conflict, nor is the
+// cluster IP of a Service with two ports.
+func TestFrontendConflicts(t *testing.T) {
+	svc := func(name, ip string, nodePort int32, externalIPs ...string) *v1.Service {
 		return &v1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name},
-			Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ClusterIP: ip, ClusterIPs: []string{ip},
+			Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, ClusterIP: ip, ClusterIPs: []string{ip}, ExternalIPs: externalIPs,
 				Ports: []v1.ServicePort{{Name: "p", Port: 80, NodePort: nodePort, Protocol: v1.ProtocolTCP}}},
 		}
 	}
+	lb := svc("l", "198.19.0.4", 30100, "198.18.0.100")
+	lb.Spec.Type = v1.ServiceTypeLoadBalancer
+	lb.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.18.0.100"}}
+	twoPorts := svc("t", "198.19.0.6", 30120)
+	twoPorts.Spec.Ports = append(twoPorts.Spec.Ports, v1.ServicePort{Name: "q", Port: 81, NodePort: 30121, Protocol: v1.ProtocolTCP})
 	services := servicemap.NewTracker(v1.IPv4Protocol, servicemap.Filter{})
 	builder, err := ruleset.NewBuilder(ruleset.Config{Family: v1.IPv4Protocol})
 	if err != nil {
@@ -37,8 +44,8 @@ func TestNodePortConflicts(t *testing.T) {
 		return map[v1.IPFamily]*ruleset.Ruleset{v1.IPv4Protocol: rs}
 	}
 	must := warnings.Must(t)
-	var c nodePortConflicts
-	conflict := []string{`Service ns/b: nodePort 30080/TCP is also Service port ns/a:p's, which takes it: not served for port "p"`}
+	var c frontendConflicts
+	conflict := []string{`Service ns/b: port "p"/TCP: node port 30080/TCP is also Service port ns/a:p's, which takes it: not served there`}
 	for _, step := range []struct {
 		svc  *v1.Service
 		want []string
@@ -48,6 +55,9 @@ func TestNodePortConflicts(t *testing.T) {
 		{svc("c", "198.19.0.3", 30090), nil},
 		{svc("b", "198.19.0.2", 30081), nil},
 		{svc("b", "198.19.0.2", 30080), conflict},
+		{lb, nil},
+		{twoPorts, nil}, // its ports share its cluster IP: no conflict
+		{svc("d", "198.19.0.5", 30110, "198.18.0.100"), []string{`Service ns/l: port "p"/TCP: 198.18.0.100:80/TCP is also Service port ns/d:p's, which takes it: not served there`}},
 	} {
 		must.Used(services.Update(step.svc))
 		var got []string

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	logsapi "k8s.io/component-base/logs/api/v1"
 	kpconfig "k8s.io/kube-proxy/config/v1alpha1"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -39,6 +40,8 @@ type kubeProxyFlags struct {
 	conntrackTCPEstablished, conntrackTCPWait time.Duration
 	conntrackUDP, conntrackUDPStream          time.Duration
 	conntrackTCPBeLiberal                     bool
+	// fileLogging is the --config file's logging section, once read.
+	fileLogging *logsapi.LoggingConfiguration
 }
 
 // kubeProxyOnlyFlags are the flags of kube-proxy that kube-proxy ignores
@@ -87,9 +90,11 @@ func (k *kubeProxyFlags) apply(fs *flag.FlagSet, o *Options, mode string, cluste
 			}
 		}
 		flags := *o
-		if err := o.readKubeProxyConfig(k.config, mode, clusterCIDRs); err != nil {
+		cfg, err := o.readKubeProxyConfig(k.config, mode, clusterCIDRs)
+		if err != nil {
 			return err
 		}
+		k.fileLogging = &cfg.Logging
 		// svcproxy's own flags apply over the file.
 		if set("node-name") {
 			o.NodeName = flags.NodeName
@@ -200,21 +205,22 @@ func checkDetectLocalMode(value string) error {
 // kube-proxy 1.37 would read it for mode: strictly (an unknown or
 // duplicated field is an error), with kube-proxy's defaults, and refusing
 // any field set to something the proxy does not serve. clusterCIDRs
-// receives the file's clusterCIDR.
-func (o *Options) readKubeProxyConfig(path, mode string, clusterCIDRs *string) error {
+// receives the file's clusterCIDR. The file's logging section, which
+// kube-proxy's logging flags override, is the caller's to apply.
+func (o *Options) readKubeProxyConfig(path, mode string, clusterCIDRs *string) (*kpconfig.KubeProxyConfiguration, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("--config: %w", err)
+		return nil, fmt.Errorf("--config: %w", err)
 	}
 	cfg, err := decodeKubeProxyConfig(data)
 	if err != nil {
 		// One line: the YAML decoder's errors span several.
-		return fmt.Errorf("--config %s: %s", path, strings.Join(strings.Fields(err.Error()), " "))
+		return nil, fmt.Errorf("--config %s: %s", path, strings.Join(strings.Fields(err.Error()), " "))
 	}
 	if err := o.useKubeProxyConfig(cfg, mode, clusterCIDRs); err != nil {
-		return fmt.Errorf("--config %s: %w", path, err)
+		return nil, fmt.Errorf("--config %s: %w", path, err)
 	}
-	return nil
+	return cfg, nil
 }
 
 // decodeKubeProxyConfig decodes a KubeProxyConfiguration strictly: the
@@ -348,8 +354,7 @@ func deref(p *int32, def int32) int32 {
 }
 
 // served are the fields of KubeProxyConfiguration that useKubeProxyConfig
-// applies; logging is accepted and not applied (the proxies log with
-// log/slog, at one level).
+// applies, and logging, which loggingFlags.apply checks and applies.
 var served = map[string]bool{
 	"apiVersion": true, "kind": true, "mode": true, "detectLocalMode": true, "nodePortAddresses": true,
 	"hostnameOverride": true, "clientConnection.kubeconfig": true, "clusterCIDR": true, "bindAddress": true,

@@ -32,6 +32,28 @@ func (p *proxy) newEngine() (eng *engine.Engine, closeAll func(), err error) {
 		}
 		backends[f] = b
 	}
+	var ordered []any
+	for _, f := range p.families {
+		ordered = append(ordered, backends[f])
+	}
+	if err := p.metrics.registerCounters(ordered); err != nil {
+		p.log.Error("nfacct counters unavailable: the rules go without them and kube-proxy's kubeproxy_iptables_*_packets_total metrics are not exported", "err", err)
+	}
+	p.backends = backends
+	byFamily := map[string]any{}
+	for f, b := range backends {
+		byFamily[string(f)] = b
+	}
+	p.metrics.registerStats(byFamily)
+	if p.mode.Name == "nftables" {
+		p.metrics.registerNFTablesFailures(p.families)
+	}
+	p.counterErr = map[v1.IPFamily]string{}
+	for f, b := range backends {
+		if r, ok := b.(counterReader); ok && r.NFAcctErr() != nil {
+			p.counterErr[f] = r.NFAcctErr().Error() // logged above
+		}
+	}
 	cfg := p.engineConfig(backends)
 	if cleaner, err = conntrack.NewNetlinkCleaner(conntrack.CleanerConfig{}); err != nil {
 		p.log.Warn("stale UDP conntrack entries will not be cleaned up", "err", err)
@@ -56,6 +78,9 @@ func (p *proxy) engineConfig(backends map[v1.IPFamily]engine.Backend) engine.Con
 		SyncPeriod:    p.opts.SyncPeriod,
 		Registerer:    p.metrics.registry,
 		OnSync:        p.onSync,
+		OnHealthChange: func(h engine.Health) {
+			p.log.Info("health changed", "healthy", h.Healthy, "syncFailing", h.Failing)
+		},
 	}
 }
 
@@ -78,8 +103,8 @@ func (p *proxy) desired(context.Context) (engine.Desired, error) {
 // the Rulesets synced.
 func (p *proxy) onSync(ev engine.SyncEvent) {
 	for _, f := range p.families {
-		if missing, ok := ev.Drift[f]; ok {
-			p.log.Warn("rules changed behind the proxy's back: full sync", "family", f, "missing", missing)
+		if d, ok := ev.Drift[f]; ok {
+			p.log.Warn("rules changed behind the proxy's back: full sync", "family", f, "kind", d.Kind, "missing", d.What)
 		}
 		if c, ok := ev.Conntrack[f]; ok {
 			switch {
@@ -90,6 +115,13 @@ func (p *proxy) onSync(ev engine.SyncEvent) {
 			}
 		}
 	}
+	if ev.Full {
+		p.logCounterErrors()
+	}
+	for f := range ev.Results {
+		p.metrics.recordNoLocalEndpoints(ev.Rulesets[f])
+	}
+	p.metrics.recordFailedFamilies(p.families, ev)
 	if ev.Err != nil {
 		p.log.Error("sync failed", "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start), "err", ev.Err)
 		return
@@ -110,4 +142,26 @@ func (p *proxy) onSync(ev engine.SyncEvent) {
 	}
 	p.log.Info("synced", "mode", p.mode.Name, "families", p.families, "full", ev.Full, "periodic", ev.Periodic, "duration", ev.End.Sub(ev.Start),
 		"manifestReload", p.syncingReload)
+}
+
+// logCounterErrors logs, after a full sync, the nfacct counters a backend
+// could not make (as kube-proxy does), once until it changes.
+func (p *proxy) logCounterErrors() {
+	for _, f := range p.families {
+		r, ok := p.backends[f].(counterReader)
+		if !ok {
+			continue
+		}
+		err := r.NFAcctErr()
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		if msg != p.counterErr[f] {
+			if err != nil {
+				p.log.Error("nfacct counters missing: the rules go without them", "family", f, "err", err)
+			}
+			p.counterErr[f] = msg
+		}
+	}
 }

@@ -30,6 +30,9 @@ type Options struct {
 	// BindAddress is kube-proxy's --bind-address: when not unspecified,
 	// the node's primary address of its family.
 	BindAddress netip.Addr
+	// LogFormat is kube-proxy's logging format, "text" or "json"
+	// (--logging-format, or the --config file's logging.format).
+	LogFormat string
 	// ConfigFile is kube-proxy's --config, whose settings are in these
 	// Options; Notices are what to log about it at start.
 	ConfigFile string
@@ -39,7 +42,12 @@ type Options struct {
 	MasqueradeMark uint32
 	// Conntrack, when set (by --config or a --conntrack-* flag), is the
 	// conntrack table size and timeouts the proxy sets at start.
-	Conntrack      *conntrack.Sizing
+	Conntrack *conntrack.Sizing
+	// TCPBeLiberal is nf_conntrack_tcp_be_liberal as the proxy reads it
+	// at start, once Conntrack is applied, as kube-proxy does: when set,
+	// the iptables proxy does not drop INVALID packets. --dry-run, which
+	// reads no sysctl, takes Conntrack's.
+	TCPBeLiberal   bool
 	IPFamily       string
 	MasqueradeAll  bool
 	SyncPeriod     time.Duration
@@ -110,7 +118,7 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 	if name == "ebpf-proxy" {
 		fs.StringVar(&o.Cgroup, "cgroup", "", "cgroup v2 directory the programs attach to: the sockets of its processes are translated (a node passes the root of its cgroup v2 tree)")
 		fs.StringVar(&o.BPFPinPath, "bpf-pin-path", "/sys/fs/bpf/svcproxy", "bpffs directory where the maps and links are pinned, so that they outlive the proxy (\"\": not pinned, detached at exit)")
-		fs.Func("tc-external", "interfaces, comma-separated, on which traffic from outside arrives: with --tc-pods, tc programs translate it (IPv4)", func(v string) error {
+		fs.Func("tc-external", "interfaces, comma-separated, on which traffic from outside arrives: with --tc-pods, tc programs translate it (IPv4 and IPv6)", func(v string) error {
 			o.TCExternal = strings.FieldsFunc(v, func(r rune) bool { return r == ',' })
 			return nil
 		})
@@ -120,10 +128,14 @@ func ParseOptions(name string, args []string, stderr io.Writer) (*Options, error
 		})
 	}
 	kp := addKubeProxyFlags(fs)
+	logging := addLoggingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if err := kp.apply(fs, o, strings.TrimSuffix(name, "-proxy"), &clusterCIDRs); err != nil {
+		return nil, err
+	}
+	if err := logging.apply(fs, kp.fileLogging, o); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {

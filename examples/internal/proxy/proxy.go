@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy"
+	"github.com/svcproxy/svcproxy/conntrack"
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/healthcheck"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -55,7 +57,6 @@ func Main(mode Mode) {
 
 // Run runs a reference proxy and returns its exit code.
 func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	opts, err := ParseOptions(mode.Name+"-proxy", args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
@@ -64,6 +65,7 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitBadArgs
 	}
+	log := newLogger(opts.LogFormat, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -74,6 +76,14 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		log.Warn(n)
 	}
 	p := &proxy{mode: mode, opts: opts, log: log, metrics: newMetrics()}
+	if opts.ConfigFile != "" && !opts.DryRun && !opts.Once {
+		// From the start, as kube-proxy: a change while it starts counts.
+		if p.config, err = watchConfig(opts.ConfigFile); err != nil {
+			fmt.Fprintln(stderr, "error:", err)
+			return exitFailed
+		}
+		defer p.config.w.Close() // serve's watch closes it too
+	}
 	if code := p.start(ctx, stderr); code != exitOK {
 		return code
 	}
@@ -90,13 +100,19 @@ func Run(mode Mode, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
+	// As kube-proxy: the conntrack settings first, then the backends,
+	// which follow nf_conntrack_tcp_be_liberal as they find it.
+	applyConntrackSizing(log, opts.Conntrack)
+	opts.TCPBeLiberal = readTCPBeLiberal()
+	if opts.TCPBeLiberal && mode.Name == "iptables" {
+		log.Info("nf_conntrack_tcp_be_liberal set, not installing DROP rules for INVALID packets")
+	}
 	eng, closeAll, err := p.newEngine()
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
 	}
 	defer closeAll()
-	applyConntrackSizing(log, opts.Conntrack)
 	if err := p.allowLocalhostNodePorts(); err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitFailed
@@ -231,7 +247,7 @@ func (p *proxy) build(snap state.Snapshot) (engine.Desired, error) {
 		return engine.Desired{}, err
 	}
 	p.logWarnings(built.Warnings)
-	return engine.Desired{Rulesets: built.Rulesets, Triggers: built.Triggers}, nil
+	return engine.Desired{Rulesets: built.Rulesets, Triggers: built.Triggers, TriggersByFamily: built.TriggersByFamily}, nil
 }
 
 func cleanup(ctx context.Context, mode Mode, opts *Options, log *slog.Logger) int {
@@ -261,6 +277,8 @@ type proxy struct {
 	families []v1.IPFamily
 	// watcher reads the --manifests; nil with --kubeconfig.
 	watcher *manifestWatcher
+	// config watches the --config file; nil without one.
+	config *configWatcher
 	// api watches the --kubeconfig's API server, and reach logs when it
 	// goes away and comes back; nil with --manifests.
 	api   *source.Watcher
@@ -291,9 +309,13 @@ type proxy struct {
 	reloads atomic.Int64
 	// health serves the health check node ports; nil but in watch mode.
 	health *healthcheck.NodePortServers
-	// conflicts warns about node ports shared in the manifests; nil with
-	// --kubeconfig, whose API server refuses them.
-	conflicts *nodePortConflicts
+	// conflicts warns about frontends that Services share (node ports in
+	// the manifests, external and load-balancer IPs from either source).
+	conflicts *frontendConflicts
+	// backends are the engine's; counterErr is, per family, the nfacct
+	// error last logged (logCounterErrors).
+	backends   map[v1.IPFamily]engine.Backend
+	counterErr map[v1.IPFamily]string
 }
 
 // request asks the engine for a sync: the state changed.
@@ -353,7 +375,15 @@ func (p *proxy) baseConfig() ruleset.Config {
 	}
 }
 
+// readTCPBeLiberal reads nf_conntrack_tcp_be_liberal; unreadable, it is
+// taken as unset (kube-proxy's reading too).
+func readTCPBeLiberal() bool {
+	v, err := conntrack.ReadSysctl(filepath.Join("/proc/sys", conntrack.SysctlTCPBeLiberal))
+	return err == nil && v != 0
+}
+
 func (p *proxy) dryRun(w io.Writer) error {
+	p.opts.TCPBeLiberal = p.opts.Conntrack != nil && p.opts.Conntrack.TCPBeLiberal
 	desired, err := p.build(p.state.Snapshot())
 	if err != nil {
 		return err
@@ -374,9 +404,15 @@ func (p *proxy) logWarnings(warnings []svcproxy.Warning) {
 	}
 }
 
-// serve runs the engine, the file watcher and the HTTP servers until ctx
-// is done.
+// serve runs the engine, the file watchers and the HTTP servers until ctx
+// is done, or until the --config file changes: then, as kube-proxy, it
+// exits with an error (exitFailed) and the rules stay.
 func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	if p.config != nil {
+		go p.config.run(ctx, p.log, stop)
+	}
 	p.health = healthcheck.NewNodePortServers(p.opts.Manifests != "", func() bool { return eng.Health().Healthy })
 	defer p.health.Close()
 	servers, err := p.startServers(eng)
@@ -389,16 +425,26 @@ func (p *proxy) serve(ctx context.Context, eng *engine.Engine) int {
 			s.Close()
 		}
 	}()
+	p.conflicts = &frontendConflicts{}
 	if p.watcher != nil {
-		p.conflicts = &nodePortConflicts{}
 		go p.watch(ctx, p.watcher, manifestPoll)
 	}
 	if err := p.waitForAPI(ctx, 0); err != nil {
 		p.log.Info("stopping before the first sync: the rules stay in the kernel")
-		return exitOK
+		return stopCode(ctx)
 	}
 	eng.Run(ctx)
 	p.log.Info("stopping: the rules stay in the kernel")
+	return stopCode(ctx)
+}
+
+// stopCode is the exit code of a proxy whose ctx is done: exitFailed when
+// it was stopped by an error (the --config file changed), exitOK for a
+// signal.
+func stopCode(ctx context.Context) int {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return exitFailed
+	}
 	return exitOK
 }
 

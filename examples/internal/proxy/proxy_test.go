@@ -63,7 +63,9 @@ func (b *fakeBackend) Sync(_ context.Context, rs *ruleset.Ruleset) (svcproxy.Syn
 	return svcproxy.SyncResult{Full: full}, nil
 }
 
-func (b *fakeBackend) CheckState(context.Context) (string, error) { return "", nil }
+func (b *fakeBackend) CheckState(context.Context) (svcproxy.Drift, error) {
+	return svcproxy.Drift{}, nil
+}
 
 // RequestFullSync makes the next successful Sync report a full sync.
 func (b *fakeBackend) RequestFullSync() {

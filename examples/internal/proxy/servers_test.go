@@ -66,18 +66,18 @@ func TestServers(t *testing.T) {
 		t.Errorf("/metrics: %d", code)
 	}
 	for _, name := range []string{
-		"kubeproxy_sync_proxy_rules_duration_seconds_bucket",
-		"kubeproxy_sync_full_proxy_rules_duration_seconds_bucket",
-		"kubeproxy_sync_partial_proxy_rules_duration_seconds_bucket",
-		"kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.",
+		`kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",`,
+		`kubeproxy_sync_full_proxy_rules_duration_seconds_bucket{ip_family="IPv4",`,
+		`kubeproxy_sync_partial_proxy_rules_duration_seconds_bucket{ip_family="IPv4",`,
+		`kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} 1.`,
 		"kubeproxy_sync_proxy_rules_failures_total 0",
-		`svcproxy_sync_drift_repairs_total{family="IPv4"} 0`,
+		`svcproxy_sync_drift_repairs_total{family="IPv4",kind="chain"} 0`,
 		"svcproxy_sync_periodic_full_total 0",
 		"svcproxy_manifest_reloads_total 0",
 		"svcproxy_manifest_errors_total 0",
 		"kubeproxy_sync_proxy_rules_endpoint_changes_pending",
 		"kubeproxy_sync_proxy_rules_service_changes_pending",
-		"kubeproxy_network_programming_duration_seconds_bucket",
+		`kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",`,
 	} {
 		if !strings.Contains(body, name) {
 			t.Errorf("/metrics lacks %s", name)

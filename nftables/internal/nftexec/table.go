@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/internal/netnsrun"
 	"github.com/svcproxy/svcproxy/nftables/internal/nftnl"
 )
@@ -44,6 +45,9 @@ type Table struct {
 	// netns is the namespace of Config.NetNS, or nil.
 	netns        *netnsrun.Namespace
 	newInterface func(knftables.Family, string) (knftables.Interface, error)
+	// written is the nftnl.Digest sum of each chain's rules as LearnRules
+	// or DeepCheck read them.
+	written map[string]uint64
 }
 
 // OpenTable opens the namespace of cfg.NetNS, the table's knftables
@@ -142,49 +146,83 @@ func (t *Table) Replace(tx *knftables.Transaction) {
 	tx.Delete(table)
 }
 
-// CheckNames reports the first of chains and sets that the table lacks, or
-// "" when it has them all. Over netlink it checks that every one of chains
-// is there and holds rules (a flushed one has none), with one dump per
-// chain that the kernel filters to that chain, and does not look at sets;
-// without netlink it checks by name, through nft's listing, that chains and
-// sets (or maps) are there.
-func (t *Table) CheckNames(ctx context.Context, chains, sets []string) (string, error) {
+// CheckNames reports the first of chains, sets and maps that the table
+// lacks, the zero Drift when it has them all. Over netlink it checks that
+// every one of chains holds rules, with one dump per chain that the kernel
+// filters to that chain, and tells an empty one flushed
+// (svcproxy.DriftRule) from missing (DriftChain) with a listing of the
+// table's chains; it does not look at sets and maps. Without netlink it
+// checks by name, through nft's listing, that chains, sets and maps are
+// there. A missing table is svcproxy.DriftTable.
+func (t *Table) CheckNames(ctx context.Context, chains, sets, maps []string) (svcproxy.Drift, error) {
 	if t.NL != nil {
 		for _, c := range chains {
 			n, err := t.NL.RuleCount(t.nlFamily(), t.Name, c)
 			switch {
-			case errors.Is(err, syscall.ENOENT):
-				return "chain " + c + " (or table " + t.Name + ")", nil
-			case err != nil:
-				return "", fmt.Errorf("nftables: checking the table: %w", err)
+			case err != nil && !errors.Is(err, syscall.ENOENT):
+				return svcproxy.Drift{}, fmt.Errorf("nftables: checking the table: %w", err)
 			case n == 0:
-				return "the rules of chain " + c, nil
+				return t.emptyChain(c, "the rules of chain "+c)
 			}
 		}
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	names, err := t.ListAll(ctx)
 	switch {
 	case knftables.IsNotFound(err), err == nil && len(names["chain"]) == 0:
-		return "table " + t.Name, nil
+		return svcproxy.Drift{Kind: svcproxy.DriftTable, What: "table " + t.Name}, nil
 	case err != nil:
-		return "", fmt.Errorf("nftables: checking the table: %w", err)
+		return svcproxy.Drift{}, fmt.Errorf("nftables: checking the table: %w", err)
 	}
 	for _, kind := range []string{"chain", "set", "map"} {
 		slices.Sort(names[kind])
 	}
-	has := func(kind, name string) bool { _, ok := slices.BinarySearch(names[kind], name); return ok }
-	for _, c := range chains {
-		if !has("chain", c) {
-			return "chain " + c, nil
+	for _, want := range []struct {
+		kind  string
+		drift svcproxy.DriftKind
+		names []string
+	}{{"chain", svcproxy.DriftChain, chains}, {"set", svcproxy.DriftSet, sets}, {"map", svcproxy.DriftMap, maps}} {
+		for _, name := range want.names {
+			if _, ok := slices.BinarySearch(names[want.kind], name); !ok {
+				return svcproxy.Drift{Kind: want.drift, What: want.kind + " " + name}, nil
+			}
 		}
 	}
-	for _, name := range sets {
-		if !has("set", name) && !has("map", name) {
-			return "set or map " + name, nil
-		}
+	return svcproxy.Drift{}, nil
+}
+
+// missing is the drift of an object (what, of kind) that netlink did not
+// find: the whole table missing (svcproxy.DriftTable), or only the object.
+func (t *Table) missing(kind svcproxy.DriftKind, what string) (svcproxy.Drift, error) {
+	has, err := t.NL.HasTable(t.nlFamily(), t.Name)
+	switch {
+	case err != nil:
+		return svcproxy.Drift{}, fmt.Errorf("nftables: checking the table: %w", err)
+	case !has:
+		return svcproxy.Drift{Kind: svcproxy.DriftTable, What: "table " + t.Name + " is missing"}, nil
 	}
-	return "", nil
+	return svcproxy.Drift{Kind: kind, What: what + " is missing"}, nil
+}
+
+// emptyChain is the drift of chain c, in which a netlink dump found no
+// rules (the kernel's dump of a chain that does not exist is empty too):
+// the whole table missing (svcproxy.DriftTable), the chain
+// (DriftChain), or its rules (DriftRule, flushed), then what says it.
+// It lists the table's chains, a dump the size of the table, so only
+// once a chain was found empty.
+func (t *Table) emptyChain(c, what string) (svcproxy.Drift, error) {
+	d, err := t.missing(svcproxy.DriftChain, "chain "+c)
+	if err != nil || d.Kind == svcproxy.DriftTable {
+		return d, err
+	}
+	names, err := t.NL.ListNames(t.nlFamily(), t.Name)
+	switch {
+	case err != nil:
+		return svcproxy.Drift{}, fmt.Errorf("nftables: checking the table: %w", err)
+	case !slices.Contains(names["chain"], c):
+		return d, nil
+	}
+	return svcproxy.Drift{Kind: svcproxy.DriftRule, What: what}, nil
 }
 
 // Cleanup deletes the table in both IP families (a dual-stack proxy runs
@@ -222,11 +260,13 @@ func Cleanup(ctx context.Context, table string, open func(knftables.Family, stri
 type Expected struct {
 	// Rules is the number of rules of every chain the table must have.
 	Rules map[string]int
-	// Elements is the number of elements of the sets and maps whose
+	// Elements is the Digest of the elements of the sets and maps whose
 	// elements only the executor writes (not the dynamic ones the packet
 	// path fills, nor interval sets, which the kernel may store as more
-	// elements).
-	Elements map[string]int
+	// elements), each element hashed as nftnl.ElementHash hashes it.
+	Elements map[string]nftnl.Digest
+	// Maps are the names of Elements that are maps, not sets.
+	Maps map[string]bool
 	// order is the names of Rules, sorted (Sort).
 	order []string
 }
@@ -243,47 +283,104 @@ func (w Expected) chains() []string {
 	return slices.Sorted(maps.Keys(w.Rules))
 }
 
+// ForgetRules forgets what LearnRules read: for a sync that rewrites the
+// whole table.
+func (t *Table) ForgetRules() { t.written = nil }
+
+// LearnRules reads, over netlink, the rules of chains that a sync has just
+// written (nftnl.Conn.RuleDigest, one dump each), for DeepCheck to compare
+// them with later: the form the kernel gives a rule is not the one it was
+// written in, so the check compares the kernel's form with the kernel's
+// form read right after the write. A chain it cannot read (deleted, or an
+// error) is forgotten, and learned by the next DeepCheck that reads it and
+// finds its number of rules right. Without a netlink socket it does
+// nothing.
+func (t *Table) LearnRules(chains []string) {
+	if t.NL == nil {
+		return
+	}
+	if t.written == nil {
+		t.written = map[string]uint64{}
+	}
+	for _, c := range chains {
+		d, err := t.NL.RuleDigest(t.nlFamily(), t.Name, c)
+		if err != nil {
+			delete(t.written, c)
+			continue
+		}
+		t.written[c] = d.Sum
+	}
+}
+
+// ForgetChains forgets what LearnRules read of chains: chains deleted.
+func (t *Table) ForgetChains(chains []string) {
+	for _, c := range chains {
+		delete(t.written, c)
+	}
+}
+
 // DeepCheck compares part of the table with want over netlink: the
 // chains of want.Rules whose index in name order is slice modulo slices,
-// each with its number of rules (one dump per chain, which the kernel
-// filters to the chain and reads only the rules' chain names of), and
-// every set and map of want.Elements with its number of elements (one
-// dump each). Called with slice 0 to of−1 in turn, it compares every
-// object in of calls; a dump of the whole table's rules would cost the
-// kernel time quadratic in their number. It returns the first difference
-// in name order: a chain missing or with another number of rules, a set
-// or map missing or with another number of elements; "" when there is
-// none, and without a netlink socket (it does not check then). Chains and
-// sets want does not name are not looked at.
-func (t *Table) DeepCheck(want Expected, slice, of int) (string, error) {
+// each with its number of rules and their content as LearnRules read it
+// (one dump per chain, which the kernel filters to the chain), and every
+// set and map of want.Elements with its number of elements and their
+// content (one dump each). Called with slice 0 to of−1 in turn, it
+// compares every object in of calls; a dump of the whole table's rules
+// would cost the kernel time quadratic in their number. It returns the
+// first difference in name order: a chain missing, with another number of
+// rules or with rules other than those written (svcproxy.DriftRule), a
+// set or map missing (DriftSet, DriftMap), with another number of
+// elements or with other elements (DriftElement), the table missing
+// (DriftTable); the zero Drift when there is none, and without a netlink
+// socket (it does not check then). Chains and sets want does not name are
+// not looked at. A chain LearnRules did not read (or forgot) is learned
+// here, when its number of rules is right.
+func (t *Table) DeepCheck(want Expected, slice, of int) (svcproxy.Drift, error) {
 	if t.NL == nil {
-		return "", nil
+		return svcproxy.Drift{}, nil
 	}
 	family := t.nlFamily()
 	for i, c := range want.chains() {
 		if of > 1 && i%of != slice {
 			continue
 		}
-		n, err := t.NL.RuleCount(family, t.Name, c)
+		d, err := t.NL.RuleDigest(family, t.Name, c)
 		switch {
-		case errors.Is(err, syscall.ENOENT):
-			return "chain " + c + " is missing (or table " + t.Name + ")", nil
-		case err != nil:
-			return "", fmt.Errorf("nftables: checking the table: %w", err)
-		case n != want.Rules[c]:
-			return fmt.Sprintf("chain %s has %d rules, want %d", c, n, want.Rules[c]), nil
+		case err != nil && !errors.Is(err, syscall.ENOENT):
+			return svcproxy.Drift{}, fmt.Errorf("nftables: checking the table: %w", err)
+		case err != nil || d.N == 0 && want.Rules[c] > 0:
+			return t.emptyChain(c, fmt.Sprintf("chain %s has 0 rules, want %d", c, want.Rules[c]))
+		case d.N != want.Rules[c]:
+			return svcproxy.Drift{Kind: svcproxy.DriftRule, What: fmt.Sprintf("chain %s has %d rules, want %d", c, d.N, want.Rules[c])}, nil
+		}
+		written, ok := t.written[c]
+		switch {
+		case !ok:
+			if t.written == nil {
+				t.written = map[string]uint64{}
+			}
+			t.written[c] = d.Sum
+		case written != d.Sum:
+			return svcproxy.Drift{Kind: svcproxy.DriftRule, What: fmt.Sprintf("chain %s has rules other than those written (%d rules, as many as written)", c, d.N)}, nil
 		}
 	}
 	for _, s := range slices.Sorted(maps.Keys(want.Elements)) {
-		n, err := t.NL.ElementCount(family, t.Name, s)
+		d, err := t.NL.ElementDigest(family, t.Name, s)
+		w := want.Elements[s]
+		kind, missing := "set", svcproxy.DriftSet
+		if want.Maps[s] {
+			kind, missing = "map", svcproxy.DriftMap
+		}
 		switch {
 		case errors.Is(err, syscall.ENOENT):
-			return "set or map " + s + " is missing (or table " + t.Name + ")", nil
+			return t.missing(missing, kind+" "+s)
 		case err != nil:
-			return "", fmt.Errorf("nftables: checking the table: %w", err)
-		case n != want.Elements[s]:
-			return fmt.Sprintf("set or map %s has %d elements, want %d", s, n, want.Elements[s]), nil
+			return svcproxy.Drift{}, fmt.Errorf("nftables: checking the table: %w", err)
+		case d.N != w.N:
+			return svcproxy.Drift{Kind: svcproxy.DriftElement, What: fmt.Sprintf("%s %s has %d elements, want %d", kind, s, d.N, w.N)}, nil
+		case d.Sum != w.Sum:
+			return svcproxy.Drift{Kind: svcproxy.DriftElement, What: fmt.Sprintf("%s %s has elements other than those written (%d elements, as many as written)", kind, s, d.N)}, nil
 		}
 	}
-	return "", nil
+	return svcproxy.Drift{}, nil
 }

@@ -53,6 +53,8 @@ const (
 
 // Attribute types.
 const (
+	attrTableName = 1
+
 	attrChainTable = 1
 	attrChainName  = 3
 

@@ -2,7 +2,6 @@ package nftnl
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	"github.com/svcproxy/svcproxy/nftables/internal/nlattr"
 )
@@ -14,42 +13,6 @@ const (
 	// interval.
 	elemIntervalEnd = 0x1
 )
-
-// ElementCount counts the elements of a set or map by a netlink dump,
-// without the ends of intervals (the kernel stores an interval of a
-// one-field interval set as two elements).
-func (c *Conn) ElementCount(family Family, table, set string) (int, error) {
-	n := 0
-	err := c.dumpCounting(msgGetSetElem, family, func(a *attrs) {
-		a.str(attrElemListTable, table)
-		a.str(attrElemListSet, set)
-	}, func() { n = 0 }, func(b []byte) error {
-		walkAttrs(b, func(typ uint16, v []byte) {
-			if typ != attrElemListElems {
-				return
-			}
-			walkAttrs(v, func(typ uint16, elem []byte) {
-				if typ != attrListElem {
-					return
-				}
-				var flags uint32
-				walkAttrs(elem, func(typ uint16, v []byte) {
-					if typ == attrElemFlags && len(v) == 4 {
-						flags = binary.BigEndian.Uint32(v)
-					}
-				})
-				if flags&elemIntervalEnd == 0 {
-					n++
-				}
-			})
-		})
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("nftnl: counting the elements of %s %s: %w", table, set, err)
-	}
-	return n, nil
-}
 
 // dumpCounting is dumpEach, retried a few times when the table changes
 // during the dump, with reset called before each attempt.

@@ -59,6 +59,21 @@ func (c *Conn) ListNames(family Family, table string) (Names, error) {
 	return names, nil
 }
 
+// HasTable reports whether the family has the table, by a netlink dump
+// of the family's tables, which holds no chains, sets or rules.
+func (c *Conn) HasTable(family Family, table string) (bool, error) {
+	found := false
+	err := c.dump(msgGetTable, family, func(*attrs) {}, func(as map[uint16][]byte) {
+		if name, ok := cString(as[attrTableName]); ok && name == table {
+			found = true
+		}
+	})
+	if err != nil {
+		return false, fmt.Errorf("nftnl: listing the tables: %w", err)
+	}
+	return found, nil
+}
+
 // RuleCount counts the rules of one chain by a netlink dump that the kernel
 // filters to that chain: its cost does not grow with the rest of the table.
 // It reads each rule's table and chain names only.
@@ -92,6 +107,7 @@ func (c *Conn) RuleCount(family Family, table, chain string) (int, error) {
 
 // Message types of the dumps.
 const (
+	msgGetTable = 1
 	msgGetChain = 4
 	msgGetRule  = 7
 	msgGetSet   = 10

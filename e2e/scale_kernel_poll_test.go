@@ -540,16 +540,21 @@ func (c *ebpfCheck) holds(i int, ep netip.AddrPort) (bool, error) {
 		}
 		return false, err
 	}
-	for slot := range sv.Count {
-		var bv ebpf.BackendValue
-		if err := c.backends.Lookup(&ebpf.BackendKey{ID: sv.ID, Slot: slot}, &bv); err != nil {
+	// The backends map holds a group's slots in chunks of 8: element
+	// {ID, Slot/8} (struct be_key and be_chunk of ebpf/bpf/sock.c).
+	const chunkSlots = 8
+	for chunk := range (sv.Count + chunkSlots - 1) / chunkSlots {
+		var bv [chunkSlots]ebpf.BackendValue
+		if err := c.backends.Lookup(&ebpf.BackendKey{ID: sv.ID, Slot: chunk}, &bv); err != nil {
 			if errors.Is(err, ciliumebpf.ErrKeyNotExist) {
 				continue
 			}
 			return false, err
 		}
-		if bv.AddrPort() == ep {
-			return true, nil
+		for _, b := range bv {
+			if b.AddrPort() == ep {
+				return true, nil
+			}
 		}
 	}
 	return false, nil

@@ -14,7 +14,7 @@
 //     Backend to check its state (Backend.CheckState), at a bounded cost,
 //     and makes the sync of each family where something differs a full
 //     one, /healthz failing from then until it succeeds; while changes
-//     keep coming the check is put off, for at most three periods, so
+//     keep coming the check is put off, for at most one period, so
 //     that it does not delay them; every
 //     Config.FullSyncPeriod the periodic sync is full in every family,
 //     rewriting what no check reads;

@@ -40,7 +40,7 @@ type Config struct {
 	// makes the next Sync of each family where something is missing a
 	// full one, and syncs. While changes keep coming (a Request within
 	// the last second, or twice MinSyncPeriod when longer) the check is
-	// put off to a later periodic sync, for at most three periods: a
+	// put off to the next periodic sync, for at most one period: a
 	// check at 10,000 Services takes long enough to delay the changes
 	// that come during it. /healthz fails
 	// when the last success is older than twice this. 0 means
@@ -342,8 +342,8 @@ const (
 	minCheckQuiet = time.Second
 	// maxCheckDeferrals is how many periods a check may be put off: under
 	// a steady stream of changes it runs every maxCheckDeferrals+1
-	// periods.
-	maxCheckDeferrals = 3
+	// periods. One keeps a drift found within two periods.
+	maxCheckDeferrals = 1
 )
 
 // deferCheck reports whether the periodic sync starting at now puts its

@@ -470,7 +470,7 @@ func TestOnHealthChange(t *testing.T) {
 }
 
 // TestCheckPutOffWhileChangesCome: a periodic sync right after a Request
-// puts its check off, for at most three periods; a periodic sync after a
+// puts its check off, for at most one period; a periodic sync after a
 // quiet second checks.
 func TestCheckPutOffWhileChangesCome(t *testing.T) {
 	w := newWorld(t)
@@ -495,13 +495,13 @@ func TestCheckPutOffWhileChangesCome(t *testing.T) {
 		}
 		return (*events)[len(*events)-1]
 	}
-	for i := range 3 {
+	for i := range maxCheckDeferrals {
 		if ev := periodic(true); !ev.CheckDeferred || len(ev.Drift) != 0 {
 			t.Errorf("periodic sync %d, 200 ms after a change: check put off %v, drift %v; want put off, no drift", i+1, ev.CheckDeferred, ev.Drift)
 		}
 	}
 	if ev := periodic(true); ev.CheckDeferred || ev.Drift[v1.IPv4Protocol] != missingChain {
-		t.Errorf("periodic sync after three put off: check put off %v, drift %v; want the check, and its drift", ev.CheckDeferred, ev.Drift)
+		t.Errorf("periodic sync after one put off: check put off %v, drift %v; want the check, and its drift", ev.CheckDeferred, ev.Drift)
 	}
 	if ev := periodic(true); !ev.CheckDeferred {
 		t.Error("the next period's check, right after a change, is not put off: the count of periods put off did not restart")

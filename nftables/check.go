@@ -15,7 +15,7 @@ import (
 // holds rules, with one dump per chain that the kernel filters to that
 // chain; without netlink, by name through nft's listing, that the fixed
 // and base chains and the fixed sets and maps are there. Then, over
-// netlink only, every object, half of the chains at each call: every
+// netlink only, every object: every
 // chain the Ruleset has, with its number of rules and their content (one
 // dump per chain, compared with the same chain read right after the
 // Executor wrote it), and every set and map, but the affinity sets that
@@ -67,15 +67,8 @@ func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 		}
 		e.expected, e.expectedFor = want, e.last
 	}
-	slice := e.deepSlice
-	e.deepSlice = (e.deepSlice + 1) % deepSlices
-	return e.t.DeepCheck(e.expected, slice, deepSlices)
+	return e.t.DeepCheck(e.expected)
 }
-
-// deepSlices is the number of checks that read every chain once between
-// them (nftexec.Table.DeepCheck): at a sync period of 30 s, a chain
-// changed behind the Executor's back is found within two periods.
-const deepSlices = 2
 
 // expected is what a full sync of rs into an empty table leaves there, as
 // DeepCheck compares it: the number of rules of every chain, and the

@@ -128,8 +128,6 @@ type Executor struct {
 	// full sync of expectedFor leaves there.
 	expected    nftexec.Expected
 	expectedFor *ruleset.Ruleset
-	// deepSlice is the part of the chains the next check reads.
-	deepSlice int
 	// anonSeq makes the names of the anonymous sets of each netlink batch
 	// unique: it starts at a random number, so that another Executor of
 	// the same table, before or after this one, does not use them.

@@ -62,15 +62,8 @@ func (e *Executor) CheckState(ctx context.Context) (svcproxy.Drift, error) {
 	if e.expectedFor != e.last {
 		e.expected, e.expectedFor = expected(e.last, e.cfg.Options), e.last
 	}
-	slice := e.deepSlice
-	e.deepSlice = (e.deepSlice + 1) % deepSlices
-	return e.t.DeepCheck(e.expected, slice, deepSlices)
+	return e.t.DeepCheck(e.expected)
 }
-
-// deepSlices is the number of checks that read every chain once between
-// them (nftexec.Table.DeepCheck). The flat layout has few chains: one
-// check reads them all.
-const deepSlices = 1
 
 // expected is what the flat table of rs holds, as DeepCheck compares it:
 // the number of rules of every chain, and the digest of the elements of

@@ -80,8 +80,6 @@ type Executor struct {
 	// full sync of expectedFor leaves there.
 	expected    nftexec.Expected
 	expectedFor *ruleset.Ruleset
-	// deepSlice is the part of the chains the next check reads.
-	deepSlice int
 }
 
 // errNotMade is the error of an Executor that NewExecutor did not make.

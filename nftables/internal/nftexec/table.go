@@ -324,9 +324,8 @@ func (t *Table) ForgetChains(chains []string) {
 // each with its number of rules and their content as LearnRules read it
 // (one dump per chain, which the kernel filters to the chain), and every
 // set and map of want.Elements with its number of elements and their
-// content (one dump each). Called with slice 0 to of−1 in turn, it
-// compares every object in of calls; a dump of the whole table's rules
-// would cost the kernel time quadratic in their number. It returns the
+// content (one dump each): a dump of the whole table's rules would cost
+// the kernel time quadratic in their number. It returns the
 // first difference in name order: a chain missing, with another number of
 // rules or with rules other than those written (svcproxy.DriftRule), a
 // set or map missing (DriftSet, DriftMap), with another number of
@@ -335,15 +334,12 @@ func (t *Table) ForgetChains(chains []string) {
 // socket (it does not check then). Chains and sets want does not name are
 // not looked at. A chain LearnRules did not read (or forgot) is learned
 // here, when its number of rules is right.
-func (t *Table) DeepCheck(want Expected, slice, of int) (svcproxy.Drift, error) {
+func (t *Table) DeepCheck(want Expected) (svcproxy.Drift, error) {
 	if t.NL == nil {
 		return svcproxy.Drift{}, nil
 	}
 	family := t.nlFamily()
-	for i, c := range want.chains() {
-		if of > 1 && i%of != slice {
-			continue
-		}
+	for _, c := range want.chains() {
 		d, err := t.NL.RuleDigest(family, t.Name, c)
 		switch {
 		case err != nil && !errors.Is(err, syscall.ENOENT):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -381,8 +382,9 @@ func comparable(o trace.Outcome) trace.Outcome {
 type undefinedCase struct {
 	name, reason string
 	// covers reports whether p, whose outcomes are ref (kube-proxy's) and
-	// ours, is a probe of this case in mode.
-	covers func(mode string, p probe, ref, ours trace.Outcome) bool
+	// ours, is a probe of this case in mode; refRules are the rules
+	// kube-proxy's evaluator went through.
+	covers func(mode string, p probe, ref, ours trace.Outcome, refRules string) bool
 }
 
 // undefinedCases are kube-proxy's undefined cases the generated states
@@ -396,7 +398,7 @@ var undefinedCases = []undefinedCase{
 			"between runs. Ours reads the slices in name order (package endpoints), which is one of kube-proxy's " +
 			"orders. Covered: the probes of the Service ports with such an endpoint, and in nftables mode hairpin " +
 			"from such an address with the port's protocol through any Service (its element in the hairpin set)",
-		covers: func(mode string, p probe, _, _ trace.Outcome) bool {
+		covers: func(mode string, p probe, _, _ trace.Outcome, _ string) bool {
 			return p.unordered || p.unorderedHairpin && mode != "iptables"
 		},
 	},
@@ -406,9 +408,28 @@ var undefinedCases = []undefinedCase{
 			"load-balancer IPs), which one kube-proxy's rules serve depends on the order it iterates its map of " +
 			"Service ports (iptables: the first rule written; nftables: the map element written last). Ours " +
 			"is fixed (ruleset.Ruleset.Owner) and named in a warning. Covered: the probes to such a frontend " +
-			"where the two proxies' rules name different Service ports (kube-proxy chose another)",
-		covers: func(_ string, p probe, ref, ours trace.Outcome) bool { return p.shared && ref.Service != ours.Service },
+			"where the two proxies' rules name different Service ports (kube-proxy chose another), or kube-proxy's " +
+			"rules name two (each map keeps the element of the Service port it wrote last: a packet may find " +
+			"one Service port's element in one map and another's in the next)",
+		covers: func(_ string, p probe, ref, ours trace.Outcome, refRules string) bool {
+			return p.shared && (ref.Service != ours.Service || namesOtherPort(refRules, ref.Service))
+		},
 	},
+}
+
+// portComment is a Service port's name in a rule's comment, as both
+// proxies write it: "namespace/name:port" (port empty for an unnamed one).
+var portComment = regexp.MustCompile(`"([a-z0-9-]+)/([a-z0-9.-]+):([a-z0-9-]*)`)
+
+// namesOtherPort reports whether the rules' comments name a Service port
+// other than svc.
+func namesOtherPort(rules string, svc servicemap.PortName) bool {
+	for _, m := range portComment.FindAllStringSubmatch(rules, -1) {
+		if m[1] != svc.Namespace || m[2] != svc.Name || m[3] != svc.Port {
+			return true
+		}
+	}
+	return false
 }
 
 // difference is a probe whose outcomes differ.
@@ -444,7 +465,11 @@ func compare(mode string, ref, ours evaluator, ps []probe) comparison {
 		c.probes++
 		ro, rpath, rerr := ref.evaluate(p.packet)
 		oo, opath, oerr := ours.evaluate(p.packet)
-		covered := slices.IndexFunc(undefinedCases, func(u undefinedCase) bool { return u.covers(mode, p, ro, oo) })
+		var refRules string
+		if rpath != nil {
+			refRules = rpath.String()
+		}
+		covered := slices.IndexFunc(undefinedCases, func(u undefinedCase) bool { return u.covers(mode, p, ro, oo, refRules) })
 		if covered >= 0 {
 			c.inCase[undefinedCases[covered].name]++
 		}
@@ -479,9 +504,7 @@ func compare(mode string, ref, ours evaluator, ps []probe) comparison {
 			continue
 		}
 		d := difference{probe: p, ref: ro, ours: oo, why: why}
-		if rpath != nil {
-			d.refPath = rpath.String()
-		}
+		d.refPath = refRules
 		if opath != nil {
 			d.opath = opath.String()
 		}

@@ -191,19 +191,24 @@ func TestUndefinedCases(t *testing.T) {
 		name, mode string
 		p          probe
 		ref, ours  trace.Outcome
+		refRules   string
 		want       []string
 	}{
-		{"unordered copies", "iptables", probe{unordered: true}, by("a"), by("a"), copies},
-		{"hairpin of unordered copies, nftables", "nftables (flat layout)", probe{unorderedHairpin: true}, by("a"), by("a"), copies},
-		{"hairpin of unordered copies, iptables (no hairpin set)", "iptables", probe{unorderedHairpin: true}, by("a"), by("a"), nil},
-		{"shared frontend, kube-proxy chose the other port", "iptables", probe{shared: true}, by("b"), by("a"), shared},
-		{"shared frontend, kube-proxy chose no port", "iptables", probe{shared: true}, trace.Outcome{}, by("a"), shared},
-		{"shared frontend, both chose one port", "iptables", probe{shared: true}, by("a"), by("a"), nil},
-		{"neither", "nftables (kube-proxy layout)", probe{}, by("b"), by("a"), nil},
+		{"unordered copies", "iptables", probe{unordered: true}, by("a"), by("a"), "", copies},
+		{"hairpin of unordered copies, nftables", "nftables (flat layout)", probe{unorderedHairpin: true}, by("a"), by("a"), "", copies},
+		{"hairpin of unordered copies, iptables (no hairpin set)", "iptables", probe{unorderedHairpin: true}, by("a"), by("a"), "", nil},
+		{"shared frontend, kube-proxy chose the other port", "iptables", probe{shared: true}, by("b"), by("a"), "", shared},
+		{"shared frontend, kube-proxy chose no port", "iptables", probe{shared: true}, trace.Outcome{}, by("a"), "", shared},
+		{"shared frontend, both chose one port", "iptables", probe{shared: true}, by("a"), by("a"), "", nil},
+		{"shared frontend, kube-proxy's maps name two ports", "nftables (kube-proxy layout)", probe{shared: true}, by("a"), by("a"),
+			`services: vmap @service-ips [... : goto external-X-ns/a/tcp/p0] service-endpoints-check: vmap @no-endpoint-services [... comment "` + namespace + `/b:p0" : goto reject-chain]`, shared},
+		{"shared frontend, kube-proxy's rules name the port chosen", "nftables (kube-proxy layout)", probe{shared: true}, by("a"), by("a"),
+			`service-endpoints-check: vmap @no-endpoint-services [... comment "` + namespace + `/a:p0" : drop]`, nil},
+		{"neither", "nftables (kube-proxy layout)", probe{}, by("b"), by("a"), "", nil},
 	} {
 		var got []string
 		for _, u := range undefinedCases {
-			if u.covers(tc.mode, tc.p, tc.ref, tc.ours) {
+			if u.covers(tc.mode, tc.p, tc.ref, tc.ours, tc.refRules) {
 				got = append(got, u.name)
 			}
 		}

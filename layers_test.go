@@ -80,6 +80,7 @@ var layers = map[string]int{
 	// imports, so that the tests of that layer may use it.
 	"internal/testkit":            layerGround,
 	"internal/testkit/netns":      layerGround,
+	"internal/testkit/cgroup":     layerGround,
 	"internal/testkit/apiserver":  layerGround,
 	"internal/testkit/warnings":   layerGround,
 	"internal/testkit/scalegen":   layerModel,

@@ -4,7 +4,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/ebpf"
+	"github.com/svcproxy/svcproxy/internal/testkit/cgroup"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
 	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
@@ -176,30 +176,8 @@ func benchEBPF(b *testing.B, w *scaleworld.World, n, reps int) {
 // childCgroup makes a child cgroup of the cgroup v2 tree, removed when b
 // ends.
 func childCgroup(b *testing.B) string {
-	data, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		b.Fatal(err)
-	}
-	root := ""
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[2] == "cgroup2" {
-			root = f[1]
-			break
-		}
-	}
-	if root == "" {
-		b.Fatal("no cgroup2 mount in /proc/mounts")
-	}
-	dir := filepath.Join(root, fmt.Sprintf("svcp-bench-%d", os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			b.Errorf("removing cgroup %s: %v", dir, err)
-		}
-	})
-	return dir
+	b.Helper()
+	return cgroup.New(b, "svcp-bench")
 }
 
 // mapMemory is the memlock the kernel reports for the services, backends

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/cgroup"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
@@ -49,20 +50,6 @@ var ebpfSkips = map[string]string{
 // instead of running the tests: p.inside starts it in the test's cgroup.
 const ebpfClientEnv = "SVCPROXY_E2E_SOCKET_CLIENT"
 
-// cgroup2Root is the mount point of the cgroup v2 tree, from /proc/mounts.
-func cgroup2Root() (string, error) {
-	data, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[2] == "cgroup2" {
-			return f[1], nil
-		}
-	}
-	return "", errors.New("no cgroup2 mount in /proc/mounts")
-}
-
 var ebpfSeq atomic.Int64
 
 // ebpfLeftovers are the cgroups and bpffs directories of this process
@@ -70,7 +57,7 @@ var ebpfSeq atomic.Int64
 func ebpfLeftovers() []string {
 	var left []string
 	prefix := fmt.Sprintf("svcp-e2e-%d-", os.Getpid())
-	if root, err := cgroup2Root(); err == nil {
+	if root, err := cgroup.Root(); err == nil {
 		entries, _ := os.ReadDir(root)
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), prefix) {
@@ -92,31 +79,13 @@ func ebpfLeftovers() []string {
 // proxy is given the cgroup as /proc/self/fd/3.
 func ebpfSetup(t *testing.T, c *netns.Cluster, p *proxy) ([]string, *os.File) {
 	t.Helper()
-	root, err := cgroup2Root()
-	if err != nil {
-		t.Fatalf("ebpf backend: %v", err)
-	}
-	name := fmt.Sprintf("svcp-e2e-%d-%d", os.Getpid(), ebpfSeq.Add(1))
-	p.cgroup = filepath.Join(root, name)
-	if err := os.Mkdir(p.cgroup, 0o755); err != nil {
-		t.Fatalf("ebpf backend: creating cgroup: %v", err)
-	}
-	t.Cleanup(func() {
-		var err error
-		for range 50 { // at most 5 s for the kernel to let go of exited clients
-			if err = os.Remove(p.cgroup); err == nil || errors.Is(err, os.ErrNotExist) {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Errorf("removing cgroup %s: %v", p.cgroup, err)
-	})
+	p.cgroup = cgroup.New(t, "svcp-e2e")
 	cg, err := os.Open(p.cgroup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cg.Close() })
-	bpffs := filepath.Join(os.TempDir(), name+"-bpffs")
+	bpffs := filepath.Join(os.TempDir(), filepath.Base(p.cgroup)+"-bpffs")
 	if err := os.Mkdir(bpffs, 0o700); err != nil {
 		t.Fatal(err)
 	}

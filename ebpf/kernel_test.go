@@ -12,10 +12,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/ebpf"
+	"github.com/svcproxy/svcproxy/internal/testkit/cgroup"
 	"github.com/svcproxy/svcproxy/internal/testkit/fixture"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 	"github.com/svcproxy/svcproxy/ruleset"
@@ -263,46 +262,11 @@ func connectBench(r request) attempt {
 	return attempt{Identity: fmt.Sprintf("%d %d", med(times[0]), med(times[1]))}
 }
 
-// cgroup2Root is the mount point of the cgroup v2 tree, from /proc/mounts.
-func cgroup2Root() (string, error) {
-	data, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[2] == "cgroup2" {
-			return f[1], nil
-		}
-	}
-	return "", errors.New("no cgroup2 mount in /proc/mounts")
-}
-
-var cgroupSeq atomic.Int64
-
-// newCgroup creates a child cgroup of the cgroup v2 root, unique to this
-// process and call, removed when the test ends (its processes have ended
-// by then: every client is waited for).
+// newCgroup creates a child cgroup of the cgroup v2 root, removed when the
+// test ends (its processes have ended by then: every client is waited for).
 func newCgroup(t *testing.T) string {
 	t.Helper()
-	root, err := cgroup2Root()
-	if err != nil {
-		skipOrFail(t, err.Error())
-	}
-	dir := filepath.Join(root, fmt.Sprintf("svcp-ebpf-test-%d-%d", os.Getpid(), cgroupSeq.Add(1)))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatalf("creating cgroup: %v", err)
-	}
-	t.Cleanup(func() {
-		var err error
-		for range 50 { // at most 5 s for the kernel to let go of exited clients
-			if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Errorf("removing cgroup %s: %v", dir, err)
-	})
-	return dir
+	return cgroup.New(t, "svcp-ebpf-test")
 }
 
 func skipOrFail(t *testing.T, why string) {

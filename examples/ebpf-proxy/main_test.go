@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/examples/internal/proxy"
+	"github.com/svcproxy/svcproxy/internal/testkit/cgroup"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
 )
 
@@ -63,19 +63,7 @@ func TestTCFlagsGoTogether(t *testing.T) {
 // mount.
 func TestOnceAndCleanup(t *testing.T) {
 	netns.Require(t)
-	root, err := cgroup2Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cg := filepath.Join(root, fmt.Sprintf("svcp-ebpf-proxy-test-%d", os.Getpid()))
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.Remove(cg); err != nil {
-			t.Error(err)
-		}
-	})
+	cg := cgroup.New(t, "svcp-ebpf-proxy-test")
 	bpffs := t.TempDir()
 	if err := unix.Mount("bpf", bpffs, "bpf", 0, "mode=0700"); err != nil {
 		t.Fatal(err)
@@ -105,19 +93,6 @@ func TestOnceAndCleanup(t *testing.T) {
 	if _, err := os.Stat(pins); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("pins after --cleanup: %v", err)
 	}
-}
-
-func cgroup2Root() (string, error) {
-	data, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 3 && f[2] == "cgroup2" {
-			return f[1], nil
-		}
-	}
-	return "", errors.New("no cgroup2 mount in /proc/mounts")
 }
 
 // attached counts the programs of the attach types the proxy uses on

@@ -29,7 +29,9 @@ func clientFromKubeconfig(path string, report *reachability) (kubernetes.Interfa
 // first request fails to reach it) and when it answers again (once, with
 // how long it was away), from the outcome of every request the client
 // makes: informers list and watch again on their own, and each attempt
-// tells.
+// tells. Only a request sent after the first failure can tell that the
+// server is back: one sent before it may still be answered by a server
+// that is shutting down.
 type reachability struct {
 	log *slog.Logger
 	now func() time.Time
@@ -53,11 +55,11 @@ func (r *reachability) failed(err error) {
 	}
 }
 
-// answered records a response of the server.
-func (r *reachability) answered() {
+// answered records a response of the server to a request sent at sent.
+func (r *reachability) answered(sent time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.lostAt.IsZero() {
+	if !r.lostAt.IsZero() && !sent.Before(r.lostAt) {
 		r.log.Info("API server reachable again: watches resume", "unreachableFor", r.now().Sub(r.lostAt).Round(time.Millisecond))
 		r.lostAt = time.Time{}
 	}
@@ -70,11 +72,12 @@ type reachabilityTransport struct {
 }
 
 func (t reachabilityTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	sent := t.report.now()
 	resp, err := t.next.RoundTrip(req)
 	if err != nil {
 		t.report.failed(err)
 	} else {
-		t.report.answered()
+		t.report.answered(sent)
 	}
 	return resp, err
 }

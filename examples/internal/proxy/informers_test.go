@@ -3,8 +3,10 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
@@ -172,4 +175,80 @@ func TestInformersFollowServiceCIDRs(t *testing.T) {
 	if len(warnings) != 1 || warnings[0].String() != `ServiceCIDR more: CIDR "not-a-cidr" is not a prefix: skipped` {
 		t.Errorf("warnings %v, want one about not-a-cidr", warnings)
 	}
+}
+
+// TestReachabilityLines: one line when the server is lost and one when it
+// is back; an answer to a request sent before the loss (a server that is
+// shutting down still answers those) does not say it is back.
+func TestReachabilityLines(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	refused := errors.New("connection refused")
+	type event struct {
+		at     int  // when the outcome is known, seconds after t0
+		sent   int  // when the request was sent
+		failed bool // no answer
+	}
+	for _, tc := range []struct {
+		name   string
+		events []event
+		want   []string
+	}{
+		{"answers only", []event{{at: 1, sent: 0}, {at: 2, sent: 1}}, nil},
+		{"lost and back", []event{{at: 1, sent: 1, failed: true}, {at: 2, sent: 2, failed: true}, {at: 4, sent: 3}},
+			[]string{"ERROR unreachable", "INFO reachable unreachableFor=3s"}},
+		{"answer to a request sent before the loss", []event{{at: 2, sent: 2, failed: true}, {at: 3, sent: 1}, {at: 4, sent: 3, failed: true}, {at: 6, sent: 5}},
+			[]string{"ERROR unreachable", "INFO reachable unreachableFor=4s"}},
+		{"lost twice", []event{{at: 1, sent: 1, failed: true}, {at: 2, sent: 2}, {at: 3, sent: 3, failed: true}, {at: 5, sent: 4}},
+			[]string{"ERROR unreachable", "INFO reachable unreachableFor=1s", "ERROR unreachable", "INFO reachable unreachableFor=2s"}},
+		{"stopping is not a loss", []event{{at: 1, sent: 1}, {at: 2, sent: 2, failed: true}}, []string{"ERROR unreachable"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			now := t0
+			r := &reachability{
+				log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+					if a.Key == slog.TimeKey || a.Key == "err" {
+						return slog.Attr{}
+					}
+					return a
+				}})),
+				now: func() time.Time { return now },
+			}
+			for _, e := range tc.events {
+				now = at(e.at)
+				if e.failed {
+					r.failed(refused)
+				} else {
+					r.answered(at(e.sent))
+				}
+			}
+			r.failed(context.Canceled)
+			var got []string
+			for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+				if line == "" {
+					continue
+				}
+				word := "unreachable"
+				if strings.Contains(line, "reachable again") {
+					word = "reachable"
+				}
+				level := strings.TrimPrefix(strings.Fields(line)[0], "level=")
+				got = append(got, strings.TrimSpace(level+" "+word+" "+logField(line, "unreachableFor")))
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("log lines (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// logField returns key=value from a text log line, or "".
+func logField(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if strings.HasPrefix(f, key+"=") {
+			return f
+		}
+	}
+	return ""
 }

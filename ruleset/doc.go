@@ -21,7 +21,9 @@
 // picks targets itself, flow by flow, lists what it serves with
 // Ruleset.ServedFrontends and picks with Ruleset.Choose (firewall, origin
 // and ClientIP affinity included; Pick, for the shares alone). The
-// conntrack package reads the Ruleset too.
+// conntrack package reads the Ruleset too. Ruleset.ListedEndpoints counts
+// the endpoints the slices list, usable or not, as kube-proxy's iptables
+// mode measures a cluster's size.
 //
 // Builder.Update makes the Ruleset of new snapshots from the previous one by
 // rebuilding only the ServicePorts that differ between the snapshots the

@@ -53,7 +53,8 @@ func IndexSplit(r *Ruleset, k int) []IndexEntry {
 
 // CheckInvariants reports what is wrong with the structure of r: its maps
 // out of order, a Service under another's name, its Frontend index
-// different from the one Build would make, Services not sorted. (The maps'
+// different from the one Build would make, Services not sorted, its
+// ListedEndpoints not the sum of its Services'. (The maps'
 // own structure is internal/cowmap's to check.)
 func CheckInvariants(r *Ruleset) error {
 	if err := checkOrder(r.services, func(name servicemap.PortName, s *Service) error {
@@ -76,6 +77,13 @@ func CheckInvariants(r *Ruleset) error {
 	all := r.Services()
 	if !slices.IsSortedFunc(all, func(a, b *Service) int { return a.Name.Compare(b.Name) }) || len(all) != r.Len() {
 		return fmt.Errorf("Services() not sorted or not Len() long")
+	}
+	listed := 0
+	for _, s := range all {
+		listed += s.ListedEndpoints
+	}
+	if r.ListedEndpoints() != listed {
+		return fmt.Errorf("ListedEndpoints() = %d, the Services' sum is %d", r.ListedEndpoints(), listed)
 	}
 	want := map[Frontend][]servicemap.PortName{}
 	buildIndex(all, [][2]int{{0, len(all)}}).All(func(f Frontend, names []servicemap.PortName) bool {

@@ -136,6 +136,13 @@ type Service struct {
 	// IP, so the firewall must also let the load-balancer IPs through, as
 	// kube-proxy does.
 	FirewallAllowsNode bool
+	// ListedEndpoints is the number of endpoints the EndpointSlices list
+	// for the port (endpoints.Port.Endpoints): each address and port once,
+	// whatever its conditions and node, usable or not, so at least
+	// len(Endpoints). It is what kube-proxy counts of the port to measure
+	// the cluster (Ruleset.ListedEndpoints); no rule of the port depends
+	// on it.
+	ListedEndpoints int
 }
 
 // valid reports whether s is a Service with a ServicePort.
@@ -189,6 +196,8 @@ type Ruleset struct {
 	// every earlier Ruleset alive.
 	parent weak.Pointer[Ruleset]
 	step   Changes
+	// listedEndpoints is the sum of the Services' ListedEndpoints.
+	listedEndpoints int
 	// source is what the Ruleset was built from: Update compares it with
 	// the snapshots it is given. rebuilt, sorted, names the ports that
 	// UpdatePorts took from other snapshots: Update rebuilds them too.
@@ -243,6 +252,19 @@ func (r *Ruleset) Len() int {
 		return 0
 	}
 	return r.services.Len()
+}
+
+// ListedEndpoints is the number of endpoints of all the Ruleset's
+// Services, the sum of their ListedEndpoints, in O(1) time: the measure of
+// the cluster's size by which kube-proxy's iptables mode drops the
+// comments of its per-endpoint rules. It equals kube-proxy's count, the
+// endpoints of every Service port it proxies in the family, whatever their
+// conditions, each address and port once.
+func (r *Ruleset) ListedEndpoints() int {
+	if r == nil {
+		return 0
+	}
+	return r.listedEndpoints
 }
 
 // Service returns the Service called name, in O(log n) time.
@@ -318,6 +340,9 @@ func (b *Builder) build(services servicemap.Snapshot, eps endpoints.Snapshot, sp
 	})
 	all = slices.DeleteFunc(all, func(s *Service) bool { return s == nil })
 	rs := &Ruleset{config: b.config, services: byName(all), source: snapshots{services, eps}}
+	for _, s := range all {
+		rs.listedEndpoints += s.ListedEndpoints
+	}
 	rs.sorted.Store(&all)
 	return rs, slices.Concat(warnings...)
 }
@@ -401,6 +426,7 @@ func (b *Builder) fill(s *Service, sp *servicemap.ServicePort, port endpoints.Po
 	}
 	// The snapshot's own slice, capped, so that nothing appends into it.
 	s.Serving = slices.Clip(port.Serving)
+	s.ListedEndpoints = len(port.Endpoints)
 	hasAny := b.spreadPort(s, port, alloc)
 	s.FirewallAllowsNode = s.UsesFirewall() && slices.ContainsFunc(s.LoadBalancerSourceRanges, b.config.holdsNode)
 	b.decide(s, hasAny)

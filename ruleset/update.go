@@ -65,7 +65,8 @@ func (b *Builder) rebuild(prev *Ruleset, services servicemap.Snapshot, eps endpo
 	names = slices.Compact(names)
 	slices.SortFunc(rebuilt, servicemap.PortName.Compare)
 
-	rs := &Ruleset{config: prev.config, services: prev.services, source: source, rebuilt: slices.Compact(rebuilt)}
+	rs := &Ruleset{config: prev.config, services: prev.services, listedEndpoints: prev.listedEndpoints,
+		source: source, rebuilt: slices.Compact(rebuilt)}
 	frontends := prev.index()
 	var ch Changes
 	var warnings []svcproxy.Warning
@@ -78,9 +79,11 @@ func (b *Builder) rebuild(prev *Ruleset, services servicemap.Snapshot, eps endpo
 			after, w = b.service(&sp, eps.Port(name))
 			warnings = append(warnings, w...)
 		}
-		switch {
-		case after == nil && !had:
+		if after == nil && !had {
 			continue
+		}
+		rs.listedEndpoints += after.listed() - before.listed()
+		switch {
 		case after == nil:
 			rs.services = rs.services.Without(name)
 			ch.Removed = append(ch.Removed, name)
@@ -114,8 +117,17 @@ func (b *Builder) rebuild(prev *Ruleset, services servicemap.Snapshot, eps endpo
 }
 
 // identical reports whether two Services that are Equal are also equal in
-// the fields Equal leaves out: the endpoints beyond their addresses (keep
-// in step with Service).
+// the fields Equal leaves out: the endpoints beyond their addresses, and
+// ListedEndpoints (keep in step with Service).
 func identical(a, b *Service) bool {
-	return slices.EqualFunc(a.Endpoints, b.Endpoints, func(x, y endpoints.Endpoint) bool { return x.Equal(&y) })
+	return a.ListedEndpoints == b.ListedEndpoints &&
+		slices.EqualFunc(a.Endpoints, b.Endpoints, func(x, y endpoints.Endpoint) bool { return x.Equal(&y) })
+}
+
+// listed is s.ListedEndpoints, 0 for a nil s.
+func (s *Service) listed() int {
+	if s == nil {
+		return 0
+	}
+	return s.ListedEndpoints
 }

@@ -30,6 +30,20 @@
 //     packets conntrack finds INVALID, unless nf_conntrack_tcp_be_liberal
 //     is set).
 //
+// Every rule that names a Service port carries a kube-proxy comment
+// ("ns/name:port", "ns/name:port -> 198.18.1.2:8080", …) until the Ruleset
+// lists more than 1,000 endpoints (Ruleset.ListedEndpoints: ready or not,
+// each address and port of a proxied port once, in the Ruleset's family;
+// kube-proxy's count and threshold). Then, as in kube-proxy's large-cluster
+// mode, the rules whose number grows with the endpoints lose theirs: the
+// two rules of each KUBE-SEP- chain, and the rules of KUBE-SVC- and
+// KUBE-SVL- chains that jump to one (the spreading and ClientIP-affinity
+// rules), which shortens the restore input by about a third; every other
+// rule keeps its comment. Each render decides the mode from the Ruleset it
+// renders, so a partial render writes the chains it rewrites in the new
+// mode and leaves the others as they were written, as kube-proxy's partial
+// syncs do, until the next full render.
+//
 // Some of kube-proxy's rules depend on the kernel, which a Kernel
 // describes to RenderFor and RenderPartialFor: kube-proxy's two nfacct
 // counters, where they exist, count the INVALID packets KUBE-FORWARD drops
@@ -116,7 +130,9 @@
 //   - Every jump in a render names a chain declared in the same input, or a
 //     top-level chain that every render declares.
 //   - Restoring RenderPartial(old, new) over the state a sync of old left
-//     gives the same tables as restoring Render(new) (property-tested).
+//     gives the same tables as restoring Render(new), but for the comments
+//     of the endpoint rules of chains it does not rewrite when old and new
+//     differ in large-cluster mode (property-tested).
 //   - The only chains written, flushed or deleted are those Names owns; the
 //     only rules outside them are the jumps from the built-in chains (see
 //     Executor). Cleanup removes exactly those and leaves everything else.

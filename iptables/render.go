@@ -43,6 +43,7 @@ func RenderFor(names Names, rs *ruleset.Ruleset, k Kernel) []byte {
 func renderFull(names Names, rs *ruleset.Ruleset, opts renderOptions) []byte {
 	r := newRenderer(names, rs.Config())
 	r.owns = rs.Owns
+	r.largeCluster = isLargeCluster(rs)
 	plans := r.plans(rs.Services())
 	rewriteAll(plans)
 	return r.render(plans, opts)
@@ -55,7 +56,10 @@ func renderFull(names Names, rs *ruleset.Ruleset, opts renderOptions) []byte {
 // rewritten in full, the chains of added and changed ServicePorts are
 // re-declared (which flushes them) and rewritten, and the chains of removed
 // ServicePorts, and those a changed ServicePort no longer uses, are flushed
-// and deleted. The chains of unchanged ServicePorts are not mentioned.
+// and deleted. The chains of unchanged ServicePorts are not mentioned: when
+// new is in large-cluster mode and old was not (or the reverse), the
+// chains it rewrites follow new's mode and the others keep their comments
+// (or their lack of them) until a full render, as kube-proxy's do.
 //
 // It returns svcproxy.ErrFullSyncNeeded when old is nil or ch.ConfigChanged.
 // It renders for the zero Kernel, as Render does.
@@ -77,6 +81,7 @@ func renderPartial(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes, o
 	}
 	r := newRenderer(names, new.Config())
 	r.owns = new.Owns
+	r.largeCluster = isLargeCluster(new)
 	plans := r.plans(new.Services())
 	markRewritten(plans, slices.Concat(ch.Added, ch.Changed))
 	opts.stale = chainsGone(names, old, new, ch)

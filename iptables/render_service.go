@@ -92,17 +92,19 @@ func (r *renderer) firewallChainRules(p *plan) {
 }
 
 // endpointChainRules writes each endpoint's chain: hairpin masquerade, then
-// DNAT (recording the client for ClientIP affinity).
+// DNAT (recording the client for ClientIP affinity). Their comments, as
+// those of the rules that jump to the endpoint chains, are left out in
+// large-cluster mode (endpointComment).
 func (r *renderer) endpointChainRules(p *plan) {
 	chains := p.endpointChains()
 	for i, ep := range p.endpoints {
 		r.rule(chains[i])
-		r.comment(p.portName)
+		r.endpointComment(p.portName)
 		r.str(" -s ")
 		r.addr(ep.Addr())
 		r.jump(r.names.MarkMasq())
 		r.rule(chains[i])
-		r.comment(p.portName)
+		r.endpointComment(p.portName)
 		if p.service.Affinity.Enabled() {
 			r.str(" -m recent --name " + chains[i] + " --set")
 		}
@@ -126,7 +128,7 @@ func (r *renderer) targets(p *plan, chain string, ts []ruleset.Target, internal 
 	}
 	for i, t := range ts {
 		r.rule(chain)
-		r.comment(p.portName, " -> ", addrPortString(t.Endpoint))
+		r.endpointComment(p.portName, " -> ", addrPortString(t.Endpoint))
 		if remaining := len(ts) - i; remaining > 1 {
 			r.str(" -m statistic --mode random --probability ")
 			r.str(r.probability(remaining))
@@ -167,7 +169,7 @@ func (r *renderer) affinityChecks(p *plan, chain string, ts []ruleset.Target) {
 	for _, t := range ts {
 		endpointChain := p.endpointChainOf(t.Endpoint)
 		r.rule(chain)
-		r.comment(p.portName, " -> ", addrPortString(t.Endpoint))
+		r.endpointComment(p.portName, " -> ", addrPortString(t.Endpoint))
 		r.str(" -m recent --name " + endpointChain + mask + " --rcheck --seconds " + secs + " --reap")
 		r.jump(endpointChain)
 	}

@@ -39,6 +39,9 @@ type renderer struct {
 	probs []string // probs[n] is the --probability text for 1/n
 	// kernel is renderOptions.kernel, for the render under way.
 	kernel Kernel
+	// largeCluster leaves the comments out of the per-endpoint rules
+	// (endpointComment), as kube-proxy's large-cluster mode does.
+	largeCluster bool
 	// owns reports whether a Service owns a frontend
 	// (ruleset.Ruleset.Owns): a frontend's rules are written for its owner
 	// alone. Only the rendering of the top-level chains asks.
@@ -55,6 +58,16 @@ func (r *renderer) ownsAddr(p *plan, kind ruleset.FrontendKind, addr netip.Addr)
 func (r *renderer) ownsNodePort(p *plan) bool {
 	return r.owns(p.service, ruleset.Frontend{Kind: ruleset.KindNodePort, Protocol: p.service.Name.Protocol, Port: p.service.NodePort})
 }
+
+// largeClusterEndpoints is kube-proxy's threshold: with more endpoints
+// than this (Ruleset.ListedEndpoints), its iptables mode is in large-cluster
+// mode.
+const largeClusterEndpoints = 1000
+
+// isLargeCluster reports whether kube-proxy's iptables mode would be in
+// large-cluster mode for rs, which leaves the comments out of the rules
+// that grow with the number of endpoints.
+func isLargeCluster(rs *ruleset.Ruleset) bool { return rs.ListedEndpoints() > largeClusterEndpoints }
 
 func newRenderer(names Names, cfg ruleset.Config) *renderer {
 	return &renderer{

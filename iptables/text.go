@@ -105,6 +105,16 @@ func (r *renderer) comment(parts ...string) {
 	}
 }
 
+// endpointComment is comment for the rules whose number grows with the
+// endpoints: the two of each endpoint chain, and those of a policy chain
+// that jump to one. In large-cluster mode it writes nothing, as kube-proxy
+// writes no comment there.
+func (r *renderer) endpointComment(parts ...string) {
+	if !r.largeCluster {
+		r.comment(parts...)
+	}
+}
+
 func safeCommentByte(c byte) bool {
 	switch {
 	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':

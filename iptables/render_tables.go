@@ -85,7 +85,11 @@ const listLine = "# -S lists the table first: it keeps the iptables-nft --noflus
 // render writes both tables: the top-level chains in full, the chains of
 // the plans marked for rewriting, and what opts adds.
 func (r *renderer) render(plans []plan, opts renderOptions) []byte {
-	r.b = make([]byte, 0, 112*estimateLines(plans, opts)) // about 110 bytes a line (up to ~250)
+	perLine := 112 // about 110 bytes a line (up to ~250)
+	if r.largeCluster {
+		perLine = 80 // about 77 without the endpoint rules' comments
+	}
+	r.b = make([]byte, 0, perLine*estimateLines(plans, opts))
 	r.kernel = opts.kernel
 	r.filterTable(plans, opts)
 	r.natTable(plans, opts)

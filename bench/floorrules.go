@@ -89,7 +89,8 @@ func iptablesSepChain(i, j int, addr netip.Addr) string {
 // writeIptables writes the nat table of Services [first, last) as
 // iptables-restore input: the declaration of KUBE-SERVICES and of their
 // chains, every rule of KUBE-SERVICES for Services [0, last), then their
-// chains' rules, as kube-proxy writes them: a comment on each rule, a
+// chains' rules, as kube-proxy writes them in its large-cluster mode: a
+// comment on each rule of KUBE-SERVICES, none on the endpoint rules, a
 // statistic match with probability 1/(E−j) on the jump to endpoint j < E−1.
 // With first = 0 it is a full ruleset; with first = last−1 it is the partial
 // restore (for --noflush) that adds Service last−1 to a loaded table, which
@@ -124,20 +125,19 @@ func (f floorRules) writeIptables(w io.Writer, first, last int) error {
 }
 
 // writeIptablesService writes the rules of Service i's chain and of its
-// endpoints' chains.
+// endpoints' chains, without comments: kube-proxy's large-cluster mode
+// (more than 1,000 endpoints, as every floor has) leaves them out.
 func (f floorRules) writeIptablesService(b *bufio.Writer, i int, eps []netip.Addr) {
-	svc := floorService(i)
 	for j, a := range eps {
 		stat := ""
 		if j < len(eps)-1 {
 			stat = fmt.Sprintf("-m statistic --mode random --probability %.10f ", 1/float64(len(eps)-j))
 		}
-		fmt.Fprintf(b, "-A %s -m comment --comment \"%s:http -> %v:%d\" %s-j %s\n",
-			iptablesSvcChain(i), svc, a, floorTargetPort, stat, iptablesSepChain(i, j, a))
+		fmt.Fprintf(b, "-A %s %s-j %s\n", iptablesSvcChain(i), stat, iptablesSepChain(i, j, a))
 	}
 	for j, a := range eps {
-		fmt.Fprintf(b, "-A %s -m comment --comment %s:http -m tcp -p tcp -j DNAT --to-destination %v:%d\n",
-			iptablesSepChain(i, j, a), svc, a, floorTargetPort)
+		fmt.Fprintf(b, "-A %s -m tcp -p tcp -j DNAT --to-destination %v:%d\n",
+			iptablesSepChain(i, j, a), a, floorTargetPort)
 	}
 }
 

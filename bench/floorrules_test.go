@@ -31,14 +31,13 @@ func TestFloorIptables(t *testing.T) {
 	svc := iptablesSvcChain
 	sep := func(i, j int) string { return iptablesSepChain(i, j, rules.endpointAddrs(i)[j]) }
 	serviceRules := func(i int) []string {
-		name := floorService(i)
 		return []string{
-			fmt.Sprintf(`-A %s -m comment --comment "%s:http -> 198.18.64.2:8080" -m statistic --mode random --probability 0.3333333333 -j %s`, svc(i), name, sep(i, 0)),
-			fmt.Sprintf(`-A %s -m comment --comment "%s:http -> 198.18.65.2:8080" -m statistic --mode random --probability 0.5000000000 -j %s`, svc(i), name, sep(i, 1)),
-			fmt.Sprintf(`-A %s -m comment --comment "%s:http -> 198.18.64.2:8080" -j %s`, svc(i), name, sep(i, 2)),
-			fmt.Sprintf(`-A %s -m comment --comment %s:http -m tcp -p tcp -j DNAT --to-destination 198.18.64.2:8080`, sep(i, 0), name),
-			fmt.Sprintf(`-A %s -m comment --comment %s:http -m tcp -p tcp -j DNAT --to-destination 198.18.65.2:8080`, sep(i, 1), name),
-			fmt.Sprintf(`-A %s -m comment --comment %s:http -m tcp -p tcp -j DNAT --to-destination 198.18.64.2:8080`, sep(i, 2), name),
+			fmt.Sprintf(`-A %s -m statistic --mode random --probability 0.3333333333 -j %s`, svc(i), sep(i, 0)),
+			fmt.Sprintf(`-A %s -m statistic --mode random --probability 0.5000000000 -j %s`, svc(i), sep(i, 1)),
+			fmt.Sprintf(`-A %s -j %s`, svc(i), sep(i, 2)),
+			fmt.Sprintf(`-A %s -m tcp -p tcp -j DNAT --to-destination 198.18.64.2:8080`, sep(i, 0)),
+			fmt.Sprintf(`-A %s -m tcp -p tcp -j DNAT --to-destination 198.18.65.2:8080`, sep(i, 1)),
+			fmt.Sprintf(`-A %s -m tcp -p tcp -j DNAT --to-destination 198.18.64.2:8080`, sep(i, 2)),
 		}
 	}
 	dispatch := func(i int) string {

@@ -17,6 +17,7 @@ import (
 	"github.com/svcproxy/svcproxy"
 	"github.com/svcproxy/svcproxy/ruleset"
 	"github.com/svcproxy/svcproxy/servicemap"
+	"github.com/svcproxy/svcproxy/trace"
 )
 
 // endpointCommentRe is the comment of a rule, as a render writes it.
@@ -170,6 +171,21 @@ func TestLargeClusterBoundary(t *testing.T) {
 				if !strings.Contains(large, want) {
 					t.Errorf("1001 endpoints: no %s", want)
 				}
+			}
+			// The evaluator follows web's flows through the rules without
+			// those comments where the tracer says they go.
+			webService, _ := at1001.Service(web)
+			var packets []trace.Packet
+			for _, p := range goldenPackets(at1001) {
+				if p.Dst.Addr() == webService.ClusterIP || p.Dst.Port() == webService.NodePort {
+					packets = append(packets, p)
+				}
+			}
+			if len(packets) < 10 {
+				t.Fatalf("%d packets to web's frontends, want at least 10", len(packets))
+			}
+			if d := disagreement(evalCase{rs: at1001, names: names, packets: packets}, withJumps(names, []byte(large)), map[string]int{}); d != "" {
+				t.Error(d)
 			}
 		})
 	}

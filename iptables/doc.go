@@ -38,11 +38,11 @@
 // mode, the rules whose number grows with the endpoints lose theirs: the
 // two rules of each KUBE-SEP- chain, and the rules of KUBE-SVC- and
 // KUBE-SVL- chains that jump to one (the spreading and ClientIP-affinity
-// rules), which shortens the restore input by about a third; every other
-// rule keeps its comment. Each render decides the mode from the Ruleset it
-// renders, so a partial render writes the chains it rewrites in the new
-// mode and leaves the others as they were written, as kube-proxy's partial
-// syncs do, until the next full render.
+// rules), which shortens a full restore input by about 30 % (at 10
+// endpoints a Service); every other rule keeps its comment. Each render
+// decides the mode from the Ruleset it renders, so a partial render writes
+// the chains it rewrites in the new mode and leaves the others as they were
+// written, as kube-proxy's partial syncs do, until the next full render.
 //
 // Some of kube-proxy's rules depend on the kernel, which a Kernel
 // describes to RenderFor and RenderPartialFor: kube-proxy's two nfacct

@@ -81,6 +81,7 @@ var layers = map[string]int{
 	"internal/testkit":            layerGround,
 	"internal/testkit/netns":      layerGround,
 	"internal/testkit/cgroup":     layerGround,
+	"internal/testkit/proxybin":   layerGround,
 	"internal/testkit/apiserver":  layerGround,
 	"internal/testkit/warnings":   layerGround,
 	"internal/testkit/scalegen":   layerModel,

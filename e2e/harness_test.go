@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/proxybin"
 )
 
 // backends are the reference proxies under test, by /proxyMode name, and
@@ -53,11 +53,8 @@ func layoutArgs(backend string) []string {
 	return nil
 }
 
-var (
-	buildMu  sync.Mutex
-	binDir   string
-	binaries = map[string]string{}
-)
+// proxies are the reference proxies this test binary built.
+var proxies = proxybin.New("svcproxy-e2e-")
 
 func TestMain(m *testing.M) {
 	if os.Getenv(ebpfClientEnv) != "" {
@@ -65,8 +62,8 @@ func TestMain(m *testing.M) {
 	}
 	before := hostRules()
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
+	if err := proxies.Remove(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 	}
 	if left, err := netns.Leftovers(); err == nil && len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: namespaces left behind: %v\n", left)
@@ -100,28 +97,7 @@ func hostRules() string {
 // path.
 func proxyBinary(t *testing.T, backend string) string {
 	t.Helper()
-	backend = proxyName(backend)
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if bin, ok := binaries[backend]; ok {
-		return bin
-	}
-	if binDir == "" {
-		dir, err := os.MkdirTemp("", "svcproxy-e2e-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		binDir = dir
-	}
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(binDir, backend+"-proxy")
-	cmd := exec.Command("go", "build", "-o", bin, "./examples/"+backend+"-proxy")
-	cmd.Dir = filepath.Dir(filepath.Dir(file))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %s-proxy: %v\n%s", backend, err, out)
-	}
-	binaries[backend] = bin
-	return bin
+	return proxies.Binary(t, proxyName(backend))
 }
 
 // forEachBackend runs test as a subtest for each reference proxy.

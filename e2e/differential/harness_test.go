@@ -9,10 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +27,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/testkit/apiserver"
 	"github.com/svcproxy/svcproxy/internal/testkit/netns"
+	"github.com/svcproxy/svcproxy/internal/testkit/proxybin"
 )
 
 // The world's addresses. Every proxy's node has the same addresses (a
@@ -242,7 +240,7 @@ func (w *world) startOurs(backend string, extra ...string) *proxy {
 		// --nodeport-addresses include it, and they do not.
 		args = append(args, "--iptables-localhost-nodeports=false")
 	}
-	w.start(p, proxyBinary(w.t, backend), args)
+	w.start(p, proxies.Binary(w.t, backend), args)
 	return p
 }
 
@@ -483,43 +481,13 @@ func (w *world) deleteAll() {
 	}
 }
 
-var (
-	buildMu  sync.Mutex
-	binDir   string
-	binaries = map[string]string{}
-)
-
-// proxyBinary builds our reference proxy of backend once per test binary
-// and returns its path.
-func proxyBinary(t *testing.T, backend string) string {
-	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if bin, ok := binaries[backend]; ok {
-		return bin
-	}
-	if binDir == "" {
-		dir, err := os.MkdirTemp("", "svcproxy-diff-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		binDir = dir
-	}
-	_, file, _, _ := runtime.Caller(0)
-	bin := filepath.Join(binDir, backend+"-proxy")
-	cmd := exec.Command("go", "build", "-o", bin, "./examples/"+backend+"-proxy")
-	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building %s-proxy: %v\n%s", backend, err, out)
-	}
-	binaries[backend] = bin
-	return bin
-}
+// proxies are the reference proxies this test binary built.
+var proxies = proxybin.New("svcproxy-diff-")
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
+	if err := proxies.Remove(); err != nil {
+		fmt.Fprintf(os.Stderr, "differential: %v\n", err)
 	}
 	if left, err := netns.Leftovers(); err == nil && len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "differential: namespaces left behind: %v\n", left)

@@ -3,6 +3,9 @@
 //
 //   - netns: network namespaces, veth links, echo servers and clients for the
 //     real-kernel tests (it imports "testing").
+//   - cgroup: child cgroups of the cgroup v2 tree for the eBPF tests.
+//   - proxybin: the reference proxies (examples/NAME-proxy), built once per
+//     test binary, for the tests that run them as processes.
 //   - apiserver: a real etcd and kube-apiserver run inside a netns namespace,
 //     for the tests of the proxies' --kubeconfig mode.
 //   - scalegen: kube-proxy-shaped clusters of N Services × E endpoints as
@@ -17,6 +20,7 @@
 //   - rapidgen: rapid generators of Services, EndpointSlices, their
 //     histories and ruleset Configs, for the property tests of ruleset and
 //     of state.
+//   - nfttest: what the tests of both nftables layouts share.
 //
 // A helper here is imported only by packages at or above the svcproxy
 // packages it imports itself.

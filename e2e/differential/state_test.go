@@ -42,11 +42,10 @@ var (
 	specialLB6 = []string{"::", "::1", "fe80::5", "ff02::5", "ff05::5"}
 	// specialServiceCIDRs are ServiceCIDRs in special-purpose ranges,
 	// which the API server accepts (any well-formed CIDR), so that cluster
-	// IPs in them reach the proxies: loopback (IPv4 only: ::1 is a range
-	// of one address, the network address, which no range hands out),
-	// link-local, link-local multicast, multicast. They leave out
-	// 127.0.0.1, which the proxies' own servers listen on.
-	specialServiceCIDRs = [][]string{{"127.0.5.0/28"}, {"169.254.5.0/28", "fe80::5:0/112"},
+	// IPs in them reach the proxies: loopback (::/127, whose one address
+	// handed out is ::1), link-local, link-local multicast, multicast.
+	// They leave out 127.0.0.1, which the proxies' own servers listen on.
+	specialServiceCIDRs = [][]string{{"127.0.5.0/28", "::/127"}, {"169.254.5.0/28", "fe80::5:0/112"},
 		{"224.0.0.240/28", "ff02::5:0/112"}, {"239.5.0.0/28", "ff05::5:0/112"}}
 	// sourceRanges are what loadBalancerSourceRanges are drawn from: the
 	// first outside client, the pods, the node.
@@ -109,7 +108,8 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 		sp.Type = rapid.SampledFrom([]v1.ServiceType{v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer}).Draw(t, name+".type")
 		// One single-stack Service in five has its cluster IP from a
 		// ServiceCIDR in a special range (address i+1 of it, so that
-		// the Services of a state do not collide).
+		// the Services of a state do not collide, where the range
+		// holds it).
 		if len(families) == 1 && rapid.IntRange(0, 4).Draw(t, name+".specialClusterIP") == 0 {
 			var cidrs []netip.Prefix
 			for _, c := range specialServiceCIDRs {
@@ -120,8 +120,10 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 				}
 			}
 			cidr := rapid.SampledFrom(cidrs).Draw(t, name+".specialServiceCIDR")
-			sp.ClusterIP = nth(cidr.Addr(), i+1).String()
-			sp.ClusterIPs = []string{sp.ClusterIP}
+			if ip := nth(cidr.Addr(), i+1); cidr.Contains(ip) {
+				sp.ClusterIP = ip.String()
+				sp.ClusterIPs = []string{sp.ClusterIP}
+			}
 		}
 	}
 

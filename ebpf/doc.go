@@ -11,6 +11,9 @@
 //     and ClientIP affinity timeout, or a flag (reject: no endpoints,
 //     ECONNREFUSED; drop: Local policy without local endpoints, or an
 //     unallocated Service-CIDR address, EHOSTUNREACH; firewall, EPERM).
+//     A frontend at the unspecified address (a load-balancer IP 0.0.0.0
+//     or ::, which the API server accepts) is left out: a key there is a
+//     node port's.
 //     It keeps the group IDs and backend slots of the previous Contents,
 //     so that a change of one Service changes few elements, and from a
 //     previous Contents it re-renders only the ports that changed.

@@ -118,7 +118,7 @@ func renderNorthSouth(rs *ruleset.Ruleset, c *Contents, size int, prev *NorthSou
 			continue
 		}
 		for _, f := range s.Frontends() {
-			if f.Kind != ruleset.KindNodePort && f.Kind != ruleset.KindExternalIP && f.Kind != ruleset.KindLoadBalancerIP || !rs.Owns(s, f) {
+			if f.Kind != ruleset.KindNodePort && f.Kind != ruleset.KindExternalIP && f.Kind != ruleset.KindLoadBalancerIP || !keyed(f) || !rs.Owns(s, f) {
 				continue
 			}
 			v, ok := extValue(s, f.Kind, p, masq)

@@ -403,7 +403,7 @@ func (c *Contents) entriesOf(rs *ruleset.Ruleset, s *ruleset.Service, was *portE
 	}
 	if proto := protoOf(s.Name.Protocol); proto != 0 {
 		for _, f := range s.Frontends() {
-			if f.Kind == ruleset.KindClusterAddress || f.Kind != ruleset.KindNodePort && !f.Addr.IsValid() || !rs.Owns(s, f) {
+			if f.Kind == ruleset.KindClusterAddress || !keyed(f) || !rs.Owns(s, f) {
 				continue
 			}
 			v, ok := value(s, f.Kind, p)
@@ -419,6 +419,16 @@ func (c *Contents) entriesOf(rs *ruleset.Ruleset, s *ruleset.Service, was *portE
 		slices.SortFunc(p.services, func(a, b Entry[ServiceKey, ServiceValue]) int { return compareServiceKey(a.Key, b.Key) })
 	}
 	return p
+}
+
+// keyed reports whether the services maps can hold frontend f: a node
+// port, or an address frontend at a valid address that is not unspecified.
+// A key at the unspecified address is a node port's, so an unspecified
+// load-balancer IP (which the API server accepts) is not served: kube-proxy's
+// rule for it takes only packets that arrive addressed to 0.0.0.0 or ::,
+// as a process's connect() to them reaches the loopback address instead.
+func keyed(f ruleset.Frontend) bool {
+	return f.Kind == ruleset.KindNodePort || f.Addr.IsValid() && !f.Addr.IsUnspecified()
 }
 
 // NodePortKey is the key of a node port of family: its Addr is the

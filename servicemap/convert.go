@@ -135,14 +135,12 @@ func (c *converter) clusterIP() (netip.Addr, string) {
 	var found netip.Addr
 	for _, s := range ips {
 		ip, err := netip.ParseAddr(s)
-		if err != nil {
-			return netip.Addr{}, c.report.Skipf("invalid cluster IP %q", s)
-		}
-		if !usableAddr(ip) {
+		if err != nil || !plainAddr(ip) || ip.IsUnspecified() {
 			return netip.Addr{}, c.report.Skipf("invalid cluster IP %q", s)
 		}
 		if ipFamily(ip) == c.family && !found.IsValid() {
 			found = ip
+			c.warnSpecial("cluster IP", ip)
 		}
 	}
 	if !found.IsValid() {
@@ -188,15 +186,17 @@ func (c *converter) externalIPs() []netip.Addr {
 	var ips []netip.Addr
 	for _, s := range c.svc.Spec.ExternalIPs {
 		ip, err := netip.ParseAddr(strings.TrimSpace(s))
-		if err != nil || !usableVIP(ip) {
+		if err != nil || !plainAddr(ip) {
 			c.report.Warnf("invalid externalIP %q dropped", s)
 			continue
 		}
-		if ip.IsMulticast() {
-			c.report.Warnf("multicast externalIP %s used, as kube-proxy uses it", ip)
+		if !endpointAddr(ip) {
+			c.report.Warnf("externalIP %q dropped: the API server refuses unspecified, loopback and link-local addresses there", s)
+			continue
 		}
 		if ipFamily(ip) == c.family {
 			ips = append(ips, ip)
+			c.warnSpecial("externalIP", ip)
 		}
 	}
 	return sortedAddrs(ips)
@@ -213,18 +213,23 @@ func (c *converter) loadBalancerIPs() []netip.Addr {
 		}
 		// Surrounding spaces are forgiven, as for externalIPs.
 		ip, err := netip.ParseAddr(strings.TrimSpace(ing.IP))
-		if err != nil || !usableVIP(ip) {
+		if err != nil || !plainAddr(ip) {
 			c.report.Warnf("invalid load-balancer ingress IP %q dropped", ing.IP)
 			continue
 		}
-		if ip.IsMulticast() {
-			c.report.Warnf("multicast load-balancer ingress IP %s used, as kube-proxy uses it", ip)
-		}
-		if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
-			continue // the load balancer proxies: the IP is not a local VIP
+		if ing.IPMode != nil && *ing.IPMode != v1.LoadBalancerIPModeVIP {
+			// Proxy: the load balancer proxies, the IP is not a local
+			// VIP. kube-proxy serves only ipMode VIP or unset, so an
+			// unknown mode (which the API server refuses) is not
+			// served either.
+			if *ing.IPMode != v1.LoadBalancerIPModeProxy {
+				c.report.Warnf("load-balancer ingress IP %s with unknown ipMode %q not served, as kube-proxy does not serve it", ip, *ing.IPMode)
+			}
+			continue
 		}
 		if ipFamily(ip) == c.family {
 			ips = append(ips, ip)
+			c.warnSpecial("load-balancer ingress IP", ip)
 		}
 	}
 	return sortedAddrs(ips)
@@ -292,22 +297,45 @@ func (c *converter) port(p *v1.ServicePort, template ServicePort) (ServicePort, 
 	return sp, true
 }
 
-// usableAddr reports whether ip can be a Service VIP: not zoned, not
-// IPv4-mapped, and none of the addresses the API server refuses for endpoints
-// and externalIPs (unspecified, loopback, link-local) nor multicast. A
-// loopback or link-local VIP would capture the node's own traffic to its
-// local daemons or to the metadata service.
-func usableAddr(ip netip.Addr) bool {
-	return ip.Zone() == "" && !ip.Is4In6() && !ip.IsUnspecified() && !ip.IsLoopback() &&
-		!ip.IsLinkLocalUnicast() && !ip.IsMulticast()
+// plainAddr reports whether ip is written in a form the API server accepts
+// for Service addresses: without a zone and not IPv4-mapped IPv6 (its
+// default StrictIPCIDRValidation refuses the latter, and leading zeros in
+// IPv4 octets, which netip.ParseAddr refuses too).
+func plainAddr(ip netip.Addr) bool {
+	return ip.Zone() == "" && !ip.Is4In6()
 }
 
-// usableVIP reports whether ip can be an external or load-balancer IP:
-// usableAddr, but multicast addresses other than link-local ones are
-// allowed, as the API server allows them for externalIPs and kube-proxy
-// serves them.
-func usableVIP(ip netip.Addr) bool {
-	return usableAddr(ip) || ip.IsMulticast() && !ip.IsLinkLocalMulticast()
+// endpointAddr reports whether the API server accepts ip as an externalIP
+// (its check for endpoint addresses): not unspecified, loopback, link-local
+// unicast or link-local multicast. Other multicast addresses pass.
+func endpointAddr(ip netip.Addr) bool {
+	return !ip.IsUnspecified() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsLinkLocalMulticast()
+}
+
+// specialKind names the special-purpose range ip is in ("unspecified",
+// "loopback", "link-local", "multicast"), or is "" for an ordinary address.
+func specialKind(ip netip.Addr) string {
+	switch {
+	case ip.IsUnspecified():
+		return "unspecified"
+	case ip.IsLoopback():
+		return "loopback"
+	case ip.IsLinkLocalUnicast():
+		return "link-local"
+	case ip.IsMulticast():
+		return "multicast"
+	}
+	return ""
+}
+
+// warnSpecial warns that ip, a field's address of the converter's family
+// in a special-purpose range, is served as kube-proxy serves it: its rules
+// take such an address like any other (a loopback one also catches the
+// node's own traffic to it).
+func (c *converter) warnSpecial(field string, ip netip.Addr) {
+	if kind := specialKind(ip); kind != "" {
+		c.report.Warnf("%s %s %s served, as kube-proxy serves it", kind, field, ip)
+	}
 }
 
 func ipFamily(ip netip.Addr) v1.IPFamily {

@@ -356,16 +356,17 @@ func TestFromServiceMalformed(t *testing.T) {
 		wantSkipped:  "cluster IP",
 		wantWarnings: []string{`"::ffff:10.96.0.10"`},
 	}, {
-		name:         "loopback cluster IP",
-		svc:          service(clusterIPs("127.0.0.1")),
-		wantSkipped:  "cluster IP",
-		wantWarnings: []string{`"127.0.0.1"`},
-	}, {
+		// No ServiceCIDR hands out its network address.
 		name:         "unspecified cluster IP",
 		svc:          service(clusterIPs("::")),
 		family:       v1.IPv6Protocol,
 		wantSkipped:  "cluster IP",
 		wantWarnings: []string{`"::"`},
+	}, {
+		name:         "unspecified IPv4 cluster IP",
+		svc:          service(clusterIPs("0.0.0.0")),
+		wantSkipped:  "cluster IP",
+		wantWarnings: []string{`"0.0.0.0"`},
 	}, {
 		name:         "cluster IP injection attempt",
 		svc:          service(clusterIPs("10.96.0.10 -j ACCEPT")),

@@ -190,17 +190,21 @@ func TestFromServiceExternalAndLoadBalancerIPs(t *testing.T) {
 		})},
 		wantWarnings: []string{`"not-an-ip"`},
 	}, {
-		name: "externalIPs that would hijack node-local or special traffic are dropped with a warning",
-		svc:  service(extIPs("127.0.0.1", "0.0.0.0", "169.254.169.254", "224.0.0.1", "::1", "fe80::1", "::ffff:192.0.2.1", "192.0.2.1")),
+		name: "externalIPs the API server refuses (unspecified, loopback, link-local, link-local multicast, zoned, IPv4-mapped) are dropped with a warning",
+		svc: service(extIPs("127.0.0.1", "0.0.0.0", "169.254.169.254", "224.0.0.1", "::1", "::", "fe80::1", "ff02::1", "fe80::1%eth0",
+			"::ffff:192.0.2.1", "192.0.2.1")),
 		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.ExternalIPs = addrs("192.0.2.1") })},
 		wantWarnings: []string{
-			`"127.0.0.1"`, `"0.0.0.0"`, `"169.254.169.254"`, `"224.0.0.1"`, `"::1"`, `"fe80::1"`, `"::ffff:192.0.2.1"`,
+			`"127.0.0.1" dropped: the API server refuses`, `"0.0.0.0" dropped: the API server refuses`, `"169.254.169.254" dropped: the API server refuses`,
+			`"224.0.0.1" dropped: the API server refuses`, `"::1" dropped: the API server refuses`, `"::" dropped: the API server refuses`,
+			`"fe80::1" dropped: the API server refuses`, `"ff02::1" dropped: the API server refuses`, `invalid externalIP "fe80::1%eth0"`,
+			`invalid externalIP "::ffff:192.0.2.1"`,
 		},
 	}, {
 		name:         "multicast externalIPs the API server accepts are used, as kube-proxy uses them, with a warning",
-		svc:          service(extIPs("239.1.2.3", "192.0.2.1")),
+		svc:          service(extIPs("239.1.2.3", "192.0.2.1", "ff05::1")),
 		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.ExternalIPs = addrs("192.0.2.1", "239.1.2.3") })},
-		wantWarnings: []string{"multicast externalIP 239.1.2.3"},
+		wantWarnings: []string{"multicast externalIP 239.1.2.3 served, as kube-proxy serves it"},
 	}, {
 		name:         "an externalIP cannot inject text into the warning",
 		svc:          service(extIPs("192.0.2.1\n-j ACCEPT")),
@@ -228,14 +232,62 @@ func TestFromServiceExternalAndLoadBalancerIPs(t *testing.T) {
 		svc:  service(lbIngress),
 		want: []servicemap.ServicePort{port()},
 	}, {
-		name: "invalid load-balancer IP dropped with a warning",
+		name: "load-balancer IPs the API server refuses (unparsable, zoned, IPv4-mapped) dropped with a warning",
 		svc: service(ofType(v1.ServiceTypeLoadBalancer), ingress(
 			v1.LoadBalancerIngress{IP: "203.0.113.300"},
-			v1.LoadBalancerIngress{IP: "127.0.0.1"},
+			v1.LoadBalancerIngress{IP: "fe80::1%eth0"},
+			v1.LoadBalancerIngress{IP: "::ffff:203.0.113.1"},
+			v1.LoadBalancerIngress{IP: "203.0.113.001"},
 			v1.LoadBalancerIngress{IP: "203.0.113.1"},
 		)),
 		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.LoadBalancerIPs = addrs("203.0.113.1") })},
-		wantWarnings: []string{`"203.0.113.300"`, `"127.0.0.1"`},
+		wantWarnings: []string{`"203.0.113.300"`, `"fe80::1%eth0"`, `"::ffff:203.0.113.1"`, `"203.0.113.001"`},
+	}, {
+		// The API server checks only the form of a load-balancer IP, and
+		// kube-proxy's rules take any address it accepts.
+		name: "unspecified, loopback, link-local and multicast load-balancer IPs the API server accepts are served, as kube-proxy serves them, with a warning",
+		svc: service(ofType(v1.ServiceTypeLoadBalancer), ingress(
+			v1.LoadBalancerIngress{IP: "0.0.0.0", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+			v1.LoadBalancerIngress{IP: "127.0.0.5", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+			v1.LoadBalancerIngress{IP: "169.254.169.254", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+			v1.LoadBalancerIngress{IP: "224.0.0.1", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+			v1.LoadBalancerIngress{IP: "239.1.2.3"},
+			v1.LoadBalancerIngress{IP: "127.0.0.9", IPMode: ptr(v1.LoadBalancerIPModeProxy)},
+			v1.LoadBalancerIngress{IP: "::1", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+		)),
+		want: []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) {
+			sp.LoadBalancerIPs = addrs("0.0.0.0", "127.0.0.5", "169.254.169.254", "224.0.0.1", "239.1.2.3")
+		})},
+		wantWarnings: []string{
+			"unspecified load-balancer ingress IP 0.0.0.0 served, as kube-proxy serves it",
+			"loopback load-balancer ingress IP 127.0.0.5 served",
+			"link-local load-balancer ingress IP 169.254.169.254 served",
+			"multicast load-balancer ingress IP 224.0.0.1 served",
+			"multicast load-balancer ingress IP 239.1.2.3 served",
+		},
+	}, {
+		name: "unspecified, loopback, link-local and multicast load-balancer IPs, IPv6 tracker",
+		svc: service(ofType(v1.ServiceTypeLoadBalancer), clusterIPs("10.96.0.10", "fd00:10:96::a"), ingress(
+			v1.LoadBalancerIngress{IP: "::", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+			v1.LoadBalancerIngress{IP: "::1", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+			v1.LoadBalancerIngress{IP: "fe80::1", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+			v1.LoadBalancerIngress{IP: "ff02::1", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+			v1.LoadBalancerIngress{IP: "127.0.0.5", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+		)),
+		family: v1.IPv6Protocol,
+		want: []servicemap.ServicePort{port(v6, func(sp *servicemap.ServicePort) {
+			sp.LoadBalancerIPs = addrs("::", "::1", "fe80::1", "ff02::1")
+		})},
+		wantWarnings: []string{"unspecified load-balancer ingress IP :: served", "loopback load-balancer ingress IP ::1 served",
+			"link-local load-balancer ingress IP fe80::1 served", "multicast load-balancer ingress IP ff02::1 served"},
+	}, {
+		name: "a load-balancer IP with an ipMode the API server refuses is not served, as kube-proxy does not serve it, with a warning",
+		svc: service(ofType(v1.ServiceTypeLoadBalancer), ingress(
+			v1.LoadBalancerIngress{IP: "203.0.113.1", IPMode: ptr(v1.LoadBalancerIPMode("Direct"))},
+			v1.LoadBalancerIngress{IP: "203.0.113.2", IPMode: ptr(v1.LoadBalancerIPModeVIP)},
+		)),
+		want:         []servicemap.ServicePort{port(func(sp *servicemap.ServicePort) { sp.LoadBalancerIPs = addrs("203.0.113.2") })},
+		wantWarnings: []string{`203.0.113.1 with unknown ipMode "Direct" not served`},
 	}})
 }
 
@@ -284,5 +336,51 @@ func TestFromServiceSourceRanges(t *testing.T) {
 		svc:          service(lb, ranges("0.0.0.0/0 -j ACCEPT")),
 		wantSkipped:  "loadBalancerSourceRange",
 		wantWarnings: []string{`"0.0.0.0/0 -j ACCEPT"`},
+	}})
+}
+
+// A cluster IP is allocated from a ServiceCIDR, which the API server takes
+// in any range: loopback, link-local and multicast cluster IPs reach
+// kube-proxy, and its rules take them like any other.
+func TestFromServiceSpecialClusterIPs(t *testing.T) {
+	ip := func(s string) func(*servicemap.ServicePort) {
+		return func(sp *servicemap.ServicePort) {
+			sp.ClusterIP = addrs(s)[0]
+			if sp.ClusterIP.Is6() {
+				sp.Family = v1.IPv6Protocol
+			}
+		}
+	}
+	runConvertCases(t, []convertCase{{
+		name:         "loopback",
+		svc:          service(clusterIPs("127.0.0.10")),
+		want:         []servicemap.ServicePort{port(ip("127.0.0.10"))},
+		wantWarnings: []string{"loopback cluster IP 127.0.0.10 served, as kube-proxy serves it"},
+	}, {
+		name:         "link-local",
+		svc:          service(clusterIPs("169.254.0.10")),
+		want:         []servicemap.ServicePort{port(ip("169.254.0.10"))},
+		wantWarnings: []string{"link-local cluster IP 169.254.0.10 served"},
+	}, {
+		name:         "multicast, link-local multicast included",
+		svc:          service(clusterIPs("224.0.0.10")),
+		want:         []servicemap.ServicePort{port(ip("224.0.0.10"))},
+		wantWarnings: []string{"multicast cluster IP 224.0.0.10 served"},
+	}, {
+		name:         "IPv6 loopback, warned about in its family only",
+		svc:          service(clusterIPs("10.96.0.10", "::1")),
+		family:       v1.IPv6Protocol,
+		want:         []servicemap.ServicePort{port(ip("::1"))},
+		wantWarnings: []string{"loopback cluster IP ::1 served"},
+	}, {
+		name: "IPv6 loopback in the other family: no warning",
+		svc:  service(clusterIPs("10.96.0.10", "::1")),
+		want: []servicemap.ServicePort{port()},
+	}, {
+		name:         "IPv6 link-local",
+		svc:          service(clusterIPs("fe80::10")),
+		family:       v1.IPv6Protocol,
+		want:         []servicemap.ServicePort{port(ip("fe80::10"))},
+		wantWarnings: []string{"link-local cluster IP fe80::10 served"},
 	}})
 }

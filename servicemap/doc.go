@@ -13,6 +13,20 @@
 // kept; a bad loadBalancerSourceRange skips the whole Service, so that a
 // typo never opens a firewall.
 //
+// Addresses follow what the API server accepts and kube-proxy then serves.
+// Zoned and IPv4-mapped IPv6 addresses, and IPv4 octets with leading
+// zeros, are refused everywhere (the API server refuses them under its
+// default StrictIPCIDRValidation). A load-balancer ingress IP (of ipMode VIP
+// or unset) may be any other address, unspecified, loopback, link-local and
+// multicast ones included. A cluster IP may be any but the unspecified
+// address (a ServiceCIDR may cover loopback, link-local or multicast
+// ranges; none hands out its network address). An externalIP may not be
+// unspecified, loopback, link-local or link-local multicast, as the API
+// server refuses them there. Such addresses are served as kube-proxy
+// serves them, each with a warning, since a loopback one also catches the
+// node's own traffic to it; refused ones are dropped with a warning (a
+// Service read from files can still carry them).
+//
 // Tracker follows a stream of Service adds, updates and deletes in any order
 // and hands out immutable Snapshots together with the ServicePorts that were
 // added, changed or removed since the previous Snapshot.

@@ -140,24 +140,36 @@ var genFilter = rapid.Custom(func(t *rapid.T) servicemap.Filter {
 	return servicemap.Filter{ProxyName: rapid.SampledFrom([]string{"", "", "x"}).Draw(t, "proxyName")}
 })
 
-// okAddr is the test's own idea of an address a Service may use.
-func okAddr(s string) (netip.Addr, bool) {
-	ip, err := netip.ParseAddr(strings.TrimSpace(s))
-	if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsMulticast() {
+// okClusterIP is the test's own idea of a cluster IP a Service may have:
+// any address the API server can allocate from a ServiceCIDR (loopback,
+// link-local and multicast ones included, as kube-proxy serves them), but
+// not the unspecified one (no range hands it out), a zoned or an
+// IPv4-mapped one.
+func okClusterIP(s string) (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(s)
+	if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() {
 		return netip.Addr{}, false
 	}
 	return ip, true
 }
 
-// okVIP is the test's own idea of an external or load-balancer IP a
-// Service may use: okAddr, or multicast but not link-local multicast (as
-// the API server and kube-proxy take them).
-func okVIP(s string) (netip.Addr, bool) {
-	if ip, ok := okAddr(s); ok {
-		return ip, true
-	}
+// okExternalIP is the test's own idea of an externalIP a Service may use:
+// what the API server accepts there (no unspecified, loopback, link-local
+// unicast or link-local multicast address), spaces trimmed.
+func okExternalIP(s string) (netip.Addr, bool) {
 	ip, err := netip.ParseAddr(strings.TrimSpace(s))
-	if err != nil || ip.Zone() != "" || !ip.IsMulticast() || ip.IsLinkLocalMulticast() {
+	if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.IsUnspecified() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() {
+		return netip.Addr{}, false
+	}
+	return ip, true
+}
+
+// okLoadBalancerIP is the test's own idea of a load-balancer ingress IP a
+// Service may use: any address the API server accepts there, spaces
+// trimmed.
+func okLoadBalancerIP(s string) (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil || ip.Zone() != "" || ip.Is4In6() {
 		return netip.Addr{}, false
 	}
 	return ip, true
@@ -244,7 +256,7 @@ func TestPropertyFromService(t *testing.T) {
 		lbIPs := []string{}
 		if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
 			for _, ing := range svc.Status.LoadBalancer.Ingress {
-				if ing.IP != "" && (ing.IPMode == nil || *ing.IPMode != v1.LoadBalancerIPModeProxy) {
+				if ing.IP != "" && (ing.IPMode == nil || *ing.IPMode == v1.LoadBalancerIPModeVIP) {
 					lbIPs = append(lbIPs, ing.IP)
 				}
 			}
@@ -252,9 +264,10 @@ func TestPropertyFromService(t *testing.T) {
 		for _, list := range []struct {
 			in  []string
 			out []netip.Addr
-		}{{svc.Spec.ExternalIPs, got[0].ExternalIPs}, {lbIPs, got[0].LoadBalancerIPs}} {
+			ok  func(string) (netip.Addr, bool)
+		}{{svc.Spec.ExternalIPs, got[0].ExternalIPs, okExternalIP}, {lbIPs, got[0].LoadBalancerIPs, okLoadBalancerIP}} {
 			for _, s := range list.in {
-				ip, ok := okVIP(s)
+				ip, ok := list.ok(s)
 				switch {
 				case !ok && !slices.ContainsFunc(warnings, func(w svcproxy.Warning) bool { return strings.Contains(w.Reason, strconv.Quote(s)) }):
 					t.Fatalf("unusable address %q dropped without a warning naming it: %v", s, warnings)
@@ -287,13 +300,16 @@ func checkPorts(t *rapid.T, svc *v1.Service, family v1.IPFamily, got []servicema
 		if sp.Family != family || sp.Port < 1 {
 			t.Fatalf("port %v: family %q port %d", sp.Name, sp.Family, sp.Port)
 		}
-		if _, ok := okAddr(sp.ClusterIP.String()); !ok || familyOf(sp.ClusterIP) != family {
+		if _, ok := okClusterIP(sp.ClusterIP.String()); !ok || familyOf(sp.ClusterIP) != family {
 			t.Fatalf("port %v: cluster IP %v", sp.Name, sp.ClusterIP)
 		}
-		for _, l := range [][]netip.Addr{sp.ExternalIPs, sp.LoadBalancerIPs} {
-			for j, ip := range l {
-				if _, ok := okVIP(ip.String()); !ok || familyOf(ip) != family || (j > 0 && l[j-1].Compare(ip) >= 0) {
-					t.Fatalf("port %v: bad address list %v", sp.Name, l)
+		for _, l := range []struct {
+			ips []netip.Addr
+			ok  func(string) (netip.Addr, bool)
+		}{{sp.ExternalIPs, okExternalIP}, {sp.LoadBalancerIPs, okLoadBalancerIP}} {
+			for j, ip := range l.ips {
+				if _, ok := l.ok(ip.String()); !ok || familyOf(ip) != family || (j > 0 && l.ips[j-1].Compare(ip) >= 0) {
+					t.Fatalf("port %v: bad address list %v", sp.Name, l.ips)
 				}
 			}
 		}

@@ -96,6 +96,7 @@ type totals struct {
 	// differences are the unexplained ones (each fails its state).
 	differences                 int
 	kernel                      int // probes also sent through both kernels
+	special                     int // probes to special-purpose addresses
 	undefined, inCase, verdicts map[string]int
 	// listedTwice and listedTwiceDeterministic are comparison's.
 	listedTwice, listedTwiceDeterministic int
@@ -148,6 +149,11 @@ func (w *world) run(t *testing.T, pairs []pair) {
 				}
 				ps := probes(stored, st.slices, ipv6)
 				c := compare(p.mode, re, oe, ps)
+				for _, pr := range ps {
+					if special(pr.packet.Dst.Addr()) && !pr.front.nodeOnly {
+						sum[p.mode].special++
+					}
+				}
 				if index <= kernelStates {
 					sent, rep := sampleKernels(p, ps, re, oe)
 					sum[p.mode].kernel += sent
@@ -198,6 +204,7 @@ func (w *world) run(t *testing.T, pairs []pair) {
 		}
 		t.Logf("%s: %d probes of Service ports with an endpoint listed twice, %d of them outside the undefined cases (all equal)",
 			p.mode, s.listedTwice, s.listedTwiceDeterministic)
+		t.Logf("%s: %d probes to special-purpose addresses (unspecified, loopback, link-local, multicast cluster and load-balancer IPs)", p.mode, s.special)
 	}
 }
 

@@ -42,7 +42,10 @@
 // conditions unset one by one, hints for other zones, for the zone "" and
 // for other nodes, slice ports without a number, numbered 0 or named for
 // no Service port, FQDN slices, slices without the service-name label or
-// in another namespace.
+// in another namespace, load-balancer IPs in special-purpose ranges
+// (unspecified, loopback, link-local, multicast) and cluster IPs from
+// ServiceCIDRs in such ranges (probed through the rules only: no real
+// packet is sent to them).
 //
 // The states are generated with pgregory.net/rapid; SVCPROXY_DIFF_STATES
 // sets how many (see CONTRIBUTING.md). The tests need root, the kernel

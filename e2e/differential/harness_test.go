@@ -18,6 +18,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	networking "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -88,7 +89,39 @@ func newWorld(t *testing.T) *world {
 	for _, ns := range []string{namespace, otherNamespace} {
 		w.put(&v1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
+	w.putSpecialServiceCIDRs()
 	return w
+}
+
+// putSpecialServiceCIDRs applies the ServiceCIDRs of specialServiceCIDRs
+// and waits until the API server allocates from each (a dry-run Service
+// with its first address), within 30 s.
+func (w *world) putSpecialServiceCIDRs() {
+	w.t.Helper()
+	for i, cidrs := range specialServiceCIDRs {
+		w.put(&networking.ServiceCIDR{TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "ServiceCIDR"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("special-%d", i)}, Spec: networking.ServiceCIDRSpec{CIDRs: cidrs}})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, cidrs := range specialServiceCIDRs {
+		for _, c := range cidrs {
+			ip := netip.MustParsePrefix(c).Addr().Next().String()
+			svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: namespace},
+				Spec: v1.ServiceSpec{ClusterIP: ip, ClusterIPs: []string{ip}, Ports: []v1.ServicePort{{Port: 80}}}}
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := w.client.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				cancel()
+				if err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					w.t.Fatalf("ServiceCIDR %s: no allocation within 30 s: %v", c, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
 }
 
 // kernelPods is the shape of each proxy's cluster: pods 0…12 on the node
@@ -415,6 +448,8 @@ func apply(client kubernetes.Interface, obj any, subresource string) (any, error
 		got, err = client.CoreV1().Services(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, data, po, sub...)
 	case *discovery.EndpointSlice:
 		got, err = client.DiscoveryV1().EndpointSlices(o.Namespace).Patch(ctx, o.Name, types.ApplyPatchType, data, po, sub...)
+	case *networking.ServiceCIDR:
+		got, err = client.NetworkingV1().ServiceCIDRs().Patch(ctx, o.Name, types.ApplyPatchType, data, po, sub...)
 	default:
 		return nil, fmt.Errorf("apply: unexpected %T", obj)
 	}

@@ -63,13 +63,15 @@ type sample struct {
 // sampleClass is the class of kube-proxy's outcome for p, the source's kind
 // included; "" when p is not sent for real: SCTP (the echo servers do not
 // speak it), the node's loopback, flows that no Service takes (where
-// they go is routing's business), and hairpin flows that may be DNATed
-// back to their own source without masquerade (kube-proxy 1.37's nftables
-// mode, for an endpoint on another node): the source then drops its own
-// packet, so what a real packet shows depends on the random choice of
-// target, not on the rules.
+// they go is routing's business), frontends at special-purpose addresses
+// (unspecified, loopback, link-local, multicast: a client keeps a loopback
+// packet to itself, and the others are not routed to the node), and
+// hairpin flows that may be DNATed back to their own source without
+// masquerade (kube-proxy 1.37's nftables mode, for an endpoint on another
+// node): the source then drops its own packet, so what a real packet shows
+// depends on the random choice of target, not on the rules.
 func sampleClass(p probe, ref trace.Outcome) string {
-	if p.packet.Protocol == v1.ProtocolSCTP || p.front.nodeOnly || ref.Verdict == ruleset.VerdictNotServed {
+	if p.packet.Protocol == v1.ProtocolSCTP || p.front.nodeOnly || ref.Verdict == ruleset.VerdictNotServed || special(p.packet.Dst.Addr()) {
 		return ""
 	}
 	for _, t := range ref.Targets {
@@ -82,6 +84,12 @@ func sampleClass(p probe, ref trace.Outcome) string {
 		c += fmt.Sprintf(", %d target(s), masquerade %v", min(len(ref.Targets), 2), ref.Masquerade)
 	}
 	return c
+}
+
+// special reports whether a is in a special-purpose range: unspecified,
+// loopback, link-local or multicast.
+func special(a netip.Addr) bool {
+	return a.IsUnspecified() || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast()
 }
 
 // host is the namespace of c that sends p, and the local address it sends

@@ -33,6 +33,20 @@ var (
 	externalPool6 = netip.MustParseAddr("2001:db8:19:50::1")
 	lbPool4       = netip.MustParseAddr("198.19.100.1")
 	lbPool6       = netip.MustParseAddr("2001:db8:19:100::1")
+	// specialLB4/6 are load-balancer IPs in special-purpose ranges, which
+	// the API server accepts there (it checks an ingress IP's form only)
+	// and kube-proxy serves: unspecified, loopback, link-local, link-local
+	// multicast, multicast. They are outside the test ranges by nature,
+	// and harmless: every rule lives in a test namespace's own tables.
+	specialLB4 = []string{"0.0.0.0", "127.0.0.5", "127.0.5.7", "169.254.169.254", "224.0.0.5", "239.1.2.3"}
+	specialLB6 = []string{"::", "::1", "fe80::5", "ff02::5", "ff05::5"}
+	// specialServiceCIDRs are ServiceCIDRs in special-purpose ranges,
+	// which the API server accepts (any well-formed CIDR), so that cluster
+	// IPs in them reach the proxies: loopback (::/127, whose one address
+	// handed out is ::1), link-local, link-local multicast, multicast.
+	// They leave out 127.0.0.1, which the proxies' own servers listen on.
+	specialServiceCIDRs = [][]string{{"127.0.5.0/28", "::/127"}, {"169.254.5.0/28", "fe80::5:0/112"},
+		{"224.0.0.240/28", "ff02::5:0/112"}, {"239.5.0.0/28", "ff05::5:0/112"}}
 	// sourceRanges are what loadBalancerSourceRanges are drawn from: the
 	// first outside client, the pods, the node.
 	sourceRanges = []string{"198.18.32.0/24", "198.18.64.0/18", "198.18.0.1/32", "2001:db8:18:20::/64", "2001:db8:18:40::/58", "2001:db8:18::1/128"}
@@ -92,6 +106,25 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 		sp.ClusterIP = v1.ClusterIPNone
 	} else {
 		sp.Type = rapid.SampledFrom([]v1.ServiceType{v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer}).Draw(t, name+".type")
+		// One single-stack Service in five has its cluster IP from a
+		// ServiceCIDR in a special range (address i+1 of it, so that
+		// the Services of a state do not collide, where the range
+		// holds it).
+		if len(families) == 1 && rapid.IntRange(0, 4).Draw(t, name+".specialClusterIP") == 0 {
+			var cidrs []netip.Prefix
+			for _, c := range specialServiceCIDRs {
+				for _, p := range c {
+					if q := netip.MustParsePrefix(p); q.Addr().Is6() == (families[0] == v1.IPv6Protocol) {
+						cidrs = append(cidrs, q)
+					}
+				}
+			}
+			cidr := rapid.SampledFrom(cidrs).Draw(t, name+".specialServiceCIDR")
+			if ip := nth(cidr.Addr(), i+1); cidr.Contains(ip) {
+				sp.ClusterIP = ip.String()
+				sp.ClusterIPs = []string{sp.ClusterIP}
+			}
+		}
 	}
 
 	nports := rapid.IntRange(1, 3).Draw(t, name+".ports")
@@ -164,6 +197,13 @@ func genService(t *rapid.T, i int) (*v1.Service, []*discovery.EndpointSlice) {
 				base = lbPool6
 			}
 			ing := v1.LoadBalancerIngress{IP: nth(base, rapid.IntRange(0, 3).Draw(t, fmt.Sprintf("%s.lb%d", name, k))).String()}
+			if rapid.IntRange(0, 4).Draw(t, fmt.Sprintf("%s.lb%d.special", name, k)) == 0 {
+				special := specialLB4
+				if ipv6 {
+					special = specialLB6
+				}
+				ing.IP = rapid.SampledFrom(special).Draw(t, fmt.Sprintf("%s.lb%d.specialIP", name, k))
+			}
 			if rapid.IntRange(0, 5).Draw(t, fmt.Sprintf("%s.lb%d.proxyMode", name, k)) == 0 {
 				ing.IPMode = ptr(v1.LoadBalancerIPModeProxy)
 			}

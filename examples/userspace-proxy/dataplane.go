@@ -125,13 +125,17 @@ func (d *DataPlane) Close() error {
 // frontends lists the TCP and UDP frontends of rs to listen on (address,
 // protocol and port; Kind 0) with their routes (the owner's, where Service
 // ports share one), and the addresses that must be local for the kernel to
-// deliver them.
+// deliver them. A frontend at the unspecified address (a load-balancer IP
+// 0.0.0.0 or ::, which the API server accepts) is left out.
 func frontends(rs *ruleset.Ruleset) (map[ruleset.Frontend]*route, []netip.Addr) {
 	routes := map[ruleset.Frontend]*route{}
 	var addrs []netip.Addr
 	for _, sf := range rs.ServedFrontends() {
 		if sf.Protocol != v1.ProtocolTCP && sf.Protocol != v1.ProtocolUDP {
 			continue
+		}
+		if sf.Kind != ruleset.KindNodePort && sf.Addr.IsUnspecified() {
+			continue // a socket there would take the port on every address
 		}
 		ips := rs.Config().NodePortAddresses
 		if sf.Kind != ruleset.KindNodePort {

@@ -67,8 +67,15 @@ spec:
 // 198.18.0.1.
 func buildTest(t *testing.T) []*ruleset.Ruleset {
 	t.Helper()
+	return buildFrom(t, testManifests)
+}
+
+// buildFrom builds the Rulesets of objects (YAML) for node n1 with node IP
+// 198.18.0.1.
+func buildFrom(t *testing.T, objects string) []*ruleset.Ruleset {
+	t.Helper()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "objects.yaml"), []byte(testManifests), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "objects.yaml"), []byte(objects), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p, err := newProxy("n1", []netip.Addr{netip.MustParseAddr("198.18.0.1")}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -129,5 +136,45 @@ func TestFrontends(t *testing.T) {
 	}
 	if v6, _ := frontends(buildTest(t)[1]); len(v6) != 0 {
 		t.Errorf("IPv6 frontends of IPv4 Services: %v", v6)
+	}
+}
+
+// TestFrontendsUnspecified: a load-balancer IP at the unspecified address
+// (which the API server accepts) gets no socket and no route, since a
+// socket there would take the port on every address of the node; a
+// loopback one is served as kube-proxy serves it.
+func TestFrontendsUnspecified(t *testing.T) {
+	const objects = `
+apiVersion: v1
+kind: Service
+metadata: {namespace: ns, name: lb}
+spec:
+  type: LoadBalancer
+  clusterIP: 198.19.0.1
+  ports: [{name: http, port: 80, nodePort: 30080, protocol: TCP}]
+status:
+  loadBalancer:
+    ingress: [{ip: 0.0.0.0, ipMode: VIP}, {ip: 127.0.0.5, ipMode: VIP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {namespace: ns, name: lb-1, labels: {kubernetes.io/service-name: lb}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- {addresses: [198.18.64.2], conditions: {ready: true}, nodeName: n1}
+`
+	routes, addrs := frontends(buildFrom(t, objects)[0])
+	var got []string
+	for f := range routes {
+		got = append(got, f.String())
+	}
+	slices.Sort(got)
+	want := []string{"127.0.0.5:80/TCP", "198.18.0.1:30080/TCP", "198.19.0.1:80/TCP"}
+	if !slices.Equal(got, want) {
+		t.Errorf("frontends %v, want %v", got, want)
+	}
+	if slices.ContainsFunc(addrs, netip.Addr.IsUnspecified) {
+		t.Errorf("addresses to make local %v hold the unspecified address", addrs)
 	}
 }

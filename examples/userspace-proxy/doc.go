@@ -22,8 +22,10 @@
 // connections with a reset and its UDP datagrams with ICMP port unreachable;
 // so it does on the ports of a served address that no Service serves.
 // A dropped TCP connection has completed its handshake with the kernel
-// before the proxy sees it: it is held unanswered for 30 s, then reset. SCTP
-// is not served, nor are healthz, metrics and health check node ports; of
+// before the proxy sees it: it is held unanswered for 30 s, then reset. A
+// load-balancer IP at the unspecified address (0.0.0.0 or ::, which the API
+// server accepts) is not served: a socket there would take the port on
+// every address of the node. SCTP is not served, nor are healthz, metrics and health check node ports; of
 // the reference proxies' flags it takes --manifests, --node-name, --node-ip,
 // --cluster-cidr, --sync-period and --dry-run.
 //

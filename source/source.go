@@ -5,9 +5,10 @@
 // ServiceCIDRs when the server serves them.
 //
 // The informers call the State's event methods; nothing is logged. The
-// warnings of the events go to a callback, and every event asks for a sync
-// through another. Watch waits for the first lists; Start does not, so
-// that a proxy can start while the API server is away.
+// warnings of the events go to a callback, every event asks for a sync
+// through another, and a third may see each event's object (to count
+// them). Watch waits for the first lists; Start does not, so that a proxy
+// can start while the API server is away.
 package source
 
 import (
@@ -47,9 +48,8 @@ type Options struct {
 	// reaches the State: a *v1.Service, *discovery.EndpointSlice, *v1.Node
 	// or *networkingv1.ServiceCIDR added or updated, or the last state
 	// known of one deleted (also from a tombstone). An update that changes
-	// nothing is an event too. A proxy counts kube-proxy's
-	// kubeproxy_sync_proxy_rules_service_changes_total and
-	// kubeproxy_sync_proxy_rules_endpoint_changes_total with it.
+	// nothing is an event too: kube-proxy counts its changes metrics
+	// from these events.
 	OnEvent func(obj any)
 	// OnWarnings, if set, receives the warnings of an event (never an
 	// empty list): see state.State for when a warning is reported.

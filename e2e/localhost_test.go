@@ -81,6 +81,15 @@ func TestLocalhostNodePorts(t *testing.T) {
 // scrape reads the /metrics at url from ns.
 func scrape(t *testing.T, ns *netns.NS, url string) string {
 	t.Helper()
+	body, err := scrapeErr(ns, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// scrapeErr is scrape, returning its error.
+func scrapeErr(ns *netns.NS, url string) (string, error) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(_ context.Context, _, address string) (net.Conn, error) {
 			remote, err := netip.ParseAddrPort(address)
@@ -92,12 +101,9 @@ func scrape(t *testing.T, ns *netns.NS, url string) string {
 	}}
 	resp, err := client.Get(url)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return string(b), err
 }

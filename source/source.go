@@ -5,9 +5,10 @@
 // ServiceCIDRs when the server serves them.
 //
 // The informers call the State's event methods; nothing is logged. The
-// warnings of the events go to a callback, and every event asks for a sync
-// through another. Watch waits for the first lists; Start does not, so
-// that a proxy can start while the API server is away.
+// warnings of the events go to a callback, every event asks for a sync
+// through another, and a third may see each event's object (to count
+// them). Watch waits for the first lists; Start does not, so that a proxy
+// can start while the API server is away.
 package source
 
 import (
@@ -43,6 +44,13 @@ const DefaultSyncTimeout = time.Minute
 type Options struct {
 	// OnChange, if set, is called after each event has reached the State.
 	OnChange func()
+	// OnEvent, if set, is called with the object of each event before it
+	// reaches the State: a *v1.Service, *discovery.EndpointSlice, *v1.Node
+	// or *networkingv1.ServiceCIDR added or updated, or the last state
+	// known of one deleted (also from a tombstone). An update that changes
+	// nothing is an event too: kube-proxy counts its changes metrics
+	// from these events.
+	OnEvent func(obj any)
 	// OnWarnings, if set, receives the warnings of an event (never an
 	// empty list): see state.State for when a warning is reported.
 	OnWarnings func([]svcproxy.Warning)
@@ -274,6 +282,9 @@ type registration struct {
 func handler[T any](opts Options, update func(T) []svcproxy.Warning, del func(T)) cache.ResourceEventHandlerFuncs {
 	updated := func(obj any) {
 		if t, ok := obj.(T); ok {
+			if opts.OnEvent != nil {
+				opts.OnEvent(t)
+			}
 			if w := update(t); len(w) > 0 && opts.OnWarnings != nil {
 				opts.OnWarnings(w)
 			}
@@ -287,6 +298,9 @@ func handler[T any](opts Options, update func(T) []svcproxy.Warning, del func(T)
 		UpdateFunc: func(_, obj any) { updated(obj) },
 		DeleteFunc: func(obj any) {
 			if t, ok := unwrap[T](obj); ok {
+				if opts.OnEvent != nil {
+					opts.OnEvent(t)
+				}
 				del(t)
 			}
 			if opts.OnChange != nil {

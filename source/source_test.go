@@ -3,7 +3,9 @@ package source_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -98,8 +100,8 @@ func eventually(t *testing.T, st *state.State, changes <-chan struct{}, what str
 }
 
 // TestWatchFeedsTheState: adds, updates and deletes of every kind of object
-// reach a dual-stack State; objects for another proxy and other Nodes do
-// not; a dual-stack Service's warning comes once.
+// reach a dual-stack State, and OnEvent, once each; objects for another
+// proxy and other Nodes do not; a dual-stack Service's warning comes once.
 func TestWatchFeedsTheState(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -111,8 +113,24 @@ func TestWatchFeedsTheState(t *testing.T) {
 	}
 	changes := make(chan struct{}, 100)
 	var mu sync.Mutex
-	var warnings []string
+	var warnings, events []string
 	opts := source.Options{
+		OnEvent: func(obj any) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch o := obj.(type) {
+			case *v1.Service:
+				events = append(events, "Service "+o.Name)
+			case *discovery.EndpointSlice:
+				events = append(events, "EndpointSlice "+o.Name)
+			case *v1.Node:
+				events = append(events, "Node "+o.Name)
+			case *networkingv1.ServiceCIDR:
+				events = append(events, "ServiceCIDR "+o.Name)
+			default:
+				events = append(events, fmt.Sprintf("%T", obj))
+			}
+		},
 		OnChange: func() {
 			select {
 			case changes <- struct{}{}:
@@ -165,6 +183,19 @@ func TestWatchFeedsTheState(t *testing.T) {
 	defer mu.Unlock()
 	if diff := cmp.Diff([]string{`Service ns/web: invalid externalIP "bogus" dropped`}, warnings); diff != "" {
 		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+	// Each informer delivers in order; across informers, any order. The
+	// fake clientset ignores the selectors (TestWatchSelectors), so n2 and
+	// other, which a server leaves out, are events too.
+	sort.Strings(events)
+	wantEvents := []string{
+		"EndpointSlice web-4", "EndpointSlice web-4", "EndpointSlice web-6",
+		"Node n1", "Node n1", "Node n1", "Node n2",
+		"Service other", "Service web", "Service web", "Service web",
+		"ServiceCIDR kubernetes", "ServiceCIDR kubernetes",
+	}
+	if diff := cmp.Diff(wantEvents, events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
 

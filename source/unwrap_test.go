@@ -9,8 +9,8 @@ import (
 )
 
 // TestDeleteTombstone: a delete that the watch missed comes as a tombstone
-// and still deletes; a tombstone of another type deletes nothing; every
-// delete asks for a sync.
+// and still deletes; a tombstone of another type deletes nothing and is no
+// event; every delete asks for a sync.
 func TestDeleteTombstone(t *testing.T) {
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
 	for _, tt := range []struct {
@@ -24,11 +24,12 @@ func TestDeleteTombstone(t *testing.T) {
 		{"something else", "ns/web", nil},
 	} {
 		var deleted []string
-		changes := 0
-		h := handler(Options{OnChange: func() { changes++ }}, nil, func(s *v1.Service) { deleted = append(deleted, s.Namespace+"/"+s.Name) })
+		changes, events := 0, 0
+		opts := Options{OnChange: func() { changes++ }, OnEvent: func(any) { events++ }}
+		h := handler(opts, nil, func(s *v1.Service) { deleted = append(deleted, s.Namespace+"/"+s.Name) })
 		h.OnDelete(tt.obj)
-		if len(deleted) != len(tt.want) || len(deleted) > 0 && deleted[0] != tt.want[0] || changes != 1 {
-			t.Errorf("%s: deleted %v, %d changes; want %v, 1 change", tt.name, deleted, changes, tt.want)
+		if len(deleted) != len(tt.want) || len(deleted) > 0 && deleted[0] != tt.want[0] || changes != 1 || events != len(tt.want) {
+			t.Errorf("%s: deleted %v, %d changes, %d events; want %v, 1 change, %d events", tt.name, deleted, changes, events, tt.want, len(tt.want))
 		}
 	}
 }

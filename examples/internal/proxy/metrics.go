@@ -1,22 +1,35 @@
 package proxy
 
 import (
+	"net/http"
+	"slices"
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/iptables"
+	"github.com/svcproxy/svcproxy/manifests"
 	"github.com/svcproxy/svcproxy/ruleset"
+	"github.com/svcproxy/svcproxy/state"
 )
 
 // metrics is the registry that /metrics serves, which the engine registers
 // its sync metrics with, and the proxy's own metrics: kube-proxy's
-// changes-pending gauges and per-mode metrics, and svcproxy's manifest
-// counters.
+// changes-pending gauges, changes counters, health answer counters and
+// per-mode metrics, and svcproxy's manifest counters.
 type metrics struct {
 	registry               *prometheus.Registry
 	serviceChangesPending  prometheus.Gauge
 	endpointChangesPending prometheus.Gauge
+	// serviceChanges and endpointChanges are kube-proxy's counts of the
+	// Service and EndpointSlice events its proxiers took in (recordEvent).
+	serviceChanges, endpointChanges prometheus.Counter
+	// healthzAnswers and livezAnswers are kube-proxy's counts of the
+	// answers of /healthz and /livez, by status code (countAnswers).
+	healthzAnswers, livezAnswers *prometheus.CounterVec
 	// manifestErrors counts the reads of --manifests that failed;
 	// manifestReloads the ones applied.
 	manifestErrors, manifestReloads prometheus.Counter
@@ -42,6 +55,22 @@ func newMetrics() *metrics {
 		registry:               prometheus.NewRegistry(),
 		serviceChangesPending:  gauge("sync_proxy_rules_service_changes_pending", "Pending proxy rules Service changes"),
 		endpointChangesPending: gauge("sync_proxy_rules_endpoint_changes_pending", "Pending proxy rules Endpoint changes"),
+		serviceChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubeproxy", Name: "sync_proxy_rules_service_changes_total",
+			Help: "Cumulative proxy rules Service changes",
+		}),
+		endpointChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: "kubeproxy", Name: "sync_proxy_rules_endpoint_changes_total",
+			Help: "Cumulative proxy rules Endpoint changes",
+		}),
+		healthzAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubeproxy", Name: "proxy_healthz_total",
+			Help: "Cumulative proxy healthz HTTP status",
+		}, []string{"code"}),
+		livezAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: "kubeproxy", Name: "proxy_livez_total",
+			Help: "Cumulative proxy livez HTTP status",
+		}, []string{"code"}),
 		manifestErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: "svcproxy", Name: "manifest_errors_total",
 			Help: "Reads of the manifests that failed (the rules stayed as they were)",
@@ -59,8 +88,109 @@ func newMetrics() *metrics {
 		Subsystem: "kubeproxy", Name: "sync_proxy_rules_no_local_endpoints_total",
 		Help: "Number of services with a Local traffic policy and no endpoints",
 	}, []string{"traffic_policy", "ip_family"})
-	m.registry.MustRegister(m.noLocalEndpoints, m.healthPorts, m.manifestErrors, m.manifestReloads, m.serviceChangesPending, m.endpointChangesPending)
+	m.registry.MustRegister(m.noLocalEndpoints, m.healthPorts, m.manifestErrors, m.manifestReloads, m.serviceChangesPending, m.endpointChangesPending,
+		m.serviceChanges, m.endpointChanges, m.healthzAnswers, m.livezAnswers)
 	return m
+}
+
+// recordEvent counts an event's object as kube-proxy's change trackers
+// count it, for a proxy of families. Each proxier of a family counts
+// every Service event, whatever the Service's families and whether
+// anything changed; an EndpointSlice event counts in the proxier of the
+// slice's address family alone (not at all for an FQDN slice or one of a
+// family not served), when the slice names its Service
+// (kubernetes.io/service-name) and has a namespace and a name.
+func (m *metrics) recordEvent(obj any, families []v1.IPFamily) {
+	switch o := obj.(type) {
+	case *v1.Service:
+		m.serviceChanges.Add(float64(len(families)))
+	case *discovery.EndpointSlice:
+		var family v1.IPFamily
+		switch o.AddressType {
+		case discovery.AddressTypeIPv4:
+			family = v1.IPv4Protocol
+		case discovery.AddressTypeIPv6:
+			family = v1.IPv6Protocol
+		}
+		if slices.Contains(families, family) && o.Labels[discovery.LabelServiceName] != "" && o.Namespace != "" && o.Name != "" {
+			m.endpointChanges.Inc()
+		}
+	}
+}
+
+// recordManifests counts, with recordEvent, the events that a relist of
+// the API server would give for manifests read after before (nil: none
+// read yet): one for each Service and EndpointSlice of after, and one for
+// each of before that after does not hold.
+func (m *metrics) recordManifests(before, after *manifests.Input, families []v1.IPFamily) {
+	type key struct{ namespace, name string }
+	var prev, cur state.Objects
+	if before != nil && before.Objects != nil {
+		prev = *before.Objects
+	}
+	if after != nil && after.Objects != nil {
+		cur = *after.Objects
+	}
+	services := map[key]bool{}
+	for _, s := range cur.Services {
+		if s != nil {
+			services[key{s.Namespace, s.Name}] = true
+			m.recordEvent(s, families)
+		}
+	}
+	for _, s := range prev.Services {
+		if s != nil && !services[key{s.Namespace, s.Name}] {
+			m.recordEvent(s, families)
+		}
+	}
+	endpointSlices := map[key]bool{}
+	for _, es := range cur.EndpointSlices {
+		if es != nil {
+			endpointSlices[key{es.Namespace, es.Name}] = true
+			m.recordEvent(es, families)
+		}
+	}
+	for _, es := range prev.EndpointSlices {
+		if es != nil && !endpointSlices[key{es.Namespace, es.Name}] {
+			m.recordEvent(es, families)
+		}
+	}
+}
+
+// countAnswers returns h, counting each of its answers in answers by
+// status code ("200", "503"), as kube-proxy counts those of /healthz and
+// /livez: before the answer is sent.
+func countAnswers(answers *prometheus.CounterVec, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cw := &countingWriter{ResponseWriter: w, answers: answers}
+		h.ServeHTTP(cw, r)
+		cw.count(http.StatusOK) // an answer without a header or body
+	})
+}
+
+// countingWriter counts the status code of the answer written through it,
+// once.
+type countingWriter struct {
+	http.ResponseWriter
+	answers *prometheus.CounterVec
+	counted bool
+}
+
+func (w *countingWriter) count(code int) {
+	if !w.counted {
+		w.counted = true
+		w.answers.WithLabelValues(strconv.Itoa(code)).Inc()
+	}
+}
+
+func (w *countingWriter) WriteHeader(code int) {
+	w.count(code)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	w.count(http.StatusOK)
+	return w.ResponseWriter.Write(b)
 }
 
 // counterReader is a backend that reads kube-proxy's nfacct counters: the

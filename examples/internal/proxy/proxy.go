@@ -152,6 +152,7 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "error:", err)
 			return exitBadArgs
 		}
+		p.metrics.recordManifests(nil, in, p.families)
 		p.logWarnings(append(warnings, p.state.Replace(*objs)...))
 		return exitOK
 	}
@@ -176,7 +177,8 @@ func (p *proxy) start(ctx context.Context, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitBadArgs
 	}
-	p.api, err = source.Start(ctx, client, p.state, source.Options{OnChange: p.request, OnWarnings: p.logWarnings})
+	p.api, err = source.Start(ctx, client, p.state, source.Options{OnChange: p.request, OnWarnings: p.logWarnings,
+		OnEvent: func(obj any) { p.metrics.recordEvent(obj, p.families) }})
 	if err != nil {
 		fmt.Fprintln(stderr, "error:", err)
 		return exitBadArgs

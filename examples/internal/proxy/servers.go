@@ -11,7 +11,7 @@ import (
 )
 
 // startServers starts the metrics and healthz servers that are not turned
-// off; /healthz and /livez answer eng's health.
+// off; /healthz and /livez answer eng's health, and count their answers.
 func (p *proxy) startServers(eng *engine.Engine) ([]*http.Server, error) {
 	var servers []*http.Server
 	start := func(addr string, h http.Handler) error {
@@ -33,8 +33,8 @@ func (p *proxy) startServers(eng *engine.Engine) ([]*http.Server, error) {
 	})
 	metrics.Handle("/metrics", promhttp.HandlerFor(p.metrics.registry, promhttp.HandlerOpts{}))
 	healthz := http.NewServeMux()
-	healthz.Handle("/healthz", eng.HealthzHandler())
-	healthz.Handle("/livez", eng.HealthzHandler())
+	healthz.Handle("/healthz", countAnswers(p.metrics.healthzAnswers, eng.HealthzHandler()))
+	healthz.Handle("/livez", countAnswers(p.metrics.livezAnswers, eng.HealthzHandler()))
 	if err := start(p.opts.MetricsAddress, metrics); err != nil {
 		return nil, err
 	}

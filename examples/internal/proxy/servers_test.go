@@ -77,6 +77,8 @@ func TestServers(t *testing.T) {
 		"svcproxy_manifest_errors_total 0",
 		"kubeproxy_sync_proxy_rules_endpoint_changes_pending",
 		"kubeproxy_sync_proxy_rules_service_changes_pending",
+		"kubeproxy_sync_proxy_rules_endpoint_changes_total 0",
+		"kubeproxy_sync_proxy_rules_service_changes_total 0",
 		`kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",`,
 	} {
 		if !strings.Contains(body, name) {

@@ -63,6 +63,7 @@ func (p *proxy) applyManifests(w *manifestWatcher, in *manifests.Input) {
 	}
 	before, after := inputCounts(w.applied), inputCounts(in)
 	removed := removedServices(w.applied, in)
+	p.metrics.recordManifests(w.applied, in, p.families)
 	w.applied = in
 	p.metrics.manifestReloads.Inc()
 	warnings := p.state.Replace(*in.Objects)

@@ -145,9 +145,8 @@ func chainsGone(names Names, old, new *ruleset.Ruleset, ch ruleset.Changes) []st
 // render) cheaper. Without them iptables-nft 1.8.9 inserts every chain name
 // the input mentions into a sorted linked list, once per line that mentions
 // it: time ~ c₁·K·L for K names and L lines. With them it lists the whole
-// table instead: time ~ c₂·R for R rules in the kernel. The threshold takes
-// c₂/c₁ = 1,000, the ratio TestKernelScale's partial restores with and
-// without "-S" show (see BENCHMARKS.md).
+// table instead: time ~ c₂·R for R rules in the kernel. The threshold,
+// c₂/c₁ = listCostRatio, is where the two restores cross in the kernel.
 func listPays(plans []plan, stale int, text []byte) bool {
 	lines := bytes.Count(text, []byte("\n"))
 	names := 16 + stale // top-level chains and the stale ones
@@ -160,8 +159,17 @@ func listPays(plans []plan, stale int, text []byte) bool {
 			names += len(p.chains())
 		}
 	}
-	return names*lines > 1000*rules
+	return names*lines > listCostRatio*rules
 }
+
+// listCostRatio is c₂/c₁ of listPays, measured at 10,000 Services × 10
+// endpoints (iptables-nft 1.8.9, kernel 6.18; scalegen's cluster), where
+// the two restores cross between 300 and 1,000 rewritten Services: one
+// Service rewritten, 1.2 s without "-S" and 3.9 s with; 300, 3.4–3.7 s
+// and 4.3–4.4 s; 1,000, 15–16 s and 4.8–5.0 s; 3,000, 106–114 s and
+// 6.4–7.1 s. TestPartialListsOnlyWhenLarge holds these cases on their
+// side; at 1,000 the ratio put the one-Service case at the threshold.
+const listCostRatio = 4000
 
 // natChains lists the nat chains a render of rs declares, sorted.
 func natChains(names Names, rs *ruleset.Ruleset) []string {

@@ -15,6 +15,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/svcproxy/svcproxy/internal/testkit/scalegen"
+	"github.com/svcproxy/svcproxy/internal/testkit/scaleworld"
 	"github.com/svcproxy/svcproxy/ruleset"
 )
 
@@ -288,6 +290,36 @@ func TestPartialListsOnlyWhenLarge(t *testing.T) {
 	}
 	if bytes.Count(text, []byte("\n-S\n")) != 2 {
 		t.Error("a partial render rewriting 300 Services does not list the tables")
+	}
+
+	// At 10,000 Services × 10 endpoints, the cases listCostRatio was
+	// measured on: partial renders rewriting 1, 300 and 1,000 Services.
+	if testing.Short() {
+		return
+	}
+	w := scaleworld.New(scalegen.Spec{Services: 10000})
+	w.Incremental = true
+	prev := w.Ruleset
+	for version, tc := range []struct {
+		rewritten int
+		list      bool
+	}{{1, false}, {300, false}, {1000, true}} {
+		var next *ruleset.Ruleset
+		for i := range tc.rewritten {
+			next = w.ChangeEndpoints((i*7919)%10000, version+1)
+		}
+		ch := ruleset.Diff(prev, next)
+		if got := len(ch.Changed); got != tc.rewritten {
+			t.Fatalf("%d Services changed, want %d", got, tc.rewritten)
+		}
+		text, err := RenderPartial(Names{}, prev, next, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if listed := bytes.Contains(text, []byte("\n-S\n")); listed != tc.list {
+			t.Errorf("10,000 Services, %d rewritten: listed %v, want %v", tc.rewritten, listed, tc.list)
+		}
+		prev = next
 	}
 }
 

@@ -40,6 +40,7 @@ type kubeProxyFlags struct {
 	conntrackTCPEstablished, conntrackTCPWait time.Duration
 	conntrackUDP, conntrackUDPStream          time.Duration
 	conntrackTCPBeLiberal                     bool
+	profiling                                 bool
 	// fileLogging is the --config file's logging section, once read.
 	fileLogging *logsapi.LoggingConfiguration
 }
@@ -52,7 +53,7 @@ var kubeProxyOnlyFlags = []string{
 	"iptables-localhost-nodeports", "proxy-mode", "nodeport-addresses", "bind-address", "detect-local-mode",
 	"iptables-sync-period", "iptables-min-sync-period", "conntrack-max-per-core", "conntrack-min",
 	"conntrack-tcp-timeout-established", "conntrack-tcp-timeout-close-wait", "conntrack-tcp-be-liberal",
-	"conntrack-udp-timeout", "conntrack-udp-timeout-stream",
+	"conntrack-udp-timeout", "conntrack-udp-timeout-stream", "profiling",
 }
 
 // addKubeProxyFlags registers kube-proxy's flags on fs.
@@ -73,6 +74,7 @@ func addKubeProxyFlags(fs *flag.FlagSet) *kubeProxyFlags {
 	fs.BoolVar(&k.conntrackTCPBeLiberal, "conntrack-tcp-be-liberal", false, "kube-proxy's: set nf_conntrack_tcp_be_liberal")
 	fs.DurationVar(&k.conntrackUDP, "conntrack-udp-timeout", 0, "kube-proxy's: idle timeout of UNREPLIED UDP flows (0: leave it)")
 	fs.DurationVar(&k.conntrackUDPStream, "conntrack-udp-timeout-stream", 0, "kube-proxy's: idle timeout of ASSURED UDP flows (0: leave it)")
+	fs.BoolVar(&k.profiling, "profiling", false, "kube-proxy's: serve Go's profiles under /debug/pprof/ beside /metrics")
 	return k
 }
 
@@ -148,6 +150,7 @@ func (k *kubeProxyFlags) applyFlags(set func(string) bool, o *Options, mode stri
 		return fmt.Errorf("--bind-address: %w", err)
 	}
 	o.BindAddress = b.Unmap()
+	o.Profiling = k.profiling
 	for _, alias := range []struct {
 		kubeProxy, ours string
 		value           time.Duration
@@ -284,6 +287,7 @@ func (o *Options) useKubeProxyConfig(cfg *kpconfig.KubeProxyConfiguration, mode 
 	if o.MetricsAddress, err = bindAddressOf(cfg.MetricsBindAddress, metrics, 10249); err != nil {
 		return fmt.Errorf("metricsBindAddress: %w", err)
 	}
+	o.Profiling = cfg.EnableProfiling
 
 	modeCfg := struct {
 		masqueradeAll         bool
@@ -358,7 +362,7 @@ func deref(p *int32, def int32) int32 {
 var served = map[string]bool{
 	"apiVersion": true, "kind": true, "mode": true, "detectLocalMode": true, "nodePortAddresses": true,
 	"hostnameOverride": true, "clientConnection.kubeconfig": true, "clusterCIDR": true, "bindAddress": true,
-	"healthzBindAddress": true, "metricsBindAddress": true, "logging": true,
+	"healthzBindAddress": true, "metricsBindAddress": true, "enableProfiling": true, "logging": true,
 	"iptables.masqueradeAll": true, "iptables.masqueradeBit": true, "iptables.syncPeriod": true,
 	"iptables.minSyncPeriod": true, "iptables.localhostNodePorts": true,
 	"nftables.masqueradeAll": true, "nftables.masqueradeBit": true, "nftables.syncPeriod": true,

@@ -100,7 +100,7 @@ type configOptions struct {
 	ClusterCIDRs                                         []netip.Prefix
 	NodePortAddresses                                    []string
 	BindAddress                                          netip.Addr
-	MasqueradeAll, LocalhostNodePorts                    bool
+	MasqueradeAll, LocalhostNodePorts, Profiling         bool
 	MasqueradeMark                                       uint32
 	SyncPeriod, MinSyncPeriod                            time.Duration
 	Conntrack                                            *conntrack.Sizing
@@ -109,7 +109,7 @@ type configOptions struct {
 
 func configOptionsOf(o *Options) configOptions {
 	return configOptions{o.NodeName, o.Kubeconfig, o.HealthzAddress, o.MetricsAddress, o.ClusterCIDRs, o.NodePortAddresses,
-		o.BindAddress, o.MasqueradeAll, o.LocalhostNodePorts, o.MasqueradeMark, o.SyncPeriod, o.MinSyncPeriod, o.Conntrack, o.Notices}
+		o.BindAddress, o.MasqueradeAll, o.LocalhostNodePorts, o.Profiling, o.MasqueradeMark, o.SyncPeriod, o.MinSyncPeriod, o.Conntrack, o.Notices}
 }
 
 // TestKubeProxyConfigFile: kubeadm's kube-proxy configuration, read as
@@ -142,6 +142,7 @@ hostnameOverride: " Node-B "
 bindAddress: 2001:db8::1
 healthzBindAddress: "[2001:db8::1]"
 metricsBindAddress: 0.0.0.0:10249
+enableProfiling: true
 nodePortAddresses: [198.18.0.0/24, primary]
 detectLocalMode: ClusterCIDR
 featureGates: {}
@@ -151,16 +152,17 @@ conntrack: {maxPerCore: 0, tcpBeLiberal: true, udpTimeout: 30s}
 `, change: func(c *configOptions) {
 			*c = configOptions{NodeName: "node-b", HealthzAddress: "[2001:db8::1]:10256", MetricsAddress: "0.0.0.0:10249",
 				NodePortAddresses: []string{"198.18.0.0/24", "primary"}, BindAddress: netip.MustParseAddr("2001:db8::1"),
-				MasqueradeAll: true, MasqueradeMark: 1 << 3, SyncPeriod: 10 * time.Second, MinSyncPeriod: 100 * time.Millisecond,
+				MasqueradeAll: true, Profiling: true, MasqueradeMark: 1 << 3, SyncPeriod: 10 * time.Second, MinSyncPeriod: 100 * time.Millisecond,
 				Conntrack: &conntrack.Sizing{Min: conntrack.DefaultMin, TCPEstablishedTimeout: 24 * time.Hour, TCPCloseWaitTimeout: time.Hour, UDPTimeout: 30 * time.Second, TCPBeLiberal: true}}
 		}},
 		{name: "kube-proxy's flags ignored, --hostname-override and svcproxy's own applied", proxy: "iptables-proxy",
 			file:  strings.Replace(kubeadmConfig, "MODE", "iptables", 1),
-			flags: []string{"--masquerade-all", "--cluster-cidr", "10.0.0.0/8", "--hostname-override", "Node-C", "--sync-period", "5s"},
+			flags: []string{"--masquerade-all", "--cluster-cidr", "10.0.0.0/8", "--hostname-override", "Node-C", "--sync-period", "5s", "--profiling"},
 			change: func(c *configOptions) {
 				c.NodeName, c.SyncPeriod = "node-c", 5*time.Second
 				c.Notices = []string{"--cluster-cidr is ignored: kube-proxy ignores it when --config is given; set it in CONFIG",
-					"--masquerade-all is ignored: kube-proxy ignores it when --config is given; set it in CONFIG"}
+					"--masquerade-all is ignored: kube-proxy ignores it when --config is given; set it in CONFIG",
+					"--profiling is ignored: kube-proxy ignores it when --config is given; set it in CONFIG"}
 			}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -223,16 +225,16 @@ func TestKubeProxyFlags(t *testing.T) {
 		return ParseOptions(proxy, append([]string{"--manifests", "m", "--node-name", "n1"}, args...), io.Discard)
 	}
 	o, err := parse("iptables-proxy", "--hostname-override", "N2", "--proxy-mode", "iptables", "--iptables-sync-period", "1m",
-		"--iptables-min-sync-period", "2s", "--detect-local-mode", "ClusterCIDR", "--conntrack-tcp-be-liberal")
+		"--iptables-min-sync-period", "2s", "--detect-local-mode", "ClusterCIDR", "--conntrack-tcp-be-liberal", "--profiling")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := conntrack.DefaultSizing()
 	want.TCPBeLiberal = true
-	if o.NodeName != "n2" || o.SyncPeriod != time.Minute || o.MinSyncPeriod != 2*time.Second || o.Conntrack == nil || *o.Conntrack != want {
-		t.Errorf("node %q, sync periods %v %v, conntrack %+v", o.NodeName, o.SyncPeriod, o.MinSyncPeriod, o.Conntrack)
+	if o.NodeName != "n2" || o.SyncPeriod != time.Minute || o.MinSyncPeriod != 2*time.Second || o.Conntrack == nil || *o.Conntrack != want || !o.Profiling {
+		t.Errorf("node %q, sync periods %v %v, conntrack %+v, profiling %v", o.NodeName, o.SyncPeriod, o.MinSyncPeriod, o.Conntrack, o.Profiling)
 	}
-	if o, err := parse("nftables-proxy"); err != nil || o.Conntrack != nil || !slicesEqual(o.NodePortAddresses, []string{"primary"}) {
+	if o, err := parse("nftables-proxy"); err != nil || o.Conntrack != nil || o.Profiling || !slicesEqual(o.NodePortAddresses, []string{"primary"}) {
 		t.Errorf("nftables-proxy without kube-proxy's flags: %v, conntrack %+v, NodePort addresses %q; want no conntrack settings, primary", err, o.Conntrack, o.NodePortAddresses)
 	}
 	for _, tt := range []struct {

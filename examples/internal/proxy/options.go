@@ -57,6 +57,9 @@ type Options struct {
 	Cleanup        bool
 	MetricsAddress string
 	HealthzAddress string
+	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/
+	// on MetricsAddress, as kube-proxy's enableProfiling.
+	Profiling bool
 	// AllowedExternalIPs restricts the externalIPs served to these
 	// networks; empty means not restricted.
 	AllowedExternalIPs []netip.Prefix

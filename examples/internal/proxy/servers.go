@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,6 +33,14 @@ func (p *proxy) startServers(eng *engine.Engine) ([]*http.Server, error) {
 		fmt.Fprint(w, p.mode.Name)
 	})
 	metrics.Handle("/metrics", promhttp.HandlerFor(p.metrics.registry, promhttp.HandlerOpts{}))
+	if p.opts.Profiling {
+		// kube-proxy's routes (k8s.io/apiserver's routes.Profiling).
+		metrics.Handle("/debug/pprof", http.RedirectHandler("/debug/pprof/", http.StatusFound))
+		metrics.HandleFunc("/debug/pprof/", pprof.Index)
+		metrics.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		metrics.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		metrics.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	healthz := http.NewServeMux()
 	healthz.Handle("/healthz", countAnswers(p.metrics.healthzAnswers, eng.HealthzHandler()))
 	healthz.Handle("/livez", countAnswers(p.metrics.livezAnswers, eng.HealthzHandler()))

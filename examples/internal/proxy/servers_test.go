@@ -95,3 +95,38 @@ func TestServers(t *testing.T) {
 		t.Errorf("with both addresses empty: %d servers, error %v; want none", len(servers), err)
 	}
 }
+
+// TestProfiling: with Options.Profiling the metrics server serves Go's
+// profiles under kube-proxy's routes; without it, not.
+func TestProfiling(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		addr := freeAddr(t)
+		p, eng := testProxy(t, &fakeBackend{family: v1.IPv4Protocol})
+		p.opts.MetricsAddress, p.opts.HealthzAddress, p.opts.Profiling = addr, "", on
+		servers, err := p.startServers(eng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, body := get(t, "http://"+addr+"/debug/pprof/")
+		symbolCode, _ := get(t, "http://"+addr+"/debug/pprof/symbol")
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Get("http://" + addr + "/debug/pprof")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		for _, s := range servers {
+			s.Close()
+		}
+		if on {
+			if code != 200 || !strings.Contains(body, "goroutine") || symbolCode != 200 {
+				t.Errorf("profiling on: /debug/pprof/ %d (goroutine listed: %v), /debug/pprof/symbol %d; want 200s", code, strings.Contains(body, "goroutine"), symbolCode)
+			}
+			if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/debug/pprof/" {
+				t.Errorf("profiling on: /debug/pprof answers %d to %q, want 302 to /debug/pprof/", resp.StatusCode, resp.Header.Get("Location"))
+			}
+		} else if code != 404 || symbolCode != 404 || resp.StatusCode != 404 {
+			t.Errorf("profiling off: /debug/pprof/ %d, /debug/pprof/symbol %d, /debug/pprof %d; want 404s", code, symbolCode, resp.StatusCode)
+		}
+	}
+}

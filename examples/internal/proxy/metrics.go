@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/svcproxy/svcproxy/engine"
 	"github.com/svcproxy/svcproxy/iptables"
@@ -123,7 +125,6 @@ func (m *metrics) recordEvent(obj any, families []v1.IPFamily) {
 // read yet): one for each Service and EndpointSlice of after, and one for
 // each of before that after does not hold.
 func (m *metrics) recordManifests(before, after *manifests.Input, families []v1.IPFamily) {
-	type key struct{ namespace, name string }
 	var prev, cur state.Objects
 	if before != nil && before.Objects != nil {
 		prev = *before.Objects
@@ -131,28 +132,28 @@ func (m *metrics) recordManifests(before, after *manifests.Input, families []v1.
 	if after != nil && after.Objects != nil {
 		cur = *after.Objects
 	}
-	services := map[key]bool{}
-	for _, s := range cur.Services {
-		if s != nil {
-			services[key{s.Namespace, s.Name}] = true
-			m.recordEvent(s, families)
+	record := func(obj any) { m.recordEvent(obj, families) }
+	relist(prev.Services, cur.Services, record)
+	relist(prev.EndpointSlices, cur.EndpointSlices, record)
+}
+
+// relist calls record with each object of cur and each of prev whose
+// namespace and name cur does not hold (nil objects left out).
+func relist[T interface {
+	comparable
+	metav1.Object
+}](prev, cur []T, record func(any)) {
+	var none T
+	held := map[types.NamespacedName]bool{}
+	for _, o := range cur {
+		if o != none {
+			held[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}] = true
+			record(o)
 		}
 	}
-	for _, s := range prev.Services {
-		if s != nil && !services[key{s.Namespace, s.Name}] {
-			m.recordEvent(s, families)
-		}
-	}
-	endpointSlices := map[key]bool{}
-	for _, es := range cur.EndpointSlices {
-		if es != nil {
-			endpointSlices[key{es.Namespace, es.Name}] = true
-			m.recordEvent(es, families)
-		}
-	}
-	for _, es := range prev.EndpointSlices {
-		if es != nil && !endpointSlices[key{es.Namespace, es.Name}] {
-			m.recordEvent(es, families)
+	for _, o := range prev {
+		if o != none && !held[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}] {
+			record(o)
 		}
 	}
 }

@@ -32,8 +32,7 @@ func TestRenderNorthSouthReusesTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !maps.Equal(inc.Ext, fresh.Ext) || !maps.Equal(inc.Ranges, fresh.Ranges) ||
-		!maps.EqualFunc(inc.Maglev, fresh.Maglev, func(a, b *MaglevTable) bool { return *a == *b }) {
+	if !sameNorthSouth(inc, fresh) {
 		t.Fatal("the contents rendered with the previous tables differ from those rendered afresh")
 	}
 	reused, renewed := 0, 0
@@ -74,12 +73,18 @@ func TestExternalUnchanged(t *testing.T) {
 	if !c2.externalUnchanged(c1) {
 		t.Error("a ClusterIP Service's change reported as touching external frontends")
 	}
-	if !maps.Equal(ns1.Ext, ns2.Ext) || !maps.Equal(ns1.Ranges, ns2.Ranges) ||
-		!maps.EqualFunc(ns1.Maglev, ns2.Maglev, func(a, b *MaglevTable) bool { return *a == *b }) {
+	if !sameNorthSouth(ns1, ns2) {
 		t.Error("a ClusterIP Service's change changed the north-south contents")
 	}
 	w.ChangeEndpoints(110, 1) // a NodePort Service
 	if c3 := Render(w.Ruleset, c2); c3.externalUnchanged(c2) {
 		t.Error("a NodePort Service's change reported as touching no external frontend")
 	}
+}
+
+// sameNorthSouth reports whether a and b have the same contents, Maglev
+// tables compared by value.
+func sameNorthSouth(a, b *NorthSouth) bool {
+	return maps.Equal(a.Ext, b.Ext) && maps.Equal(a.Ranges, b.Ranges) &&
+		maps.EqualFunc(a.Maglev, b.Maglev, func(x, y *MaglevTable) bool { return *x == *y })
 }

@@ -109,14 +109,31 @@ func TestKubeProxyOutageRecovery(t *testing.T) {
 	web := at(serviceIP(false, 61), 80)
 	ac.put(apiService("web", 61))
 	ac.put(slice("web", false, v1.ProtocolTCP, ready(ac.Cluster, p0)))
+	ac.startKubeProxyNFTables(t, bin, netip.AddrPortFrom(ac.Node.IPv4, 10249), netip.AddrPortFrom(ac.Node.IPv4, 10256))
+	eventuallyReachesWithin(t, ac.Clients[0], web, 60*time.Second, p0)
+	ac.api.StopAPIServer()
+	time.Sleep(outage())
+	ac.api.StartAPIServer()
+	back := time.Now()
+	ac.put(slice("web", false, v1.ProtocolTCP, ready(ac.Cluster, p1)))
+	eventuallyReachesWithin(t, ac.Clients[0], web, 180*time.Second, p1)
+	t.Logf("kube-proxy: outage of %v: a change made once the API server was ready was applied %v later", outage(), time.Since(back).Round(time.Millisecond))
+}
+
+// startKubeProxyNFTables runs the real kube-proxy (bin) in nftables mode on
+// the cluster's node, its metrics and healthz servers on the addresses
+// given, the conntrack sysctls left alone; it is stopped, and its output
+// logged if t failed, when t ends.
+func (ac *apiCluster) startKubeProxyNFTables(t *testing.T, bin string, metrics, healthz netip.AddrPort) {
+	t.Helper()
 	log := &logBuffer{}
 	cmd := ac.Node.Command(context.Background(), bin,
 		"--kubeconfig", ac.api.Kubeconfig(ac.api.Token(apiserver.AdminUser)),
 		"--hostname-override", nodeName, "--proxy-mode", "nftables",
 		"--cluster-cidr", netns.PodCIDR4.String()+","+netns.PodCIDR6.String(),
 		"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0", "--conntrack-tcp-timeout-close-wait", "0",
-		"--metrics-bind-address", netip.AddrPortFrom(ac.Node.IPv4, 10249).String(),
-		"--healthz-bind-address", netip.AddrPortFrom(ac.Node.IPv4, 10256).String())
+		"--metrics-bind-address", metrics.String(),
+		"--healthz-bind-address", healthz.String())
 	cmd.Stdout, cmd.Stderr = log, log
 	proc, err := ac.Node.Start(cmd)
 	if err != nil {
@@ -128,12 +145,4 @@ func TestKubeProxyOutageRecovery(t *testing.T) {
 			t.Logf("kube-proxy output:\n%s", log.String())
 		}
 	})
-	eventuallyReachesWithin(t, ac.Clients[0], web, 60*time.Second, p0)
-	ac.api.StopAPIServer()
-	time.Sleep(outage())
-	ac.api.StartAPIServer()
-	back := time.Now()
-	ac.put(slice("web", false, v1.ProtocolTCP, ready(ac.Cluster, p1)))
-	eventuallyReachesWithin(t, ac.Clients[0], web, 180*time.Second, p1)
-	t.Logf("kube-proxy: outage of %v: a change made once the API server was ready was applied %v later", outage(), time.Since(back).Round(time.Millisecond))
 }

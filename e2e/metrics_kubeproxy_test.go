@@ -51,25 +51,7 @@ func TestChangesMetricsAsKubeProxy(t *testing.T) {
 	}
 
 	theirs := netip.AddrPortFrom(ac.Node.IPv4, 10249)
-	log := &logBuffer{}
-	cmd := ac.Node.Command(context.Background(), kubeProxy,
-		"--kubeconfig", ac.api.Kubeconfig(ac.api.Token(apiserver.AdminUser)),
-		"--hostname-override", nodeName, "--proxy-mode", "nftables",
-		"--cluster-cidr", netns.PodCIDR4.String()+","+netns.PodCIDR6.String(),
-		"--conntrack-max-per-core", "0", "--conntrack-tcp-timeout-established", "0", "--conntrack-tcp-timeout-close-wait", "0",
-		"--metrics-bind-address", theirs.String(),
-		"--healthz-bind-address", netip.AddrPortFrom(ac.Node.IPv4, 10266).String())
-	cmd.Stdout, cmd.Stderr = log, log
-	proc, err := ac.Node.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		proc.Stop()
-		if t.Failed() {
-			t.Logf("kube-proxy output:\n%s", log.String())
-		}
-	})
+	ac.startKubeProxyNFTables(t, kubeProxy, theirs, netip.AddrPortFrom(ac.Node.IPv4, 10266))
 	ours := netip.AddrPortFrom(ac.Node.IPv4, 10259)
 	ac.startProxy("nftables-flat", "", "--metrics-bind-address", ours.String())
 	for _, addr := range []netip.AddrPort{theirs, ours} {
